@@ -1,0 +1,33 @@
+# Two commands do all set-up on a fresh machine with Python >= 3.11, pip and make:
+#   make demo   - create .venv, install the package, run the main job
+#   make test   - create .venv, install with the dev and hf extras, run the whole suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?= -n 2
+
+.PHONY: demo test lint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: setup.py | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: setup.py | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev,hf]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(PY) -m experiments demo
+
+test: $(VENV)/.installed-dev
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+lint: $(VENV)/.installed-dev
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

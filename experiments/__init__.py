@@ -1,0 +1,1 @@
+"""Runnable experiments: `python -m experiments NAME [--flags]` (see `experiments.__main__`)."""

@@ -1,0 +1,43 @@
+"""The command line: `python -m experiments NAME [--flags]`; `--help` on any command.
+
+Each command is a function taking `argv`; importing its module is deferred so that
+`python -m experiments demo` does not pay for the training stack.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def _demo(argv):
+  from experiments import demo
+  return demo.main(argv)
+
+
+def _catalog(argv):
+  from experiments import demo
+  return demo.catalog_main(argv)
+
+
+COMMANDS = {
+    "demo": (_demo, "the main job: catalog, forward pass on real text, cached generation"),
+    "catalog": (_catalog, "print the matrix catalog of a preset"),
+}
+
+
+def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  if not argv or argv[0] in ("-h", "--help"):
+    print("usage: python -m experiments COMMAND [--flags]   (COMMAND --help for its flags)\n")
+    for name, (_, about) in COMMANDS.items():
+      print(f"  {name:<10} {about}")
+    return 0 if argv else 2
+  name, rest = argv[0], argv[1:]
+  if name not in COMMANDS:
+    print(f"unknown command {name!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+    return 2
+  return COMMANDS[name][0](rest) or 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,1 @@
+"""Benchmarks: importable scripts that print ratios measured side by side in one run."""

@@ -1,0 +1,313 @@
+"""The model, read top to bottom: norm, attention, feed-forward, block, stack.
+
+Every weight is a named matrix used as `x @ W` with `W: (d_in, d_out)`; there is no
+`nn.Dense`. The `L` blocks are one `nn.scan`, so every block weight carries a leading
+layer axis. Under `mutable=["intermediates"]` each block sows `q, k, v, scores, weights,
+resid_pre, resid_mid, resid_post, ffn_hidden`, stacked on that same layer axis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from transformer.attention import ATTENTION, make_mask, rope
+from transformer.config import Config
+
+ACTIVATION_FNS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "identity": lambda x: x,
+    "swiglu": jax.nn.silu,  # the gate's non-linearity; the product with `x @ w_1` is in FFN
+}
+
+
+def _project(module: nn.Module, name: str, x, d_out: int, std: float):
+  """`x @ w_{name} (+ b_{name})`: declares the weight `(d_in, d_out)` in `module`."""
+  cfg = module.cfg
+  w = module.param(f"w_{name}", nn.initializers.normal(std), (x.shape[-1], d_out),
+                   cfg.jnp_param_dtype)
+  y = x @ w.astype(cfg.jnp_dtype)
+  if cfg.use_bias:
+    b = module.param(f"b_{name}", nn.initializers.zeros, (d_out,), cfg.jnp_param_dtype)
+    y = y + b.astype(cfg.jnp_dtype)
+  return y
+
+
+def _out_std(cfg: Config) -> float:
+  """Init scale of the matrices that write into the residual stream (`w_o`, `w_2`)."""
+  return cfg.init_std / (2 * cfg.n_layers) ** 0.5 if cfg.init_residual_scale else cfg.init_std
+
+
+class KVCache(NamedTuple):
+  """Keys and values of every layer for `S` slots, plus which slots hold real tokens.
+
+  Attributes:
+    k: `(L, B, S, Hkv, dh)` keys (after RoPE).
+    v: `(L, B, S, Hkv, dh)` values.
+    valid: `(B, S)` True where a slot holds a real (written, non-padding) token.
+    index: `()` int32, the next slot to write.
+  """
+
+  k: jax.Array
+  v: jax.Array
+  valid: jax.Array
+  index: jax.Array
+
+
+class Norm(nn.Module):
+  """LayerNorm or RMSNorm over the last axis (computed in float32), or nothing."""
+
+  cfg: Config
+
+  @nn.compact
+  def __call__(self, x_BTD):
+    cfg = self.cfg
+    if cfg.norm == "none":
+      return x_BTD
+    d = x_BTD.shape[-1]
+    x = x_BTD.astype(jnp.float32)
+    if cfg.norm == "layernorm":
+      x = x - x.mean(-1, keepdims=True)
+    y = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps)
+    y = y * self.param("scale", nn.initializers.ones, (d,), cfg.jnp_param_dtype)
+    if cfg.norm == "layernorm" and cfg.use_bias:
+      y = y + self.param("bias", nn.initializers.zeros, (d,), cfg.jnp_param_dtype)
+    return y.astype(cfg.jnp_dtype)
+
+
+class Attention(nn.Module):
+  """Multi-head (grouped-query) attention: `Q = X W_Q`, `K = X W_K`, `V = X W_V`,
+  `A = softmax(Q Kᵀ / sqrt(dh))`, output `(A V) W_O`."""
+
+  cfg: Config
+
+  @nn.compact
+  def __call__(self, x_BTD, pos_BT, mask_BTS, kv=None, offset=0):
+    cfg = self.cfg
+    H, K, dh, std = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.init_std
+    B, T, _ = x_BTD.shape
+    q_BTHD = _project(self, "q", x_BTD, H * dh, std).reshape(B, T, H, dh)
+    k_BTKD = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
+    v_BTKD = _project(self, "v", x_BTD, K * dh, std).reshape(B, T, K, dh)
+    if cfg.positions == "rope":
+      q_BTHD = rope(q_BTHD, pos_BT, cfg.rope_theta)
+      k_BTKD = rope(k_BTKD, pos_BT, cfg.rope_theta)
+    self.sow("intermediates", "q", q_BTHD)
+    self.sow("intermediates", "k", k_BTKD)
+    self.sow("intermediates", "v", v_BTKD)
+
+    if kv is None:
+      k_BSKD, v_BSKD = k_BTKD, v_BTKD
+    else:  # decoding: write this chunk into the cache at `offset`, then read every slot
+      k_BSKD = jax.lax.dynamic_update_slice(kv[0], k_BTKD.astype(kv[0].dtype), (0, offset, 0, 0))
+      v_BSKD = jax.lax.dynamic_update_slice(kv[1], v_BTKD.astype(kv[1].dtype), (0, offset, 0, 0))
+      kv = (k_BSKD, v_BSKD)
+
+    # Grouped-query attention: each key/value head serves H / Hkv query heads.
+    k_BSHD = jnp.repeat(k_BSKD.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
+    v_BSHD = jnp.repeat(v_BSKD.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
+    out_BTHD, aux = ATTENTION[cfg.attention](q_BTHD, k_BSHD, v_BSHD, mask_BTS, scale=dh**-0.5)
+    self.sow("intermediates", "scores", aux["scores"])
+    self.sow("intermediates", "weights", aux["weights"])
+    return _project(self, "o", out_BTHD.reshape(B, T, H * dh), cfg.d_model, _out_std(cfg)), kv
+
+
+class FeedForward(nn.Module):
+  """`act(X W_1) W_2`, or SwiGLU `(silu(X W_gate) ⊙ X W_1) W_2`."""
+
+  cfg: Config
+
+  @nn.compact
+  def __call__(self, x_BTD):
+    cfg = self.cfg
+    act = ACTIVATION_FNS[cfg.activation]
+    if cfg.activation == "swiglu":
+      h_BTF = (act(_project(self, "gate", x_BTD, cfg.d_ff, cfg.init_std))
+               * _project(self, "1", x_BTD, cfg.d_ff, cfg.init_std))
+    else:
+      h_BTF = act(_project(self, "1", x_BTD, cfg.d_ff, cfg.init_std))
+    self.sow("intermediates", "ffn_hidden", h_BTF)
+    return _project(self, "2", h_BTF, cfg.d_model, _out_std(cfg))
+
+
+class Block(nn.Module):
+  """One layer: attention then feed-forward, each wrapped by norm and residual.
+
+  Pre-norm:  `x += attn(norm_1(x))`;  `x += ffn(norm_2(x))`.
+  Post-norm: `x = norm_1(x + attn(x))`;  `x = norm_2(x + ffn(x))`.
+  With `residual=False` the `x +` is dropped.
+  """
+
+  cfg: Config
+
+  def setup(self):
+    self.norm_1 = Norm(self.cfg)
+    self.attn = Attention(self.cfg)
+    self.norm_2 = Norm(self.cfg)
+    self.ffn = FeedForward(self.cfg)
+
+  def _add(self, x, branch):
+    return x + branch if self.cfg.residual else branch
+
+  def attn_branch(self, x_BTD, pos_BT, mask_BTS):
+    """The attention sub-layer without its residual: `attn(norm_1(x))` (pre-norm)."""
+    x = x_BTD if self.cfg.norm_position == "post" else self.norm_1(x_BTD)
+    return self.attn(x, pos_BT, mask_BTS)[0]
+
+  def ffn_branch(self, x_BTD):
+    """The feed-forward sub-layer without its residual: `ffn(norm_2(x))` (pre-norm)."""
+    return self.ffn(x_BTD if self.cfg.norm_position == "post" else self.norm_2(x_BTD))
+
+  def __call__(self, x_BTD, kv, ctx):
+    pos_BT, mask_BTS, offset = ctx
+    self.sow("intermediates", "resid_pre", x_BTD)
+    if self.cfg.norm_position == "pre":
+      a_BTD, kv = self.attn(self.norm_1(x_BTD), pos_BT, mask_BTS, kv, offset)
+      x_BTD = self._add(x_BTD, a_BTD)
+      self.sow("intermediates", "resid_mid", x_BTD)
+      x_BTD = self._add(x_BTD, self.ffn(self.norm_2(x_BTD)))
+    else:
+      a_BTD, kv = self.attn(x_BTD, pos_BT, mask_BTS, kv, offset)
+      x_BTD = self.norm_1(self._add(x_BTD, a_BTD))
+      self.sow("intermediates", "resid_mid", x_BTD)
+      x_BTD = self.norm_2(self._add(x_BTD, self.ffn(x_BTD)))
+    self.sow("intermediates", "resid_post", x_BTD)
+    return x_BTD, kv
+
+
+class Embed(nn.Module):
+  """A lookup table `E: (n, d)`; `embed(ids) = one_hot(ids) @ E`, `attend(h) = h @ Eᵀ`."""
+
+  cfg: Config
+  n: int
+
+  def setup(self):
+    self.embedding = self.param("embedding", nn.initializers.normal(self.cfg.init_std),
+                                (self.n, self.cfg.d_model), self.cfg.jnp_param_dtype)
+
+  def __call__(self, ids):
+    return jnp.take(self.embedding, ids, axis=0).astype(self.cfg.jnp_dtype)
+
+  def attend(self, h_BTD):
+    return h_BTD @ self.embedding.T.astype(self.cfg.jnp_dtype)
+
+
+class Transformer(nn.Module):
+  """Decoder-only transformer: embedding, `L` stacked blocks, final norm, output matrix.
+
+  Call as `model.apply(variables, tokens_BT) -> logits_BTV` (float32). Keyword options:
+  `positions` (absolute positions, default `0..T-1`, or continuing a cache),
+  `padding_mask` (True for real tokens), `cache` (a `KVCache`; then the call returns
+  `(logits, new_cache)`).
+  """
+
+  cfg: Config
+
+  @nn.compact
+  def __call__(self, tokens_BT, *, positions=None, padding_mask=None, cache=None):
+    cfg = self.cfg
+    B, T = tokens_BT.shape
+    offset = 0 if cache is None else cache.index
+    if positions is None:
+      positions = jnp.broadcast_to(offset + jnp.arange(T), (B, T))
+    valid_BT = jnp.ones((B, T), bool) if padding_mask is None else padding_mask.astype(bool)
+
+    embed = Embed(cfg, cfg.vocab_size, name="embed")
+    x_BTD = embed(tokens_BT)
+    if cfg.positions == "learned":
+      x_BTD = x_BTD + Embed(cfg, cfg.max_len, name="pos_embed")(positions)
+
+    if cache is None:
+      k_pos_BS, k_valid_BS, kv = positions, valid_BT, None
+    else:
+      S = cache.k.shape[2]
+      k_valid_BS = jax.lax.dynamic_update_slice(cache.valid, valid_BT, (0, offset))
+      # A slot's position is its index; a prompt with left padding passes `positions`.
+      k_pos_BS = jnp.broadcast_to(jnp.arange(S), (B, S))
+      kv = (cache.k, cache.v)
+    mask_BTS = make_mask(positions, k_pos_BS, causal=cfg.causal, window=cfg.window,
+                         k_valid_BS=k_valid_BS)
+
+    block = nn.remat(Block) if cfg.remat else Block
+    stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
+                    split_rngs={"params": True}, in_axes=(0, nn.broadcast),
+                    length=cfg.n_layers)
+    x_BTD, kv = stack(cfg, name="blocks")(x_BTD, kv, (positions, mask_BTS, offset))
+
+    if cfg.norm_position == "pre":
+      x_BTD = Norm(cfg, name="norm_f")(x_BTD)
+    if cfg.tie_embeddings:
+      logits_BTV = embed.attend(x_BTD)
+    else:
+      logits_BTV = Unembed(cfg, name="unembed")(x_BTD)
+    logits_BTV = logits_BTV.astype(jnp.float32)
+    if cache is None:
+      return logits_BTV
+    return logits_BTV, KVCache(kv[0], kv[1], k_valid_BS, cache.index + T)
+
+
+class Unembed(nn.Module):
+  """The output matrix `w_out: (d, vocab)`: logits `= h @ w_out` (untied models only)."""
+
+  cfg: Config
+
+  @nn.compact
+  def __call__(self, h_BTD):
+    cfg = self.cfg
+    w = self.param("w_out", nn.initializers.normal(cfg.init_std), (cfg.d_model, cfg.vocab_size),
+                   cfg.jnp_param_dtype)
+    return h_BTD @ w.astype(cfg.jnp_dtype)
+
+
+def init(cfg: Config, rng: jax.Array, seq_len: int = 8) -> dict[str, Any]:
+  """Initial parameters (the `params` collection) of `Transformer(cfg)`."""
+  tokens = jnp.zeros((1, min(seq_len, cfg.max_len)), jnp.int32)
+  return jax.jit(Transformer(cfg).init)(rng, tokens)["params"]
+
+
+def _params(params):
+  return params["params"] if "params" in params else params
+
+
+def layer(params, l: int):
+  """Layer `l`'s slice of the stacked block weights (the argument of `block_fn`)."""
+  return jax.tree.map(lambda w: w[l], _params(params)["blocks"])
+
+
+def block_fn(cfg: Config, part: str = "block"):
+  """The pure function `f(block_params_l, x) -> y` of one layer.
+
+  `x` is `(T, d)` or `(B, T, d)`; positions are `0..T-1` and the mask is the config's.
+  `part="block"` is the whole layer, `"attn"` the attention sub-layer and `"ffn"` the
+  feed-forward sub-layer, each without its residual (pre-norm: `attn(norm_1(x))`).
+
+  Example:
+    >>> cfg = preset("tiny"); params = init(cfg, jax.random.key(0))
+    >>> x = jax.random.normal(jax.random.key(1), (16, cfg.d_model))
+    >>> J = jax.jacfwd(block_fn(cfg), argnums=1)(layer(params, 0), x)  # (T, d, T, d)
+  """
+  if part not in ("block", "attn", "ffn"):
+    raise ValueError(f"block_fn: part={part!r} is unknown. Fix: use 'block', 'attn' or 'ffn'.")
+  module = Block(cfg)
+
+  def f(block_params, x):
+    squeeze = x.ndim == 2
+    x_BTD = x[None] if squeeze else x
+    B, T, _ = x_BTD.shape
+    pos_BT = jnp.broadcast_to(jnp.arange(T), (B, T))
+    mask_BTS = make_mask(pos_BT, pos_BT, causal=cfg.causal, window=cfg.window)
+    variables = {"params": block_params}
+    if part == "block":
+      y_BTD, _ = module.apply(variables, x_BTD, None, (pos_BT, mask_BTS, 0))
+    elif part == "attn":
+      y_BTD = module.apply(variables, x_BTD, pos_BT, mask_BTS, method=Block.attn_branch)
+    else:
+      y_BTD = module.apply(variables, x_BTD, method=Block.ffn_branch)
+    return y_BTD[0] if squeeze else y_BTD
+
+  return f
