@@ -19,9 +19,21 @@ def _catalog(argv):
   return demo.catalog_main(argv)
 
 
+def _train(argv):
+  from experiments import train
+  return train.main(argv)
+
+
+def _atlas(argv):
+  from experiments import atlas
+  return atlas.main(argv)
+
+
 COMMANDS = {
     "demo": (_demo, "the main job: catalog, forward pass on real text, cached generation"),
     "catalog": (_catalog, "print the matrix catalog of a preset"),
+    "train": (_train, "train a model (jit, Orbax checkpoints, resume, sharding)"),
+    "atlas": (_atlas, "the analysis atlas: spectra, Jacobians, the seven properties"),
 }
 
 
