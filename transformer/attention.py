@@ -13,7 +13,7 @@ returned dict carries the score matrix `Q Kᵀ` (float32, masked) and the mixing
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -85,7 +85,7 @@ def rope(x_BTHD: jax.Array, pos_BT: jax.Array, theta: float) -> jax.Array:
   """
   dh = x_BTHD.shape[-1]
   inv_freq_F = theta ** (-jnp.arange(0, dh, 2, dtype=jnp.float32) / dh)
-  angle_BTF = pos_BT[..., None].astype(jnp.float32) * inv_freq_F
+  angle_BTF = pos_BT[..., None].astype(jnp.float32) * inv_freq_F[None, None]
   cos_BT1D = jnp.cos(jnp.concatenate([angle_BTF, angle_BTF], -1))[:, :, None, :]
   sin_BT1D = jnp.sin(jnp.concatenate([angle_BTF, angle_BTF], -1))[:, :, None, :]
   x = x_BTHD.astype(jnp.float32)

@@ -68,11 +68,13 @@ def catalog(params, cfg: Config, seq_len: int | None = None) -> list[Entry]:
     path = "/".join(str(getattr(k, "key", k)) for k in key_path)
     name = path if path in _ROLES else path.rsplit("/", 1)[-1]
     if name in _ROLES:
-      weights[name] = Entry(path, tuple(leaf.shape), *_ROLES[name], "weight", math.prod(leaf.shape))
+      size = math.prod(leaf.shape)
+      weights[name] = Entry(path, tuple(leaf.shape), *_ROLES[name], "weight", size)
   H, dh, L = cfg.n_heads, cfg.d_head, cfg.n_layers
   products = {
       "scores": Entry("Q K^T", (L, H, T, T), 3, "attention scores",
-                      "the only product of two input-derived matrices: who sees whom", "product", 0),
+                      "the only product of two input-derived matrices: who sees whom",
+                      "product", 0),
       "mix": Entry("A V", (L, T, H * dh), 4, "aggregation",
                    "attention weights mix value vectors", "product", 0),
   }

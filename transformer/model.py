@@ -34,8 +34,13 @@ def _project(module: nn.Module, name: str, x, d_out: int, std: float):
   y = x @ w.astype(cfg.jnp_dtype)
   if cfg.use_bias:
     b = module.param(f"b_{name}", nn.initializers.zeros, (d_out,), cfg.jnp_param_dtype)
-    y = y + b.astype(cfg.jnp_dtype)
+    y = y + _lead(b.astype(cfg.jnp_dtype), y.ndim)
   return y
+
+
+def _lead(v_D, ndim: int):
+  """`v_D` with leading unit axes, to broadcast against a rank-`ndim` activation."""
+  return v_D.reshape((1,) * (ndim - 1) + v_D.shape)
 
 
 def _out_std(cfg: Config) -> float:
@@ -74,9 +79,9 @@ class Norm(nn.Module):
     if cfg.norm == "layernorm":
       x = x - x.mean(-1, keepdims=True)
     y = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps)
-    y = y * self.param("scale", nn.initializers.ones, (d,), cfg.jnp_param_dtype)
+    y = y * _lead(self.param("scale", nn.initializers.ones, (d,), cfg.jnp_param_dtype), y.ndim)
     if cfg.norm == "layernorm" and cfg.use_bias:
-      y = y + self.param("bias", nn.initializers.zeros, (d,), cfg.jnp_param_dtype)
+      y = y + _lead(self.param("bias", nn.initializers.zeros, (d,), cfg.jnp_param_dtype), y.ndim)
     return y.astype(cfg.jnp_dtype)
 
 
