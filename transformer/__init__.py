@@ -14,13 +14,15 @@ Example:
   >>> import jax, transformer
   >>> cfg = transformer.preset("tiny")
   >>> params = transformer.init(cfg, jax.random.key(0))
-  >>> logits = transformer.Transformer(cfg).apply({"params": params}, tokens)
+  >>> tokens = jax.numpy.array([[72, 101, 108, 108, 111]])  # b"Hello"
+  >>> logits = transformer.Transformer(cfg).apply({"params": params}, tokens)  # (1, 5, 256)
 """
 
 from transformer.attention import ATTENTION, make_mask, rope, softmax_attention
 from transformer.catalog import Entry, catalog
 from transformer.config import PRESETS, Config, gpt2_config, llama_config, preset
 from transformer.decode import decode_step, generate, init_cache, prefill, sample
+from transformer.hf import from_hf, to_hf
 from transformer.model import (
     Block,
     KVCache,
@@ -32,7 +34,7 @@ from transformer.model import (
 
 __all__ = [
     "ATTENTION", "Block", "Config", "Entry", "KVCache", "PRESETS", "Transformer",
-    "block_fn", "catalog", "decode_step", "generate", "gpt2_config", "init", "init_cache",
-    "layer", "llama_config", "make_mask", "preset", "prefill", "rope", "sample",
-    "softmax_attention",
+    "block_fn", "catalog", "decode_step", "from_hf", "generate", "gpt2_config", "init",
+    "init_cache", "layer", "llama_config", "make_mask", "preset", "prefill", "rope", "sample",
+    "softmax_attention", "to_hf",
 ]
