@@ -88,13 +88,23 @@ def main(argv=None) -> int:
 
 def catalog_main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog="python -m experiments catalog",
-                                   description="Print the matrix catalog of a preset.")
+                                   description="Print the matrix catalog of a preset or of a "
+                                               "Hugging Face checkpoint folder.")
   parser.add_argument("--model", default="tiny", choices=sorted(transformer.PRESETS))
+  parser.add_argument("--hf", metavar="PATH", default=None,
+                      help="a GPT-2 or Llama Hugging Face folder (config.json + *.safetensors); "
+                           "loaded in full, so every tensor is checked. Overrides --model")
   parser.add_argument("--seq-len", type=int, default=None, help="T for the QKᵀ and AV rows")
   args = parser.parse_args(argv)
-  cfg = transformer.preset(args.model)
-  # Shapes only: eval_shape never allocates, so gpt2-small or llama-3-8b print instantly.
-  params = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
+  if args.hf is not None:
+    cfg, params = transformer.from_hf(args.hf)
+    print(f"checkpoint {args.hf}: L={cfg.n_layers} d={cfg.d_model} H={cfg.n_heads} "
+          f"Hkv={cfg.n_kv_heads} dh={cfg.d_head} d_ff={cfg.d_ff} norm={cfg.norm} "
+          f"positions={cfg.positions} tied={cfg.tie_embeddings}\n")
+  else:
+    cfg = transformer.preset(args.model)
+    # Shapes only: eval_shape never allocates, so gpt2-small or llama-3-8b print instantly.
+    params = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
   print(format_catalog(transformer.catalog(params, cfg, seq_len=args.seq_len)))
   print(f"\n{sum(x.size for x in jax.tree.leaves(params)):,} parameters")
   return 0
