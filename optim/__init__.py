@@ -1,0 +1,47 @@
+"""Optax transforms that shape the transformer's matrices while training.
+
+Layout, as in `transformer`: every weight is used as `x @ W` with `W: (d_in, d_out)`, axis
+-2 the reduction axis, axis -1 the output axis, and any leading axes (the stacked layer
+axis `L`) a batch of independent matrices. This is optax's `MuonDimensionNumbers`
+convention, so no transposes are needed.
+
+Every piece is an `optax.GradientTransformation` with a `NamedTuple` state, composes with
+`optax.chain`, `optax.partition`, `optax.inject_hyperparams` and `optax.MultiSteps`, and
+works under `jax.jit`:
+
+- `labels` / `select`: parameter roles (`hidden`, `embedding`, `unembedding`, `vector`)
+  from parameter paths, and masks built from them;
+- `newton_schulz`, `scale_by_muon`, `muon`: Muon on the hidden matrices, AdamW elsewhere
+  (orthogonality topic);
+- `spectral_cap`, `spectral_normalize`: bound or fix `σ_max` (eigenvalue topic);
+- `scale_by_condition`: per-matrix rates from `κ = σ_max/σ_min` (condition-number topic);
+- `orthogonal_heads`: a decoupled pull toward mutually orthogonal head subspaces
+  (orthogonality topic).
+
+Example:
+  >>> import jax, optax, transformer, optim
+  >>> cfg = transformer.preset("tiny")
+  >>> params = transformer.init(cfg, jax.random.key(0))
+  >>> tx = optax.chain(optim.muon(0.02, adam_learning_rate=1e-3),
+  ...                  optim.spectral_cap(4.0, mask=optim.select(names=("w_o", "w_2"))))
+  >>> state = tx.init(params)
+"""
+
+from optim.condition import (
+    ConditionState,
+    condition_multiplier,
+    estimate_condition,
+    scale_by_condition,
+)
+from optim.heads import head_overlap, orthogonal_heads
+from optim.labels import ROLES, head_layout, labels, select
+from optim.muon import MuonState, muon, scale_by_muon, shape_scale
+from optim.spectral import SpectralState, spectral_cap, spectral_normalize
+from transformer.linalg.newton_schulz import NS_COEFFS, newton_schulz
+
+__all__ = [
+    "ConditionState", "MuonState", "NS_COEFFS", "ROLES", "SpectralState", "condition_multiplier",
+    "estimate_condition", "head_layout", "head_overlap", "labels", "muon", "newton_schulz",
+    "orthogonal_heads", "scale_by_condition", "scale_by_muon", "select", "shape_scale",
+    "spectral_cap", "spectral_normalize",
+]

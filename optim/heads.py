@@ -1,0 +1,90 @@
+"""Orthogonal heads: a decoupled term that pulls the heads' subspaces apart (orthogonality topic).
+
+Head `h` of `w_q` reads the input through its column block `W_h: (d, dh)`; two heads whose
+column spaces overlap compute partly the same projection. The penalty below is zero exactly
+when the blocks' column spaces are mutually orthogonal, i.e. when the heads cannot be
+redundant at the level of their projections.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from optim.labels import Side, head_layout
+
+
+def head_overlap(W: jax.Array, n: int, side: Side = "columns"):
+  r"""Cross-head overlap of `W` and its gradient, per matrix of a batch.
+
+  With `W_h` the `h`-th column block (`side="columns"`; rows use `Wᵀ`) and
+  `M = WᵀW` with its `dh × dh` diagonal blocks zeroed (`M_off`):
+
+  .. math::
+    R(W) = \tfrac12 \sum_{h \ne g} \|W_h^\top W_g\|_F^2 = \tfrac12 \|M_\text{off}\|_F^2,
+    \qquad \nabla R = 2\, W M_\text{off}
+
+  Args:
+    W: `(..., d_in, d_out)`.
+    n: number of heads; must divide the split side.
+    side: `"columns"` (`w_q`, `w_k`, `w_v`) or `"rows"` (`w_o`).
+
+  Returns:
+    `(R (...,), grad (..., d_in, d_out))`.
+
+  Example:
+    >>> R, g = head_overlap(params["blocks"]["attn"]["w_q"], n=4)
+  """
+  if W.ndim < 2:
+    raise ValueError(f"head_overlap: W must be a (batch of) matrix, got {W.ndim=}")
+  X = W if side == "columns" else jnp.swapaxes(W, -1, -2)
+  width = X.shape[-1]
+  if width % n:
+    raise ValueError(f"head_overlap: {side} of {W.shape=} do not split into {n} heads")
+  head = jnp.arange(width) // (width // n)
+  same = head[:, None] == head[None, :]
+  M_off = jnp.where(same, 0, jnp.swapaxes(X, -1, -2) @ X)
+  R = 0.5 * jnp.sum(M_off * M_off, axis=(-2, -1))
+  grad = 2 * X @ M_off
+  return R, grad if side == "columns" else jnp.swapaxes(grad, -1, -2)
+
+
+def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None):
+  r"""Add the decoupled step `−strength · ∇R(W)` of `head_overlap` to each attention projection.
+
+  .. math::
+    u_W \leftarrow u_W - \lambda \nabla R(W)
+
+  for `W` in `w_q`, `w_k`, `w_v` (column blocks) and `w_o` (row blocks) of the current
+  parameters, `λ = strength`; every other leaf passes through. Decoupled, like weight decay:
+  the term does not go through the optimizer's preconditioning, so put this transform *after*
+  the optimizer (it is not scaled by the learning rate): `optax.chain(optim.muon(0.02),
+  orthogonal_heads(1e-3, n_heads=4))`. `strength=0` is the identity.
+
+  Args:
+    strength: `λ ≥ 0`.
+    n_heads: query heads `H` (`w_q` and `w_o` split into `H` blocks).
+    n_kv_heads: key/value heads (`w_k`, `w_v`); default `n_heads`.
+
+  Returns:
+    An `optax.GradientTransformation` with state `optax.EmptyState`.
+
+  Example:
+    >>> tx = optax.chain(optax.adamw(1e-3), orthogonal_heads(1e-3, n_heads=cfg.n_heads))
+  """
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError("orthogonal_heads needs `params` in `update(updates, state, params)`")
+
+    def step(u, p, layout):
+      if layout is None:
+        return u
+      side, n = layout
+      grad = head_overlap(p.astype(jnp.float32), n, side)[1]
+      return (u - strength * grad).astype(u.dtype)
+
+    return jax.tree.map(step, updates, params, head_layout(params, n_heads, n_kv_heads)), state
+
+  return optax.GradientTransformation(optax.init_empty_state, update_fn)

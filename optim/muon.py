@@ -1,0 +1,234 @@
+"""Muon: momentum, orthogonalized by Newton–Schulz, for the hidden matrices only.
+
+Layered as optax does: the array function `transformer.linalg.newton_schulz.newton_schulz`,
+then `scale_by_muon` (momentum -> orthogonalize -> shape scaling), then `muon`, which adds
+decoupled weight decay and the learning rate and sends every non-`hidden` role to AdamW with
+its own hyper-parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from optim.labels import head_layout, labels, merge_heads, split_heads
+from transformer.linalg.newton_schulz import coeff_table, newton_schulz
+
+ShapeScaling = Literal["width", "rms", "none"]
+
+
+class MuonState(NamedTuple):
+  """State of `scale_by_muon`: the step count and the momentum (first moment)."""
+
+  count: jax.Array
+  mu: optax.Updates
+
+
+def shape_scale(d_in: int, d_out: int, shape_scaling: ShapeScaling, rms=0.2):
+  r"""The factor by which Muon scales an orthogonalized `(d_in, d_out)` update.
+
+  .. math::
+    \text{width: } \sqrt{\max(1, d_\text{out}/d_\text{in})}, \qquad
+    \text{rms: } \text{rms}\cdot\sqrt{\max(d_\text{in}, d_\text{out})}, \qquad
+    \text{none: } 1
+
+  An orthogonal `(d_in, d_out)` matrix has RMS entry `1/sqrt(max(d_in, d_out))`, so `rms`
+  scaling gives every update RMS ≈ `rms` — AdamW's typical update RMS for `rms=0.2` — and
+  AdamW learning rates and weight decay carry over (Liu et al., 2025).
+
+  Args:
+    d_in: rows (reduction axis) of the matrix that was orthogonalized.
+    d_out: columns.
+    shape_scaling: `"width"` (Jordan's), `"rms"` (update-RMS matching) or `"none"`.
+    rms: target update RMS for `"rms"`.
+
+  Returns:
+    A scalar.
+  """
+  if shape_scaling == "width":
+    return max(1.0, d_out / d_in) ** 0.5
+  if shape_scaling == "rms":
+    return rms * max(d_in, d_out) ** 0.5
+  if shape_scaling == "none":
+    return 1.0
+  raise ValueError(f"unknown {shape_scaling=}; choose 'width', 'rms' or 'none'")
+
+
+def scale_by_muon(
+    beta=0.95,
+    *,
+    nesterov: bool = True,
+    steps: int | None = None,
+    coeffs="standard",
+    compute_dtype=None,
+    shape_scaling: ShapeScaling = "width",
+    rms=0.2,
+    n_heads: int | None = None,
+    n_kv_heads: int | None = None,
+    mu_dtype=None,
+    eps: float = 1e-8,
+) -> optax.GradientTransformation:
+  r"""Momentum, then Newton–Schulz orthogonalization, then shape scaling, per matrix.
+
+  .. math::
+    \mu_t = \beta \mu_{t-1} + (1-\beta) g_t, \qquad
+    \hat\mu_t = \begin{cases}
+      \beta \dfrac{\mu_t}{1-\beta^{t+1}} + (1-\beta)\dfrac{g_t}{1-\beta^t} & \text{nesterov} \\
+      \mu_t / (1-\beta^t) & \text{otherwise}
+    \end{cases}, \qquad
+    u_t = s(d_\text{in}, d_\text{out}) \cdot \mathrm{NS}(\hat\mu_t)
+
+  `NS` is `newton_schulz` (≈ the polar factor `U Vᵀ` of `μ̂`), `s` is `shape_scale`. Every
+  leaf must be a matrix `(..., d_in, d_out)`: leading axes (the stacked layer axis) are a
+  batch, each matrix orthogonalized on its own. With `n_heads`, `w_q`/`w_k`/`w_v` are
+  orthogonalized per head on their columns and `w_o` per head on its rows (block
+  `(d, dh)` / `(dh, d)`; `s` then uses the block's shape).
+
+  Args:
+    beta: momentum decay `β`.
+    nesterov: use the Nesterov form of `μ̂` above.
+    steps: Newton–Schulz steps (default: 5, or the schedule's length).
+    coeffs: Newton–Schulz coefficients (a preset name, a triple, or a schedule).
+    compute_dtype: dtype of the Newton–Schulz iteration, e.g. `jnp.bfloat16`.
+    shape_scaling: `"width"`, `"rms"` or `"none"` (see `shape_scale`).
+    rms: target update RMS for `shape_scaling="rms"`.
+    n_heads: orthogonalize the attention projections per head (query heads `H`).
+    n_kv_heads: key/value heads for the per-head split of `w_k`, `w_v` (default `n_heads`).
+    mu_dtype: dtype of the momentum; default the updates' dtype.
+    eps: added to the Frobenius norm before Newton–Schulz.
+
+  Returns:
+    An `optax.GradientTransformation` with state `MuonState`.
+
+  Example:
+    >>> tx = optax.chain(scale_by_muon(), optax.scale_by_learning_rate(0.02))
+    >>> state = tx.init({"w_1": jnp.zeros((2, 32, 128))})
+
+  References:
+    Jordan et al., `Muon: An optimizer for hidden layers in neural networks`, 2024.
+    Liu et al., `Muon is Scalable for LLM Training`, 2025.
+  """
+  coeff_table(coeffs)  # fail at construction on bad coefficients
+
+  def init_fn(params):
+    return MuonState(
+        count=jnp.zeros([], jnp.int32),
+        mu=jax.tree.map(lambda p: jnp.zeros_like(p, dtype=mu_dtype or p.dtype), params),
+    )
+
+  def orthogonalize(x, layout):
+    if x.ndim < 2:
+      raise ValueError(f"scale_by_muon: every leaf must be a (batch of) matrix, got {x.shape=}")
+    ns = lambda G: newton_schulz(G, steps=steps, coeffs=coeffs, compute_dtype=compute_dtype,
+                                 eps=eps)
+    if layout is None:
+      O, block = ns(x), x.shape[-2:]
+    else:
+      side, n = layout
+      blocks = split_heads(x, n, side)
+      O, block = merge_heads(ns(blocks), side), blocks.shape[-2:]
+    return (O * shape_scale(*block, shape_scaling, rms)).astype(x.dtype)
+
+  def update_fn(updates, state, params=None):
+    del params
+    count = optax.safe_increment(state.count)
+    mu = jax.tree.map(lambda m, g: beta * m + (1 - beta) * g, state.mu, updates)
+    debias = lambda t: 1 - beta ** t.astype(jnp.float32)
+    if nesterov:
+      c_next, c_now = debias(count + 1), debias(count)
+      nesterov_fn = lambda m, g: (beta * m / c_next + (1 - beta) * g / c_now).astype(g.dtype)
+      mu_hat = jax.tree.map(nesterov_fn, mu, updates)
+    else:
+      mu_hat = jax.tree.map(lambda m, g: (m / debias(count)).astype(g.dtype), mu, updates)
+    layouts = (jax.tree.map(lambda _: None, updates) if n_heads is None
+               else head_layout(updates, n_heads, n_kv_heads))
+    updates = jax.tree.map(orthogonalize, mu_hat, layouts)
+    mu = jax.tree.map(lambda m, old: m.astype(old.dtype), mu, state.mu)
+    return updates, MuonState(count=count, mu=mu)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def muon(
+    learning_rate: optax.ScalarOrSchedule,
+    *,
+    beta=0.95,
+    nesterov: bool = True,
+    steps: int | None = None,
+    coeffs="standard",
+    compute_dtype=None,
+    shape_scaling: ShapeScaling = "width",
+    rms=0.2,
+    weight_decay=0.0,
+    weight_decay_mask=None,
+    n_heads: int | None = None,
+    n_kv_heads: int | None = None,
+    mu_dtype=None,
+    adam_learning_rate: optax.ScalarOrSchedule = 3e-4,
+    adam_b1=0.9,
+    adam_b2=0.95,
+    adam_eps=1e-8,
+    adam_weight_decay=0.0,
+    muon_roles: Iterable[str] = ("hidden",),
+    label_fn: Callable | None = None,
+) -> optax.GradientTransformation:
+  r"""Muon on the `hidden` matrices, AdamW (with its own hyper-parameters) on the rest.
+
+  .. math::
+    W \leftarrow W - \eta\,\big(u_t + \lambda W\big)
+
+  with `u_t` from `scale_by_muon`, `η = learning_rate`, `λ = weight_decay` (decoupled, and
+  multiplied by `η` as in PyTorch/optax). Roles come from `label_fn` (default
+  `optim.labels`); only `muon_roles` (default `hidden`) are orthogonalized — never the
+  embedding or the output matrix, unlike `optax.contrib.muon`'s default of every 2-D leaf.
+  The other roles get `optax.adamw(adam_learning_rate, adam_b1, adam_b2, adam_eps,
+  weight_decay=adam_weight_decay)`: none of Muon's values leak into AdamW.
+
+  Args:
+    learning_rate: Muon's learning rate `η` (a scalar or schedule).
+    beta, nesterov, steps, coeffs, compute_dtype, shape_scaling, rms, n_heads, n_kv_heads,
+      mu_dtype: as in `scale_by_muon`.
+    weight_decay: decoupled weight decay `λ` of the Muon matrices.
+    weight_decay_mask: optional mask (tree or callable) for that decay.
+    adam_learning_rate: AdamW's learning rate (scalar or schedule).
+    adam_b1: AdamW's first-moment decay.
+    adam_b2: AdamW's second-moment decay.
+    adam_eps: AdamW's epsilon.
+    adam_weight_decay: AdamW's decoupled weight decay.
+    muon_roles: roles sent to Muon.
+    label_fn: `params -> role pytree`; default `optim.labels`. (Under
+      `optax.inject_hyperparams`, name it in `static_args`, since callables are taken as
+      schedules there.)
+
+  Returns:
+    An `optax.GradientTransformation` (an `optax.partition` of the two optimizers).
+
+  Example:
+    >>> params = transformer.init(transformer.preset("tiny"), jax.random.key(0))
+    >>> tx = muon(0.02, shape_scaling="rms", adam_learning_rate=1e-3)
+    >>> state = tx.init(params)
+
+  References:
+    Jordan et al., `Muon: An optimizer for hidden layers in neural networks`, 2024.
+    Loshchilov & Hutter, `Decoupled Weight Decay Regularization`, 2019.
+  """
+  muon_roles = frozenset(muon_roles)
+  label_fn = labels if label_fn is None else label_fn
+  muon_tx = optax.chain(
+      scale_by_muon(beta, nesterov=nesterov, steps=steps, coeffs=coeffs,
+                    compute_dtype=compute_dtype, shape_scaling=shape_scaling, rms=rms,
+                    n_heads=n_heads, n_kv_heads=n_kv_heads, mu_dtype=mu_dtype),
+      optax.add_decayed_weights(weight_decay, weight_decay_mask),
+      optax.scale_by_learning_rate(learning_rate),
+  )
+  adam_tx = optax.adamw(adam_learning_rate, b1=adam_b1, b2=adam_b2, eps=adam_eps,
+                        weight_decay=adam_weight_decay, mu_dtype=mu_dtype)
+
+  def param_labels(params):
+    return jax.tree.map(lambda r: "muon" if r in muon_roles else "adam", label_fn(params))
+
+  return optax.partition({"muon": muon_tx, "adam": adam_tx}, param_labels)

@@ -1,0 +1,151 @@
+"""One harness, run on every transform of `optim`: convergence, dtypes, state, jit, injection,
+gradient accumulation.
+
+Problems are built so that every constraint is feasible at the optimum: targets are
+orthogonal matrices (σ = 1, κ = 1, mutually orthogonal heads), so capping at 1.5,
+normalizing to 1, conditioning and the head penalty all leave the optimum in place.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import optim
+
+STEPS = 150
+SCHEDULE = optax.exponential_decay(1.0, transition_steps=1, decay_rate=0.97)
+
+
+def _sgd_rest(tx, lr):
+  """`tx` (then `-lr`) on hidden matrices, plain SGD elsewhere: for transforms on matrices only."""
+  route = lambda params: jax.tree.map(lambda r: "tx" if r == "hidden" else "sgd",
+                                     optim.labels(params))
+  return optax.partition({"tx": optax.chain(tx, optax.scale_by_learning_rate(lr)),
+                          "sgd": optax.sgd(lr)}, route)
+
+
+# name -> (factory, numeric kwargs, static kwargs, wrap(tx, lr) -> optimizer, peak lr)
+CASES = {
+    "muon": (optim.muon, {"learning_rate": 0.1, "adam_learning_rate": 0.1}, {},
+             lambda tx, lr: tx, None),
+    "scale_by_muon": (optim.scale_by_muon, {"beta": 0.9}, {}, _sgd_rest, 0.1),
+    "spectral_cap": (optim.spectral_cap, {"max_sigma": 1.5}, {},
+                     lambda tx, lr: optax.chain(optax.sgd(lr), tx), 0.3),
+    "spectral_normalize": (optim.spectral_normalize, {"target": 1.0}, {},
+                           lambda tx, lr: optax.chain(optax.sgd(lr), tx), 0.3),
+    "scale_by_condition": (optim.scale_by_condition, {"alpha": 0.5, "kappa_ref": 2.0},
+                           {"every": 3}, lambda tx, lr: optax.chain(tx, optax.sgd(lr)), 0.3),
+    "orthogonal_heads": (optim.orthogonal_heads, {"strength": 1e-2}, {"n_heads": 2},
+                         lambda tx, lr: optax.chain(optax.sgd(lr), tx), 0.3),
+}
+
+
+def build(name, schedule=SCHEDULE, inject=False):
+  factory, numeric, static, wrap, peak = CASES[name]
+  if name == "muon":
+    numeric = {k: lambda t, v=v: v * schedule(t) for k, v in numeric.items()}
+  if inject:
+    tx = optax.inject_hyperparams(factory, static_args=tuple(static))(**numeric, **static)
+  else:
+    tx = factory(**numeric, **static)
+  return tx if peak is None else wrap(tx, lambda t: peak * schedule(t))
+
+
+def _orthogonal(key, shape):
+  q = np.linalg.qr(np.asarray(jax.random.normal(key, shape[:-2] + (max(shape[-2:]),) * 2)))[0]
+  return jnp.asarray(q[..., : shape[-2], : shape[-1]], jnp.float32)
+
+
+def loss(params, data):
+  r"""`½ Σ_k ‖h_k ⊙ X (W_k − T_k)‖² + ½ ‖h ⊙ (s − t)‖²`: a quadratic when `X = [I; 0]` and `h`
+  varies, a matrix least-squares problem when `X` is a `(16, 8)` design with singular values in
+  [0.7, 1.2] and `h = 1`."""
+  p = jax.tree.map(lambda x: x.astype(jnp.float32), params)
+  r_q = data["h_q"] * jnp.einsum("nd,lde->lne", data["X"], p["w_q"] - data["t_q"])
+  r_1 = data["h_1"] * (data["X"] @ (p["w_1"] - data["t_1"]))
+  r_s = data["h_s"] * (p["scale"] - data["t_s"])
+  return 0.5 * (jnp.sum(r_q**2) + jnp.sum(r_1**2) + jnp.sum(r_s**2))
+
+
+def problem(kind, dtype=jnp.float32):
+  """`(data, params0)` of the quadratic or the least-squares problem (same shapes)."""
+  keys = jax.random.split(jax.random.key(0), 8)
+  data = {"t_q": _orthogonal(keys[0], (2, 8, 8)), "t_1": _orthogonal(keys[1], (8, 16)),
+          "t_s": jnp.linspace(0.5, 1.5, 8)}
+  if kind == "quadratic":
+    data["X"] = jnp.concatenate([jnp.eye(8), jnp.zeros((8, 8))])
+    h = lambda k, shape: jax.random.uniform(k, shape, minval=0.7, maxval=1.4)
+  else:
+    data["X"] = _orthogonal(keys[2], (16, 8)) * jnp.linspace(0.7, 1.2, 8)[None, :]
+    h = lambda k, shape: jnp.ones(shape)
+  data.update(h_q=h(keys[3], (2, 16, 8)), h_1=h(keys[4], (16, 16)), h_s=h(keys[5], (8,)))
+  params0 = {"w_q": 0.1 * jax.random.normal(keys[6], (2, 8, 8)),
+             "w_1": 0.1 * jax.random.normal(keys[7], (8, 16)), "scale": jnp.zeros(8)}
+  return data, jax.tree.map(lambda x: x.astype(dtype), params0)
+
+
+def stepper(tx):
+  """A jitted `(params, state, data) -> (updates, params, state)` for `tx`."""
+
+  @jax.jit
+  def step(params, state, data):
+    updates, state = tx.update(jax.grad(loss)(params, data), state, params)
+    return updates, optax.apply_updates(params, updates), state
+
+  return step
+
+
+def run(tx, step, data, params, steps):
+  state = jax.jit(tx.init)(params)
+  for _ in range(steps):
+    _, params, state = step(params, state, data)
+  return params
+
+
+def _signature(tree):
+  return jax.tree.map(lambda x: (jnp.shape(x), jnp.asarray(x).dtype), tree)
+
+
+def _close(a_tree, b_tree, rtol=1e-5, atol=1e-6):
+  for a, b in zip(jax.tree.leaves(a_tree), jax.tree.leaves(b_tree), strict=True):
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                               rtol=rtol, atol=atol)
+
+
+# One test per transform, so that its compiled step is shared by all the checks.
+@pytest.mark.parametrize("name", list(CASES))
+def test_transform(name):
+  tx = build(name)
+  step = stepper(tx)
+
+  # Convergence on both problems (same shapes: one compilation).
+  for kind in ("quadratic", "least_squares"):
+    data, params0 = problem(kind)
+    params = run(tx, step, data, params0, STEPS)
+    assert float(loss(params, data)) < 1e-3 * float(loss(params0, data)), kind
+
+  # inject_hyperparams: the same trajectory as the plain transform.
+  injected = build(name, inject=True)
+  _close(run(tx, step, data, params0, 5), run(injected, stepper(injected), data, params0, 5))
+
+  # MultiSteps: nothing for the first micro-step, then the update of the mean gradient.
+  acc = optax.MultiSteps(tx, every_k_schedule=2)
+  g_1, g_2 = jax.grad(loss)(params0, data), jax.grad(lambda p: 3.0 * loss(p, data))(params0)
+  acc_update, acc_state = jax.jit(acc.update), acc.init(params0)
+  first, acc_state = acc_update(g_1, acc_state, params0)
+  second, _ = acc_update(g_2, acc_state, params0)
+  expected, _ = jax.jit(tx.update)(jax.tree.map(lambda a: 2 * a, g_1), tx.init(params0), params0)
+  assert all(float(jnp.max(jnp.abs(u))) == 0.0 for u in jax.tree.leaves(first))
+  _close(second, expected)
+
+  # bfloat16 parameters: updates, parameters and state keep their shapes and dtypes.
+  data, params = problem("quadratic", jnp.bfloat16)
+  state = tx.init(params)
+  signatures = _signature(params), _signature(state)
+  for _ in range(3):
+    updates, params, state = step(params, state, data)
+    assert _signature(updates) == signatures[0]
+    assert (_signature(params), _signature(state)) == signatures
+    assert all(bool(jnp.all(jnp.isfinite(u))) for u in jax.tree.leaves(updates))

@@ -1,0 +1,90 @@
+"""Muon against optax.contrib.muon, per-head blocks, and the alias's arithmetic."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import optim
+from optim.labels import merge_heads, split_heads
+from transformer.linalg.newton_schulz import newton_schulz
+
+SHAPES = {"attn": {"w_q": (2, 32, 32), "w_o": (2, 32, 32)}, "ffn": {"w_1": (2, 32, 64),
+          "w_2": (2, 64, 32)}, "norm": {"scale": (2, 32)}, "embed": {"embedding": (50, 32)}}
+
+
+def _tree(seed):
+  leaves, treedef = jax.tree.flatten(SHAPES, is_leaf=lambda x: isinstance(x, tuple))
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  arrays = [jax.random.normal(k, s) for k, s in zip(keys, leaves, strict=True)]
+  return jax.tree.unflatten(treedef, arrays)
+
+
+@pytest.mark.parametrize("shape_scaling,consistent_rms,nesterov",
+                         [("width", None, True), ("rms", 0.2, False)])
+def test_matches_optax_contrib_muon_on_hidden(shape_scaling, consistent_rms, nesterov):
+  params = _tree(0)
+  roles = optim.labels(params)
+  dims = jax.tree.map(lambda r, p: optax.contrib.MuonDimensionNumbers(p.ndim - 2, p.ndim - 1)
+                      if r == "hidden" else None, roles, params)
+  ours = optim.muon(0.02, shape_scaling=shape_scaling, nesterov=nesterov)
+  ref = optax.contrib.muon(0.02, nesterov=nesterov, muon_weight_dimension_numbers=dims,
+                           consistent_rms=consistent_rms)
+  s_ours, s_ref = ours.init(params), ref.init(params)
+  for t in range(3):
+    grads = _tree(t + 1)
+    u_ours, s_ours = jax.jit(ours.update)(grads, s_ours, params)
+    u_ref, s_ref = jax.jit(ref.update)(grads, s_ref, params)
+    for (path, a), b, r in zip(jax.tree_util.tree_leaves_with_path(u_ours), jax.tree.leaves(u_ref),
+                               jax.tree.leaves(roles), strict=True):
+      if r == "hidden":
+        np.testing.assert_allclose(a, b, atol=1e-5, err_msg=str(path))
+
+
+def test_alias_is_orthogonalized_momentum_plus_decay_times_lr():
+  params, grads = _tree(0), _tree(1)
+  tx = optim.muon(0.1, beta=0.9, nesterov=False, weight_decay=0.5, shape_scaling="none")
+  updates, _ = jax.jit(tx.update)(grads, tx.init(params), params)
+  # First step, no Nesterov: the debiased momentum is the gradient itself.
+  for name in ("w_q", "w_o"):
+    expected = -0.1 * (newton_schulz(grads["attn"][name]) + 0.5 * params["attn"][name])
+    np.testing.assert_allclose(updates["attn"][name], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_stacked_layers_are_independent_matrices():
+  grads = _tree(1)
+  tx = optim.scale_by_muon(shape_scaling="rms")
+  w = {"w_1": grads["ffn"]["w_1"]}
+  stacked, _ = tx.update(w, tx.init(w))
+  for l in range(2):
+    single = {"w_1": w["w_1"][l]}
+    np.testing.assert_allclose(stacked["w_1"][l], tx.update(single, tx.init(single))[0]["w_1"],
+                               rtol=1e-5, atol=1e-6)
+  assert optim.shape_scale(32, 64, "rms") == pytest.approx(0.2 * 8)
+  assert optim.shape_scale(64, 32, "width") == 1.0 and optim.shape_scale(32, 128, "width") == 2.0
+
+
+def test_per_head_orthogonalizes_each_block():
+  g = {"w_q": jax.random.normal(jax.random.key(3), (2, 32, 32)),
+       "w_o": jax.random.normal(jax.random.key(4), (2, 32, 32))}
+  tx = optim.scale_by_muon(n_heads=4, shape_scaling="none")
+  u, _ = jax.jit(tx.update)(g, tx.init(g))
+  for name, side in (("w_q", "columns"), ("w_o", "rows")):
+    blocks = split_heads(u[name], 4, side)
+    assert blocks.shape == ((2, 4, 32, 8) if side == "columns" else (2, 4, 8, 32))
+    s = np.linalg.svd(np.asarray(blocks, np.float64), compute_uv=False)
+    assert 0.68 <= s.min() and s.max() <= 1.135  # each head's block is (nearly) orthogonal
+    expected = merge_heads(newton_schulz(split_heads(g[name], 4, side)), side)
+    np.testing.assert_allclose(u[name], expected, rtol=1e-5, atol=1e-6)
+  # The whole w_q is *not* orthogonal: heads are orthogonalized separately.
+  assert np.linalg.svd(np.asarray(u["w_q"][0], np.float64), compute_uv=False).max() > 1.2
+
+
+def test_momentum_dtype_and_bad_leaf():
+  g = {"w_2": jnp.ones((4, 6), jnp.bfloat16)}
+  tx = optim.scale_by_muon(mu_dtype=jnp.float32)
+  u, state = tx.update(g, tx.init(g))
+  assert u["w_2"].dtype == jnp.bfloat16 and state.mu["w_2"].dtype == jnp.float32
+  with pytest.raises(ValueError, match="matrix"):
+    tx.update({"b": jnp.ones(3)}, tx.init({"b": jnp.ones(3)}))
