@@ -1,0 +1,323 @@
+"""Data: byte-level text and the preface's synthetic tasks, as pure functions of `(seed, step)`.
+
+Every source returns a `Batch`: `tokens (B, T+1)` int32 (the model reads `tokens[:, :-1]` and
+predicts `tokens[:, 1:]`) and `weights (B, T)` float32 (1 where a target is scored). A batch
+depends only on `(seed, step, split)`, so a resumed or re-run job sees the identical stream and
+there is no loader state to checkpoint.
+
+Text is bytes (vocabulary 256). The default corpus is the running interpreter's own standard
+library `.py` sources, in sorted order, split into train and validation **by file**; any file,
+folder or glob works the same way. The bytes are read once into one array per split.
+
+Synthetic tasks (each with an exact-answer metric, `exact_match`):
+
+* `recall`: multi-query associative recall, ``k1 v1 … kn vn | q1 a1 … qm am``.
+* `copy`: copying / induction, ``x1 … xn | x1 … xn``; every copied token is scored.
+* `modadd`: modular addition, ``a + b = c`` with ``c = (a + b) mod p``.
+* `dyck`: balanced brackets (Dyck-2): ``s ? y`` where ``y`` says whether ``s`` over ``()[]``
+  is balanced; half of the strings are balanced.
+
+Example:
+  >>> src = text_source("stdlib", seq_len=64)
+  >>> src.batch(seed=0, step=7, batch_size=8).tokens.shape
+  (8, 65)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import os
+import sysconfig
+import zlib
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+VOCAB_SIZE = 256
+SPLITS = {"train": 0, "val": 1}
+
+
+class Batch(NamedTuple):
+  """One batch: `tokens (B, T+1)` int32 and `weights (B, T)` float32 on the targets."""
+
+  tokens: np.ndarray
+  weights: np.ndarray
+
+
+def _rng(seed: int, step: int, split: str) -> np.random.Generator:
+  """The generator of batch `(seed, step, split)`: independent streams, no shared state."""
+  if split not in SPLITS:
+    raise ValueError(f"split={split!r} is unknown. Fix: use one of {sorted(SPLITS)}.")
+  return np.random.default_rng(np.random.SeedSequence([seed, step, SPLITS[split]]))
+
+
+# ------------------------------------------------------------------------------------ text
+
+
+def stdlib_files() -> list[str]:
+  """The standard library's `.py` files of the running interpreter, sorted (no site-packages)."""
+  root = sysconfig.get_paths()["stdlib"]
+  files = []
+  for folder, dirs, names in os.walk(root):
+    dirs[:] = sorted(d for d in dirs if d not in ("site-packages", "dist-packages", "__pycache__"))
+    files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
+  return sorted(files)
+
+
+def resolve_files(spec: str) -> list[str]:
+  """The sorted files named by `spec`: `stdlib`, a file, a folder (recursive) or a glob.
+
+  Raises:
+    FileNotFoundError: if `spec` names nothing readable.
+  """
+  if spec == "stdlib":
+    files = stdlib_files()
+  elif os.path.isfile(spec):
+    files = [spec]
+  elif os.path.isdir(spec):
+    files = [os.path.join(folder, n) for folder, _, names in os.walk(spec) for n in names
+             if not n.startswith(".")]
+  else:
+    files = [f for f in glob.glob(spec, recursive=True) if os.path.isfile(f)]
+  if not files:
+    raise FileNotFoundError(
+        f"--data {spec!r}: no such file, folder or glob match. Fix: pass 'stdlib', an existing "
+        "text file, a folder of text files, or a glob such as 'docs/**/*.md'.")
+  return sorted(files)
+
+
+def is_validation(name: str, val_fraction: float) -> bool:
+  """Whether the file called `name` (relative to the corpus root) belongs to validation.
+
+  A hash of the name decides, so the split is the same on every machine and every run.
+  """
+  return zlib.crc32(name.encode()) % 10_000 < val_fraction * 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+  """The bytes of a corpus, read once: one uint8 array per split, and the files of each."""
+
+  train: np.ndarray
+  val: np.ndarray
+  train_files: tuple[str, ...]
+  val_files: tuple[str, ...]
+
+
+def _read(files) -> np.ndarray:
+  chunks = []
+  for f in files:
+    with open(f, "rb") as fh:
+      chunks.append(np.frombuffer(fh.read(), np.uint8))
+  return np.concatenate(chunks) if chunks else np.zeros((0,), np.uint8)
+
+
+@functools.lru_cache(maxsize=4)
+def load_corpus(spec: str = "stdlib", val_fraction: float = 0.05) -> Corpus:
+  """Reads the files of `spec` once and splits them into train and validation by file.
+
+  The result is cached per process (runs and evaluations in one process share the bytes).
+
+  A file goes to validation when a hash of its path (relative to the files' common folder)
+  falls below `val_fraction`, so no file is
+  in both splits. A single file has nothing to split by, so its last `val_fraction` of bytes
+  is the validation text instead.
+
+  Args:
+    spec: `stdlib`, a path to a file, a folder, or a glob.
+    val_fraction: target fraction of files (or bytes, for one file) held out.
+
+  Returns:
+    A `Corpus`.
+  """
+  if not 0 < val_fraction < 1:
+    raise ValueError(f"val_fraction={val_fraction} must lie in (0, 1). Fix: use e.g. 0.05.")
+  files = resolve_files(spec)
+  if len(files) == 1:
+    data = _read(files)
+    cut = int(len(data) * (1 - val_fraction))
+    return Corpus(data[:cut], data[cut:], tuple(files), tuple(files))
+  root = os.path.commonpath(files)
+  held_out = {f: is_validation(os.path.relpath(f, root), val_fraction) for f in files}
+  val = tuple(f for f in files if held_out[f])
+  train = tuple(f for f in files if not held_out[f])
+  if not val or not train:
+    raise ValueError(f"--data {spec!r}: {len(files)} files give an empty split at "
+                     f"val_fraction={val_fraction}. Fix: add files or change val_fraction.")
+  return Corpus(_read(train), _read(val), train, val)
+
+
+def unigram_entropy(data: np.ndarray) -> float:
+  """Entropy in nats of the byte frequencies of `data` (the loss of the best 0-context model)."""
+  p = np.bincount(data, minlength=VOCAB_SIZE) / len(data)
+  p = p[p > 0]
+  return float(-(p * np.log(p)).sum())
+
+
+@dataclasses.dataclass(frozen=True)
+class TextSource:
+  """Random windows of `seq_len + 1` bytes of a corpus; `batch` is pure in `(seed, step)`."""
+
+  corpus: Corpus
+  seq_len: int
+
+  @property
+  def vocab_size(self) -> int:
+    return VOCAB_SIZE
+
+  def batch(self, seed: int, step: int, batch_size: int, split: str = "train") -> Batch:
+    data = self.corpus.train if split == "train" else self.corpus.val
+    span = self.seq_len + 1
+    if len(data) < span:
+      raise ValueError(f"the {split} text has {len(data)} bytes, fewer than seq_len + 1 = "
+                       f"{span}. Fix: lower --seq-len or pass more text.")
+    starts_B = _rng(seed, step, split).integers(0, len(data) - span + 1, batch_size)
+    tokens = data[starts_B[:, None] + np.arange(span)[None, :]].astype(np.int32)
+    return Batch(tokens, np.ones((batch_size, self.seq_len), np.float32))
+
+
+def text_source(spec: str = "stdlib", seq_len: int = 64, val_fraction: float = 0.05):
+  """A `TextSource` over `load_corpus(spec, val_fraction)`."""
+  return TextSource(load_corpus(spec, val_fraction), seq_len)
+
+
+# ---------------------------------------------------------------------------- synthetic tasks
+# Token layout shared by the tasks: small ids are symbols, special tokens sit at the top.
+SEP, QUERY, PLUS, EQUALS, OPEN_1, CLOSE_1, OPEN_2, CLOSE_2, NO, YES = range(246, 256)
+
+
+def _answers_only(tokens, answer_cols) -> Batch:
+  """A `Batch` scoring exactly the targets at columns `answer_cols` of `tokens`."""
+  weights = np.zeros((tokens.shape[0], tokens.shape[1] - 1), np.float32)
+  weights[:, np.asarray(answer_cols) - 1] = 1.0
+  return Batch(tokens.astype(np.int32), weights)
+
+
+def associative_recall(rng, batch_size: int, n_pairs: int = 8, n_queries: int = 4,
+                       n_keys: int = 64, n_values: int = 64) -> Batch:
+  """Multi-query associative recall: ``k1 v1 … kn vn SEP q1 a1 … qm am``.
+
+  Keys are distinct ids in `[0, n_keys)`, values ids in `[n_keys, n_keys + n_values)`; each
+  query `q` is one of the keys and its answer `a` the value that followed it. Scored: the
+  answers.
+  """
+  if n_queries > n_pairs or n_keys < n_pairs or n_keys + n_values > SEP:
+    raise ValueError(f"recall: need n_queries <= n_pairs <= n_keys and n_keys + n_values <= "
+                     f"{SEP}; got {n_queries=}, {n_pairs=}, {n_keys=}, {n_values=}.")
+  keys_BN = rng.permuted(np.tile(np.arange(n_keys), (batch_size, 1)), axis=1)[:, :n_pairs]
+  values_BN = n_keys + rng.integers(0, n_values, (batch_size, n_pairs))
+  which_BM = rng.permuted(np.tile(np.arange(n_pairs), (batch_size, 1)), axis=1)[:, :n_queries]
+  context = np.stack([keys_BN, values_BN], -1).reshape(batch_size, 2 * n_pairs)
+  queries = np.stack([np.take_along_axis(keys_BN, which_BM, 1),
+                      np.take_along_axis(values_BN, which_BM, 1)], -1)
+  sep = np.full((batch_size, 1), SEP)
+  tokens = np.concatenate([context, sep, queries.reshape(batch_size, 2 * n_queries)], 1)
+  return _answers_only(tokens, 2 * n_pairs + 2 + 2 * np.arange(n_queries))
+
+
+def copying(rng, batch_size: int, length: int = 16, n_symbols: int = 32) -> Batch:
+  """Copying (induction): ``x1 … xn SEP x1 … xn``; scored: every token of the copy."""
+  x_BN = rng.integers(0, n_symbols, (batch_size, length))
+  tokens = np.concatenate([x_BN, np.full((batch_size, 1), SEP), x_BN], 1)
+  return _answers_only(tokens, length + 1 + np.arange(length))
+
+
+def modular_addition(rng, batch_size: int, modulus: int = 97) -> Batch:
+  """Modular addition: ``a PLUS b EQUALS c`` with ``c = (a + b) mod p``; scored: `c`."""
+  if not 1 < modulus <= SEP:
+    raise ValueError(f"modadd: modulus={modulus} must lie in [2, {SEP}].")
+  a_B, b_B = rng.integers(0, modulus, (2, batch_size))
+  tokens = np.stack([a_B, np.full(batch_size, PLUS), b_B, np.full(batch_size, EQUALS),
+                     (a_B + b_B) % modulus], 1)
+  return _answers_only(tokens, [4])
+
+
+def _balanced(rng, n_pairs: int) -> list[int]:
+  """A random balanced Dyck-2 word with `n_pairs` pairs (opens and closes by coin flips)."""
+  word, stack, opened = [], [], 0
+  for _ in range(2 * n_pairs):
+    must_close = opened == n_pairs
+    if stack and (must_close or rng.random() < 0.5):
+      word.append(stack.pop())
+    else:
+      kind = rng.integers(2)
+      word.append((OPEN_1, OPEN_2)[kind])
+      stack.append((CLOSE_1, CLOSE_2)[kind])
+      opened += 1
+  return word
+
+
+def dyck_is_balanced(word) -> bool:
+  """Stack recognizer of Dyck-2 over the tokens `OPEN_1 CLOSE_1 OPEN_2 CLOSE_2`."""
+  closer = {OPEN_1: CLOSE_1, OPEN_2: CLOSE_2}
+  stack = []
+  for t in word:
+    if t in closer:
+      stack.append(closer[t])
+    elif not stack or stack.pop() != t:
+      return False
+  return not stack
+
+
+def dyck(rng, batch_size: int, n_pairs: int = 8) -> Batch:
+  """Balanced brackets (Dyck-2): ``s QUERY y`` with `y` in {YES, NO}; scored: `y`.
+
+  Half of the words are balanced; the other half are balanced words with one bracket replaced
+  by a random other bracket (which always unbalances them, since the counts of one kind then
+  differ or a closer is mismatched).
+  """
+  rows = []
+  for _ in range(batch_size):
+    word = _balanced(rng, n_pairs)
+    if rng.random() < 0.5:
+      i = rng.integers(len(word))
+      word[i] = rng.choice([t for t in (OPEN_1, CLOSE_1, OPEN_2, CLOSE_2) if t != word[i]])
+    rows.append(word + [QUERY, YES if dyck_is_balanced(word) else NO])
+  return _answers_only(np.array(rows), [2 * n_pairs + 1])
+
+
+TASKS: dict[str, Callable[..., Batch]] = {
+    "recall": associative_recall,
+    "copy": copying,
+    "modadd": modular_addition,
+    "dyck": dyck,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSource:
+  """A synthetic task as a data source; `batch` is pure in `(seed, step, split)`."""
+
+  name: str
+
+  @property
+  def vocab_size(self) -> int:
+    return VOCAB_SIZE
+
+  def batch(self, seed: int, step: int, batch_size: int, split: str = "train") -> Batch:
+    return TASKS[self.name](_rng(seed, step, split), batch_size)
+
+
+def source(spec: str, seq_len: int, val_fraction: float = 0.05) -> TextSource | TaskSource:
+  """The data source named on the command line: `task:NAME` or a text spec (`stdlib`, path)."""
+  if spec.startswith("task:"):
+    name = spec.removeprefix("task:")
+    if name not in TASKS:
+      raise ValueError(f"--data {spec!r}: unknown task. Fix: use one of "
+                       f"{['task:' + t for t in TASKS]}.")
+    return TaskSource(name)
+  return text_source(spec, seq_len, val_fraction)
+
+
+def exact_match(logits_BTV, batch: Batch) -> float:
+  """Fraction of sequences whose every scored target is the arg-max prediction.
+
+  .. math:: \\mathrm{acc} = \\frac1B \\sum_b \\prod_{t: w_{bt}=1}
+     [\\arg\\max_v \\mathrm{logits}_{btv} = y_{bt}]
+  """
+  pred_BT = np.asarray(logits_BTV).argmax(-1)
+  wrong_BT = (pred_BT != batch.tokens[:, 1:]) & (batch.weights > 0)
+  return float((~wrong_BT.any(-1)).mean())

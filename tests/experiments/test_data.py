@@ -1,0 +1,135 @@
+"""Data: the split by file, batches as pure functions of (seed, step), the synthetic tasks."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from experiments import data
+
+
+@pytest.fixture(scope="module")
+def corpus():
+  return data.load_corpus("stdlib", 0.05)
+
+
+def test_stdlib_split_is_disjoint_by_file_and_complete(corpus):
+  files = data.stdlib_files()
+  assert len(files) > 500 and all(f.endswith(".py") and "site-packages" not in f for f in files)
+  assert not set(corpus.train_files) & set(corpus.val_files)
+  assert sorted(corpus.train_files + corpus.val_files) == files
+  assert 0.02 < len(corpus.val_files) / len(files) < 0.10
+  sizes = {f: os.path.getsize(f) for f in files}
+  assert len(corpus.train) == sum(sizes[f] for f in corpus.train_files)
+  assert len(corpus.val) == sum(sizes[f] for f in corpus.val_files)
+  first = corpus.val_files[0]
+  with open(first, "rb") as f:
+    assert corpus.val[:sizes[first]].tobytes() == f.read()
+
+
+def test_folder_glob_and_single_file(tmp_path):
+  texts = {f"d/f{i:02d}.txt": f"file {i} ".encode() * (i + 1) for i in range(40)}
+  for name, text in texts.items():
+    (tmp_path / name).parent.mkdir(exist_ok=True)
+    (tmp_path / name).write_bytes(text)
+  folder = data.load_corpus(str(tmp_path / "d"), 0.25)
+  globbed = data.load_corpus(str(tmp_path / "d" / "*.txt"), 0.25)
+  assert folder.val_files == globbed.val_files and folder.train_files == globbed.train_files
+  assert not set(folder.train_files) & set(folder.val_files) and folder.val_files
+  expect_val = b"".join(texts["d/" + os.path.basename(f)] for f in folder.val_files)
+  assert folder.val.tobytes() == expect_val
+  one = data.load_corpus(str(tmp_path / "d" / "f39.txt"), 0.25)
+  assert one.train.tobytes() + one.val.tobytes() == texts["d/f39.txt"]
+  assert len(one.val) == len(texts["d/f39.txt"]) - int(0.75 * len(texts["d/f39.txt"]))
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+  with pytest.raises(FileNotFoundError, match="no such file, folder or glob"):
+    data.load_corpus(str(tmp_path / "nope"))
+  with pytest.raises(ValueError, match="unknown task"):
+    data.source("task:nope", 16)
+
+
+def test_batches_are_pure_functions_of_seed_and_step(corpus):
+  src = data.TextSource(corpus, seq_len=32)
+  a, b = src.batch(3, 17, 8), src.batch(3, 17, 8)
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+  assert a.tokens.shape == (8, 33) and a.tokens.dtype == np.int32
+  assert not np.array_equal(a.tokens, src.batch(3, 18, 8).tokens)
+  assert not np.array_equal(a.tokens, src.batch(4, 17, 8).tokens)
+  assert not np.array_equal(a.tokens, src.batch(3, 17, 8, "val").tokens)
+  train_bytes, val_bytes = corpus.train.tobytes(), corpus.val.tobytes()
+  for row in a.tokens:
+    assert train_bytes.find(row.astype(np.uint8).tobytes()) >= 0
+  for row in src.batch(3, 17, 4, "val").tokens:
+    assert val_bytes.find(row.astype(np.uint8).tobytes()) >= 0
+  for name in data.TASKS:
+    task = data.TaskSource(name)
+    np.testing.assert_array_equal(task.batch(1, 5, 4).tokens, task.batch(1, 5, 4).tokens)
+
+
+def test_unigram_entropy_matches_scipy(corpus):
+  counts = np.bincount(corpus.val, minlength=256)
+  np.testing.assert_allclose(data.unigram_entropy(corpus.val), scipy.stats.entropy(counts),
+                             rtol=1e-12)
+
+
+def scored(batch):
+  """The (input prefix, answer) pairs a batch scores, read from its weights."""
+  return [(row[:t + 1], row[t + 1]) for row, w in zip(batch.tokens, batch.weights, strict=True)
+          for t in np.flatnonzero(w)]
+
+
+def test_associative_recall_answers():
+  batch = data.associative_recall(np.random.default_rng(0), 64, n_pairs=8, n_queries=4)
+  assert batch.weights.sum() == 64 * 4
+  for prefix, answer in scored(batch):
+    context = prefix[:16].tolist()
+    keys, values = context[0::2], context[1::2]
+    assert len(set(keys)) == 8 and prefix[16] == data.SEP
+    assert answer == values[keys.index(prefix[-1])]
+
+
+def test_copying_answers():
+  batch = data.copying(np.random.default_rng(1), 16, length=12)
+  assert batch.weights.sum() == 16 * 12
+  for prefix, answer in scored(batch):
+    sep = prefix.tolist().index(data.SEP)
+    assert answer == prefix[len(prefix) - sep - 1]
+
+
+def test_modular_addition_answers():
+  batch = data.modular_addition(np.random.default_rng(2), 256, modulus=97)
+  pairs = scored(batch)
+  assert len(pairs) == 256
+  for prefix, answer in pairs:
+    a, plus, b, equals = (int(x) for x in prefix)
+    assert (plus, equals) == (data.PLUS, data.EQUALS) and answer == (a + b) % 97
+
+
+def test_dyck_labels_agree_with_reduction():
+  """An independent recognizer: delete adjacent '()' and '[]' until nothing changes."""
+  chars = {data.OPEN_1: "(", data.CLOSE_1: ")", data.OPEN_2: "[", data.CLOSE_2: "]"}
+  batch = data.dyck(np.random.default_rng(3), 400, n_pairs=6)
+  labels = []
+  for prefix, answer in scored(batch):
+    assert prefix[-1] == data.QUERY
+    word = "".join(chars[t] for t in prefix[:-1])
+    while re.search(r"\(\)|\[\]", word):
+      word = re.sub(r"\(\)|\[\]", "", word)
+    assert answer == (data.YES if word == "" else data.NO)
+    labels.append(answer == data.YES)
+  assert 0.4 < np.mean(labels) < 0.6
+
+
+def test_exact_match_scores_whole_answers():
+  batch = data.copying(np.random.default_rng(4), 10, length=5)
+  logits = np.eye(256)[batch.tokens[:, 1:]]
+  assert data.exact_match(logits, batch) == 1.0
+  unscored = np.flatnonzero(batch.weights[0] == 0)[0]
+  logits[0, unscored] = np.roll(logits[0, unscored], 1)  # wrong where nothing is scored
+  assert data.exact_match(logits, batch) == 1.0
+  logits[[1, 2], -1] = np.roll(logits[[1, 2], -1], 1, axis=-1)  # wrong last answer in two rows
+  assert data.exact_match(logits, batch) == 0.8
