@@ -1,0 +1,77 @@
+"""What the matrices do: spectra, Jacobians, and the preface's seven properties.
+
+Layout, as in `transformer`: weights are used as `x @ W` with `W: (d_in, d_out)`, and every
+function treats leading axes as a batch of matrices (stacked layers, heads). Functions compute
+and return arrays or dicts of arrays, jit-able where the math allows; certificates (rank,
+definiteness) run in float64 and return the tolerance that decided them. Rendering (markdown,
+figures) lives only in `analysis.report`.
+
+Modules:
+  matrices:    every named weight matrix and the per-head circuits `W_QK^h`, `W_OV^h`.
+  spectra:     singular values, condition number, stable/effective/numerical rank, power-law
+               exponent, Marchenko–Pastur edge, float64 certificates.
+  jacobians:   dense and matrix-free (Lanczos, Arnoldi) Jacobian spectra, depth, causality.
+  properties:  definiteness, decomposition, orthogonality, sparsity.
+  report:      the atlas: markdown and PNG figures.
+
+Example:
+  >>> import jax, transformer, analysis
+  >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
+  >>> analysis.spectrum(params["blocks"]["attn"]["w_q"])["stable_rank"]  # one per layer
+"""
+
+from analysis.jacobians import (
+    causal_leak,
+    depth_profile,
+    is_block_lower_triangular,
+    jacobian,
+    jacobian_bytes,
+    jacobian_top_eigenvalues,
+    jacobian_top_singular_values,
+    layer_inputs,
+    stack_fn,
+    token_dependency,
+)
+from analysis.matrices import Factored, Matrix, circuits, matrices
+from analysis.properties import (
+    activation_sparsity,
+    attention_entropy,
+    cache_rank,
+    energy_captured,
+    energy_curve,
+    head_overlap,
+    head_redundancy,
+    local_mass,
+    orthogonality_error,
+    principal_angles,
+    psd_certificate,
+    rank_for_energy,
+    softmax_kernel,
+    symmetric_eigenvalues,
+    symmetry_score,
+    top_k_mass,
+)
+from analysis.spectra import (
+    causal_logdet,
+    effective_rank,
+    eigenvalues,
+    factored_singular_values,
+    mp_edge,
+    power_law_alpha,
+    rank_certificate,
+    singular_values,
+    spectrum,
+    stable_rank,
+)
+
+__all__ = [
+    "Factored", "Matrix", "activation_sparsity", "attention_entropy", "cache_rank",
+    "causal_leak", "causal_logdet", "circuits", "depth_profile", "effective_rank",
+    "eigenvalues", "energy_captured", "energy_curve", "factored_singular_values",
+    "head_overlap", "head_redundancy", "is_block_lower_triangular", "jacobian",
+    "jacobian_bytes", "jacobian_top_eigenvalues", "jacobian_top_singular_values",
+    "layer_inputs", "local_mass", "matrices", "mp_edge", "orthogonality_error",
+    "power_law_alpha", "principal_angles", "psd_certificate", "rank_certificate",
+    "rank_for_energy", "singular_values", "softmax_kernel", "spectrum", "stable_rank",
+    "stack_fn", "symmetric_eigenvalues", "symmetry_score", "token_dependency", "top_k_mass",
+]

@@ -1,0 +1,253 @@
+"""Jacobians of layers, sub-layers and the residual stream: dense, matrix-free, across depth.
+
+For `f: x (T, d_in) -> y (T, d_out)` (e.g. `transformer.block_fn(cfg)` with the layer's
+parameters bound) the Jacobian is reshaped token-major to `J: (T·d_out, T·d_in)`, so the
+block `J[i·d_out:(i+1)·d_out, j·d_in:(j+1)·d_in] = ∂y_i/∂x_j`. A causal model has
+`∂y_i/∂x_j = 0` for `j > i`: `J` is block lower-triangular.
+
+Dense Jacobians (`jacobian`) are for small `T·d`; they refuse when the estimate exceeds a
+memory budget. The matrix-free functions never form `J`: `jax.linearize` gives `v ↦ J v`,
+`jax.linear_transpose` of it gives `u ↦ Jᵀ u`, and `transformer.linalg.lanczos` turns those
+into top singular values (Golub–Kahan–Lanczos) and dominant eigenvalues (Arnoldi).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from transformer import Config, block_fn
+from transformer.linalg.lanczos import EigResult, SVDResult, arnoldi_eig, lanczos_svd
+
+DEFAULT_MAX_BYTES = 2**30
+
+
+def jacobian_bytes(f: Callable, x: jax.Array) -> int:
+  """Bytes of the dense Jacobian `J: (y.size, x.size)` of `f` at `x` (from shapes only)."""
+  y = jax.eval_shape(f, x)
+  return math.prod(y.shape) * math.prod(x.shape) * jnp.dtype(y.dtype).itemsize
+
+
+def jacobian(f: Callable, x: jax.Array, *, max_bytes: int = DEFAULT_MAX_BYTES) -> jax.Array:
+  """Dense Jacobian of `f` at `x` by forward mode, as a matrix `(y.size, x.size)`.
+
+  For `x (T, d_in)`, `y (T, d_out)` this is `(T·d_out, T·d_in)` with token-major blocks
+  `∂y_i/∂x_j`. Forward mode (`jax.jacfwd`) pushes `x.size` tangents; it is the natural choice
+  for square layer Jacobians and agrees with `jax.jacrev`.
+
+  Args:
+    f: a function of one array.
+    x: the point.
+    max_bytes: refuse (before computing) when `J` alone would exceed this many bytes.
+
+  Returns:
+    `J (y.size, x.size)`.
+
+  Raises:
+    MemoryError: with the size estimate, when `J` does not fit `max_bytes`.
+
+  Example:
+    >>> f = functools.partial(transformer.block_fn(cfg), transformer.layer(params, 0))
+    >>> J = jacobian(f, x_TD)  # (T·d, T·d)
+  """
+  need = jacobian_bytes(f, x)
+  if need > max_bytes:
+    raise MemoryError(f"jacobian: the dense Jacobian needs {need / 2**20:,.1f} MiB "
+                      f"({need:,} bytes) but max_bytes={max_bytes:,}. Fix: use "
+                      "jacobian_top_singular_values / jacobian_top_eigenvalues (matrix-free), "
+                      "a shorter sequence, or a larger max_bytes.")
+  J = jax.jit(jax.jacfwd(f))(x)
+  y_size = math.prod(J.shape[: J.ndim - x.ndim])
+  return J.reshape(y_size, x.size)
+
+
+def _operators(f: Callable, x: jax.Array):
+  """`(v ↦ J v, u ↦ Jᵀ u)` on flat vectors, sharing one linearization of `f` at `x`."""
+  y, f_jvp = jax.linearize(f, x)
+  f_vjp = jax.linear_transpose(f_jvp, x)
+
+  def matvec(v):
+    return f_jvp(v.reshape(x.shape).astype(x.dtype)).reshape(-1)
+
+  def rmatvec(u):
+    return f_vjp(u.reshape(y.shape).astype(y.dtype))[0].reshape(-1)
+
+  return matvec, rmatvec
+
+
+def _start(x: jax.Array, seed: int) -> jax.Array:
+  return jax.random.normal(jax.random.key(seed), (x.size,), x.dtype)
+
+
+def jacobian_top_singular_values(f: Callable, x: jax.Array, k: int = 8, *,
+                                 steps: int | None = None, seed: int = 0) -> SVDResult:
+  """Top-`k` singular values of `∂f/∂x` at `x`, matrix-free (Lanczos on `JᵀJ`).
+
+  Each step costs one JVP and one VJP of `f`; memory is `O(steps · x.size)` plus one
+  linearization of `f`. Works under `jax.jit` and `jax.vmap` (stacked layers).
+
+  Args:
+    f: a function of one array.
+    x: the point.
+    k: how many singular values.
+    steps: Krylov dimension (default `max(2k + 10, 24)`); more steps, tighter values.
+    seed: seed of the random start vector.
+
+  Returns:
+    `transformer.linalg.lanczos.SVDResult`: `.values (k,)`, singular vectors as flat rows
+    (`.right (k, x.size)`, `.left (k, y.size)`), and `.residuals` (convergence bounds).
+
+  Example:
+    >>> res = jax.jit(lambda p, x: jacobian_top_singular_values(
+    ...     functools.partial(transformer.block_fn(cfg), p), x, 8))(layer_params, x_TD)
+  """
+  matvec, rmatvec = _operators(f, x)
+  return lanczos_svd(matvec, rmatvec, _start(x, seed), k, steps)
+
+
+def jacobian_top_eigenvalues(f: Callable, x: jax.Array, k: int = 8, *, steps: int | None = None,
+                             seed: int = 0, shift: float = 0.0) -> EigResult:
+  """Dominant eigenvalues of the square Jacobian `∂f/∂x − shift·I`, matrix-free (Arnoldi).
+
+  With `shift=1` the largest modulus is `max_i |λ_i(J) − 1|`: how far the layer's eigenvalues
+  stray from 1, the residual-connection picture.
+
+  Args:
+    f: a function with `f(x).size == x.size`.
+    x: the point.
+    k: how many eigenvalues.
+    steps: Krylov dimension (default `max(2k + 10, 24)`).
+    seed: seed of the random start vector.
+    shift: subtract `shift·I` from `J`.
+
+  Returns:
+    `transformer.linalg.lanczos.EigResult`: complex `.values (k,)` of `J − shift·I` by
+    decreasing modulus, and their `.residuals`.
+  """
+  matvec, _ = _operators(f, x)
+  return arnoldi_eig(lambda v: matvec(v) - shift * v, _start(x, seed), k, steps)
+
+
+def token_dependency(f: Callable, x: jax.Array) -> jax.Array:
+  """`D[i, j] = ‖∂y_i/∂x_j‖_F` for `f: x (T, d_in) -> y (T, d_out)`.
+
+  Computed one input token at a time (`lax.map` over `j`, `d_in` JVPs each), so memory stays
+  `O(T · d_out · d_in)` instead of the full `(T·d)²` Jacobian; the values are exact.
+
+  Returns:
+    `(T_out, T_in)` block norms.
+
+  Example:
+    >>> D = token_dependency(functools.partial(block_fn(cfg), layer_params), x_TD)
+    >>> is_block_lower_triangular(D)  # True for a causal model
+  """
+  T, d_in = x.shape
+  eye_DD = jnp.eye(d_in, dtype=x.dtype)
+  _, f_jvp = jax.linearize(f, x)
+
+  def column(j):  # ‖∂y_i/∂x_j‖ for all i: push the d_in unit tangents of token j
+    tangents_DTD = jnp.zeros((d_in, T, d_in), x.dtype).at[:, j, :].set(eye_DD)
+    dy_DTO = jax.vmap(f_jvp)(tangents_DTD)
+    return jnp.sqrt(jnp.sum(jnp.square(dy_DTO.astype(jnp.float32)), axis=(0, 2)))
+
+  return jax.lax.map(column, jnp.arange(T)).T
+
+
+def is_block_lower_triangular(M: jax.Array, block: tuple[int, int] = (1, 1), *,
+                              rtol: float = 0.0) -> jax.Array:
+  """Whether `M` is (block) lower-triangular: every block above the diagonal is ~zero.
+
+  Args:
+    M: `(..., T·b_out, T·b_in)`, e.g. a dense Jacobian with `block=(d_out, d_in)`, or a
+      `token_dependency` matrix with the default `block=(1, 1)`.
+    block: the block shape `(b_out, b_in)`.
+    rtol: tolerance relative to `max |M|`; `0` demands exact zeros (a causal mask gives exact
+      zeros, not small numbers).
+
+  Returns:
+    `(...,)` boolean.
+  """
+  return causal_leak(M, block) <= rtol
+
+
+def causal_leak(M: jax.Array, block: tuple[int, int] = (1, 1)) -> jax.Array:
+  """`max_{j>i} ‖M_ij‖_F / max |M|`: the relative size of the largest block above the diagonal.
+
+  Zero for a causal layer; of order one for bidirectional attention.
+  """
+  b_out, b_in = block
+  T = M.shape[-2] // b_out
+  if M.shape[-2] != T * b_out or M.shape[-1] != T * b_in:
+    raise ValueError(f"causal_leak: {M.shape=} is not a {T}x{T} grid of {block} blocks.")
+  M_TbTb = M.reshape(M.shape[:-2] + (T, b_out, T, b_in))
+  norms_TT = jnp.sqrt(jnp.sum(jnp.square(M_TbTb), axis=(-3, -1)))
+  upper = jnp.broadcast_to(jnp.triu(jnp.ones((T, T), bool), 1), norms_TT.shape)
+  leak = jnp.max(jnp.where(upper, norms_TT, 0), axis=(-2, -1))
+  scale = jnp.max(jnp.abs(M), axis=(-2, -1))
+  return leak / jnp.where(scale == 0, 1, scale)
+
+
+def stack_fn(cfg: Config, part: str = "block") -> Callable:
+  """`g(blocks_params, x) -> x_L`: all `L` stacked layers applied in turn (the residual stream).
+
+  `blocks_params` is `params["blocks"]` (leading layer axis); `x (T, d)` is the stream entering
+  layer 0 (after the embeddings).
+  """
+  f = block_fn(cfg, part)
+
+  def g(blocks, x):
+    return jax.lax.scan(lambda h, p: (f(p, h), None), x, blocks)[0]
+
+  return g
+
+
+def layer_inputs(cfg: Config, blocks, x: jax.Array) -> jax.Array:
+  """`(L, T, d)`: the residual stream entering each layer, starting from `x (T, d)`."""
+  f = block_fn(cfg)
+  return jax.lax.scan(lambda h, p: (f(p, h), h), x, blocks)[1]
+
+
+def depth_profile(cfg: Config, blocks, x: jax.Array, k: int = 8, *, steps: int | None = None,
+                  seed: int = 0) -> dict[str, jax.Array]:
+  """Per-layer and end-to-end Jacobian spectra along the residual stream, matrix-free.
+
+  Layer `l` has input `x_l` and Jacobian `J_l`; the end-to-end Jacobian is the product
+  `J = J_{L-1} ⋯ J_0`, never formed: its JVP is the composition of the layers' JVPs. For
+  gradient flow, `σ(J)` far from 1 means exploding or vanishing gradients.
+
+  Args:
+    cfg: model config.
+    blocks: `params["blocks"]` (leading layer axis `L`).
+    x: `(T, d)` stream entering layer 0.
+    k: how many singular values / eigenvalues.
+    steps: Krylov dimension.
+    seed: seed of the start vectors.
+
+  Returns:
+    `layer_sv (L, k)` top singular values of each `J_l`; `spectral_radius (L,)` `max |λ(J_l)|`;
+    `dist_from_one (L,)` `max |λ(J_l) − 1|` (Arnoldi on `J_l − I`); `end_to_end_sv (k,)` top
+    singular values of `J`. Layers are batched with `jax.vmap`.
+
+  Example:
+    >>> prof = jax.jit(functools.partial(depth_profile, cfg, k=4))(params["blocks"], x_TD)
+    >>> prof["dist_from_one"]  # small for a residual stack near init
+  """
+  f = block_fn(cfg)
+  xs_LTD = layer_inputs(cfg, blocks, x)
+
+  def per_layer(p, x_l):
+    g = lambda z: f(p, z)
+    sv = jacobian_top_singular_values(g, x_l, k, steps=steps, seed=seed).values
+    rho = jnp.abs(jacobian_top_eigenvalues(g, x_l, 1, steps=steps, seed=seed).values[0])
+    dist = jnp.abs(jacobian_top_eigenvalues(g, x_l, 1, steps=steps, seed=seed,
+                                            shift=1.0).values[0])
+    return sv, rho, dist
+
+  sv_LK, rho_L, dist_L = jax.vmap(per_layer)(blocks, xs_LTD)
+  g = stack_fn(cfg)
+  e2e = jacobian_top_singular_values(lambda z: g(blocks, z), x, k, steps=steps, seed=seed)
+  return {"layer_sv": sv_LK, "spectral_radius": rho_L, "dist_from_one": dist_L,
+          "end_to_end_sv": e2e.values}

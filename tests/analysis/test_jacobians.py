@@ -1,0 +1,99 @@
+"""Dense and matrix-free Jacobians against each other, jacrev, and numpy float64."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer
+from analysis import jacobians
+
+T, D = 8, 32
+
+
+@pytest.fixture(scope="module")
+def model():
+  cfg = transformer.preset("tiny", d_model=D, n_heads=4, vocab_size=64, max_len=32,
+                           init_std=0.2)
+  params = transformer.init(cfg, jax.random.key(0))
+  x = jax.random.normal(jax.random.key(1), (T, D))
+  return cfg, params, x
+
+
+def _layer(cfg, params, l=0, part="block"):
+  return functools.partial(transformer.block_fn(cfg, part), transformer.layer(params, l))
+
+
+def test_dense_jacobian_matches_jacrev_and_layout(model):
+  cfg, params, x = model
+  f = _layer(cfg, params, part="attn")
+  J = jacobians.jacobian(f, x)
+  assert J.shape == (T * D, T * D)
+  J_rev = jax.jit(jax.jacrev(f))(x).reshape(T * D, T * D)
+  np.testing.assert_allclose(J, J_rev, atol=1e-5)
+  # Token-major blocks: J[i·d:(i+1)·d, j·d:(j+1)·d] = ∂y_i/∂x_j.
+  dy_dx2 = jax.jit(jax.jacfwd(lambda x2: f(x.at[2].set(x2))[5]))(x[2])
+  np.testing.assert_allclose(J[5 * D:6 * D, 2 * D:3 * D], dy_dx2, atol=1e-5)
+
+
+def test_memory_guard_refuses_with_the_estimate(model):
+  cfg, params, x = model
+  with pytest.raises(MemoryError, match=r"0\.2 MiB \(262,144 bytes\)"):
+    jacobians.jacobian(_layer(cfg, params), x, max_bytes=1000)
+
+
+def test_matrix_free_singular_values_match_dense(model):
+  cfg, params, x = model
+  with jax.enable_x64(True):
+    p64 = jax.tree.map(lambda a: a.astype(jnp.float64), transformer.layer(params, 0))
+    x64 = x.astype(jnp.float64)
+    f = functools.partial(transformer.block_fn(cfg), p64)
+    s = np.linalg.svd(np.asarray(jacobians.jacobian(f, x64)), compute_uv=False)
+    res = jax.jit(lambda p, x: jacobians.jacobian_top_singular_values(
+        functools.partial(transformer.block_fn(cfg), p), x, 6, steps=T * D))(p64, x64)
+    np.testing.assert_allclose(res.values, s[:6], rtol=1e-6)
+
+
+def test_matrix_free_eigenvalues_match_numpy_eigvals(model):
+  cfg, params, x = model
+  f = _layer(cfg, params)
+  lam = np.linalg.eigvals(np.asarray(jacobians.jacobian(f, x), np.float64))
+  res = jax.jit(lambda x: jacobians.jacobian_top_eigenvalues(f, x, 1, steps=96))(x)
+  np.testing.assert_allclose(np.abs(res.values[0]), np.abs(lam).max(), rtol=1e-4)
+  shifted = jax.jit(lambda x: jacobians.jacobian_top_eigenvalues(f, x, 1, steps=96,
+                                                                   shift=1.0))(x)
+  np.testing.assert_allclose(np.abs(shifted.values[0]), np.abs(lam - 1).max(), rtol=1e-3)
+
+
+def test_token_dependency_and_causality(model):
+  cfg, params, x = model
+  f = _layer(cfg, params)
+  J = np.asarray(jacobians.jacobian(f, x))
+  D_ref = np.sqrt((J.reshape(T, D, T, D) ** 2).sum((1, 3)))
+  D_causal = jax.jit(jacobians.token_dependency, static_argnums=0)(f, x)
+  np.testing.assert_allclose(D_causal, D_ref, rtol=1e-4, atol=1e-6)
+  assert bool(jacobians.is_block_lower_triangular(D_causal))
+  assert bool(jacobians.is_block_lower_triangular(jnp.asarray(J), (D, D)))
+  bidir = cfg.replace(causal=False)
+  g = functools.partial(transformer.block_fn(bidir), transformer.layer(params, 0))
+  D_bidir = jacobians.token_dependency(g, x)
+  assert not bool(jacobians.is_block_lower_triangular(D_bidir))
+  assert float(jacobians.causal_leak(D_bidir)) > 0.01
+
+
+def test_depth_profile_matches_dense_products(model):
+  cfg, params, x = model
+  prof = jax.jit(functools.partial(jacobians.depth_profile, cfg, k=3, steps=96))(
+      params["blocks"], x)
+  xs = jacobians.layer_inputs(cfg, params["blocks"], x)
+  Js = [np.asarray(jacobians.jacobian(_layer(cfg, params, l), xs[l]), np.float64)
+        for l in range(cfg.n_layers)]
+  for l, J in enumerate(Js):
+    np.testing.assert_allclose(prof["layer_sv"][l], np.linalg.svd(J, compute_uv=False)[:3],
+                               rtol=1e-4)
+    np.testing.assert_allclose(prof["spectral_radius"][l], np.abs(np.linalg.eigvals(J)).max(),
+                               rtol=1e-3)
+  e2e = np.linalg.svd(Js[1] @ Js[0], compute_uv=False)[:3]
+  np.testing.assert_allclose(prof["end_to_end_sv"], e2e, rtol=1e-4)
