@@ -79,8 +79,7 @@ def load_model(acfg: AtlasConfig):
     cfg, params = load_checkpoint(acfg.checkpoint)
     return cfg, params, f"checkpoint {acfg.checkpoint}"
   if acfg.hf is not None:
-    from transformer.hf import from_hf
-    cfg, params = from_hf(acfg.hf)
+    cfg, params = transformer.from_hf(acfg.hf)
     return cfg, params, f"Hugging Face {acfg.hf}"
   cfg = transformer.preset(acfg.model)
   return cfg, transformer.init(cfg, jax.random.key(acfg.seed)), f"preset {acfg.model} (random init)"

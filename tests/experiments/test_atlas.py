@@ -36,3 +36,12 @@ def test_atlas_cli_writes_a_report_with_correct_numbers(tmp_path):
   assert all(np.ravel(causality["attention_full_rank"]))
   report = (run_dir / "report.md").read_text()
   assert "block lower-triangular: **True**" in report and "![jacobian](jacobian.png)" in report
+
+
+def test_atlas_loads_a_hugging_face_checkpoint(tmp_path):
+  cfg = transformer.preset("llama-tiny")
+  params = transformer.init(cfg, jax.random.key(0))
+  transformer.to_hf(cfg, params, tmp_path / "hf")
+  got_cfg, got, source = atlas.load_model(atlas.AtlasConfig(hf=str(tmp_path / "hf")))
+  assert got_cfg == cfg and source.startswith("Hugging Face")
+  jax.tree.map(np.testing.assert_array_equal, got, params)

@@ -48,6 +48,11 @@ def test_exact_resume_is_bit_identical(tmp_path):
   cfg, params = train.load_checkpoint(resumed.run_dir)
   assert cfg == train.model_config(SMALL)
   assert_trees_equal(params, straight.state.params)
+  # ... and so is what `python -m experiments atlas --checkpoint RUN_DIR` analyses.
+  from experiments import atlas
+  atlas_cfg, atlas_params, _ = atlas.load_model(atlas.AtlasConfig(checkpoint=resumed.run_dir))
+  assert atlas_cfg == cfg
+  assert_trees_equal(atlas_params, params)
 
 
 def test_sigkill_loses_at_most_one_checkpoint_interval(tmp_path):
