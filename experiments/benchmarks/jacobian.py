@@ -118,7 +118,9 @@ def main(argv=None) -> int:
     if total > args.budget:
       break
     best, T = T * args.scale_d, 2 * T
-  print(f"largest T·d within {args.budget:.0f} s: {best:,}" if best else
+  capped = best is not None and 2 * best > args.max_td
+  print(f"largest T·d within {args.budget:.0f} s: {best:,}"
+        + (" (the --max-td cap; raise it to sweep further)" if capped else "") if best else
         f"no size finished within {args.budget:.0f} s")
   return 0
 
