@@ -12,7 +12,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["transformer*", "analysis*", "optim*", "experiments*"]),
     install_requires=[
-        "jax>=0.4.35",
+        "jax>=0.6.0",
         "flax>=0.10.0",
         "optax>=0.2.4",
         "orbax-checkpoint>=0.11.0",
