@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import Config
+from transformer.model import param_tree
 
 
 class Factored(NamedTuple):
@@ -63,10 +64,6 @@ _BLOCK_ROLES = {"w_q": "projection", "w_k": "projection", "w_v": "projection",
                 "w_2": "feed-forward"}
 
 
-def _params(params):
-  return params["params"] if "params" in params else params
-
-
 def circuits(params, cfg: Config) -> dict[str, Factored]:
   """The stacked per-head circuits of all layers, factored.
 
@@ -79,7 +76,7 @@ def circuits(params, cfg: Config) -> dict[str, Factored]:
     >>> qk = circuits(params, cfg)["qk"]
     >>> spectra.factored_singular_values(qk.left, qk.right)  # (L, H, dh)
   """
-  attn = _params(params)["blocks"]["attn"]
+  attn = param_tree(params)["blocks"]["attn"]
   L, d, H, K, dh = cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head
 
   def heads(w, n):  # (L, d, n·dh) -> (L, n, d, dh), then GQA: key/value head per query head
@@ -108,7 +105,7 @@ def matrices(params, cfg: Config, *, include_circuits: bool = True) -> list[Matr
     >>> [m.path for m in matrices(params, cfg) if m.layer == 0][:2]
     ['blocks/attn/w_q', 'blocks/attn/w_k']
   """
-  p = _params(params)
+  p = param_tree(params)
   out = [Matrix(f"{name}/embedding", "embedding", None, None, p[name]["embedding"])
          for name in ("embed", "pos_embed") if name in p]
   blocks = {**p["blocks"]["attn"], **p["blocks"]["ffn"]}

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from optim.labels import select
-from transformer.linalg.power import power_iteration
+from transformer.linalg.power import normalize, power_iteration
 
 # κ resolvable in float32: a QR factor carries a backward error of a few ε·σ_max, so σ_min
 # below ~100·ε·σ_max is noise; κ is clamped there.
@@ -35,11 +35,6 @@ class ConditionState(NamedTuple):
   v_max: optax.Updates
   v_min: optax.Updates
   kappa: optax.Updates
-
-
-def _normalize(v):
-  norm = jnp.linalg.norm(v, axis=-1, keepdims=True)
-  return v / jnp.where(norm == 0, 1, norm)
 
 
 def estimate_condition(W: jax.Array, v_max: jax.Array, v_min: jax.Array, steps: int):
@@ -84,9 +79,9 @@ def estimate_condition(W: jax.Array, v_max: jax.Array, v_min: jax.Array, steps: 
 
   def body(_, v):
     y = jax.scipy.linalg.solve_triangular(R, v[..., None], trans="T", lower=False)
-    return _normalize(jax.scipy.linalg.solve_triangular(R, y, lower=False)[..., 0])
+    return normalize(jax.scipy.linalg.solve_triangular(R, y, lower=False)[..., 0])
 
-  v_min = jax.lax.fori_loop(0, steps, body, _normalize(v_min))
+  v_min = jax.lax.fori_loop(0, steps, body, normalize(v_min))
   sigma_min = jnp.linalg.norm(jnp.einsum("...mn,...n->...m", M, v_min), axis=-1)
   kappa = sigma / jnp.maximum(sigma_min, sigma / KAPPA_MAX)
   return jnp.where(sigma > 0, kappa, 1.0), v_max, v_min

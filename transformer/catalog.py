@@ -14,7 +14,7 @@ import math
 import jax
 
 from transformer.config import Config
-from transformer.model import _params
+from transformer.model import param_tree
 
 # (preface step, role, what it does) for each weight name.
 _ROLES = {
@@ -62,7 +62,7 @@ def catalog(params, cfg: Config, seq_len: int | None = None) -> list[Entry]:
   `sum(x.size for x in jax.tree.leaves(params))`.
   """
   T = cfg.max_len if seq_len is None else seq_len
-  flat = jax.tree_util.tree_flatten_with_path(_params(params))[0]
+  flat = jax.tree_util.tree_flatten_with_path(param_tree(params))[0]
   weights = {}
   for key_path, leaf in flat:
     path = "/".join(str(getattr(k, "key", k)) for k in key_path)

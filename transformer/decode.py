@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer.config import Config
-from transformer.model import KVCache, Transformer, _params
+from transformer.model import KVCache, Transformer, param_tree
 
 
 def init_cache(cfg: Config, batch: int, length: int | None = None, dtype=None) -> KVCache:
@@ -32,14 +32,14 @@ def init_cache(cfg: Config, batch: int, length: int | None = None, dtype=None) -
 def prefill(params, cfg: Config, prompt_BT: jax.Array, cache: KVCache,
             padding_mask=None) -> tuple[jax.Array, KVCache]:
   """Run the prompt through the model, writing its keys/values; returns `(logits_BTV, cache)`."""
-  return Transformer(cfg).apply({"params": _params(params)}, prompt_BT, cache=cache,
+  return Transformer(cfg).apply({"params": param_tree(params)}, prompt_BT, cache=cache,
                                 padding_mask=padding_mask)
 
 
 @functools.partial(jax.jit, static_argnames="cfg")
 def decode_step(params, cfg: Config, token_B: jax.Array, cache: KVCache):
   """Append one token per sequence; returns `(logits_BV, cache)`."""
-  logits_B1V, cache = Transformer(cfg).apply({"params": _params(params)}, token_B[:, None],
+  logits_B1V, cache = Transformer(cfg).apply({"params": param_tree(params)}, token_B[:, None],
                                              cache=cache)
   return logits_B1V[:, 0], cache
 

@@ -39,7 +39,7 @@ import numpy as np
 from flax import traverse_util
 
 from transformer.config import Config, gpt2_config, llama_config
-from transformer.model import _params, init
+from transformer.model import init, param_tree
 
 INDEX_FILE = "model.safetensors.index.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -481,7 +481,7 @@ def to_hf(cfg: Config, params, path: str | os.PathLike) -> None:
   expected = _expected_shapes(cfg)
   table = family.tensors(cfg)
   _check_table(table, expected, family)
-  flat = traverse_util.flatten_dict(_params(params), sep="/")
+  flat = traverse_util.flatten_dict(param_tree(params), sep="/")
   for p, shape in expected.items():
     if p not in flat:
       raise ValueError(f"params has no {p!r}, which this config needs.")

@@ -275,13 +275,14 @@ def init(cfg: Config, rng: jax.Array, seq_len: int = 8) -> dict[str, Any]:
   return jax.jit(Transformer(cfg).init)(rng, tokens)["params"]
 
 
-def _params(params):
+def param_tree(params):
+  """The `params` collection, whether given bare or as the variables `{"params": ...}`."""
   return params["params"] if "params" in params else params
 
 
 def layer(params, l: int):
   """Layer `l`'s slice of the stacked block weights (the argument of `block_fn`)."""
-  return jax.tree.map(lambda w: w[l], _params(params)["blocks"])
+  return jax.tree.map(lambda w: w[l], param_tree(params)["blocks"])
 
 
 def block_fn(cfg: Config, part: str = "block"):

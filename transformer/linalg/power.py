@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 
 
-def _normalize(x, axis=-1):
+def normalize(x, axis=-1):
+  """`x / ‖x‖` along `axis`; a zero vector stays zero (no NaN)."""
   norm = jnp.linalg.norm(x, axis=axis, keepdims=True)
   return x / jnp.where(norm == 0, 1, norm)
 
@@ -32,16 +33,16 @@ def power_iteration(W: jax.Array, v: jax.Array | None = None, steps: int = 20):
   n = W.shape[-1]
   if v is None:
     v = jnp.broadcast_to(1.0 + jnp.arange(n, dtype=W.dtype) / n, W.shape[:-2] + (n,))
-  v = _normalize(v.astype(W.dtype))
+  v = normalize(v.astype(W.dtype))
 
   def body(_, v):
-    u = _normalize(jnp.einsum("...mn,...n->...m", W, v))
-    return _normalize(jnp.einsum("...mn,...m->...n", W, u))
+    u = normalize(jnp.einsum("...mn,...n->...m", W, v))
+    return normalize(jnp.einsum("...mn,...m->...n", W, u))
 
   v = jax.lax.fori_loop(0, steps, body, v)
   Wv = jnp.einsum("...mn,...n->...m", W, v)
   sigma = jnp.linalg.norm(Wv, axis=-1)
-  return sigma, _normalize(Wv), v
+  return sigma, normalize(Wv), v
 
 
 def spectral_norm(W: jax.Array, steps: int = 50) -> jax.Array:
