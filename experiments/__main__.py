@@ -31,7 +31,7 @@ def _atlas(argv):
 
 COMMANDS = {
     "demo": (_demo, "the main job: catalog, forward pass on real text, cached generation"),
-    "catalog": (_catalog, "print the matrix catalog of a preset"),
+    "catalog": (_catalog, "print the matrix catalog of a preset or a Hugging Face checkpoint"),
     "train": (_train, "train a model (jit, Orbax checkpoints, resume, sharding)"),
     "atlas": (_atlas, "the analysis atlas: spectra, Jacobians, the seven properties"),
 }
