@@ -21,12 +21,15 @@ the next checkpoint (the last good one is kept) and exits 1; Ctrl-C saves and ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -283,6 +286,31 @@ def _read_metrics(path: str, upto: int) -> list[str]:
   return kept
 
 
+@contextlib.contextmanager
+def _deferred_interrupt():
+  """Ctrl-C (SIGINT) sets a flag the loop checks between steps; a second Ctrl-C stops at once.
+
+  A `KeyboardInterrupt` raised in the middle of a step could land after the donated state
+  was consumed and before the new one was bound, leaving nothing valid to save. Deferring
+  it to the step boundary means the interrupted run always saves its current step.
+  """
+  flag = {"requested": False}
+  if threading.current_thread() is not threading.main_thread():
+    yield flag  # signal handlers can only be installed from the main thread
+    return
+
+  def handle(signum, frame):
+    if flag["requested"]:
+      raise KeyboardInterrupt
+    flag["requested"] = True
+
+  previous = signal.signal(signal.SIGINT, handle)
+  try:
+    yield flag
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
 def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
           callback: Callable[[int, TrainState, dict], None] | None = None,
           callback_every: int = 0) -> TrainResult:
@@ -397,11 +425,15 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
       checkpoint.save(mgr, s, state.params, state.opt_state)
       saved[0] = s
 
+  interrupt_scope = contextlib.ExitStack()
+  interrupt = interrupt_scope.enter_context(_deferred_interrupt())
   try:
     for s in range(start + 1, end + 1):
       state, metrics = trainer.step(state, *put(src.batch(tc.seed, s, tc.batch_size)))
       pending.append((s, metrics))
       bar.update(1)
+      if interrupt["requested"]:
+        raise KeyboardInterrupt
       at = lambda every: (every and s % every == 0) or s == end
       if at(tc.log_every) or at(callback_every) or at(tc.eval_every) or at(tc.checkpoint_every):
         last = flush()
@@ -414,11 +446,12 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
         clock[0] = time.perf_counter()
   except KeyboardInterrupt:
     flush()
-    if all(not x.is_deleted() for x in jax.tree.leaves(state)):
+    if all(not x.is_deleted() for x in jax.tree.leaves(state)):  # a second Ctrl-C mid-step
       save(int(state.step))
     print(f"\ninterrupted: saved step {saved[0]} in {run_dir}/checkpoints", file=sys.stderr)
     raise
   finally:
+    interrupt_scope.close()
     bar.close()
     mgr.wait_until_finished()
     mgr.close()

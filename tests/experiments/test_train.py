@@ -55,16 +55,15 @@ def test_exact_resume_is_bit_identical(tmp_path):
   assert_trees_equal(atlas_params, params)
 
 
-def test_sigkill_loses_at_most_one_checkpoint_interval(tmp_path):
-  run_dir = str(tmp_path / "killed")
-  every = 5
+def start_training(run_dir: str, every: int) -> subprocess.Popen:
+  """`python -m experiments train` in a subprocess, returned once it has saved 3 checkpoints."""
   cmd = [sys.executable, "-m", "experiments", "train", "--model-overrides",
          SMALL.model_overrides, "--seq-len", "32", "--batch-size", "8", "--steps", "100000",
          "--checkpoint-every", str(every), "--log-every", "1", "--eval-every", "0",
          "--no-progress", "--run-dir", run_dir]
   env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
   proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE)
+                          stderr=subprocess.PIPE, text=True)
   ckpt_dir = os.path.join(run_dir, "checkpoints")
   deadline = time.time() + 60
   while time.time() < deadline and proc.poll() is None:
@@ -72,12 +71,23 @@ def test_sigkill_loses_at_most_one_checkpoint_interval(tmp_path):
     if steps and max(steps) >= 3 * every:
       break
     time.sleep(0.1)
-  assert proc.poll() is None, proc.stderr.read().decode()
+  assert proc.poll() is None, proc.stderr.read()
+  return proc
+
+
+def last_logged_step(run_dir: str) -> int:
+  with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+    return max(json.loads(line)["step"] for line in f if line.endswith("\n"))
+
+
+def test_sigkill_loses_at_most_one_checkpoint_interval(tmp_path):
+  run_dir = str(tmp_path / "killed")
+  every = 5
+  proc = start_training(run_dir, every)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   proc.stderr.close()
-  with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-    reached = max(json.loads(line)["step"] for line in f if line.endswith("\n"))
+  reached = last_logged_step(run_dir)
 
   mgr = checkpoint.open_manager(run_dir)
   last = mgr.latest_step()
@@ -89,6 +99,19 @@ def test_sigkill_loses_at_most_one_checkpoint_interval(tmp_path):
   steps = [r["step"] for r in losses(run_dir) if "loss" in r]
   assert steps == list(range(1, last + 3))  # the log was cut back to the checkpoint, no repeats
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(result.state.params))
+
+
+def test_ctrl_c_saves_the_current_step_and_exits_130(tmp_path):
+  run_dir = str(tmp_path / "interrupted")
+  proc = start_training(run_dir, every=5)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=60)
+  assert proc.returncode == 130, err
+  mgr = checkpoint.open_manager(run_dir)
+  saved = mgr.latest_step()
+  mgr.close()
+  assert saved == last_logged_step(run_dir)  # the step it stopped at, logged and saved
+  assert f"interrupted: saved step {saved}" in err
 
 
 def test_training_beats_the_unigram_entropy(tmp_path):
