@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import json
 import os
+import sys
 import time
 
 import jax
@@ -248,26 +249,41 @@ def run(acfg: AtlasConfig) -> tuple[dict, str]:
   return results, run_dir
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+  """Keeps the module docstring's layout and shows every option's default."""
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog="python -m experiments atlas", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   formatter_class=_HelpFormatter)
   defaults = AtlasConfig()
-  parser.add_argument("--model", default=defaults.model, choices=sorted(transformer.PRESETS))
-  parser.add_argument("--checkpoint", default=None, metavar="RUN_DIR")
-  parser.add_argument("--hf", default=None, metavar="PATH")
-  parser.add_argument("--seed", type=int, default=defaults.seed)
-  parser.add_argument("--seq-len", type=int, default=defaults.seq_len)
-  parser.add_argument("--k", type=int, default=defaults.k)
-  parser.add_argument("--steps", type=int, default=defaults.steps)
-  parser.add_argument("--energy", type=float, default=defaults.energy)
-  parser.add_argument("--out", default=defaults.out)
-  parser.add_argument("--run-id", default=None)
+  parser.add_argument("--model", default=defaults.model, choices=sorted(transformer.PRESETS),
+                      help="preset to analyse at random init")
+  parser.add_argument("--checkpoint", default=None, metavar="RUN_DIR",
+                      help="a training run folder (python -m experiments train)")
+  parser.add_argument("--hf", default=None, metavar="PATH",
+                      help="a GPT-2 or Llama Hugging Face folder (config.json + *.safetensors)")
+  parser.add_argument("--seed", type=int, default=defaults.seed, help="init and Lanczos seed")
+  parser.add_argument("--seq-len", type=int, default=defaults.seq_len,
+                      help="tokens of input text T")
+  parser.add_argument("--k", type=int, default=defaults.k,
+                      help="singular values / eigenvalues per Jacobian")
+  parser.add_argument("--steps", type=int, default=defaults.steps,
+                      help="Lanczos / Arnoldi Krylov dimension")
+  parser.add_argument("--energy", type=float, default=defaults.energy,
+                      help="energy fraction for the decomposition ranks")
+  parser.add_argument("--out", default=defaults.out, help="root folder of the runs")
+  parser.add_argument("--run-id", default=None, help="sub-folder name (default: a timestamp)")
   args = parser.parse_args(argv)
   if args.checkpoint and args.hf:
     parser.error("pass at most one of --checkpoint and --hf")
   acfg = AtlasConfig(model=args.model, checkpoint=args.checkpoint, hf=args.hf, seed=args.seed,
                      seq_len=args.seq_len, k=args.k, steps=args.steps, energy=args.energy,
                      out=args.out, run_id=args.run_id)
-  _, run_dir = run(acfg)
+  try:
+    _, run_dir = run(acfg)
+  except (ValueError, FileNotFoundError, MemoryError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   print(f"atlas written to {os.path.join(run_dir, 'report.md')}")
   return 0

@@ -217,6 +217,9 @@ class Transformer(nn.Module):
   def __call__(self, tokens_BT, *, positions=None, padding_mask=None, cache=None):
     cfg = self.cfg
     B, T = tokens_BT.shape
+    if cfg.positions == "learned" and T > cfg.max_len:
+      raise ValueError(f"Transformer: {T} tokens exceed max_len={cfg.max_len}, the rows of the "
+                       "learned position matrix. Fix: a shorter sequence or a larger max_len.")
     offset = 0 if cache is None else cache.index
     if positions is None:
       positions = jnp.broadcast_to(offset + jnp.arange(T), (B, T))

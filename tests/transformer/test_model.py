@@ -68,6 +68,12 @@ def test_padding_mask_hides_padded_keys():
   np.testing.assert_allclose(a[:, keep], b[:, keep], atol=1e-6)
 
 
+def test_learned_positions_refuse_sequences_longer_than_max_len():
+  params, _ = setup(GPT)
+  with pytest.raises(ValueError, match="33 tokens exceed max_len=32"):
+    forward(GPT, params, jnp.zeros((1, 33), jnp.int32))
+
+
 def test_tied_and_untied_heads():
   gpt_params, tokens = setup(GPT)
   assert "unembed" not in gpt_params
