@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -97,7 +98,11 @@ def catalog_main(argv=None) -> int:
   parser.add_argument("--seq-len", type=int, default=None, help="T for the QKᵀ and AV rows")
   args = parser.parse_args(argv)
   if args.hf is not None:
-    cfg, params = transformer.from_hf(args.hf)
+    try:
+      cfg, params = transformer.from_hf(args.hf)
+    except ValueError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
     print(f"checkpoint {args.hf}: L={cfg.n_layers} d={cfg.d_model} H={cfg.n_heads} "
           f"Hkv={cfg.n_kv_heads} dh={cfg.d_head} d_ff={cfg.d_ff} norm={cfg.norm} "
           f"positions={cfg.positions} tied={cfg.tie_embeddings}\n")
