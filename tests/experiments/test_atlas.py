@@ -3,6 +3,7 @@
 import json
 import os
 
+import chex
 import jax
 import numpy as np
 
@@ -44,4 +45,4 @@ def test_atlas_loads_a_hugging_face_checkpoint(tmp_path):
   transformer.to_hf(cfg, params, tmp_path / "hf")
   got_cfg, got, source = atlas.load_model(atlas.AtlasConfig(hf=str(tmp_path / "hf")))
   assert got_cfg == cfg and source.startswith("Hugging Face")
-  jax.tree.map(np.testing.assert_array_equal, got, params)
+  chex.assert_trees_all_equal(got, params)

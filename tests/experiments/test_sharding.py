@@ -2,6 +2,7 @@
 
 import functools
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -65,8 +66,7 @@ def test_sharded_step_matches_single_device(mesh_spec):
   init_params, ref_params, ref_metrics, _ = two_steps("data=1")
   _, params, metrics, state = two_steps(mesh_spec)
   np.testing.assert_allclose(metrics["loss"], ref_metrics["loss"], rtol=1e-5)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
-               params, ref_params)
+  chex.assert_trees_all_close(params, ref_params, atol=1e-5, rtol=1e-5)
   # The weights moved, so the comparison is not between two copies of the init.
   assert np.abs(params["blocks"]["attn"]["w_q"] - init_params["blocks"]["attn"]["w_q"]).max() > 1e-3
   w_q = state.params["blocks"]["attn"]["w_q"]  # (L=2, d=32, H*dh=32)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,7 +31,7 @@ def losses(run_dir):
 
 
 def assert_trees_equal(a, b):
-  jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+  chex.assert_trees_all_equal(jax.device_get(a), jax.device_get(b))
 
 
 def test_exact_resume_is_bit_identical(tmp_path):

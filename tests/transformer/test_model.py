@@ -2,6 +2,7 @@
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,7 +118,7 @@ def test_remat_equals_plain_forward_and_gradient():
 
   g_plain = jax.jit(jax.grad(functools.partial(loss, GPT)))(params)
   g_remat = jax.jit(jax.grad(functools.partial(loss, GPT.replace(remat=True))))(params)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), g_plain, g_remat)
+  chex.assert_trees_all_close(g_plain, g_remat, atol=1e-6)
 
 
 def test_sown_intermediates_are_the_catalog_products():
