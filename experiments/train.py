@@ -42,7 +42,7 @@ import tqdm
 from tensorboardX import SummaryWriter
 
 import transformer
-from experiments import checkpoint, data, sharding
+from experiments import checkpoint, data, sharding, train_report
 
 
 def _field(default, help: str, **kw):
@@ -458,6 +458,8 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
     log.close()
     if writer is not None:
       writer.close()
+  if primary:
+    train_report.write(run_dir, record)
   return TrainResult(state, run_dir, val_loss)
 
 

@@ -124,6 +124,16 @@ def test_training_beats_the_unigram_entropy(tmp_path):
   assert 2.5 < entropy < 4.5  # source code bytes; ln 256 = 5.55 is the uniform guess
   result = train.train(tc)
   assert result.val_loss < entropy - 0.5, (result.val_loss, entropy)
+  # The end-of-run summary agrees with the loop and with the metrics log.
+  with open(os.path.join(tc.run_dir, "results.json")) as f:
+    summary = json.load(f)
+  assert summary["final_val_loss"] == pytest.approx(result.val_loss, rel=1e-6)
+  assert summary["steps"] == 120
+  tail = [r["loss"] for r in losses(tc.run_dir) if "loss" in r][-20:]
+  assert summary["train_loss_last_20"] == pytest.approx(np.mean(tail), rel=1e-6)
+  assert os.path.getsize(os.path.join(tc.run_dir, "loss.png")) > 0
+  with open(os.path.join(tc.run_dir, "report.md")) as f:
+    assert "![loss](loss.png)" in f.read()
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):

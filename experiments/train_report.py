@@ -1,0 +1,69 @@
+"""The end-of-run summary of a training run: `results.json`, `loss.png` and `report.md`.
+
+Everything is read back from `metrics.jsonl`, so a resumed run's report covers the whole
+run, not only its last leg.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_metrics(run_dir: str) -> tuple[list[dict], list[dict]]:
+  """`(train rows, validation rows)` of `metrics.jsonl`, skipping a torn last line."""
+  train, val = [], []
+  with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+    for line in f:
+      if not line.endswith("\n"):
+        break
+      row = json.loads(line)
+      (val if "val_loss" in row else train).append(row)
+  return train, val
+
+
+def write(run_dir: str, record: dict) -> dict:
+  """Writes the summary of the run in `run_dir`; `record` is its saved config. Returns it."""
+  train, val = read_metrics(run_dir)
+  tail = [r["loss"] for r in train[-20:]]
+  speeds = sorted(r["tokens_per_s"] for r in train if "tokens_per_s" in r)
+  results = {
+      "steps": train[-1]["step"] if train else 0,
+      "train_loss_last_20": sum(tail) / len(tail) if tail else math.nan,
+      "final_val_loss": val[-1]["val_loss"] if val else math.nan,
+      "best_val_loss": min((r["val_loss"] for r in val), default=math.nan),
+      "median_tokens_per_s": speeds[len(speeds) // 2] if speeds else math.nan,
+  }
+  with open(os.path.join(run_dir, "results.json"), "w") as f:
+    json.dump(results, f, indent=2)
+
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  ax.plot([r["step"] for r in train], [r["loss"] for r in train], lw=1, label="train")
+  if val:
+    ax.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", label="validation")
+  ax.axhline(math.log(256), color="gray", ls=":", lw=1, label="uniform bytes (ln 256)")
+  ax.set(xlabel="step", ylabel="cross-entropy (nats)", title="loss")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(os.path.join(run_dir, "loss.png"), dpi=120)
+  plt.close(fig)
+
+  tc, model = record["train"], record["model"]
+  lines = [
+      f"# Training run `{os.path.basename(os.path.normpath(run_dir))}`", "",
+      f"Model `{tc['model']}` (L={model['n_layers']}, d={model['d_model']}, "
+      f"H={model['n_heads']}), optimizer `{tc['optimizer']}`, data `{tc['data']}`, "
+      f"{tc['steps']} steps of {tc['batch_size']}×{tc['seq_len']} tokens, seed {tc['seed']}.", "",
+      "| measure | value |", "| --- | --- |",
+      *(f"| {k.replace('_', ' ')} | {v:.4g} |" for k, v in results.items()), "",
+      "![loss](loss.png)", "",
+  ]
+  with open(os.path.join(run_dir, "report.md"), "w") as f:
+    f.write("\n".join(lines))
+  return results
