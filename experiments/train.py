@@ -2,9 +2,10 @@
 
     python -m experiments train --model tiny --optimizer adamw --steps 300 --data stdlib
 
-About a minute on 2 CPU cores: the `tiny` model's validation loss falls from ln 256 = 5.55
-nats well below the unigram entropy of the bytes (~3.25 nats). A run writes
-`runs/train/<run-id>/{config.json, metrics.jsonl, checkpoints/, events.out.tfevents.*}`.
+About 15 s on 2 CPU cores: the `tiny` model's validation loss falls from ln 256 = 5.55
+nats to about 2.36, well below the unigram entropy of the bytes (3.21 nats). A run writes
+`runs/train/<run-id>/{config.json, metrics.jsonl, checkpoints/, events.out.tfevents.*,
+results.json, report.md, loss.png}`.
 
 The state is `TrainState(step, params, opt_state)`; the step function is
 `jax.jit(..., donate_argnums=0)` with `NamedSharding`s on state and batch over a
