@@ -1,9 +1,11 @@
 """Jitted update time of `optim.muon` vs `optax.contrib.muon` vs `optax.adamw`.
 
-Run: `python -m experiments.benchmarks.optim [--layers 2] [--repeats 3]` (about 1–2 minutes on
-two CPU cores with the defaults). Parameters have the shapes of `transformer.init` for the
-`gpt2-small` preset (with `--layers` of its 12 blocks: the update cost is linear in the layer
-count, and the ratios do not depend on it) and of a smaller `d=256` model; values are random.
+Run: `python -m experiments.benchmarks.optim [--layers 2] [--repeats 5]` (about a minute on
+two CPU cores with the defaults; `--layers 12`, the whole of gpt2-small, takes about four).
+Parameters have the shapes of `transformer.init` for the `gpt2-small` preset (with `--layers`
+of its 12 blocks: the Muon work grows linearly with the layer count while the embedding, on
+AdamW in all three, is a fixed cost, so the ratio to AdamW grows with `--layers`) and of a
+smaller `d=256` model; values are random.
 Both Muons use the same coefficients, steps, momentum and width scaling on the `hidden`
 matrices and AdamW elsewhere. Prints the median time of each and its ratio to AdamW; the goal
 is `optim.muon` no slower than `optax.contrib.muon`.
@@ -43,24 +45,31 @@ def optimizers(params, lr: float = 0.02):
   }
 
 
-def time_update(tx, params, repeats: int) -> float:
-  """Median wall time (s) of one jitted `tx.update` (compiled and warmed up first)."""
+def time_updates(txs: dict, params, repeats: int) -> dict[str, float]:
+  """Median wall time (s) of one jitted `tx.update` for each of `txs`.
+
+  All are compiled and warmed up first, then timed in interleaved rounds (one update of
+  each per round), so drift in the machine's load hits every optimizer alike.
+  """
   grads = jax.tree.map(lambda p: p * 1e-2, params)
-  update = jax.jit(tx.update)
-  state = tx.init(params)
-  jax.block_until_ready(update(grads, state, params))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
+  runs = {}
+  for name, tx in txs.items():
+    update, state = jax.jit(tx.update), tx.init(params)
     jax.block_until_ready(update(grads, state, params))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+    runs[name] = (update, state)
+  times = {name: [] for name in txs}
+  for _ in range(repeats):
+    for name, (update, state) in runs.items():
+      start = time.perf_counter()
+      jax.block_until_ready(update(grads, state, params))
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--layers", type=int, default=2, help="gpt2-small blocks to time (of 12)")
-  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds")
   args = parser.parse_args(argv)
   sizes = {
       f"gpt2-small (L={args.layers})": transformer.preset("gpt2-small", n_layers=args.layers),
@@ -70,8 +79,7 @@ def main(argv=None) -> int:
   print(f"{'size':<22}{'optimizer':<22}{'median ms':>12}{'x adamw':>10}")
   for size, cfg in sizes.items():
     params = random_params(cfg)
-    times = {name: time_update(tx, params, args.repeats)
-             for name, tx in optimizers(params).items()}
+    times = time_updates(optimizers(params), params, args.repeats)
     for name, t in times.items():
       print(f"{size:<22}{name:<22}{1e3 * t:>12.1f}{t / times['optax.adamw']:>10.2f}")
     ratio = times["optim.muon"] / times["optax.contrib.muon"]
