@@ -7,7 +7,7 @@ definiteness) run in float64 and return the tolerance that decided them. Renderi
 figures) lives only in `analysis.report`.
 
 Modules:
-  matrices:    every named weight matrix and the per-head circuits `W_QK^h`, `W_OV^h`.
+  weights:     every named weight matrix and the per-head circuits `W_QK^h`, `W_OV^h`.
   spectra:     singular values, condition number, stable/effective/numerical rank, power-law
                exponent, Marchenko–Pastur edge, float64 certificates.
   jacobians:   dense and matrix-free (Lanczos, Arnoldi) Jacobian spectra, depth, causality.
@@ -17,7 +17,8 @@ Modules:
 Example:
   >>> import jax, transformer, analysis
   >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
-  >>> analysis.spectrum(params["blocks"]["attn"]["w_q"])["stable_rank"]  # one per layer
+  >>> analysis.spectrum(params["blocks"]["attn"]["w_q"])["stable_rank"].shape == (cfg.n_layers,)
+  True
 """
 
 from analysis.jacobians import (
@@ -32,7 +33,6 @@ from analysis.jacobians import (
     stack_fn,
     token_dependency,
 )
-from analysis.matrices import Factored, Matrix, circuits, matrices
 from analysis.properties import (
     activation_sparsity,
     attention_entropy,
@@ -63,6 +63,7 @@ from analysis.spectra import (
     spectrum,
     stable_rank,
 )
+from analysis.weights import Factored, Matrix, circuits, matrices
 
 __all__ = [
     "Factored", "Matrix", "activation_sparsity", "attention_entropy", "cache_rank",

@@ -34,8 +34,8 @@ from optim.condition import (
     scale_by_condition,
 )
 from optim.heads import head_overlap, orthogonal_heads
-from optim.labels import ROLES, head_layout, labels, select
-from optim.muon import MuonState, muon, scale_by_muon, shape_scale
+from optim.orthogonalized import MuonState, muon, scale_by_muon, shape_scale
+from optim.roles import ROLES, head_layout, labels, select
 from optim.spectral import SpectralState, spectral_cap, spectral_normalize
 from transformer.linalg.newton_schulz import NS_COEFFS, newton_schulz
 

@@ -1,6 +1,6 @@
 """Orthogonal heads: a decoupled term that pulls the heads' subspaces apart (orthogonality topic).
 
-Head `h` of `w_q` reads the input through its column block `W_h: (d, dh)`; two heads whose
+Head `h` of `w_q` reads the input through its column block `W_h: (D, Dh)`; two heads whose
 column spaces overlap compute partly the same projection. The penalty below is zero exactly
 when the blocks' column spaces are mutually orthogonal, i.e. when the heads cannot be
 redundant at the level of their projections.
@@ -12,14 +12,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.labels import Side, head_layout
+from optim.roles import Side, head_layout
 
 
 def head_overlap(W: jax.Array, n: int, side: Side = "columns"):
   r"""Cross-head overlap of `W` and its gradient, per matrix of a batch.
 
   With `W_h` the `h`-th column block (`side="columns"`; rows use `Wᵀ`) and
-  `M = WᵀW` with its `dh × dh` diagonal blocks zeroed (`M_off`):
+  `M = WᵀW` with its `Dh × Dh` diagonal blocks zeroed (`M_off`):
 
   .. math::
     R(W) = \tfrac12 \sum_{h \ne g} \|W_h^\top W_g\|_F^2 = \tfrac12 \|M_\text{off}\|_F^2,
@@ -34,7 +34,11 @@ def head_overlap(W: jax.Array, n: int, side: Side = "columns"):
     `(R (...,), grad (..., d_in, d_out))`.
 
   Example:
-    >>> R, g = head_overlap(params["blocks"]["attn"]["w_q"], n=4)
+    >>> import jax, optim
+    >>> W = jax.random.normal(jax.random.key(0), (2, 32, 32))  # (L, D, H·Dh), H = 4
+    >>> R, grad = optim.head_overlap(W, n=4)
+    >>> R.shape, grad.shape
+    ((2,), (2, 32, 32))
   """
   if W.ndim < 2:
     raise ValueError(f"head_overlap: W must be a (batch of) matrix, got {W.ndim=}")
@@ -71,7 +75,11 @@ def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None):
     An `optax.GradientTransformation` with state `optax.EmptyState`.
 
   Example:
-    >>> tx = optax.chain(optax.adamw(1e-3), orthogonal_heads(1e-3, n_heads=cfg.n_heads))
+    >>> import jax, optax, optim, transformer
+    >>> cfg = transformer.preset("tiny")
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> tx = optax.chain(optax.adamw(1e-3), optim.orthogonal_heads(1e-3, n_heads=cfg.n_heads))
+    >>> updates, state = tx.update(params, tx.init(params), params)
   """
 
   def update_fn(updates, state, params=None):

@@ -2,12 +2,19 @@
 
 Layout, stated once: activations are row vectors and every weight is used as `x @ W`
 with `W: (d_in, d_out)` — axis 0 is the reduction axis (the preface's `X × W_Q = Q`, and
-optax's Muon convention). Block weights are stacked: `blocks/attn/w_q` is `(L, d, H·dh)`.
+optax's Muon convention). Block weights are stacked: `blocks/attn/w_q` is `(L, D, H·Dh)`.
 
-Names: `embed/embedding (vocab, d)`, `pos_embed/embedding (max_len, d)`,
-`blocks/attn/{w_q, w_k, w_v} (L, d, H·dh | Hkv·dh)`, `blocks/attn/w_o (L, H·dh, d)`,
-`blocks/ffn/{w_1, w_gate} (L, d, d_ff)`, `blocks/ffn/w_2 (L, d_ff, d)`,
-`unembed/w_out (d, vocab)` (absent when tied), norms `scale`/`bias (d,)`, projection
+Axis legend, used by every shape suffix in the four packages (`x_BTD`, `q_BTHDh`,
+`k_BSKDh`, `w_LDF`, `A_LDR`); one letter (or pair) per axis, never two meanings:
+
+  B batch · T query positions · S key positions · D d_model · H query heads ·
+  K key/value heads · Dh head width · F d_ff · L layers · V vocab · R rank
+
+Names (`transformer.names` is the one table of them and their roles):
+`embed/embedding (V, D)`, `pos_embed/embedding (max_len, D)`,
+`blocks/attn/{w_q, w_k, w_v} (L, D, H·Dh | K·Dh)`, `blocks/attn/w_o (L, H·Dh, D)`,
+`blocks/ffn/{w_1, w_gate} (L, D, F)`, `blocks/ffn/w_2 (L, F, D)`,
+`unembed/w_out (D, V)` (absent when tied), norms `scale`/`bias (D,)`, projection
 biases `b_q, b_k, b_v, b_o, b_1, b_gate, b_2`.
 
 Example:
@@ -15,14 +22,16 @@ Example:
   >>> cfg = transformer.preset("tiny")
   >>> params = transformer.init(cfg, jax.random.key(0))
   >>> tokens = jax.numpy.array([[72, 101, 108, 108, 111]])  # b"Hello"
-  >>> logits = transformer.Transformer(cfg).apply({"params": params}, tokens)  # (1, 5, 256)
+  >>> transformer.Transformer(cfg).apply({"params": params}, tokens).shape
+  (1, 5, 256)
 """
 
+from transformer import names
 from transformer.attention import ATTENTION, make_mask, rope, softmax_attention
-from transformer.catalog import Entry, catalog
 from transformer.config import PRESETS, Config, gpt2_config, llama_config, preset
 from transformer.decode import decode_step, generate, init_cache, prefill, sample
 from transformer.hf import from_hf, to_hf
+from transformer.matmuls import Entry, catalog
 from transformer.model import (
     Block,
     KVCache,
@@ -35,6 +44,6 @@ from transformer.model import (
 __all__ = [
     "ATTENTION", "Block", "Config", "Entry", "KVCache", "PRESETS", "Transformer",
     "block_fn", "catalog", "decode_step", "from_hf", "generate", "gpt2_config", "init",
-    "init_cache", "layer", "llama_config", "make_mask", "preset", "prefill", "rope", "sample",
-    "softmax_attention", "to_hf",
+    "init_cache", "layer", "llama_config", "make_mask", "names", "preset", "prefill", "rope",
+    "sample", "softmax_attention", "to_hf",
 ]

@@ -7,7 +7,7 @@ import optax
 import pytest
 
 import optim
-from optim.labels import merge_heads, split_heads
+from optim.roles import merge_heads, split_heads
 from transformer.linalg.newton_schulz import newton_schulz
 
 SHAPES = {"attn": {"w_q": (2, 32, 32), "w_o": (2, 32, 32)}, "ffn": {"w_1": (2, 32, 64),

@@ -1,8 +1,8 @@
 """Parameter roles from parameter paths, role masks, and per-head blocks of the projections.
 
 Every transform in `optim` decides what to touch by role, and roles come from one function,
-`labels`, which reads the names of `transformer` (see its package docstring). A user with
-other names passes their own `label_fn` wherever one is accepted.
+`labels`, which reads the naming authority `transformer.names` (the role of every parameter
+name). A user with other names passes their own `label_fn` wherever one is accepted.
 """
 
 from __future__ import annotations
@@ -13,62 +13,39 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-ROLES = ("hidden", "embedding", "unembedding", "vector")
-HIDDEN = ("w_q", "w_k", "w_v", "w_o", "w_1", "w_2", "w_gate")
-# Which side of each projection is split into heads: columns of w_q/w_k/w_v (each head reads
-# its own `dh` output coordinates), rows of w_o (each head writes from its own `dh` inputs).
-HEAD_SIDES = {"w_q": "columns", "w_k": "columns", "w_v": "columns", "w_o": "rows"}
+from transformer import names as _names
+
+ROLES = _names.UPDATE_ROLES
 
 Side = Literal["columns", "rows"]
-
-
-def path_names(path) -> tuple[str, ...]:
-  """The key names of a `jax.tree_util` path, as strings (`("blocks", "attn", "w_q")`)."""
-  names = []
-  for key in path:
-    for attr in ("key", "name", "idx"):
-      if hasattr(key, attr):
-        names.append(str(getattr(key, attr)))
-        break
-  return tuple(names)
-
-
-def role(names: tuple[str, ...]) -> str:
-  """The role of the leaf named by `names` (see `labels`)."""
-  leaf = names[-1] if names else ""
-  if leaf in HIDDEN:
-    return "hidden"
-  if leaf == "embedding":
-    return "embedding"
-  if leaf == "w_out":
-    return "unembedding"
-  return "vector"
 
 
 def labels(params):
   """The role of every leaf of a `transformer` parameter tree.
 
-  Roles, by the leaf's name:
+  Roles, from `transformer.names.NAMES` (`Name.update`):
 
   - `hidden`: `w_q, w_k, w_v, w_o, w_1, w_2, w_gate` — the matrices Muon orthogonalizes;
   - `embedding`: `embed/embedding`, `pos_embed/embedding`;
   - `unembedding`: `unembed/w_out`;
-  - `vector`: norm `scale`/`bias`, projection biases `b_*`, and any leaf this function does
-    not recognise — so nothing unrecognised is ever orthogonalized.
+  - `vector`: norm `scale`/`bias`, projection biases `b_*`, and any leaf no name matches —
+    so nothing unrecognised is ever orthogonalized.
 
   Args:
-    params: a parameter pytree (a `{"params": ...}` wrapper is fine: only leaf names count).
+    params: a parameter pytree (a `{"params": ...}` wrapper is fine: names match path
+      suffixes).
 
   Returns:
     A pytree of the same structure with one of `ROLES` at each leaf — the `param_labels`
     of `optax.partition`.
 
   Example:
+    >>> import jax, transformer, optim
     >>> params = transformer.init(transformer.preset("tiny"), jax.random.key(0))
-    >>> labels(params)["blocks"]["attn"]["w_q"]
+    >>> optim.labels(params)["blocks"]["attn"]["w_q"]
     'hidden'
   """
-  return jax.tree_util.tree_map_with_path(lambda path, _: role(path_names(path)), params)
+  return jax.tree_util.tree_map_with_path(lambda path, _: _names.update_role(path), params)
 
 
 def select(
@@ -91,8 +68,12 @@ def select(
     `mask_fn(params)` with `True` at selected leaves.
 
   Example:
-    >>> residual_branches = select(names=("w_o", "w_2"))
-    >>> tx = optim.spectral_cap(1.0, mask=residual_branches)
+    >>> import jax, transformer, optim
+    >>> params = transformer.init(transformer.preset("tiny"), jax.random.key(0))
+    >>> residual_branches = optim.select(names=("w_o", "w_2"))
+    >>> mask = residual_branches(params)
+    >>> bool(mask["blocks"]["attn"]["w_o"]), bool(mask["blocks"]["attn"]["w_q"])
+    (True, False)
   """
   roles = None if roles is None else frozenset(roles)
   names = None if names is None else frozenset(names)
@@ -104,7 +85,7 @@ def select(
     role_tree = label_fn(params)
 
     def chosen(path, r):
-      return (roles is None or r in roles) and (names is None or path_names(path)[-1] in names)
+      return (roles is None or r in roles) and (names is None or _leaf(path) in names)
 
     return jax.tree_util.tree_map_with_path(chosen, role_tree)
 
@@ -114,13 +95,14 @@ def select(
 def head_layout(params, n_heads: int, n_kv_heads: int | None = None):
   """Per leaf, how its matrices split into heads: `(side, count)` or `None`.
 
-  `w_q` and `w_o` split into `n_heads` heads, `w_k` and `w_v` into `n_kv_heads` (default
-  `n_heads`; grouped-query attention has fewer). Every other leaf is `None`.
+  `w_q` and `w_o` split into `n_heads` heads (`H`), `w_k` and `w_v` into `n_kv_heads` (`K`,
+  default `n_heads`; grouped-query attention has fewer): `Name.heads` of
+  `transformer.names`. Every other leaf is `None`.
 
   Args:
     params: a parameter (or update) pytree.
     n_heads: query heads `H`.
-    n_kv_heads: key/value heads `Hkv`.
+    n_kv_heads: key/value heads `K`.
 
   Returns:
     A pytree of the same structure (its leaves are tuples or `None`; map over it with
@@ -128,18 +110,23 @@ def head_layout(params, n_heads: int, n_kv_heads: int | None = None):
   """
   n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
 
+  count = {"H": n_heads, "K": n_kv_heads}
+
   def layout(path, _):
-    name = path_names(path)[-1] if path else ""
-    if name not in HEAD_SIDES:
-      return None
-    return (HEAD_SIDES[name], n_kv_heads if name in ("w_k", "w_v") else n_heads)
+    heads = _names.name_of(path).heads
+    return None if heads is None else (heads[0], count[heads[1]])
 
   return jax.tree_util.tree_map_with_path(layout, params)
 
 
+def _leaf(path) -> str:
+  """The last key of a key path, as a string (`w_q` of `blocks/attn/w_q`)."""
+  return _names.path_str(path).rsplit("/", 1)[-1]
+
+
 def split_heads(W: jax.Array, n: int, side: Side) -> jax.Array:
-  """The per-head blocks of `W` as a batch: `(..., d, n·dh) -> (..., n, d, dh)` for columns,
-  `(..., n·dh, d) -> (..., n, dh, d)` for rows.
+  """The per-head blocks of `W` as a batch: `(..., D, n·Dh) -> (..., n, D, Dh)` for columns,
+  `(..., n·Dh, D) -> (..., n, Dh, D)` for rows (`n` is `H` or `K`).
 
   Args:
     W: `(..., d_in, d_out)`.

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 
 import transformer
-from analysis.matrices import circuits, matrices
+from analysis.weights import circuits, matrices
 
 
 def test_matrices_lists_every_weight_per_layer_and_the_tied_output():

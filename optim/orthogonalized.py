@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.labels import head_layout, labels, merge_heads, split_heads
+from optim.roles import head_layout, labels, merge_heads, split_heads
 from transformer.linalg.newton_schulz import coeff_table, newton_schulz
 
 ShapeScaling = Literal["width", "rms", "none"]
@@ -62,7 +62,7 @@ def scale_by_muon(
     beta=0.95,
     *,
     nesterov: bool = True,
-    steps: int | None = None,
+    ns_steps: int | None = None,
     coeffs="standard",
     compute_dtype=None,
     shape_scaling: ShapeScaling = "width",
@@ -86,18 +86,19 @@ def scale_by_muon(
   leaf must be a matrix `(..., d_in, d_out)`: leading axes (the stacked layer axis) are a
   batch, each matrix orthogonalized on its own. With `n_heads`, `w_q`/`w_k`/`w_v` are
   orthogonalized per head on their columns and `w_o` per head on its rows (block
-  `(d, dh)` / `(dh, d)`; `s` then uses the block's shape).
+  `(D, Dh)` / `(Dh, D)`; `s` then uses the block's shape).
 
   Args:
     beta: momentum decay `β`.
     nesterov: use the Nesterov form of `μ̂` above.
-    steps: Newton–Schulz steps (default: 5, or the schedule's length).
+    ns_steps: Newton–Schulz iterations (default: 5, or the schedule's length).
     coeffs: Newton–Schulz coefficients (a preset name, a triple, or a schedule).
     compute_dtype: dtype of the Newton–Schulz iteration, e.g. `jnp.bfloat16`.
     shape_scaling: `"width"`, `"rms"` or `"none"` (see `shape_scale`).
     rms: target update RMS for `shape_scaling="rms"`.
     n_heads: orthogonalize the attention projections per head (query heads `H`).
-    n_kv_heads: key/value heads for the per-head split of `w_k`, `w_v` (default `n_heads`).
+    n_kv_heads: key/value heads `K` for the per-head split of `w_k`, `w_v` (default
+      `n_heads`).
     mu_dtype: dtype of the momentum; default the updates' dtype.
     eps: added to the Frobenius norm before Newton–Schulz.
 
@@ -105,8 +106,12 @@ def scale_by_muon(
     An `optax.GradientTransformation` with state `MuonState`.
 
   Example:
-    >>> tx = optax.chain(scale_by_muon(), optax.scale_by_learning_rate(0.02))
-    >>> state = tx.init({"w_1": jnp.zeros((2, 32, 128))})
+    >>> import jax.numpy as jnp, optax, optim
+    >>> tx = optax.chain(optim.scale_by_muon(), optax.scale_by_learning_rate(0.02))
+    >>> params = {"w_1": jnp.ones((2, 32, 128))}
+    >>> updates, state = tx.update(params, tx.init(params))
+    >>> updates["w_1"].shape
+    (2, 32, 128)
 
   References:
     Jordan et al., `Muon: An optimizer for hidden layers in neural networks`, 2024.
@@ -123,8 +128,8 @@ def scale_by_muon(
   def orthogonalize(x, layout):
     if x.ndim < 2:
       raise ValueError(f"scale_by_muon: every leaf must be a (batch of) matrix, got {x.shape=}")
-    ns = lambda G: newton_schulz(G, steps=steps, coeffs=coeffs, compute_dtype=compute_dtype,
-                                 eps=eps)
+    ns = lambda G: newton_schulz(G, ns_steps=ns_steps, coeffs=coeffs,
+                                 compute_dtype=compute_dtype, eps=eps)
     if layout is None:
       O, block = ns(x), x.shape[-2:]
     else:
@@ -136,14 +141,13 @@ def scale_by_muon(
   def update_fn(updates, state, params=None):
     del params
     count = optax.safe_increment(state.count)
-    mu = jax.tree.map(lambda m, g: beta * m + (1 - beta) * g, state.mu, updates)
-    debias = lambda t: 1 - beta ** t.astype(jnp.float32)
+    mu = optax.tree.update_moment(updates, state.mu, beta, 1)
+    mu_hat = optax.tree.bias_correction(mu, beta, count)
     if nesterov:
-      c_next, c_now = debias(count + 1), debias(count)
-      nesterov_fn = lambda m, g: (beta * m / c_next + (1 - beta) * g / c_now).astype(g.dtype)
-      mu_hat = jax.tree.map(nesterov_fn, mu, updates)
-    else:
-      mu_hat = jax.tree.map(lambda m, g: (m / debias(count)).astype(g.dtype), mu, updates)
+      mu_hat = optax.tree.add(
+          optax.tree.scale(beta, optax.tree.bias_correction(mu, beta, count + 1)),
+          optax.tree.scale(1 - beta, optax.tree.bias_correction(updates, beta, count)))
+    mu_hat = optax.tree.cast_like(mu_hat, updates)
     layouts = (jax.tree.map(lambda _: None, updates) if n_heads is None
                else head_layout(updates, n_heads, n_kv_heads))
     updates = jax.tree.map(orthogonalize, mu_hat, layouts)
@@ -158,7 +162,7 @@ def muon(
     *,
     beta=0.95,
     nesterov: bool = True,
-    steps: int | None = None,
+    ns_steps: int | None = None,
     coeffs="standard",
     compute_dtype=None,
     shape_scaling: ShapeScaling = "width",
@@ -190,7 +194,7 @@ def muon(
 
   Args:
     learning_rate: Muon's learning rate `η` (a scalar or schedule).
-    beta, nesterov, steps, coeffs, compute_dtype, shape_scaling, rms, n_heads, n_kv_heads,
+    beta, nesterov, ns_steps, coeffs, compute_dtype, shape_scaling, rms, n_heads, n_kv_heads,
       mu_dtype: as in `scale_by_muon`.
     weight_decay: decoupled weight decay `λ` of the Muon matrices.
     weight_decay_mask: optional mask (tree or callable) for that decay.
@@ -208,9 +212,12 @@ def muon(
     An `optax.GradientTransformation` (an `optax.partition` of the two optimizers).
 
   Example:
+    >>> import jax, optim, transformer
     >>> params = transformer.init(transformer.preset("tiny"), jax.random.key(0))
-    >>> tx = muon(0.02, shape_scaling="rms", adam_learning_rate=1e-3)
-    >>> state = tx.init(params)
+    >>> tx = optim.muon(0.02, shape_scaling="rms", adam_learning_rate=1e-3)
+    >>> updates, state = tx.update(params, tx.init(params), params)
+    >>> updates["blocks"]["attn"]["w_q"].shape == params["blocks"]["attn"]["w_q"].shape
+    True
 
   References:
     Jordan et al., `Muon: An optimizer for hidden layers in neural networks`, 2024.
@@ -219,7 +226,7 @@ def muon(
   muon_roles = frozenset(muon_roles)
   label_fn = labels if label_fn is None else label_fn
   muon_tx = optax.chain(
-      scale_by_muon(beta, nesterov=nesterov, steps=steps, coeffs=coeffs,
+      scale_by_muon(beta, nesterov=nesterov, ns_steps=ns_steps, coeffs=coeffs,
                     compute_dtype=compute_dtype, shape_scaling=shape_scaling, rms=rms,
                     n_heads=n_heads, n_kv_heads=n_kv_heads, mu_dtype=mu_dtype),
       optax.add_decayed_weights(weight_decay, weight_decay_mask),

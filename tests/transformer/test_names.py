@@ -1,0 +1,85 @@
+"""The naming authority: one table that the catalog, analysis, optim and weight decay all read."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import analysis
+import optim
+import transformer
+from transformer import names
+
+
+@pytest.fixture(scope="module")
+def model():
+  cfg = transformer.preset("llama-tiny", d_model=32, n_heads=4, n_kv_heads=2, d_ff=64)
+  return cfg, transformer.init(cfg, jax.random.key(0))
+
+
+def test_path_str_and_longest_suffix_rule():
+  tree = {"params": {"blocks": {"attn": {"w_q": 0}}}, "seq": [{"w_out": 1}]}
+  paths = [names.path_str(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
+  assert paths == ["params/blocks/attn/w_q", "seq/0/w_out"]
+  assert names.key_of(paths[0]) == "w_q"
+  assert names.key_of("embed/embedding") == "embed/embedding"
+  assert names.key_of("pos_embed/embedding") == "pos_embed/embedding"  # not `embed/embedding`
+  assert names.key_of("seq/0/w_out") is None  # `unembed/w_out` needs its `unembed/`
+  assert names.name_of("blocks/norm_1/scale").update == "vector"
+  assert names.name_of("blocks/attn/mystery").kind == "vector"  # unknown -> vector
+
+
+def test_decay_mask_is_every_weight_matrix(model):
+  cfg, params = model
+  mask = names.decay_mask(params)
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    # Reference: the rule `experiments.train` used before this table (matrices, counting
+    # the stacked layer axis of blocks).
+    is_matrix = leaf.ndim >= 3 or (leaf.ndim == 2 and path[0].key != "blocks")
+    assert names.decays(path) == is_matrix, names.path_str(path)
+  assert jax.tree.structure(mask) == jax.tree.structure(params)
+
+
+def test_one_line_adds_a_matrix_to_every_consumer(model, monkeypatch):
+  cfg, params = model
+  L, D = cfg.n_layers, cfg.d_model
+  extra = {}
+  for key, name in names.NAMES.items():  # the one-line change: a line after `w_2`
+    extra[key] = name
+    if key == "w_2":
+      extra["w_extra"] = names.Name("feed-forward", "hidden", 5, "an extra map")
+  monkeypatch.setattr(names, "NAMES", extra)
+  ffn = {**params["blocks"]["ffn"], "w_extra": jnp.ones((L, D, D))}
+  params = {**params, "blocks": {**params["blocks"], "ffn": ffn}}
+
+  entries = {e.path: e for e in transformer.catalog(params, cfg)}
+  assert entries["blocks/ffn/w_extra"].shape == (L, D, D)
+  assert entries["blocks/ffn/w_extra"].role == "feed-forward"
+  assert [e.path for e in transformer.catalog(params, cfg)][-2:] == [
+      "blocks/ffn/w_extra", "unembed/w_out"]  # NAMES order
+
+  found = [(m.path, m.layer) for m in analysis.matrices(params, cfg, include_circuits=False)]
+  assert [("blocks/ffn/w_extra", l) in found for l in range(L)] == [True] * L
+  assert found.index(("blocks/ffn/w_extra", 0)) < found.index(("blocks/attn/w_q", 1))
+
+  assert optim.labels(params)["blocks"]["ffn"]["w_extra"] == "hidden"
+  assert optim.select()(params)["blocks"]["ffn"]["w_extra"]
+  assert names.decay_mask(params)["blocks"]["ffn"]["w_extra"]
+  # Muon orthogonalizes it: singular values of the update in Newton–Schulz's band around 1
+  # (AdamW's first step, ±lr per entry, would have σ_max ≈ 2·sqrt(32)·lr).
+  tx = optim.muon(0.02)
+  grads = jax.tree.map(lambda p: jax.random.normal(jax.random.key(1), p.shape), params)
+  u, _ = tx.update(grads, tx.init(params), params)
+  s = jnp.linalg.svd(u["blocks"]["ffn"]["w_extra"][0] / -0.02, compute_uv=False)
+  assert float(s.max()) < 1.2 and float(jnp.median(s)) > 0.6
+
+  monkeypatch.undo()
+  assert optim.labels(params)["blocks"]["ffn"]["w_extra"] == "vector"
+  assert "blocks/ffn/w_extra" not in {e.path for e in transformer.catalog(params, cfg)}
+
+
+def test_head_sides_come_from_the_table(model):
+  cfg, params = model
+  layout = optim.head_layout(params, cfg.n_heads, cfg.n_kv_heads)["blocks"]["attn"]
+  for key in ("w_q", "w_k", "w_v", "w_o"):
+    side, count = names.NAMES[key].heads
+    assert layout[key] == (side, {"H": cfg.n_heads, "K": cfg.n_kv_heads}[count])

@@ -1,0 +1,158 @@
+"""The naming authority: what every parameter name of `transformer` is, in one table.
+
+Every consumer of parameter names reads this module and nothing else: the preface catalog
+(`transformer.catalog`), the analysis list of matrices (`analysis.matrices`), the optimizer
+roles (`optim.labels`, `optim.select`, the per-head split of Muon) and the weight-decay mask
+(`decay_mask`). Adding a matrix name is one line in `NAMES`.
+
+Paths become strings by one rule, `path_str`: `jax.tree_util.keystr(path, simple=True,
+separator="/")`, e.g. `blocks/attn/w_q`. A key of `NAMES` names a leaf when it is a suffix of
+that string on `/` boundaries (`w_q` names `blocks/attn/w_q` and `params/blocks/attn/w_q`;
+`embed/embedding` does not name `pos_embed/embedding`); the longest such key wins. A leaf no
+key names is a vector: never orthogonalized, never decayed, not in the catalog.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import jax
+
+Kind = Literal["weight", "vector", "product"]
+Update = Literal["hidden", "embedding", "unembedding", "vector"]
+UPDATE_ROLES: tuple[str, ...] = ("hidden", "embedding", "unembedding", "vector")
+
+
+class Name(NamedTuple):
+  """What one parameter name (or input-derived product) is.
+
+  Attributes:
+    role: the preface's role: embedding, projection, attention scores, aggregation,
+      feed-forward, output, or vector.
+    update: the optimizer's role (one of `UPDATE_ROLES`): `hidden` matrices go to Muon.
+    step: the preface's catalog number (1-6); `None` for vectors.
+    description: what the matmul does, in the preface's words.
+    kind: `weight` (a matrix parameter), `vector` (norm scales, biases) or `product` (a
+      matrix computed from the input, with no parameter).
+    heads: for attention projections, `(side, count)`: which side splits into heads
+      (`columns` of `w_q, w_k, w_v`, `rows` of `w_o`) and into how many (`H` query heads or
+      `K` key/value heads); else `None`.
+  """
+
+  role: str
+  update: Update
+  step: int | None
+  description: str
+  kind: Kind = "weight"
+  heads: tuple[Literal["columns", "rows"], Literal["H", "K"]] | None = None
+
+
+_VECTOR = Name("vector", "vector", None, "norm scale or bias: not a matrix", "vector")
+
+# In forward order (the catalog's order). One line per name.
+NAMES: dict[str, Name] = {
+    "embed/embedding": Name("embedding", "embedding", 1, "one-hot token x E = token vector"),
+    "pos_embed/embedding": Name("embedding", "embedding", 1,
+                                "position lookup, added to the token vector"),
+    "w_q": Name("projection", "hidden", 2, "X W_Q = Q: queries ask", heads=("columns", "H")),
+    "w_k": Name("projection", "hidden", 2, "X W_K = K: keys address", heads=("columns", "K")),
+    "w_v": Name("projection", "hidden", 2, "X W_V = V: values carry content",
+                heads=("columns", "K")),
+    "Q K^T": Name("attention scores", "vector", 3,
+                  "the only product of two input-derived matrices: who sees whom", "product"),
+    "A V": Name("aggregation", "vector", 4, "attention weights mix value vectors", "product"),
+    "w_o": Name("projection", "hidden", 2, "heads' outputs back to the residual stream",
+                heads=("rows", "H")),
+    "w_gate": Name("feed-forward", "hidden", 5, "SwiGLU gate, D -> F"),
+    "w_1": Name("feed-forward", "hidden", 5, "expand, D -> F"),
+    "w_2": Name("feed-forward", "hidden", 5, "compress, F -> D"),
+    "unembed/w_out": Name("output", "unembedding", 6, "hidden x W_out = logits"),
+    "scale": _VECTOR,
+    "bias": _VECTOR,
+    **{f"b_{p}": _VECTOR for p in ("q", "k", "v", "o", "gate", "1", "2")},
+}
+
+
+def path_str(path) -> str:
+  """The string of a `jax.tree_util` key path: `blocks/attn/w_q`.
+
+  Example:
+    >>> import jax
+    >>> from transformer.names import path_str
+    >>> tree = {"blocks": {"attn": {"w_q": 0}}}
+    >>> path_str(jax.tree_util.tree_leaves_with_path(tree)[0][0])
+    'blocks/attn/w_q'
+  """
+  return jax.tree_util.keystr(tuple(path), simple=True, separator="/")
+
+
+def key_of(path) -> str | None:
+  """The key of `NAMES` that names `path` (a key path or its string), or `None`.
+
+  Example:
+    >>> from transformer.names import key_of
+    >>> key_of("params/blocks/attn/w_q"), key_of("pos_embed/embedding"), key_of("x/w_z")
+    ('w_q', 'pos_embed/embedding', None)
+  """
+  parts = (path if isinstance(path, str) else path_str(path)).split("/")
+  for i in range(len(parts)):
+    key = "/".join(parts[i:])
+    if key in NAMES:
+      return key
+  return None
+
+
+def name_of(path) -> Name:
+  """The `Name` of `path` (a key path or its string); a vector when no key names it.
+
+  Example:
+    >>> from transformer.names import name_of
+    >>> name_of("blocks/ffn/w_2").role, name_of("blocks/norm_1/scale").update
+    ('feed-forward', 'vector')
+  """
+  key = key_of(path)
+  return _VECTOR if key is None else NAMES[key]
+
+
+def update_role(path) -> str:
+  """The optimizer role of `path`: `hidden`, `embedding`, `unembedding` or `vector`."""
+  return name_of(path).update
+
+
+def is_matrix(path) -> bool:
+  """Whether `path` names a weight matrix (any role but vector)."""
+  return name_of(path).kind == "weight"
+
+
+def decays(path, leaf=None) -> bool:
+  """Whether weight decay applies to the leaf at `path`: every weight matrix, no vector.
+
+  `leaf` is accepted (and ignored) so that `decays` maps over a tree with
+  `jax.tree_util.tree_map_with_path`.
+
+  Example:
+    >>> from transformer.names import decays
+    >>> decays("embed/embedding"), decays("blocks/attn/w_o"), decays("blocks/attn/b_o")
+    (True, True, False)
+  """
+  del leaf
+  return is_matrix(path)
+
+
+def decay_mask(params):
+  """The weight-decay mask of `params` (`True` at every weight matrix), for `optax.masked`.
+
+  Example:
+    >>> import jax, transformer
+    >>> from transformer.names import decay_mask
+    >>> params = transformer.init(transformer.preset("tiny"), jax.random.key(0))
+    >>> mask = decay_mask(params)
+    >>> bool(mask["blocks"]["ffn"]["w_1"]), bool(mask["blocks"]["norm_1"]["scale"])
+    (True, False)
+  """
+  return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def catalog_order() -> list[str]:
+  """The keys of the catalog's matrices (weights and products), in forward order."""
+  return [k for k, n in NAMES.items() if n.kind != "vector"]
