@@ -6,8 +6,8 @@ from Hugging Face tensor names to our parameter paths, stating two facts per ten
 
 * **layout** — GPT-2's `Conv1D` already stores `W: (d_in, d_out)` and is used as `x @ W`,
   like ours; `torch.nn.Linear` (Llama, every `lm_head`) stores `Wᵀ: (d_out, d_in)`, so it
-  is transposed. Embeddings are `(vocab, d)` in both.
-* **fusion** — GPT-2's `c_attn` is `[W_Q | W_K | W_V]: (d, 3d)`, the three projections
+  is transposed. Embeddings are `(V, D)` in both.
+* **fusion** — GPT-2's `c_attn` is `[W_Q | W_K | W_V]: (D, 3D)`, the three projections
   concatenated along the output axis; it is split on the way in and joined on the way out.
 
 Per-layer tensors (`h.{l}.…`, `layers.{l}.…`) are stacked on our leading layer axis `L`.
@@ -17,10 +17,17 @@ never imported. Anything this mapping cannot represent exactly (an unknown archi
 RoPE scaling, a missing or extra tensor, a wrong shape, an unreadable file) is a
 `ValueError` naming the tensor or the `config.json` field.
 
-Example:
-  >>> cfg, params = transformer.from_hf("/models/gpt2")   # a folder you already have
-  >>> logits = transformer.Transformer(cfg).apply({"params": params}, tokens_BT)
-  >>> transformer.to_hf(cfg, params, "/tmp/gpt2-copy")     # opens in `transformers`
+Example (with a folder you already have, `cfg, params = transformer.from_hf("/models/gpt2")`;
+here a round trip through a temporary folder):
+  >>> import tempfile, jax, numpy as np, transformer
+  >>> cfg = transformer.preset("llama-tiny")
+  >>> params = transformer.init(cfg, jax.random.key(0))
+  >>> folder = tempfile.mkdtemp()
+  >>> transformer.to_hf(params, cfg, folder)               # opens in `transformers`
+  >>> cfg_back, params_back = transformer.from_hf(folder)
+  >>> cfg_back == cfg, np.array_equal(params_back["blocks"]["attn"]["w_q"],
+  ...                                 params["blocks"]["attn"]["w_q"])
+  (True, True)
 """
 
 from __future__ import annotations
@@ -307,8 +314,13 @@ def config_from_hf(path: str | os.PathLike, *, param_dtype: str = "float32") -> 
     The `Config` whose `Transformer` computes the same function as the checkpoint.
 
   Example:
-    >>> config_from_hf("/models/gpt2").n_layers
-    12
+    >>> import tempfile, jax, transformer
+    >>> from transformer.hf import config_from_hf
+    >>> cfg = transformer.preset("tiny")
+    >>> folder = tempfile.mkdtemp()
+    >>> transformer.to_hf(transformer.init(cfg, jax.random.key(0)), cfg, folder)
+    >>> config_from_hf(folder).n_layers == cfg.n_layers
+    True
   """
   return _read_config(pathlib.Path(path), param_dtype)[1]
 
@@ -402,10 +414,15 @@ def from_hf(path: str | os.PathLike, *, param_dtype: str = "float32"
     ValueError: an unsupported architecture or `config.json` field, a missing, extra,
       unreadable or wrongly shaped tensor (the message names it).
 
-  Example:
-    >>> cfg, params = from_hf("/models/llama-3-8b", param_dtype="bfloat16")
-    >>> params["blocks"]["attn"]["w_k"].shape   # (L, d, Hkv·dh)
-    (32, 4096, 1024)
+  Example (for Llama-3-8B, `w_k` is `(L, D, K·Dh) = (32, 4096, 1024)`):
+    >>> import tempfile, jax, transformer
+    >>> cfg = transformer.preset("llama-tiny")
+    >>> folder = tempfile.mkdtemp()
+    >>> transformer.to_hf(transformer.init(cfg, jax.random.key(0)), cfg, folder)
+    >>> cfg16, params16 = transformer.from_hf(folder, param_dtype="bfloat16")
+    >>> w_k_LDX = params16["blocks"]["attn"]["w_k"]   # X = K·Dh
+    >>> w_k_LDX.shape == (cfg.n_layers, cfg.d_model, cfg.n_kv_heads * cfg.d_head), w_k_LDX.dtype
+    (True, dtype(bfloat16))
   """
   folder = pathlib.Path(path)
   family, cfg = _read_config(folder, param_dtype)
@@ -444,7 +461,9 @@ def family_for(cfg: Config) -> Family:
   """The Hugging Face family that represents `cfg` exactly, or a `ValueError` saying why none.
 
   Example:
-    >>> family_for(preset("llama-tiny")).architecture
+    >>> import transformer
+    >>> from transformer.hf import family_for
+    >>> family_for(transformer.preset("llama-tiny")).architecture
     'LlamaForCausalLM'
   """
   problems = {name: f.unsupported(cfg) for name, f in FAMILIES.items()}
@@ -455,8 +474,8 @@ def family_for(cfg: Config) -> Family:
   raise ValueError(f"no Hugging Face architecture matches this Config ({why}).")
 
 
-def to_hf(cfg: Config, params, path: str | os.PathLike) -> None:
-  """Write `(cfg, params)` as a Hugging Face folder that `transformers` opens directly.
+def to_hf(params, cfg: Config, path: str | os.PathLike) -> None:
+  """Write `(params, cfg)` as a Hugging Face folder that `transformers` opens directly.
 
   The inverse of `from_hf`: `config.json` (with `model_type` and `architectures`) and one
   `model.safetensors` in `cfg.param_dtype`, written with `safetensors.numpy` (no torch).
@@ -464,19 +483,27 @@ def to_hf(cfg: Config, params, path: str | os.PathLike) -> None:
   stored transposed and GPT-2's `c_attn` is written as `[W_Q | W_K | W_V]`.
 
   Args:
+    params: the parameters (`{"params": ...}` or the inner dict).
     cfg: a GPT-2-like (LayerNorm, learned positions, biases, MHA) or Llama-like (RMSNorm,
-      RoPE, SwiGLU) pre-norm causal softmax config.
-    params: the matching parameters (`{"params": ...}` or the inner dict).
+      RoPE, SwiGLU) pre-norm causal softmax config matching `params`.
     path: output folder (created if needed; existing files of the same names are replaced).
 
   Raises:
+    TypeError: the arguments are in the old order `(cfg, params, path)`.
     ValueError: the config has no Hugging Face equivalent, or a parameter is missing or
       has the wrong shape.
 
-  Example:
-    >>> to_hf(cfg, params, "runs/export/gpt2")
-    >>> transformers.AutoModelForCausalLM.from_pretrained("runs/export/gpt2")
+  Example (then `transformers.AutoModelForCausalLM.from_pretrained(folder)` opens it):
+    >>> import pathlib, tempfile, jax, transformer
+    >>> cfg = transformer.preset("tiny")
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> transformer.to_hf(transformer.init(cfg, jax.random.key(0)), cfg, folder)
+    >>> sorted(f.name for f in folder.iterdir())
+    ['config.json', 'model.safetensors']
   """
+  if isinstance(params, Config):
+    raise TypeError("to_hf(params, cfg, path): got a Config first. Fix: pass the parameters "
+                    "first, then the config (the `(params, cfg)` order of every function).")
   family = family_for(cfg)
   expected = _expected_shapes(cfg)
   table = family.tensors(cfg)

@@ -137,7 +137,7 @@ def test_to_hf_opens_in_transformers_with_same_logits(torch_hf, tmp_path, name):
   torch, tf = torch_hf
   cfg = ROUND_TRIP_CONFIGS[name]
   params = _random_params(cfg, seed=3)
-  transformer.to_hf(cfg, params, tmp_path)
+  transformer.to_hf(params, cfg, tmp_path)
   model = tf.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
   assert type(model).__name__ == hf.FAMILIES[name].architecture
   tokens = _tokens(1)
@@ -165,7 +165,7 @@ def saved_once(tmp_path_factory):
   cfg = ROUND_TRIP_CONFIGS["gpt2"]
   params = _random_params(cfg, seed=5)
   folder = tmp_path_factory.mktemp("gpt2")
-  transformer.to_hf(cfg, params, folder)
+  transformer.to_hf(params, cfg, folder)
   return folder, params
 
 
@@ -195,7 +195,7 @@ def test_bare_body_names_without_prefix_load(saved):
 def test_bfloat16_checkpoint_round_trips_exactly(tmp_path):
   cfg = ROUND_TRIP_CONFIGS["llama"].replace(param_dtype="bfloat16")
   params = jax.tree.map(lambda w: w.astype(jnp.bfloat16), _random_params(cfg, seed=7))
-  transformer.to_hf(cfg, params, tmp_path)
+  transformer.to_hf(params, cfg, tmp_path)
   assert json.loads((tmp_path / "config.json").read_text())["dtype"] == "bfloat16"
   cfg_bf16, params_bf16 = transformer.from_hf(tmp_path, param_dtype="bfloat16")
   cfg_f32, params_f32 = transformer.from_hf(tmp_path)
@@ -282,6 +282,13 @@ def test_rope_theta_read_from_either_key(tmp_path):
 def test_to_hf_rejects_configs_without_equivalent(tmp_path, change, message):
   cfg = ROUND_TRIP_CONFIGS["gpt2"].replace(**change)
   with pytest.raises(ValueError, match=message):
+    transformer.to_hf({}, cfg, tmp_path)
+  assert not (tmp_path / hf.WEIGHTS_FILE).exists()
+
+
+def test_to_hf_names_the_params_cfg_order(tmp_path):
+  cfg = ROUND_TRIP_CONFIGS["gpt2"]
+  with pytest.raises(TypeError, match=r"to_hf\(params, cfg, path\)"):
     transformer.to_hf(cfg, {}, tmp_path)
   assert not (tmp_path / hf.WEIGHTS_FILE).exists()
 
