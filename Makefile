@@ -24,7 +24,7 @@ demo: $(VENV)/.installed
 	$(PY) -m experiments demo
 
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest $(PYTEST_ARGS) tests
+	$(PY) -m pytest $(PYTEST_ARGS) --doctest-modules transformer analysis optim experiments tests
 
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check .

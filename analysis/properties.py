@@ -59,9 +59,10 @@ def psd_certificate(M, *, tol: float | None = None) -> dict[str, np.ndarray]:
     (symmetric and PSD).
 
   Example:
-    >>> X = np.random.randn(10, 3)
-    >>> psd_certificate(X @ X.T)["is_kernel"]
-    array(True)
+    >>> import numpy as np, analysis
+    >>> X = np.random.default_rng(0).normal(size=(10, 3))
+    >>> bool(analysis.psd_certificate(X @ X.T)["is_kernel"])
+    True
   """
   M64 = np.asarray(M, np.float64)
   n = M64.shape[-1]
@@ -90,17 +91,17 @@ def _cholesky_ok(S: np.ndarray) -> bool:
   return True
 
 
-def softmax_kernel(q_BTHD: jax.Array, k_BTHD: jax.Array, scale: float) -> jax.Array:
-  """The unnormalized softmax kernel `κ(q_i, k_j) = exp(scale · q_i·k_j)` per head, `(B,H,T,T)`.
+def softmax_kernel(q_BTHDh: jax.Array, k_BSHDh: jax.Array, scale: float) -> jax.Array:
+  """The unnormalized softmax kernel `κ(q_i, k_j) = exp(scale · q_i·k_j)` per head, `(B,H,T,S)`.
 
   Softmax attention is `A = D⁻¹ κ(Q, K)` with `D` the row sums. `κ` is a positive-definite
   kernel only when queries and keys are the same vectors (then `exp` of a Gram matrix is PSD by
   the Schur product theorem); with `W_Q ≠ W_K` the matrix is not even symmetric. Feed it to
   `psd_certificate` to measure that claim instead of assuming it.
   """
-  scores_BHTT = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BTHD).astype(jnp.float32) * scale
+  scores_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHDh, k_BSHDh).astype(jnp.float32) * scale
   # exp overflows float32 above ~88; scores that large would saturate softmax anyway.
-  return jnp.exp(jnp.minimum(scores_BHTT, 80.0))
+  return jnp.exp(jnp.minimum(scores_BHTS, 80.0))
 
 
 # --- decomposition -----------------------------------------------------------------------
@@ -124,9 +125,9 @@ def rank_for_energy(W: jax.Array, energy: float = 0.9) -> jax.Array:
   return jnp.sum(curve < energy * (1 - 1e-6), -1) + 1
 
 
-def cache_rank(kv_BTHD: jax.Array, energy: float = 0.9) -> jax.Array:
-  """`rank_for_energy` of each head's key (or value) cache `(T, dh)`: `(..., B, H)`."""
-  return rank_for_energy(jnp.moveaxis(kv_BTHD, -2, -3), energy)
+def cache_rank(kv_BSKDh: jax.Array, energy: float = 0.9) -> jax.Array:
+  """`rank_for_energy` of each head's key (or value) cache `(S, Dh)`: `(..., B, K)`."""
+  return rank_for_energy(jnp.moveaxis(kv_BSKDh, -2, -3), energy)
 
 
 # --- orthogonality -----------------------------------------------------------------------
@@ -181,14 +182,14 @@ def principal_angles(A: jax.Array, B: jax.Array) -> jax.Array:
 
 
 def head_overlap(W_heads: jax.Array) -> jax.Array:
-  """Pairwise subspace overlap `‖Q_aᵀ Q_b‖_F² / dh = mean cos² θ` of heads' column spaces.
+  """Pairwise subspace overlap `‖Q_aᵀ Q_b‖_F² / Dh = mean cos² θ` of heads' column spaces.
 
   Args:
-    W_heads: `(..., H, d, dh)`, e.g. each head's `W_Q^h`.
+    W_heads: `(..., H, D, Dh)`, e.g. each head's `W_Q^h`.
 
   Returns:
     `(..., H, H)` in `[0, 1]`: 1 on the diagonal; two heads reading the same subspace score 1,
-    orthogonal subspaces 0, random subspaces about `dh / d`.
+    orthogonal subspaces 0, random subspaces about `Dh / D`.
   """
   Q = _orthonormal_basis(W_heads)
   C = jnp.einsum("...adi,...bdj->...abij", Q, Q)
@@ -206,24 +207,20 @@ def head_redundancy(W_heads: jax.Array) -> jax.Array:
 # --- sparsity ----------------------------------------------------------------------------
 
 
-def _xlogx(p: jax.Array) -> jax.Array:
-  return jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1)), 0)
-
-
 def attention_entropy(weights: jax.Array, *, per_query: bool = False) -> jax.Array:
   """Shannon entropy (nats) of attention rows, `H_i = −Σ_j A_ij ln A_ij`.
 
   `0` for a row on one key, `ln n` for uniform attention over `n` keys.
 
   Args:
-    weights: `(..., T, S)` attention matrices (rows sum to 1), e.g. the sown `weights` `(L, B,
-      H, T, S)`.
+    weights: `(..., T, S)` attention matrices (rows sum to 1), e.g. the sown `weights`
+      `(L, B, H, T, S)`.
     per_query: return the entropy of each row `(..., T)` instead of the mean over rows.
 
   Returns:
     `(...,)` mean row entropy per matrix (per head), or `(..., T)`.
   """
-  H = -jnp.sum(_xlogx(weights.astype(jnp.float32)), -1)
+  H = jnp.sum(jax.scipy.special.entr(weights.astype(jnp.float32)), -1)  # entr(p) = -p ln p
   return H if per_query else H.mean(-1)
 
 

@@ -36,13 +36,13 @@ class Config:
   """Hyper-parameters of a decoder-only transformer with explicit weight matrices.
 
   Attributes:
-    vocab_size: number of token ids (rows of the embedding matrix `E`).
-    d_model: residual width `d`.
+    vocab_size: number of token ids `V` (rows of the embedding matrix `E`).
+    d_model: residual width `D`.
     n_layers: number of blocks `L` (stacked on a leading axis of every block weight).
     n_heads: query heads `H`.
-    n_kv_heads: key/value heads `Hkv` (GQA when `1 < Hkv < H`, MQA when 1); default `H`.
-    d_head: per-head width `dh`; default `d_model // n_heads`.
-    d_ff: feed-forward hidden width; default `4 * d_model`.
+    n_kv_heads: key/value heads `K` (GQA when `1 < K < H`, MQA when 1); default `H`.
+    d_head: per-head width `Dh`; default `d_model // n_heads`.
+    d_ff: feed-forward hidden width `F`; default `4 * d_model`.
     max_len: longest sequence (rows of the learned position matrix, KV-cache length).
     norm: `layernorm`, `rmsnorm` or `none`.
     norm_position: `pre` (GPT-2, Llama) or `post` (the original Transformer).
@@ -138,7 +138,7 @@ class Config:
   # Derived quantities, named as in the preface.
   @property
   def kv_groups(self) -> int:
-    """Query heads per key/value head (`H / Hkv`)."""
+    """Query heads per key/value head (`H / K`)."""
     return self.n_heads // self.n_kv_heads
 
   @property
@@ -206,7 +206,8 @@ def preset(name: str, **overrides) -> Config:
   """The named preset, with `overrides` applied (and validated).
 
   Example:
-    >>> preset("tiny", n_layers=4).n_layers
+    >>> import transformer
+    >>> transformer.preset("tiny", n_layers=4).n_layers
     4
   """
   if name not in PRESETS:

@@ -65,8 +65,8 @@ def catalog(params, cfg: Config, seq_len: int | None = None) -> list[Entry]:
     >>> import jax, transformer
     >>> cfg = transformer.preset("tiny")
     >>> params = transformer.init(cfg, jax.random.key(0))
-    >>> [(e.path, e.step) for e in transformer.catalog(params, cfg)][2:4]
-    [('blocks/attn/w_k', 2), ('blocks/attn/w_v', 2)]
+    >>> [(e.path, e.step) for e in transformer.catalog(params, cfg)][1:3]
+    [('pos_embed/embedding', 1), ('blocks/attn/w_q', 2)]
   """
   T = cfg.max_len if seq_len is None else seq_len
   table = {}

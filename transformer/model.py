@@ -52,8 +52,8 @@ class KVCache(NamedTuple):
   """Keys and values of every layer for `S` slots, plus which slots hold real tokens.
 
   Attributes:
-    k: `(L, B, S, Hkv, dh)` keys (after RoPE).
-    v: `(L, B, S, Hkv, dh)` values.
+    k: `(L, B, S, K, Dh)` keys (after RoPE).
+    v: `(L, B, S, K, Dh)` values.
     valid: `(B, S)` True where a slot holds a real (written, non-padding) token.
     index: `()` int32, the next slot to write.
   """
@@ -87,7 +87,7 @@ class Norm(nn.Module):
 
 class Attention(nn.Module):
   """Multi-head (grouped-query) attention: `Q = X W_Q`, `K = X W_K`, `V = X W_V`,
-  `A = softmax(Q Kᵀ / sqrt(dh))`, output `(A V) W_O`."""
+  `A = softmax(Q Kᵀ / sqrt(Dh))`, output `(A V) W_O`."""
 
   cfg: Config
 
@@ -96,30 +96,30 @@ class Attention(nn.Module):
     cfg = self.cfg
     H, K, dh, std = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.init_std
     B, T, _ = x_BTD.shape
-    q_BTHD = _project(self, "q", x_BTD, H * dh, std).reshape(B, T, H, dh)
-    k_BTKD = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
-    v_BTKD = _project(self, "v", x_BTD, K * dh, std).reshape(B, T, K, dh)
+    q_BTHDh = _project(self, "q", x_BTD, H * dh, std).reshape(B, T, H, dh)
+    k_BTKDh = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
+    v_BTKDh = _project(self, "v", x_BTD, K * dh, std).reshape(B, T, K, dh)
     if cfg.positions == "rope":
-      q_BTHD = rope(q_BTHD, pos_BT, cfg.rope_theta)
-      k_BTKD = rope(k_BTKD, pos_BT, cfg.rope_theta)
-    self.sow("intermediates", "q", q_BTHD)
-    self.sow("intermediates", "k", k_BTKD)
-    self.sow("intermediates", "v", v_BTKD)
+      q_BTHDh = rope(q_BTHDh, pos_BT, cfg.rope_theta)
+      k_BTKDh = rope(k_BTKDh, pos_BT, cfg.rope_theta)
+    self.sow("intermediates", "q", q_BTHDh)
+    self.sow("intermediates", "k", k_BTKDh)
+    self.sow("intermediates", "v", v_BTKDh)
 
     if kv is None:
-      k_BSKD, v_BSKD = k_BTKD, v_BTKD
+      k_BSKDh, v_BSKDh = k_BTKDh, v_BTKDh
     else:  # decoding: write this chunk into the cache at `offset`, then read every slot
-      k_BSKD = jax.lax.dynamic_update_slice(kv[0], k_BTKD.astype(kv[0].dtype), (0, offset, 0, 0))
-      v_BSKD = jax.lax.dynamic_update_slice(kv[1], v_BTKD.astype(kv[1].dtype), (0, offset, 0, 0))
-      kv = (k_BSKD, v_BSKD)
+      k_BSKDh = jax.lax.dynamic_update_slice(kv[0], k_BTKDh.astype(kv[0].dtype), (0, offset, 0, 0))
+      v_BSKDh = jax.lax.dynamic_update_slice(kv[1], v_BTKDh.astype(kv[1].dtype), (0, offset, 0, 0))
+      kv = (k_BSKDh, v_BSKDh)
 
-    # Grouped-query attention: each key/value head serves H / Hkv query heads.
-    k_BSHD = jnp.repeat(k_BSKD.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
-    v_BSHD = jnp.repeat(v_BSKD.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
-    out_BTHD, aux = ATTENTION[cfg.attention](q_BTHD, k_BSHD, v_BSHD, mask_BTS, scale=dh**-0.5)
+    # Grouped-query attention: each key/value head serves H / K query heads.
+    k_BSHDh = jnp.repeat(k_BSKDh.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
+    v_BSHDh = jnp.repeat(v_BSKDh.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
+    out_BTHDh, aux = ATTENTION[cfg.attention](q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=dh**-0.5)
     self.sow("intermediates", "scores", aux["scores"])
     self.sow("intermediates", "weights", aux["weights"])
-    return _project(self, "o", out_BTHD.reshape(B, T, H * dh), cfg.d_model, _out_std(cfg)), kv
+    return _project(self, "o", out_BTHDh.reshape(B, T, H * dh), cfg.d_model, _out_std(cfg)), kv
 
 
 class FeedForward(nn.Module):
@@ -186,7 +186,7 @@ class Block(nn.Module):
 
 
 class Embed(nn.Module):
-  """A lookup table `E: (n, d)`; `embed(ids) = one_hot(ids) @ E`, `attend(h) = h @ Eᵀ`."""
+  """A lookup table `E: (n, D)`; `embed(ids) = one_hot(ids) @ E`, `attend(h) = h @ Eᵀ`."""
 
   cfg: Config
   n: int
@@ -260,7 +260,7 @@ class Transformer(nn.Module):
 
 
 class Unembed(nn.Module):
-  """The output matrix `w_out: (d, vocab)`: logits `= h @ w_out` (untied models only)."""
+  """The output matrix `w_out: (D, V)`: logits `= h @ w_out` (untied models only)."""
 
   cfg: Config
 
@@ -273,7 +273,17 @@ class Unembed(nn.Module):
 
 
 def init(cfg: Config, rng: jax.Array, seq_len: int = 8) -> dict[str, Any]:
-  """Initial parameters (the `params` collection) of `Transformer(cfg)`."""
+  """Initial parameters (the `params` collection) of `Transformer(cfg)`.
+
+  The one way to initialize: for shapes only, `jax.eval_shape(lambda: init(cfg, rng))`.
+
+  Example:
+    >>> import jax, transformer
+    >>> cfg = transformer.preset("tiny")
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> params["blocks"]["attn"]["w_q"].shape == (cfg.n_layers, cfg.d_model, cfg.d_model)
+    True
+  """
   tokens = jnp.zeros((1, min(seq_len, cfg.max_len)), jnp.int32)
   return jax.jit(Transformer(cfg).init)(rng, tokens)["params"]
 
@@ -291,14 +301,18 @@ def layer(params, l: int):
 def block_fn(cfg: Config, part: str = "block"):
   """The pure function `f(block_params_l, x) -> y` of one layer.
 
-  `x` is `(T, d)` or `(B, T, d)`; positions are `0..T-1` and the mask is the config's.
+  `x` is `(T, D)` or `(B, T, D)`; positions are `0..T-1` and the mask is the config's.
   `part="block"` is the whole layer, `"attn"` the attention sub-layer and `"ffn"` the
   feed-forward sub-layer, each without its residual (pre-norm: `attn(norm_1(x))`).
 
   Example:
-    >>> cfg = preset("tiny"); params = init(cfg, jax.random.key(0))
-    >>> x = jax.random.normal(jax.random.key(1), (16, cfg.d_model))
-    >>> J = jax.jacfwd(block_fn(cfg), argnums=1)(layer(params, 0), x)  # (T, d, T, d)
+    >>> import jax, transformer
+    >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
+    >>> x_TD = jax.random.normal(jax.random.key(1), (16, cfg.d_model))
+    >>> f = transformer.block_fn(cfg)
+    >>> J = jax.jacfwd(f, argnums=1)(transformer.layer(params, 0), x_TD)
+    >>> J.shape == (16, cfg.d_model, 16, cfg.d_model)  # (T, D, T, D)
+    True
   """
   if part not in ("block", "attn", "ffn"):
     raise ValueError(f"block_fn: part={part!r} is unknown. Fix: use 'block', 'attn' or 'ffn'.")

@@ -63,8 +63,8 @@ def test_energy_and_rank_for_energy_on_known_spectrum():
 def test_cache_rank_per_head():
   low = rng.standard_normal((1, 16, 1)) @ rng.standard_normal((1, 1, 8))  # rank one
   full = rng.standard_normal((1, 16, 8))
-  kv_BTHD = jnp.asarray(np.stack([low, full], axis=2), jnp.float32)
-  ranks = P.cache_rank(kv_BTHD, 0.99)
+  kv_BSKDh = jnp.asarray(np.stack([low, full], axis=2), jnp.float32)
+  ranks = P.cache_rank(kv_BSKDh, 0.99)
   assert ranks.shape == (1, 2) and int(ranks[0, 0]) == 1 and int(ranks[0, 1]) > 4
 
 
