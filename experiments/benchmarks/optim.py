@@ -14,21 +14,31 @@ is `optim.muon` no slower than `optax.contrib.muon`.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import optax
 
 import optim
 import transformer
+from experiments.benchmarks.timing import interleaved
 
 
-def random_params(cfg: transformer.Config, seed: int = 0):
-  """Random arrays with the shapes (and dtypes) of `transformer.init(cfg, ...)`."""
-  shapes = jax.eval_shape(lambda k: transformer.init(cfg, k), jax.random.key(seed))
+def random_params(cfg: transformer.Config, key: jax.Array | None = None):
+  """Random arrays with the shapes (and dtypes) of `transformer.init(cfg, key)`.
+
+  Example:
+    >>> import jax, transformer
+    >>> from experiments.benchmarks.optim import random_params
+    >>> cfg = transformer.preset("tiny")
+    >>> shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
+    >>> jax.tree.map(lambda x: x.shape, random_params(cfg)) == jax.tree.map(
+    ...     lambda x: x.shape, shapes)
+    True
+  """
+  key = jax.random.key(0) if key is None else key
+  shapes = jax.eval_shape(lambda: transformer.init(cfg, key))
   leaves, treedef = jax.tree.flatten(shapes)
-  keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
+  keys = jax.random.split(key, len(leaves))
   return jax.tree.unflatten(
       treedef, [jax.random.normal(k, s.shape, s.dtype) for k, s in zip(keys, leaves, strict=True)])
 
@@ -52,18 +62,12 @@ def time_updates(txs: dict, params, repeats: int) -> dict[str, float]:
   each per round), so drift in the machine's load hits every optimizer alike.
   """
   grads = jax.tree.map(lambda p: p * 1e-2, params)
-  runs = {}
-  for name, tx in txs.items():
+
+  def update_fn(tx):
     update, state = jax.jit(tx.update), tx.init(params)
-    jax.block_until_ready(update(grads, state, params))
-    runs[name] = (update, state)
-  times = {name: [] for name in txs}
-  for _ in range(repeats):
-    for name, (update, state) in runs.items():
-      start = time.perf_counter()
-      jax.block_until_ready(update(grads, state, params))
-      times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(t) for name, t in times.items()}
+    return lambda: update(grads, state, params)
+
+  return interleaved({name: update_fn(tx) for name, tx in txs.items()}, repeats)
 
 
 def main(argv=None) -> int:

@@ -16,7 +16,6 @@ no substitute: it counts the body of the layer scan once, not `L` times.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
@@ -26,24 +25,14 @@ import numpy as np
 
 import transformer
 from experiments import sharding, train
-
-
-def median_seconds(fn, repeats: int) -> float:
-  """Median wall time of `fn()` (which must block until its result is ready)."""
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+from experiments.benchmarks.timing import median_seconds
 
 
 def matmul_flops_per_s(n: int = 1024, repeats: int = 5) -> float:
   """Measured float32 FLOP/s of a jitted dense `(n, n) @ (n, n)` (``2 n^3`` FLOPs)."""
   a, b = (jax.random.normal(k, (n, n), jnp.float32) for k in jax.random.split(jax.random.key(0)))
   matmul = jax.jit(jnp.matmul)
-  matmul(a, b).block_until_ready()
-  return 2 * n**3 / median_seconds(lambda: matmul(a, b).block_until_ready(), repeats)
+  return 2 * n**3 / median_seconds(lambda: matmul(a, b), repeats)
 
 
 def model_flops_per_step(cfg: transformer.Config, batch: int, seq_len: int) -> float:
@@ -73,14 +62,13 @@ def bench_model(name: str, cfg: transformer.Config, batch: int, seq_len: int,
   start = time.perf_counter()
   compiled = trainer.step.lower(state, tokens, weights).compile()
   compile_s = time.perf_counter() - start
-  holder = [state]
 
   def one_step():
-    holder[0], metrics = compiled(holder[0], tokens, weights)
-    metrics["loss"].block_until_ready()
+    nonlocal state
+    state, metrics = compiled(state, tokens, weights)
+    return metrics["loss"]
 
-  one_step()  # warm-up
-  seconds = median_seconds(one_step, repeats)
+  seconds = median_seconds(one_step, repeats)  # after one warm-up step
   return {"model": name, "batch": batch, "seq_len": seq_len, "compile_s": compile_s,
           "step_s": seconds, "tokens_per_s": batch * seq_len / seconds,
           "flops": model_flops_per_step(cfg, batch, seq_len)}
