@@ -88,3 +88,21 @@ def test_momentum_dtype_and_bad_leaf():
   assert u["w_2"].dtype == jnp.bfloat16 and state.mu["w_2"].dtype == jnp.float32
   with pytest.raises(ValueError, match="matrix"):
     tx.update({"b": jnp.ones(3)}, tx.init({"b": jnp.ones(3)}))
+
+
+@pytest.mark.parametrize("ns_steps", [1, 2, 7])
+def test_ns_steps_is_the_newton_schulz_iteration_count(ns_steps):
+  """With β = 0 (no momentum) and no shape scaling, Muon's update is `NS_k(g)` with
+  `k = ns_steps`: checked against the iteration written out in float64."""
+  from transformer.linalg.newton_schulz import coeff_table
+
+  g = jax.random.normal(jax.random.key(3), (2, 16, 24))
+  tx = optim.scale_by_muon(0.0, nesterov=False, ns_steps=ns_steps, shape_scaling="none")
+  u, _ = tx.update({"w": g}, tx.init({"w": g}))
+  a, b, c = np.asarray(coeff_table("standard"), np.float64)[0]
+  X = np.asarray(g, np.float64)
+  X = X / (np.linalg.norm(X, axis=(-2, -1), keepdims=True) + 1e-8)
+  for _ in range(ns_steps):
+    A = X @ np.swapaxes(X, -1, -2)
+    X = a * X + (b * A + c * A @ A) @ X
+  np.testing.assert_allclose(u["w"], X, rtol=2e-4, atol=2e-5)
