@@ -20,6 +20,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from analysis.jacobians import jacobian_top_singular_values
 from analysis.spectra import default_rank_tol, factored_singular_values
 from transformer import Config
 from transformer.model import param_tree
@@ -137,8 +138,6 @@ def causal_jacobian_spectra(f: Callable, x: jax.Array, *,
     J = jax.jacfwd(f)(x).reshape(x.size, x.size)
     sigma_max = jnp.linalg.svd(J, compute_uv=False)[0]
   else:
-    from analysis.jacobians import jacobian_top_singular_values
-
     sigma_max = jacobian_top_singular_values(f, x, 1).values[0]
   return {"eigenvalues": lam_TD, "block_singular_values": s_TD,
           "dist_from_one": jnp.max(jnp.abs(lam_TD - 1)),

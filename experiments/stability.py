@@ -219,9 +219,10 @@ def adamw(learning_rate: float, steps: int, *, warmup_steps: int = 0, weight_dec
   With `cap`, `optim.spectral_cap(cap)` follows on the matrices named `cap_names` (exact SVD,
   so the cap, and with it `analysis.logit_bound`, holds after every step).
   """
-  schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup_steps,
-                                                max(steps, warmup_steps + 1), 0.1 * learning_rate)
-  if warmup_steps == 0:
+  if warmup_steps:
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup_steps,
+                                                  max(steps, warmup_steps + 1), 0.1 * learning_rate)
+  else:
     schedule = optax.cosine_decay_schedule(learning_rate, max(steps, 1), 0.1)
   tx = optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=weight_decay)
   if cap is None:
