@@ -278,7 +278,8 @@ def max_logit(scores: jax.Array) -> jax.Array:
 # ------------------------------------------------------------------------- conditioning
 
 
-def effective_condition(X: jax.Array, *, rtol: float | None = None) -> dict[str, jax.Array]:
+def effective_condition(X: jax.Array, *, rtol: float | None = None,
+                        center: bool = False) -> dict[str, jax.Array]:
   """Condition number of `X` over its non-zero spectrum, and how many values were dropped.
 
   .. math::
@@ -289,12 +290,17 @@ def effective_condition(X: jax.Array, *, rtol: float | None = None) -> dict[str,
   condition number of `XᵀX` restricted to the span of the data, the curvature ratio of a
   least-squares fit of that projection. LayerNorm's output (with zero bias) satisfies
   `X·1 = 0` exactly, one exact zero that would make the plain `κ` infinite; it is dropped
-  and counted in `n_dropped`. A learned LayerNorm bias lifts that zero; RMSNorm has none.
+  and counted in `n_dropped`. A learned LayerNorm bias `b` lifts that zero: the rows become
+  `z_i ⊙ scale + b`, whose singular value along `1/scale` is of the size of `‖b‖√N` and, while
+  `b` is small, inflates `κ_eff` without describing the features. When the projection has a
+  bias of its own the intercept absorbs the mean row, and the relevant matrix is the centred
+  one (`center=True`: `X − mean_rows(X)`), which removes `b` exactly. RMSNorm has no zero.
 
   Args:
     X: `(..., N, D)`; leading axes are a batch (e.g. layers).
     rtol: singular values `≤ rtol·σ_1` are treated as zero; default `max(N, D)·eps` of `X`'s
       dtype (as `numpy.linalg.matrix_rank`).
+    center: subtract the mean over the `N` rows first (the covariance's conditioning).
 
   Returns:
     `kappa_eff (...,)`, `n_dropped (...,)` int32, `sigma_max (...,)`, `sigma_min (...,)` (the
@@ -310,6 +316,8 @@ def effective_condition(X: jax.Array, *, rtol: float | None = None) -> dict[str,
   """
   if X.ndim < 2:
     raise ValueError(f"effective_condition: X must be (..., N, D), got {X.shape=}.")
+  if center:
+    X = X - jnp.mean(X, axis=-2, keepdims=True)
   s = jnp.linalg.svd(X, compute_uv=False)
   tol = (default_rank_tol(s, X.shape) if rtol is None else rtol * s[..., 0])[..., None]
   kept = s > tol

@@ -157,12 +157,15 @@ def intermediates(params, cfg: transformer.Config, tokens_BT: jax.Array) -> dict
 
 
 def condition_profile(params, cfg: transformer.Config, tokens_BT: jax.Array, *,
-                      rtol: float | None = None) -> dict[str, jax.Array]:
+                      rtol: float | None = None, center: bool | None = None
+                      ) -> dict[str, jax.Array]:
   """Effective condition number of each projection's input, per layer (jit- and vmap-able).
 
   The `B·T` rows of each sown input (`PROJECTION_INPUTS`) form `X (B·T, width)`; its
   `analysis.effective_condition` is reported with the number of dropped zero singular values
-  (one for LayerNorm with zero bias: the all-ones direction).
+  (one for LayerNorm with zero bias: the all-ones direction). `center` (default
+  `cfg.use_bias`: the projections then have biases that absorb the mean row) centres `X` over
+  its rows first; see `analysis.effective_condition`.
 
   Returns:
     `{NAME/kappa_eff: (L,), NAME/n_dropped: (L,)}` for NAME in `PROJECTION_INPUTS`.
@@ -181,7 +184,8 @@ def condition_profile(params, cfg: transformer.Config, tokens_BT: jax.Array, *,
   for name, (sub, _) in PROJECTION_INPUTS.items():
     X = inter[sub][name].astype(jnp.float32)
     X_LND = X.reshape(X.shape[0], -1, X.shape[-1])
-    cond = analysis.effective_condition(X_LND, rtol=rtol)
+    cond = analysis.effective_condition(X_LND, rtol=rtol,
+                                        center=cfg.use_bias if center is None else center)
     out[f"{name}/kappa_eff"] = cond["kappa_eff"]
     out[f"{name}/n_dropped"] = cond["n_dropped"]
   return out
@@ -297,20 +301,22 @@ def _tiny(**changes) -> transformer.Config:
 
 def norm_condition_run(norm: str, *, seed: int = 0, learning_rate: float = 3e-3,
                        steps: int = 200, measure_every: int = 20, cfg=None, batches=None,
-                       seq_len: int = 32, batch_size: int = 16) -> dict:
+                       seq_len: int = 32, batch_size: int = 16,
+                       center: bool | None = None) -> dict:
   """Train with `norm` (`layernorm`, `rmsnorm`, `none`) and track `condition_profile`.
 
   Returns:
     The `train_tracked` history plus, per projection input NAME, `NAME/kappa_ratio_max`
     (largest over layers and measurements of `κ(t)/κ(0)`), `NAME/kappa_init` and
-    `NAME/kappa_final` (max over layers), and `kappa_ratio_max` over all inputs.
+    `NAME/kappa_final` (max over layers), `NAME/n_dropped` (max over layers, per measurement),
+    and `kappa_ratio_max` over all inputs.
   """
   cfg = (cfg or _tiny(max_len=seq_len)).replace(norm=norm)
   batches = batches or text_batches(seq_len, batch_size, seed)
   eval_tokens = np.asarray(batches(10**6))
   run = train_tracked(cfg, adamw(learning_rate, steps), seed, batches, steps=steps,
                       measure_every=measure_every,
-                      measure=lambda p, t: condition_profile(p, cfg, t),
+                      measure=lambda p, t: condition_profile(p, cfg, t, center=center),
                       eval_tokens=eval_tokens)
   summary = {}
   for name in PROJECTION_INPUTS:
@@ -318,6 +324,7 @@ def norm_condition_run(norm: str, *, seed: int = 0, learning_rate: float = 3e-3,
     summary[f"{name}/kappa_init"] = float(k_ML[0].max())
     summary[f"{name}/kappa_final"] = float(k_ML[-1].max())
     summary[f"{name}/kappa_ratio_max"] = float(np.nanmax(k_ML / k_ML[:1]))
+    summary[f"{name}/n_dropped"] = [int(max(m[f"{name}/n_dropped"])) for m in run["metrics"]]
   summary["kappa_ratio_max"] = max(summary[f"{n}/kappa_ratio_max"] for n in PROJECTION_INPUTS)
   return {**run, **summary}
 

@@ -223,6 +223,23 @@ def test_effective_condition_of_norm_outputs(norm, dropped):
   assert bool(jnp.isfinite(out["kappa_eff"]).all())
 
 
+def test_centering_removes_a_layernorm_bias():
+  cfg = _cfg(norm="layernorm")
+  x = jax.random.normal(jax.random.key(2), (128, cfg.d_model))
+  module = Norm(cfg)
+  variables = module.init(jax.random.key(3), x)
+  bias = 0.01 * jax.random.normal(jax.random.key(4), (cfg.d_model,))
+  variables = {"params": {**variables["params"], "bias": bias}}
+  y = module.apply(variables, x)
+  lifted = effective_condition(y)
+  centred = effective_condition(y, center=True)
+  assert int(lifted["n_dropped"]) == 0 and int(centred["n_dropped"]) == 1
+  Y = np.asarray(y, np.float64)
+  s = np.linalg.svd(Y - Y.mean(0), compute_uv=False)
+  np.testing.assert_allclose(centred["kappa_eff"], s[0] / s[-2], rtol=1e-3)
+  assert float(lifted["kappa_eff"]) > 3 * float(centred["kappa_eff"])  # the small-bias direction
+
+
 def test_effective_condition_rtol_and_zero_input():
   X = jnp.diag(jnp.array([1.0, 1e-2, 1e-4, 0.0]))
   out = effective_condition(X, rtol=1e-3)

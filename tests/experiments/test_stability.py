@@ -59,7 +59,8 @@ def test_condition_profile_matches_numpy(norm, dropped):
     X_L = np.asarray(inter[sub][name], np.float64)
     assert out[f"{name}/kappa_eff"].shape == (cfg.n_layers,)
     for l in range(cfg.n_layers):
-      s = np.linalg.svd(X_L[l].reshape(-1, X_L.shape[-1]), compute_uv=False)
+      X = X_L[l].reshape(-1, X_L.shape[-1])
+      s = np.linalg.svd(X - X.mean(0), compute_uv=False)  # centred: the projections have biases
       k = int(out[f"{name}/n_dropped"][l])
       np.testing.assert_allclose(out[f"{name}/kappa_eff"][l], s[0] / s[len(s) - 1 - k], rtol=1e-2)
   np.testing.assert_array_equal(out["attn_in/n_dropped"], dropped)
@@ -102,3 +103,24 @@ def test_logit_bound_run_certificate_holds_along_training(cap):
   if cap is not None:  # σ_max(W_Q^h W_K^hᵀ) ≤ cap², r = √D·max|scale|, so bound ≤ r² cap² / √Dh
     r = np.sqrt(cfg.d_model) * 1.5  # the LayerNorm scale moves little in 6 steps
     assert out["bound_final"] <= r * r * cap * cap / np.sqrt(cfg.d_head) * 1.01 + 0.05
+
+
+@pytest.mark.parametrize("position", ["pre", "post"])
+def test_sown_inputs_are_what_the_projections_read(position):
+  cfg = _cfg(norm_position=position, activation="relu")
+  params = transformer.init(cfg, jax.random.key(0))
+  tokens = jax.random.randint(jax.random.key(1), (2, 8), 0, cfg.vocab_size)
+  inter = stability.intermediates(params, cfg, tokens)
+  attn, ffn, blocks = inter["attn"], inter["ffn"], params["blocks"]
+  q = np.einsum("lbtd,lde->lbte", attn["attn_in"], blocks["attn"]["w_q"])
+  q = q + np.asarray(blocks["attn"]["b_q"])[:, None, None]
+  np.testing.assert_allclose(q, np.asarray(attn["q"]).reshape(q.shape), atol=1e-5)
+  h = np.einsum("lbtd,ldf->lbtf", ffn["ffn_in"], blocks["ffn"]["w_1"])
+  h = np.maximum(h + np.asarray(blocks["ffn"]["b_1"])[:, None, None], 0)
+  np.testing.assert_allclose(h, ffn["ffn_hidden"], atol=1e-5)
+  if position == "pre":  # the normalized stream: zero mean, RMS √(v/(v+eps)) < 1 per token
+    x = np.asarray(inter["resid_pre"], np.float64)
+    v = x.var(-1)
+    rms = np.sqrt((np.asarray(attn["attn_in"], np.float64) ** 2).mean(-1))
+    np.testing.assert_allclose(np.asarray(attn["attn_in"]).mean(-1), 0, atol=1e-5)
+    np.testing.assert_allclose(rms, np.sqrt(v / (v + cfg.norm_eps)), rtol=1e-4)
