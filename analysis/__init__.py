@@ -12,6 +12,7 @@ Modules:
                exponent, Marchenko–Pastur edge, float64 certificates.
   jacobians:   dense and matrix-free (Lanczos, Arnoldi) Jacobian spectra, depth, causality.
   properties:  definiteness, decomposition, orthogonality, sparsity.
+  stability:   causal Jacobian eigenvalues, certified attention-logit bound, effective κ.
   report:      the atlas: markdown and PNG figures.
 
 Example:
@@ -63,9 +64,20 @@ from analysis.spectra import (
     spectrum,
     stable_rank,
 )
+from analysis.stability import (
+    attention_input_bound,
+    causal_jacobian_blocks,
+    causal_jacobian_eigenvalues,
+    causal_jacobian_spectra,
+    effective_condition,
+    logit_bound,
+    max_logit,
+)
 from analysis.weights import Factored, Matrix, circuits, matrices
 
 __all__ = [
+    "attention_input_bound", "causal_jacobian_blocks", "causal_jacobian_eigenvalues",
+    "causal_jacobian_spectra", "effective_condition", "logit_bound", "max_logit",
     "Factored", "Matrix", "activation_sparsity", "attention_entropy", "cache_rank",
     "causal_leak", "causal_logdet", "circuits", "depth_profile", "effective_rank",
     "eigenvalues", "energy_captured", "energy_curve", "factored_singular_values",

@@ -2,8 +2,9 @@
 
 Every weight is a named matrix used as `x @ W` with `W: (d_in, d_out)`; there is no
 `nn.Dense`. The `L` blocks are one `nn.scan`, so every block weight carries a leading
-layer axis. Under `mutable=["intermediates"]` each block sows `q, k, v, scores, weights,
-resid_pre, resid_mid, resid_post, ffn_hidden`, stacked on that same layer axis.
+layer axis. Under `mutable=["intermediates"]` each block sows `attn_in, q, k, v, scores,
+weights, resid_pre, resid_mid, resid_post, ffn_in, ffn_hidden`, stacked on that same layer
+axis; `attn_in` and `ffn_in` are the (normalized) inputs of `w_q, w_k, w_v` and `w_1, w_gate`.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class Attention(nn.Module):
     cfg = self.cfg
     H, K, dh, std = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.init_std
     B, T, _ = x_BTD.shape
+    self.sow("intermediates", "attn_in", x_BTD)
     q_BTHDh = _project(self, "q", x_BTD, H * dh, std).reshape(B, T, H, dh)
     k_BTKDh = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
     v_BTKDh = _project(self, "v", x_BTD, K * dh, std).reshape(B, T, K, dh)
@@ -131,6 +133,7 @@ class FeedForward(nn.Module):
   def __call__(self, x_BTD):
     cfg = self.cfg
     act = ACTIVATION_FNS[cfg.activation]
+    self.sow("intermediates", "ffn_in", x_BTD)
     if cfg.activation == "swiglu":
       h_BTF = (act(_project(self, "gate", x_BTD, cfg.d_ff, cfg.init_std))
                * _project(self, "1", x_BTD, cfg.d_ff, cfg.init_std))

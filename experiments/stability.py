@@ -1,0 +1,377 @@
+"""Stability measurements: eigenvalues at depth, norms and conditioning, the logit certificate.
+
+The measurement cores of three claims (`residual-eigenvalues`, `layernorm-condition`,
+`eigenvalue-constrained`); the claim modules wrap them. Each core returns a dict of plain
+floats and lists (JSON-ready).
+
+* `depth_point` / `depth_sweep`: at initialisation, each layer's causal Jacobian eigenvalues
+  (exact, from its diagonal blocks) and `max |λ − 1|`, against the end-to-end Jacobian's largest
+  singular value, for pre-norm with residuals, pre-norm without residuals, and post-norm.
+* `condition_profile`: the effective condition number of each projection's input, read from
+  the sown `attn_in` (into `w_q, w_k, w_v`), `ffn_in` (into `w_1`, `w_gate`) and `ffn_hidden`
+  (into `w_2`). `norm_condition_run` tracks it through training for one norm.
+* `logit_certificate`: `analysis.logit_bound` against the measured largest attention logit;
+  `logit_bound_run` tracks both through training with `optim.spectral_cap` on `W_Q`, `W_K`.
+
+Quick numbers (about a minute on 2 CPU cores): `python -m experiments.stability`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import analysis
+import optim
+import transformer
+from experiments import data
+from experiments.train import loss_fn
+from transformer.model import param_tree
+
+DEPTHS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+# The depth-sweep arms: the changes each makes to the base config.
+ARMS: dict[str, dict] = {
+    "pre": dict(norm_position="pre", residual=True),
+    "pre-no-residual": dict(norm_position="pre", residual=False),
+    "post": dict(norm_position="post", residual=True),
+}
+
+# Each projection's input, as sown by the model (`blocks/attn/attn_in`, ...).
+PROJECTION_INPUTS = {"attn_in": ("attn", "w_q, w_k, w_v"), "ffn_in": ("ffn", "w_1, w_gate"),
+                     "ffn_hidden": ("ffn", "w_2")}
+
+# ----------------------------------------------------------------- eigenvalues at depth
+
+
+def stream_input(params, cfg: transformer.Config, tokens_T: jax.Array) -> jax.Array:
+  """`(T, D)`: the residual stream entering layer 0 (token embedding plus learned positions)."""
+  p = param_tree(params)
+  x_TD = jnp.take(p["embed"]["embedding"], tokens_T, axis=0).astype(cfg.jnp_dtype)
+  if cfg.positions == "learned":
+    x_TD = x_TD + p["pos_embed"]["embedding"][: tokens_T.shape[0]].astype(cfg.jnp_dtype)
+  return x_TD
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "seq_len", "full_max_size"))
+def _depth_arrays(cfg: transformer.Config, key: jax.Array, seq_len: int, full_max_size: int):
+  k_init, k_tokens = jax.random.split(key)
+  params = transformer.init(cfg, k_init)
+  tokens_T = jax.random.randint(k_tokens, (seq_len,), 0, cfg.vocab_size)
+  x_TD = stream_input(params, cfg, tokens_T)
+  blocks = params["blocks"]
+  xs_LTD = analysis.layer_inputs(cfg, blocks, x_TD)
+  f = transformer.block_fn(cfg)
+
+  def per_layer(args):
+    p, x = args
+    J_TDD = analysis.causal_jacobian_blocks(lambda z: f(p, z), x)
+    lam_TD = jnp.linalg.eigvals(J_TDD)
+    s_TD = jnp.linalg.svd(J_TDD, compute_uv=False)
+    return jnp.max(jnp.abs(lam_TD - 1)), jnp.max(jnp.abs(lam_TD)), jnp.max(s_TD[:, 0])
+
+  dist_L, rho_L, block_sigma_L = jax.lax.map(per_layer, (blocks, xs_LTD))
+  g = analysis.stack_fn(cfg)
+  end = lambda z: g(blocks, z)
+  if x_TD.size <= full_max_size:
+    J = jax.jacfwd(end)(x_TD).reshape(x_TD.size, x_TD.size)
+    e2e = jnp.linalg.svd(J, compute_uv=False)[0]
+  else:
+    e2e = analysis.jacobian_top_singular_values(end, x_TD, 1).values[0]
+  out_TD = end(x_TD)
+  return {"dist_from_one": dist_L, "spectral_radius": rho_L, "block_sigma_max": block_sigma_L,
+          "e2e_sigma_max": e2e, "stream_rms_in": jnp.sqrt(jnp.mean(x_TD**2)),
+          "stream_rms_out": jnp.sqrt(jnp.mean(out_TD**2))}
+
+
+def depth_point(cfg: transformer.Config, seed: int, *, seq_len: int = 8,
+                full_max_size: int = 2048) -> dict:
+  """Eigenvalues and singular values of every layer's Jacobian, and the end-to-end one, at init.
+
+  The model is `transformer.init(cfg, ·)` at `seed`; the point is the stream of `seq_len`
+  random tokens. Layer `l`'s Jacobian `J_l = ∂x_{l+1}/∂x_l` is taken at its own input `x_l`.
+
+  Args:
+    cfg: model config (`n_layers`, `residual`, `norm_position` are what the sweep varies).
+    seed: seed of the init and of the tokens.
+    seq_len: tokens `T`.
+    full_max_size: dense end-to-end Jacobian up to `T·D` this large, matrix-free above.
+
+  Returns:
+    `dist_from_one (L,)` `max |λ(J_l) − 1|`, `spectral_radius (L,)`, `block_sigma_max (L,)`
+    `max_t σ_max(∂y_t/∂x_t)`, as lists; scalars `max_dist_from_one`, `mean_dist_from_one`,
+    `e2e_sigma_max` (`σ_max` of `J_{L-1} ⋯ J_0`), `stream_rms_in`, `stream_rms_out`.
+
+  Example:
+    >>> import transformer
+    >>> from experiments.stability import depth_point
+    >>> cfg = transformer.Config(vocab_size=32, d_model=8, n_layers=2, n_heads=2, max_len=8)
+    >>> out = depth_point(cfg, seed=0, seq_len=4)
+    >>> len(out["dist_from_one"]), 0 < out["max_dist_from_one"] < 1  # one value per layer
+    (2, True)
+  """
+  a = jax.device_get(_depth_arrays(cfg, jax.random.key(seed), seq_len, full_max_size))
+  out = {k: (v.tolist() if np.ndim(v) else float(v)) for k, v in a.items()}
+  out["max_dist_from_one"] = float(np.max(a["dist_from_one"]))
+  out["mean_dist_from_one"] = float(np.mean(a["dist_from_one"]))
+  return out
+
+
+def depth_sweep(base: transformer.Config, seed: int, *, depths=DEPTHS, arms=None,
+                seq_len: int = 8) -> dict[str, dict[int, dict]]:
+  """`depth_point` for every arm (default `ARMS`) and depth: `{arm: {L: metrics}}`.
+
+  Example:
+    >>> import transformer
+    >>> from experiments.stability import depth_sweep
+    >>> base = transformer.Config(vocab_size=32, d_model=8, n_layers=1, n_heads=2, max_len=8)
+    >>> out = depth_sweep(base, 0, depths=(1, 2), arms={"pre": {}}, seq_len=4)
+    >>> sorted(out["pre"])
+    [1, 2]
+  """
+  arms = ARMS if arms is None else arms
+  return {arm: {L: depth_point(base.replace(n_layers=L, **changes), seed, seq_len=seq_len)
+                for L in depths} for arm, changes in arms.items()}
+
+
+# ------------------------------------------------------------------ per-step measurements
+
+
+def intermediates(params, cfg: transformer.Config, tokens_BT: jax.Array) -> dict:
+  """The sown intermediates of `blocks` in one forward pass, e.g. `["attn"]["scores"] (L, ...)`."""
+  _, state = transformer.Transformer(cfg).apply({"params": param_tree(params)}, tokens_BT,
+                                                mutable=["intermediates"])
+
+  def unwrap(tree):  # `sow` stores a tuple of one value per call
+    return tree[0] if isinstance(tree, tuple) else {k: unwrap(v) for k, v in tree.items()}
+
+  return unwrap(state["intermediates"]["blocks"])
+
+
+def condition_profile(params, cfg: transformer.Config, tokens_BT: jax.Array, *,
+                      rtol: float | None = None, center: bool | None = None
+                      ) -> dict[str, jax.Array]:
+  """Effective condition number of each projection's input, per layer (jit- and vmap-able).
+
+  The `B·T` rows of each sown input (`PROJECTION_INPUTS`) form `X (B·T, width)`; its
+  `analysis.effective_condition` is reported with the number of dropped zero singular values
+  (one for LayerNorm with zero bias: the all-ones direction). `center` (default
+  `cfg.use_bias`: the projections then have biases that absorb the mean row) centres `X` over
+  its rows first; see `analysis.effective_condition`.
+
+  Returns:
+    `{NAME/kappa_eff: (L,), NAME/n_dropped: (L,)}` for NAME in `PROJECTION_INPUTS`.
+
+  Example:
+    >>> import jax, transformer
+    >>> from experiments.stability import condition_profile
+    >>> cfg = transformer.Config(vocab_size=32, d_model=8, n_layers=2, n_heads=2, max_len=16)
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> tokens = jax.random.randint(jax.random.key(1), (4, 16), 0, 32)
+    >>> condition_profile(params, cfg, tokens)["attn_in/n_dropped"].tolist()  # LayerNorm
+    [1, 1]
+  """
+  inter = intermediates(params, cfg, tokens_BT)
+  out = {}
+  for name, (sub, _) in PROJECTION_INPUTS.items():
+    X = inter[sub][name].astype(jnp.float32)
+    X_LND = X.reshape(X.shape[0], -1, X.shape[-1])
+    cond = analysis.effective_condition(X_LND, rtol=rtol,
+                                        center=cfg.use_bias if center is None else center)
+    out[f"{name}/kappa_eff"] = cond["kappa_eff"]
+    out[f"{name}/n_dropped"] = cond["n_dropped"]
+  return out
+
+
+def logit_certificate(params, cfg: transformer.Config, tokens_BT: jax.Array) -> dict:
+  """The certified logit bound against the measured largest logit, per layer and head.
+
+  Returns:
+    `bound (L, H)`, `measured (L, H)`, `ratio` `max(measured / bound)` (`≤ 1` when the
+    certificate holds), `bound_max`, `measured_max`.
+
+  Example:
+    >>> import jax, transformer
+    >>> from experiments.stability import logit_certificate
+    >>> cfg = transformer.Config(vocab_size=32, d_model=8, n_layers=2, n_heads=2, max_len=16)
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> tokens = jax.random.randint(jax.random.key(1), (4, 16), 0, 32)
+    >>> bool(logit_certificate(params, cfg, tokens)["ratio"] <= 1)
+    True
+  """
+  bound = analysis.logit_bound(params, cfg)
+  measured = analysis.max_logit(intermediates(params, cfg, tokens_BT)["attn"]["scores"])
+  return {"bound": bound, "measured": measured, "ratio": jnp.max(measured / bound),
+          "bound_max": jnp.max(bound), "measured_max": jnp.max(measured)}
+
+
+# ------------------------------------------------------------------------- training runs
+
+
+def adamw(learning_rate: float, steps: int, *, warmup_steps: int = 0, weight_decay: float = 0.1,
+          cap: float | None = None, cap_names=("w_q", "w_k")) -> optax.GradientTransformation:
+  """AdamW on a warm-up + cosine schedule, no gradient clipping (it would hide divergence).
+
+  With `cap`, `optim.spectral_cap(cap)` follows on the matrices named `cap_names` (exact SVD,
+  so the cap, and with it `analysis.logit_bound`, holds after every step).
+  """
+  if warmup_steps:
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup_steps,
+                                                  max(steps, warmup_steps + 1), 0.1 * learning_rate)
+  else:
+    schedule = optax.cosine_decay_schedule(learning_rate, max(steps, 1), 0.1)
+  tx = optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=weight_decay)
+  if cap is None:
+    return tx
+  return optax.chain(tx, optim.spectral_cap(cap, mask=optim.select(names=cap_names),
+                                            method="svd"))
+
+
+def text_batches(seq_len: int, batch_size: int, seed: int, spec: str = "stdlib") -> Callable:
+  """`step -> tokens (B, T+1)` from `experiments.data` (pure in `(seed, step)`)."""
+  src = data.text_source(spec, seq_len)
+  return lambda step: src.batch(seed, step, batch_size).tokens
+
+
+def train_tracked(cfg: transformer.Config, tx: optax.GradientTransformation, seed: int,
+                  batches: Callable[[int], np.ndarray], *, steps: int, measure_every: int,
+                  measure: Callable, eval_tokens: np.ndarray, diverge_loss: float = 20.0) -> dict:
+  """Train `cfg` with `tx` and call `measure(params, eval_tokens)` every `measure_every` steps.
+
+  A run stops as diverged when the loss is non-finite or exceeds `diverge_loss` nats.
+
+  Returns:
+    `{"steps": [...], "loss": [...] (train loss at the measured steps), "metrics": [measure
+    output as lists], "final_loss", "diverged", "steps_done"}`.
+  """
+  model = transformer.Transformer(cfg)
+  params = transformer.init(cfg, jax.random.key(seed))
+  opt_state = tx.init(params)
+
+  @jax.jit
+  def step_fn(params, opt_state, tokens_BT1):
+    weights_BT = jnp.ones((tokens_BT1.shape[0], tokens_BT1.shape[1] - 1))
+    loss, grads = jax.value_and_grad(loss_fn)(params, model, tokens_BT1, weights_BT)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  eval_tokens = jnp.asarray(eval_tokens)
+  measure_jit = jax.jit(measure)
+  eval_loss = jax.jit(lambda p: loss_fn(p, model, eval_tokens, jnp.ones(
+      (eval_tokens.shape[0], eval_tokens.shape[1] - 1))))
+  history = {"steps": [], "loss": [], "metrics": []}
+
+  def record(step, loss):
+    history["steps"].append(step)
+    history["loss"].append(float(loss))
+    m = jax.device_get(measure_jit(params, eval_tokens[:, :-1]))
+    history["metrics"].append(jax.tree.map(lambda v: np.asarray(v).tolist(), m))
+
+  record(0, eval_loss(params))
+  diverged, step = False, 0
+  for step in range(1, steps + 1):
+    params, opt_state, loss = step_fn(params, opt_state, jnp.asarray(batches(step - 1)))
+    if step % measure_every == 0 or step == steps:
+      loss = float(loss)
+      if not math.isfinite(loss) or loss > diverge_loss:
+        diverged = True
+        history["steps"].append(step)
+        history["loss"].append(loss if math.isfinite(loss) else None)
+        break
+      record(step, loss)
+  final = float(eval_loss(params)) if not diverged else None
+  if final is not None and not math.isfinite(final):
+    final, diverged = None, True
+  return {**history, "final_loss": final, "diverged": diverged, "steps_done": step}
+
+
+def _tiny(**changes) -> transformer.Config:
+  base = dict(vocab_size=256, d_model=32, n_layers=2, n_heads=2, max_len=64,
+              activation="gelu_tanh")
+  return transformer.Config(**{**base, **changes})
+
+
+def norm_condition_run(norm: str, *, seed: int = 0, learning_rate: float = 3e-3,
+                       steps: int = 200, measure_every: int = 20, cfg=None, batches=None,
+                       seq_len: int = 32, batch_size: int = 16,
+                       center: bool | None = None) -> dict:
+  """Train with `norm` (`layernorm`, `rmsnorm`, `none`) and track `condition_profile`.
+
+  Returns:
+    The `train_tracked` history plus, per projection input NAME, `NAME/kappa_ratio_max`
+    (largest over layers and measurements of `κ(t)/κ(0)`), `NAME/kappa_init` and
+    `NAME/kappa_final` (max over layers), `NAME/n_dropped` (max over layers, per measurement),
+    and `kappa_ratio_max` over all inputs.
+  """
+  cfg = (cfg or _tiny(max_len=seq_len)).replace(norm=norm)
+  batches = batches or text_batches(seq_len, batch_size, seed)
+  eval_tokens = np.asarray(batches(10**6))
+  run = train_tracked(cfg, adamw(learning_rate, steps), seed, batches, steps=steps,
+                      measure_every=measure_every,
+                      measure=lambda p, t: condition_profile(p, cfg, t, center=center),
+                      eval_tokens=eval_tokens)
+  summary = {}
+  for name in PROJECTION_INPUTS:
+    k_ML = np.array([m[f"{name}/kappa_eff"] for m in run["metrics"]], np.float64)
+    summary[f"{name}/kappa_init"] = float(k_ML[0].max())
+    summary[f"{name}/kappa_final"] = float(k_ML[-1].max())
+    summary[f"{name}/kappa_ratio_max"] = float(np.nanmax(k_ML / k_ML[:1]))
+    summary[f"{name}/n_dropped"] = [int(max(m[f"{name}/n_dropped"])) for m in run["metrics"]]
+  summary["kappa_ratio_max"] = max(summary[f"{n}/kappa_ratio_max"] for n in PROJECTION_INPUTS)
+  return {**run, **summary}
+
+
+def logit_bound_run(cap: float | None, *, seed: int = 0, learning_rate: float = 1e-2,
+                    steps: int = 200, measure_every: int = 20, cfg=None, batches=None,
+                    seq_len: int = 32, batch_size: int = 16) -> dict:
+  """Train with AdamW (+ `spectral_cap(cap)` on `W_Q`, `W_K`) and track `logit_certificate`.
+
+  Returns:
+    The `train_tracked` history plus `max_ratio` (largest measured/bound over the run; `≤ 1`
+    means the certificate held throughout), `bound_final`, `measured_final`, `violations`.
+  """
+  cfg = cfg or _tiny(max_len=seq_len)
+  batches = batches or text_batches(seq_len, batch_size, seed)
+  eval_tokens = np.asarray(batches(10**6))
+  measure = lambda p, t: {k: v for k, v in logit_certificate(p, cfg, t).items()
+                          if k in ("ratio", "bound_max", "measured_max")}
+  run = train_tracked(cfg, adamw(learning_rate, steps, cap=cap), seed, batches, steps=steps,
+                      measure_every=measure_every, measure=measure, eval_tokens=eval_tokens)
+  ratios = [m["ratio"] for m in run["metrics"]]
+  return {**run, "max_ratio": float(max(ratios)),
+          "violations": int(sum(r > 1 + 1e-5 for r in ratios)),
+          "bound_final": run["metrics"][-1]["bound_max"],
+          "measured_final": run["metrics"][-1]["measured_max"]}
+
+
+def main(argv=None) -> int:
+  """Print quick numbers: the depth sweep at tiny width, then one κ and one certificate run."""
+  del argv
+  base = transformer.Config(vocab_size=64, d_model=16, n_layers=1, n_heads=2, max_len=16)
+  sweep = depth_sweep(base, 0, seq_len=8)
+  print("arm              L   max|λ-1|  mean|λ-1|  σmax(J_e2e)  rms_out/rms_in")
+  for arm, rows in sweep.items():
+    for L, r in rows.items():
+      print(f"{arm:16s} {L:4d} {r['max_dist_from_one']:9.4f} {r['mean_dist_from_one']:10.4f} "
+            f"{r['e2e_sigma_max']:12.4g} {r['stream_rms_out'] / r['stream_rms_in']:12.4g}")
+  for norm in ("layernorm", "rmsnorm", "none"):
+    r = norm_condition_run(norm, steps=100, measure_every=25)
+    print(json.dumps({"norm": norm, "final_loss": r["final_loss"], "diverged": r["diverged"],
+                      **{k: v for k, v in r.items() if "kappa" in k}}))
+  for cap in (None, 1.0):
+    r = logit_bound_run(cap, steps=100, measure_every=25)
+    print(json.dumps({"cap": cap, "final_loss": r["final_loss"], "max_ratio": r["max_ratio"],
+                      "bound_final": r["bound_final"], "measured_final": r["measured_final"]}))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
