@@ -140,5 +140,6 @@ def _generate(params, cfg: Config, prompt_BT: jax.Array, max_new_tokens: int, *,
     logits_BV, cache = decode_step(params, cfg, token_B, cache)
     return (logits_BV, cache), token_B
 
-  _, new_tokens = jax.lax.scan(step, (logits_BTV[:, -1], cache), jax.random.split(rng, max_new_tokens))
+  keys = jax.random.split(rng, max_new_tokens)
+  _, new_tokens = jax.lax.scan(step, (logits_BTV[:, -1], cache), keys)
   return jnp.concatenate([prompt_BT, new_tokens.T], axis=1)
