@@ -523,7 +523,7 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
   cfg = model_config(tc)
   src = data.source(tc.data, tc.seq_len, tc.val_fraction)
   note = getattr(getattr(src, "corpus", None), "note", "")
-  if note and tc.progress:
+  if note:
     print(f"data: {note}", file=sys.stderr)
   seq_len = _check_inputs(tc, cfg, src)
   mesh = sharding.make_mesh(sharding.parse_mesh(tc.mesh))
@@ -553,7 +553,7 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
           os.path.join(tc.run_dir, train_report.RESULTS_FILE)):
         train_report.write(tc.run_dir, record)
       return TrainResult(state, tc.run_dir, math.nan if last is None else last)
-    if start and tc.progress:
+    if start:
       print(f"resumed from step {start} of {tc.run_dir}", file=sys.stderr)
     folder.open_log(start)
     state, val_loss = _loop(tc, trainer, src, folder, state, start, end, seq_len, callback,
