@@ -290,8 +290,8 @@ def main(argv=None) -> int:
   if args.step is not None and not args.checkpoint:
     parser.error("--step needs --checkpoint")
   acfg = AtlasConfig(model=args.model, checkpoint=args.checkpoint, step=args.step, hf=args.hf,
-                     seed=args.seed, seq_len=args.seq_len, k=args.k, steps=args.steps, energy=args.energy,
-                     out=args.out, run_id=args.run_id)
+                     seed=args.seed, seq_len=args.seq_len, k=args.k, steps=args.steps,
+                     energy=args.energy, out=args.out, run_id=args.run_id)
   try:
     _, run_dir = run(acfg)
   except (ValueError, FileNotFoundError, MemoryError) as e:

@@ -25,7 +25,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -108,9 +110,23 @@ def open_manager(run_dir: str, keep: int = 3, read_only: bool = False) -> ocp.Ch
   Saves are synchronous: when `save` returns the step is on disk, so a killed run loses at
   most one checkpoint interval (an asynchronous save still in flight would add to that).
   """
-  options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only,
-                                         read_only=read_only, enable_async_checkpointing=False)
-  return ocp.CheckpointManager(checkpoint_dir(run_dir), options=options)
+  options = ocp.CheckpointManagerOptions(max_to_keep=None if read_only else keep,
+                                         create=not read_only, read_only=read_only,
+                                         enable_async_checkpointing=False)
+  with _quiet_orbax():  # read-only managers log three warnings about options they ignore
+    return ocp.CheckpointManager(checkpoint_dir(run_dir), options=options)
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+  """Silences Orbax's absl log lines (damage is reported once, in our own words)."""
+  logger = logging.getLogger("absl")
+  level = logger.level
+  logger.setLevel(logging.CRITICAL)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
 
 
 @jax.jit
@@ -171,8 +187,9 @@ def restore_latest(mgr: ocp.CheckpointManager, params_target, opt_state_target=N
                    warn: Callable[[str], None] = _warn):
   """Restores checkpoint `step` (default: the latest intact one), in one line on damage.
 
-  Steps are tried newest first; each unreadable one is reported through `warn` naming its
-  step, then `on_corrupt(step)` is called (training moves it aside).
+  Steps are tried newest first. When an older one is read, each newer unreadable one is
+  reported through `warn` (one line naming its step) and passed to `on_corrupt` (training
+  moves it aside); when none is, one `CorruptCheckpoint` lists them all.
 
   Args:
     mgr: the manager of the run's `checkpoints/`.
@@ -199,18 +216,19 @@ def restore_latest(mgr: ocp.CheckpointManager, params_target, opt_state_target=N
   if not steps:
     raise FileNotFoundError(f"{folder} holds no finished checkpoint. Fix: train longer than "
                             "--checkpoint-every steps, or pass another run folder.")
-  errors = []
+  errors, damaged = [], []
   for s in steps:
     try:
-      params, opt_state = restore(mgr, s, params_target, opt_state_target)
+      with _quiet_orbax():
+        params, opt_state = restore(mgr, s, params_target, opt_state_target)
     except Exception as e:  # Orbax and TensorStore raise many types on damage
       errors.append(f"step {s} ({_describe(e)})")
-      if on_corrupt is not None:
-        on_corrupt(s)
-      if s != steps[-1]:
-        warn(f"checkpoint {os.path.join(folder, str(s))} is unreadable ({_describe(e)}); "
-             "falling back to the previous one.")
+      damaged.append((s, _describe(e)))
       continue
+    for bad, why in damaged:  # reported only when there is something to fall back to
+      warn(f"checkpoint {os.path.join(folder, str(bad))} is unreadable ({why}); using step {s}.")
+      if on_corrupt is not None:
+        on_corrupt(bad)
     return s, params, opt_state
   raise CorruptCheckpoint(f"no readable checkpoint in {folder}: {'; '.join(errors)}. Fix: "
                           "delete the damaged step folders (training then restarts from the "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import NamedTuple
@@ -29,6 +30,8 @@ import optax
 
 import transformer
 from experiments import checkpoint, data, jsonio, progress
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "tokenizer_config.json")
 
 
 class EvalResult(NamedTuple):
@@ -172,13 +175,11 @@ def load_model(checkpoint_dir: str | None, hf: str | None, step: int | None = No
   else:
     cfg, params = transformer.from_hf(hf)
     source = f"Hugging Face {hf}"
-    try:
+    if any(os.path.exists(os.path.join(hf, f)) for f in TOKENIZER_FILES):
       from transformers import AutoTokenizer
 
       tokenizer = AutoTokenizer.from_pretrained(hf)
-    except (OSError, ValueError):
-      tokenizer = None
-    if tokenizer is not None:
+
       def encode(raw: bytes):
         ids = tokenizer(raw.decode("utf-8", "replace"))["input_ids"]
         first = len(tokenizer.decode(ids[:1]).encode())
