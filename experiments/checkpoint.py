@@ -110,10 +110,10 @@ def open_manager(run_dir: str, keep: int = 3, read_only: bool = False) -> ocp.Ch
   Saves are synchronous: when `save` returns the step is on disk, so a killed run loses at
   most one checkpoint interval (an asynchronous save still in flight would add to that).
   """
-  options = ocp.CheckpointManagerOptions(max_to_keep=None if read_only else keep,
-                                         create=not read_only, read_only=read_only,
-                                         enable_async_checkpointing=False)
   with _quiet_orbax():  # read-only managers log three warnings about options they ignore
+    options = ocp.CheckpointManagerOptions(max_to_keep=None if read_only else keep,
+                                           create=not read_only, read_only=read_only,
+                                           enable_async_checkpointing=False)
     return ocp.CheckpointManager(checkpoint_dir(run_dir), options=options)
 
 

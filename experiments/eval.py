@@ -9,6 +9,10 @@ overlap by one, so every token after the first is scored exactly once, with up t
 of context. The last stdout line is one JSON object: `loss` (nats per byte), `bits_per_byte`,
 `loss_per_token`, `perplexity` (per token), `tokens` (scored), `bytes` (scored).
 
+The `tiny` run of `python -m experiments train` (300 steps, `--seq-len 64`) scores 2.357
+nats/byte (3.400 bits/byte) on the first 200,000 held-out bytes (`--data stdlib --split val
+--max-bytes 200000`), in about 7 s on 2 busy CPU cores.
+
 `evaluate(params, cfg, tokens, ...)` is the function behind the command; its `logits_fn`
 argument swaps the forward pass (e.g. a compressed KV cache) without touching the scoring.
 """
@@ -210,7 +214,8 @@ def main(argv=None) -> int:
   p.add_argument("--max-bytes", type=int, default=0,
                  help="score only the first N bytes (default: 0, all)")
   p.add_argument("--seq-len", type=int, default=None,
-                 help="context per window (default: the model's max_len)")
+                 help="context per window (default: the run's training --seq-len; for --hf "
+                      "the model's max_len)")
   p.add_argument("--batch-size", type=int, default=8, help="windows per step (default: 8)")
   args = p.parse_args(argv)
   try:
@@ -221,7 +226,10 @@ def main(argv=None) -> int:
     if note:
       print(f"data: {note}", file=sys.stderr)
     tokens, n_bytes = encode(raw)
-    result = evaluate(params, cfg, tokens, n_bytes=n_bytes, seq_len=args.seq_len,
+    seq_len = args.seq_len
+    if seq_len is None and args.checkpoint is not None:  # the context the run trained on
+      seq_len = min(checkpoint.read_config(args.checkpoint)["train"]["seq_len"], cfg.max_len)
+    result = evaluate(params, cfg, tokens, n_bytes=n_bytes, seq_len=seq_len,
                       batch_size=args.batch_size, show_progress=True)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -65,3 +65,12 @@ def test_atlas_reads_a_chosen_checkpoint_step_and_refuses_long_inputs(tiny_run, 
   err = capsys.readouterr().err
   assert "--seq-len 65 must lie in [1, max_len=64]" in err and err.count("\n") == 1
   assert not os.path.exists(tmp_path / "atlas")
+
+
+def test_atlas_on_a_damaged_run_is_a_one_line_error(tiny_run_copy, tmp_path, capsys):
+  from tests.experiments.conftest import corrupt
+  corrupt(tiny_run_copy, 5)
+  corrupt(tiny_run_copy, 10)
+  assert atlas.main(["--checkpoint", tiny_run_copy, "--out", str(tmp_path)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: no readable checkpoint") and err.count("\n") == 1, err

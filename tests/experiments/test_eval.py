@@ -20,8 +20,8 @@ TEXT = b"def f(x):\n    return x * 2  # doubles\n" * 3
 def test_evaluate_matches_a_per_position_float64_reference():
   cfg = transformer.preset("tiny", d_model=32, n_heads=2, max_len=16)
   params = transformer.init(cfg, jax.random.key(0))
-  tokens = np.frombuffer(TEXT[:50], np.uint8).astype(np.int32)
-  T = 8
+  tokens = np.frombuffer(TEXT[:23], np.uint8).astype(np.int32)
+  T = 4  # 6 windows, the last one partly padded
   result = eval_.evaluate(params, cfg, tokens, seq_len=T, batch_size=4)
   apply = jax.jit(transformer.Transformer(cfg).apply)
   nll = []
@@ -52,7 +52,8 @@ def _last_json(out: str) -> dict:
 def test_eval_command_on_a_run_and_on_a_hugging_face_folder(tiny_run, tmp_path, capsys):
   text = tmp_path / "text.txt"
   text.write_bytes(TEXT)
-  assert eval_.main(["--checkpoint", tiny_run, "--data", str(text), "--seq-len", "32"]) == 0
+  # Without --seq-len a run is scored with the context it trained on (32 here, not max_len).
+  assert eval_.main(["--checkpoint", tiny_run, "--data", str(text)]) == 0
   got = _last_json(capsys.readouterr().out)
   params, cfg = checkpoint.load_run(tiny_run)
   want = eval_.evaluate(params, cfg, np.frombuffer(TEXT, np.uint8), seq_len=32)
