@@ -15,6 +15,9 @@ def _demo(argv):
 
 
 def _catalog(argv):
+  if any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in argv):
+    from experiments import sample
+    return sample.catalog_main(argv)
   from experiments import demo
   return demo.catalog_main(argv)
 
@@ -29,11 +32,24 @@ def _atlas(argv):
   return atlas.main(argv)
 
 
+def _eval(argv):
+  from experiments import eval as eval_
+  return eval_.main(argv)
+
+
+def _sample(argv):
+  from experiments import sample
+  return sample.main(argv)
+
+
 COMMANDS = {
     "demo": (_demo, "the main job: catalog, forward pass on real text, cached generation"),
-    "catalog": (_catalog, "print the matrix catalog of a preset or a Hugging Face checkpoint"),
+    "catalog": (_catalog, "print the matrix catalog of a preset, a run (--checkpoint) or a "
+                          "Hugging Face folder"),
     "train": (_train, "train a model (jit, Orbax checkpoints, resume, sharding)"),
     "atlas": (_atlas, "the analysis atlas: spectra, Jacobians, the seven properties"),
+    "eval": (_eval, "loss, bits per byte and perplexity of a run or HF model on any text"),
+    "sample": (_sample, "continue a prompt with a trained run"),
 }
 
 

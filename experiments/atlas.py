@@ -1,6 +1,6 @@
 """The analysis atlas: every matrix of a model measured against the preface's seven topics.
 
-    python -m experiments atlas [--model tiny] [--checkpoint RUN_DIR] [--hf PATH]
+    python -m experiments atlas [--model tiny] [--checkpoint RUN_DIR [--step N]] [--hf PATH]
                                 [--seed 0] [--seq-len 32] [--k 8] [--steps 32]
 
 On a preset (random init) `tiny` takes about 20 seconds on 2 CPU cores, most of it
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import os
 import sys
 import time
@@ -34,11 +33,11 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm import tqdm
 
 import analysis
 import transformer
 from analysis import report
+from experiments import checkpoint, jsonio, progress
 from experiments.demo import sample_text
 
 
@@ -48,7 +47,8 @@ class AtlasConfig:
 
   Attributes:
     model: preset name (random init) when neither `checkpoint` nor `hf` is given.
-    checkpoint: a training run directory (`experiments.train.load_checkpoint`).
+    checkpoint: a training run directory (`experiments.checkpoint.load_run`).
+    step: its checkpoint step (`None`: the latest intact one).
     hf: a Hugging Face checkpoint directory (`transformer.from_hf`).
     seed: init seed and Lanczos start-vector seed.
     seq_len: tokens of input text `T`.
@@ -62,6 +62,7 @@ class AtlasConfig:
 
   model: str = "tiny"
   checkpoint: str | None = None
+  step: int | None = None
   hf: str | None = None
   seed: int = 0
   seq_len: int = 32
@@ -76,9 +77,9 @@ class AtlasConfig:
 def load_model(acfg: AtlasConfig):
   """`(cfg, params, source)` from a checkpoint, a Hugging Face directory, or a preset."""
   if acfg.checkpoint is not None:
-    from experiments.train import load_checkpoint
-    cfg, params = load_checkpoint(acfg.checkpoint)
-    return cfg, params, f"checkpoint {acfg.checkpoint}"
+    params, cfg = checkpoint.load_run(acfg.checkpoint, acfg.step)
+    at = "" if acfg.step is None else f" step {acfg.step}"
+    return cfg, params, f"checkpoint {acfg.checkpoint}{at}"
   if acfg.hf is not None:
     cfg, params = transformer.from_hf(acfg.hf)
     return cfg, params, f"Hugging Face {acfg.hf}"
@@ -214,10 +215,13 @@ def weight_structure(params, energy: float) -> dict:
 def run(acfg: AtlasConfig) -> tuple[dict, str]:
   """Load, measure, render. Returns `(results, run_dir)`."""
   cfg, params, source = load_model(acfg)
+  T = acfg.seq_len
+  if not 1 <= T <= cfg.max_len:
+    raise ValueError(f"--seq-len {T} must lie in [1, max_len={cfg.max_len}] of the model. Fix: "
+                     f"pass --seq-len {cfg.max_len} or less.")
   run_id = acfg.run_id or time.strftime("%Y%m%d-%H%M%S")
   run_dir = os.path.join(acfg.out, "atlas", run_id)
   os.makedirs(run_dir, exist_ok=True)
-  T = min(acfg.seq_len, cfg.max_len)
   tokens_1T = jnp.asarray(sample_text(T) % cfg.vocab_size)[None]
   results = {"source": source, "seq_len": T, "model": cfg.to_dict()}
   apply = jax.jit(functools.partial(transformer.Transformer(cfg).apply,
@@ -234,7 +238,7 @@ def run(acfg: AtlasConfig) -> tuple[dict, str]:
       "attention": lambda: attention_measures(inter, cfg, acfg),
       "structure": lambda: weight_structure(params, acfg.energy),
   }
-  with tqdm(total=len(stages) + 1, desc="atlas", unit="stage") as bar:
+  with progress.progress(len(stages) + 1, desc="atlas", unit="stage") as bar:
     for name, fn in stages.items():
       bar.set_postfix_str(name)
       results[name] = fn()
@@ -242,15 +246,19 @@ def run(acfg: AtlasConfig) -> tuple[dict, str]:
     bar.set_postfix_str("report")
     report.write_report(results, run_dir)
     bar.update()
-  with open(os.path.join(run_dir, "config.json"), "w") as f:
-    json.dump({"atlas": dataclasses.asdict(acfg), "model": cfg.to_dict()}, f, indent=2)
-  with open(os.path.join(run_dir, "results.json"), "w") as f:
-    json.dump(report.to_json(results), f)
+  jsonio.dump_strict({"atlas": dataclasses.asdict(acfg), "model": cfg.to_dict()},
+                     os.path.join(run_dir, "config.json"))
+  jsonio.dump_strict(report.to_json(results), os.path.join(run_dir, "results.json"), indent=None)
   return results, run_dir
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-  """Keeps the module docstring's layout and shows every option's default."""
+  """Keeps the module docstring's layout and shows every option's default (once; not `None`)."""
+
+  def _get_help_string(self, action):
+    if action.default is None:
+      return action.help
+    return super()._get_help_string(action)
 
 
 def main(argv=None) -> int:
@@ -261,6 +269,8 @@ def main(argv=None) -> int:
                       help="preset to analyse at random init")
   parser.add_argument("--checkpoint", default=None, metavar="RUN_DIR",
                       help="a training run folder (python -m experiments train)")
+  parser.add_argument("--step", type=int, default=None,
+                      help="checkpoint step of --checkpoint (default: the latest intact one)")
   parser.add_argument("--hf", default=None, metavar="PATH",
                       help="a GPT-2 or Llama Hugging Face folder (config.json + *.safetensors)")
   parser.add_argument("--seed", type=int, default=defaults.seed, help="init and Lanczos seed")
@@ -277,9 +287,11 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if args.checkpoint and args.hf:
     parser.error("pass at most one of --checkpoint and --hf")
-  acfg = AtlasConfig(model=args.model, checkpoint=args.checkpoint, hf=args.hf, seed=args.seed,
-                     seq_len=args.seq_len, k=args.k, steps=args.steps, energy=args.energy,
-                     out=args.out, run_id=args.run_id)
+  if args.step is not None and not args.checkpoint:
+    parser.error("--step needs --checkpoint")
+  acfg = AtlasConfig(model=args.model, checkpoint=args.checkpoint, step=args.step, hf=args.hf,
+                     seed=args.seed, seq_len=args.seq_len, k=args.k, steps=args.steps,
+                     energy=args.energy, out=args.out, run_id=args.run_id)
   try:
     _, run_dir = run(acfg)
   except (ValueError, FileNotFoundError, MemoryError) as e:

@@ -18,6 +18,7 @@ Synthetic tasks (each with an exact-answer metric, `exact_match`):
   is balanced; half of the strings are balanced.
 
 Example:
+  >>> from experiments.data import text_source
   >>> src = text_source("stdlib", seq_len=64)
   >>> src.batch(seed=0, step=7, batch_size=8).tokens.shape
   (8, 65)
@@ -67,26 +68,87 @@ def stdlib_files() -> list[str]:
   return sorted(files)
 
 
-def resolve_files(spec: str) -> list[str]:
-  """The sorted files named by `spec`: `stdlib`, a file, a folder (recursive) or a glob.
+def is_binary(path: str, probe: int = 8192) -> bool:
+  """Whether the file at `path` looks binary: a NUL byte in its first `probe` bytes."""
+  with open(path, "rb") as f:
+    return b"\0" in f.read(probe)
+
+
+class Files(NamedTuple):
+  """The text files a `--data` spec names, and how many it skipped (hidden or binary)."""
+
+  files: list[str]
+  skipped_hidden: int
+  skipped_binary: int
+
+  def note(self) -> str:
+    """A one-line account of what was read and skipped (empty when nothing was skipped)."""
+    if not (self.skipped_hidden or self.skipped_binary):
+      return ""
+    return (f"read {len(self.files)} text files; skipped {self.skipped_hidden} hidden and "
+            f"{self.skipped_binary} binary files")
+
+
+def scan_files(spec: str) -> Files:
+  """The sorted text files named by `spec`: `stdlib`, a file, a folder (recursive) or a glob.
+
+  Folders and globs skip hidden entries (names starting with `.`, such as `.git`, and all
+  below them) and binary files (`is_binary`); `Files` counts what was skipped. A file named
+  explicitly must be text.
 
   Raises:
-    FileNotFoundError: if `spec` names nothing readable.
+    FileNotFoundError: if `spec` names nothing.
+    ValueError: if `spec` is a binary file, or a folder or glob with no text file in it.
+
+  Example:
+    >>> import os, tempfile
+    >>> from experiments.data import scan_files
+    >>> root = tempfile.mkdtemp()
+    >>> os.makedirs(os.path.join(root, ".git"))
+    >>> for name, body in [("a.txt", b"hi"), (".git/HEAD", b"ref"), ("b.bin", b"\\0\\1")]:
+    ...   with open(os.path.join(root, name), "wb") as f:
+    ...     _ = f.write(body)
+    >>> found = scan_files(root)
+    >>> [os.path.basename(f) for f in found.files], found.skipped_hidden, found.skipped_binary
+    (['a.txt'], 1, 1)
   """
   if spec == "stdlib":
-    files = stdlib_files()
-  elif os.path.isfile(spec):
-    files = [spec]
-  elif os.path.isdir(spec):
-    files = [os.path.join(folder, n) for folder, _, names in os.walk(spec) for n in names
-             if not n.startswith(".")]
+    return Files(stdlib_files(), 0, 0)
+  if os.path.isfile(spec):
+    if is_binary(spec):
+      raise ValueError(f"--data {spec!r} is a binary file (it holds NUL bytes). Fix: pass a "
+                       "text file, a folder of text files, or a glob such as 'docs/**/*.md'.")
+    return Files([spec], 0, 0)
+  hidden = 0
+  if os.path.isdir(spec):
+    candidates = []
+    for folder, dirs, names in os.walk(spec):
+      for d in [d for d in dirs if d.startswith(".")]:
+        hidden += sum(len(n) for _, _, n in os.walk(os.path.join(folder, d)))
+      dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+      hidden += sum(n.startswith(".") for n in names)
+      candidates += [os.path.join(folder, n) for n in names if not n.startswith(".")]
+    what = "folder"
   else:
-    files = [f for f in glob.glob(spec, recursive=True) if os.path.isfile(f)]
+    matches = [f for f in glob.glob(spec, recursive=True) if os.path.isfile(f)]
+    candidates = matches
+    what = "glob"
+    if not matches:
+      raise FileNotFoundError(
+          f"--data {spec!r}: no such file, folder or glob match. Fix: pass 'stdlib', an "
+          "existing text file, a folder of text files, or a glob such as 'docs/**/*.md'.")
+  files = sorted(f for f in candidates if not is_binary(f))
+  found = Files(files, hidden, len(candidates) - len(files))
   if not files:
-    raise FileNotFoundError(
-        f"--data {spec!r}: no such file, folder or glob match. Fix: pass 'stdlib', an existing "
-        "text file, a folder of text files, or a glob such as 'docs/**/*.md'.")
-  return sorted(files)
+    detail = f" ({found.note().split('; ')[1]})" if found.note() else ""
+    raise ValueError(f"--data {spec!r}: the {what} is empty: it holds no text files{detail}. "
+                     "Fix: pass a folder that contains text files.")
+  return found
+
+
+def resolve_files(spec: str) -> list[str]:
+  """The sorted text files named by `spec` (see `scan_files`)."""
+  return scan_files(spec).files
 
 
 def is_validation(name: str, val_fraction: float) -> bool:
@@ -105,6 +167,7 @@ class Corpus:
   val: np.ndarray
   train_files: tuple[str, ...]
   val_files: tuple[str, ...]
+  note: str = ""  # what the scan skipped (`Files.note`)
 
 
 def _read(files) -> np.ndarray:
@@ -135,11 +198,12 @@ def load_corpus(spec: str = "stdlib", val_fraction: float = 0.05) -> Corpus:
   """
   if not 0 < val_fraction < 1:
     raise ValueError(f"val_fraction={val_fraction} must lie in (0, 1). Fix: use e.g. 0.05.")
-  files = resolve_files(spec)
+  found = scan_files(spec)
+  files = found.files
   if len(files) == 1:
     data = _read(files)
     cut = int(len(data) * (1 - val_fraction))
-    return Corpus(data[:cut], data[cut:], tuple(files), tuple(files))
+    return Corpus(data[:cut], data[cut:], tuple(files), tuple(files), found.note())
   root = os.path.commonpath(files)
   held_out = {f: is_validation(os.path.relpath(f, root), val_fraction) for f in files}
   val = tuple(f for f in files if held_out[f])
@@ -147,7 +211,7 @@ def load_corpus(spec: str = "stdlib", val_fraction: float = 0.05) -> Corpus:
   if not val or not train:
     raise ValueError(f"--data {spec!r}: {len(files)} files give an empty split at "
                      f"val_fraction={val_fraction}. Fix: add files or change val_fraction.")
-  return Corpus(_read(train), _read(val), train, val)
+  return Corpus(_read(train), _read(val), train, val, found.note())
 
 
 def unigram_entropy(data: np.ndarray) -> float:

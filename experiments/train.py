@@ -5,18 +5,20 @@
 About 15 s on 2 CPU cores: the `tiny` model's validation loss falls from ln 256 = 5.55
 nats to about 2.36, well below the unigram entropy of the bytes (3.21 nats). A run writes
 `runs/train/<run-id>/{config.json, metrics.jsonl, checkpoints/, events.out.tfevents.*,
-results.json, report.md, loss.png}`.
+results.json, report.md, loss.png}` (`experiments.run_folder`).
 
 The state is `TrainState(step, params, opt_state)`; the step function is
 `jax.jit(..., donate_argnums=0)` with `NamedSharding`s on state and batch over a
 `("data", "fsdp")` mesh (`experiments.sharding`). The loss is the mean cross-entropy over the
 scored targets; the optimizer is any `optax.GradientTransformation` (the CLI offers those in
-`OPTIMIZERS`, each after global-norm clipping, with a warm-up + cosine schedule).
+`OPTIMIZERS`, each after global-norm clipping, with a warm-up + cosine schedule). On the
+synthetic tasks (`--data task:NAME`) each evaluation also reports exact-match accuracy.
 
 Batches are pure functions of `(seed, step)` (`experiments.data`), so restarting a run in an
-existing folder restores the latest checkpoint and replays the exact stream: on CPU the
-resumed run ends bit-identical to an uninterrupted one. A non-finite loss stops the run before
-the next checkpoint (the last good one is kept) and exits 1; Ctrl-C saves and exits 130.
+existing folder restores the latest intact checkpoint and replays the exact stream: on CPU the
+resumed run ends bit-identical to an uninterrupted one. A non-finite loss, gradient norm or
+parameter stops the run and exits 1; no checkpoint of a non-finite state is ever written, so
+the last checkpoint is the last good step. Ctrl-C saves and exits 130.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
-import json
 import math
 import os
 import signal
@@ -39,11 +39,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import tqdm
-from tensorboardX import SummaryWriter
 
 import transformer
-from experiments import checkpoint, data, sharding, train_report
+from experiments import checkpoint, data, progress, sharding, train_report
+from experiments.run_folder import RunFolder
+
+EXAMPLES = """examples:
+  python -m experiments train --steps 300                     # tiny model on stdlib text
+  python -m experiments train --data task:recall --steps 2000 # a synthetic task, exact match
+  python -m experiments train --optimizer muon --muon-learning-rate 0.02
+  python -m experiments train --run-dir runs/train/my-run     # resume (or extend) a run
+  python -m experiments train --model-overrides d_model=32,n_layers=2 --data 'docs/**/*.md'
+"""
 
 
 def _field(default, help: str, **kw):
@@ -63,10 +70,13 @@ class TrainConfig:
   batch_size: int = _field(16, "sequences per step (global, over all devices)")
   optimizer: str = _field("adamw", "optimizer", choices=("adamw", "sgd", "muon"))
   steps: int = _field(300, "total steps; the schedule decays to the end of these")
-  learning_rate: float = _field(3e-3, "peak learning rate")
+  learning_rate: float = _field(3e-3, "peak learning rate (AdamW, SGD; with --optimizer muon "
+                                "the rate of the embedding, output and vectors)")
+  muon_learning_rate: float = _field(0.02, "peak learning rate of Muon on the hidden matrices "
+                                     "(--optimizer muon only)")
   warmup_steps: int = _field(30, "linear warm-up steps")
   final_lr_fraction: float = _field(0.1, "cosine decay ends at this fraction of the peak")
-  weight_decay: float = _field(0.1, "decoupled weight decay on matrices (adamw)")
+  weight_decay: float = _field(0.1, "decoupled weight decay on matrices (adamw, muon)")
   grad_clip: float = _field(1.0, "clip the global gradient norm to this (0: no clipping)")
   dtype: str = _field("float32", "matmul compute dtype", choices=("float32", "bfloat16"))
   seed: int = _field(0, "seed of the init and of the batch stream")
@@ -79,7 +89,7 @@ class TrainConfig:
   stop_at: int = _field(0, "stop after this step (0: run to --steps); resume later")
   run_dir: str = _field("", "run folder; an existing one is resumed (default "
                         "runs/train/<time>-<model>-<optimizer>)")
-  progress: bool = _field(True, "show a progress bar")
+  progress: bool = _field(True, "show progress (a bar on a terminal, else periodic lines)")
   distributed: bool = _field(False, "call jax.distributed.initialize() (multi-host)")
 
   def replace(self, **changes) -> TrainConfig:
@@ -87,6 +97,22 @@ class TrainConfig:
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
+
+  def validate(self) -> None:
+    """Raises `ValueError` naming the first flag with an impossible value, and the fix."""
+    at_least = {"steps": 1, "batch_size": 1, "seq_len": 1, "eval_batches": 1,
+                "keep_checkpoints": 1, "warmup_steps": 0, "eval_every": 0, "log_every": 0,
+                "checkpoint_every": 0, "stop_at": 0}
+    for name, low in at_least.items():
+      if getattr(self, name) < low:
+        raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} must be at least "
+                         f"{low}.")
+    for name in ("learning_rate", "muon_learning_rate", "weight_decay", "grad_clip"):
+      value = getattr(self, name)
+      if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"--{name.replace('_', '-')} {value} must be a finite number >= 0.")
+    if not 0 <= self.final_lr_fraction <= 1:
+      raise ValueError(f"--final-lr-fraction {self.final_lr_fraction} must lie in [0, 1].")
 
 
 # Fields that may change when a run is resumed: they do not alter the trajectory (on one mesh).
@@ -111,7 +137,7 @@ class TrainResult(NamedTuple):
 
 
 class NonFiniteLoss(FloatingPointError):
-  """The training loss became NaN or infinite."""
+  """The training loss, the gradient norm or the parameters became NaN or infinite."""
 
 
 # ------------------------------------------------------------------------------ optimizers
@@ -123,20 +149,25 @@ def _matrices(params):
       lambda path, x: x.ndim >= 3 or (x.ndim == 2 and path[0].key != "blocks"), params)
 
 
-def _adamw(tc: TrainConfig, schedule):
-  return optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=tc.weight_decay, mask=_matrices)
+def _adamw(tc: TrainConfig, lr_schedule):
+  return optax.adamw(lr_schedule, b1=0.9, b2=0.95, weight_decay=tc.weight_decay, mask=_matrices)
 
 
-def _sgd(tc: TrainConfig, schedule):
+def _sgd(tc: TrainConfig, lr_schedule):
   del tc
-  return optax.sgd(schedule, momentum=0.9, nesterov=True)
+  return optax.sgd(lr_schedule, momentum=0.9, nesterov=True)
 
 
-def _muon(tc: TrainConfig, schedule):
-  """Muon on the hidden matrices (`optim.labels`), AdamW on the rest; one schedule for both."""
+def _muon(tc: TrainConfig, lr_schedule):
+  """Muon on the hidden matrices (`optim.labels`) at `muon_learning_rate`, AdamW on the rest.
+
+  Both rates follow the same warm-up and cosine shape; Muon's updates have unit spectral
+  norm per matrix, so its good rates (~0.02) are an order above AdamW's.
+  """
   import optim  # imported only when asked for: `train` does not otherwise need it
 
-  return optim.muon(learning_rate=schedule, adam_learning_rate=schedule, label_fn=optim.labels,
+  return optim.muon(learning_rate=schedule(tc, peak=tc.muon_learning_rate),
+                    adam_learning_rate=lr_schedule, label_fn=optim.labels,
                     weight_decay=tc.weight_decay)
 
 
@@ -147,11 +178,12 @@ OPTIMIZERS: dict[str, Callable[[TrainConfig, optax.Schedule], optax.GradientTran
 }
 
 
-def schedule(tc: TrainConfig) -> optax.Schedule:
-  """Linear warm-up to `learning_rate`, then cosine decay to `final_lr_fraction` of it."""
+def schedule(tc: TrainConfig, peak: float | None = None) -> optax.Schedule:
+  """Linear warm-up to `peak` (default `learning_rate`), then cosine decay to
+  `final_lr_fraction` of it."""
+  peak = tc.learning_rate if peak is None else peak
   return optax.warmup_cosine_decay_schedule(
-      0.0, tc.learning_rate, tc.warmup_steps, max(tc.steps, tc.warmup_steps + 1),
-      tc.learning_rate * tc.final_lr_fraction)
+      0.0, peak, tc.warmup_steps, max(tc.steps, tc.warmup_steps + 1), peak * tc.final_lr_fraction)
 
 
 def optimizer(tc: TrainConfig) -> optax.GradientTransformation:
@@ -177,12 +209,17 @@ def _parse_value(text: str):
 
 def model_config(tc: TrainConfig) -> transformer.Config:
   """The model's `Config`: the preset, the overrides, and the compute dtype."""
+  known = {f.name for f in dataclasses.fields(transformer.Config)}
   overrides = {}
   for part in filter(None, (p.strip() for p in tc.model_overrides.split(","))):
     name, eq, value = part.partition("=")
     if not eq:
       raise ValueError(f"--model-overrides: cannot read {part!r}. Fix: write name=value pairs.")
-    overrides[name.strip()] = _parse_value(value.strip())
+    name = name.strip()
+    if name not in known:
+      raise ValueError(f"--model-overrides: unknown field {name!r}. Fix: use fields of "
+                       f"transformer.Config: {', '.join(sorted(known))}.")
+    overrides[name] = _parse_value(value.strip())
   return transformer.preset(tc.model, dtype=tc.dtype, **overrides)
 
 
@@ -195,6 +232,20 @@ def loss_fn(params, model: transformer.Transformer, tokens_BT1, weights_BT):
   logits_BTV = model.apply({"params": params}, tokens_BT1[:, :-1])
   nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
   return (nll_BT * weights_BT).sum() / weights_BT.sum()
+
+
+def exact_match(logits_BTV, tokens_BT1, weights_BT):
+  """Fraction of sequences whose every scored target is the arg-max (`data.exact_match`)."""
+  wrong_BT = (logits_BTV.argmax(-1) != tokens_BT1[:, 1:]) & (weights_BT > 0)
+  return jnp.mean(~wrong_BT.any(-1))
+
+
+def eval_metrics(params, model: transformer.Transformer, tokens_BT1, weights_BT):
+  """`{loss, exact_match}` of one validation batch (see `loss_fn`, `exact_match`)."""
+  logits_BTV = model.apply({"params": params}, tokens_BT1[:, :-1])
+  nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
+  return {"loss": (nll_BT * weights_BT).sum() / weights_BT.sum(),
+          "exact_match": exact_match(logits_BTV, tokens_BT1, weights_BT)}
 
 
 def train_step(state: TrainState, tokens_BT1, weights_BT, *, model, tx, lr_schedule):
@@ -210,7 +261,7 @@ class Trainer(NamedTuple):
 
   init: Callable  # key -> TrainState, placed on `shardings`
   step: Callable  # (state, tokens, weights) -> (state, metrics), donates `state`
-  eval_loss: Callable  # (params, tokens, weights) -> loss
+  evaluate: Callable  # (params, tokens, weights) -> {loss, exact_match}
   shardings: TrainState
   abstract: TrainState
   batch_sharding: Any
@@ -243,21 +294,32 @@ def build(cfg: transformer.Config, tx: optax.GradientTransformation, mesh,
   step = jax.jit(lambda s, t, w: train_step(s, t, w, model=model, tx=tx, lr_schedule=lr_schedule),
                  in_shardings=(shardings, batch, batch),
                  out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
-  eval_loss = jax.jit(lambda p, t, w: loss_fn(p, model, t, w),
-                      in_shardings=(shardings.params, batch, batch))
-  return Trainer(jax.jit(init, out_shardings=shardings), step, eval_loss, shardings, abstract,
+  evaluate = jax.jit(lambda p, t, w: eval_metrics(p, model, t, w),
+                     in_shardings=(shardings.params, batch, batch))
+  return Trainer(jax.jit(init, out_shardings=shardings), step, evaluate, shardings, abstract,
                  batch)
 
 
 # The fields that define the compiled step; runs that agree on them share one executable.
-STEP_FIELDS = ("optimizer", "steps", "learning_rate", "warmup_steps", "final_lr_fraction",
-               "weight_decay", "grad_clip", "mesh")
+STEP_FIELDS = ("optimizer", "steps", "learning_rate", "muon_learning_rate", "warmup_steps",
+               "final_lr_fraction", "weight_decay", "grad_clip", "mesh")
+
+# Compiled trainers of this process, keyed by `(cfg, STEP_FIELDS values)`: a sweep of runs that
+# differ only in seed or data compiles once. Oldest evicted beyond `TRAINER_CACHE_SIZE`;
+# `TRAINERS.clear()` frees them.
+TRAINERS: dict[tuple, Trainer] = {}
+TRAINER_CACHE_SIZE = 8
 
 
-@functools.lru_cache(maxsize=8)
-def _cached_build(cfg: transformer.Config, key: TrainConfig) -> Trainer:
-  mesh = sharding.make_mesh(sharding.parse_mesh(key.mesh))
-  return build(cfg, optimizer(key), mesh, schedule(key))
+def cached_trainer(cfg: transformer.Config, tc: TrainConfig) -> Trainer:
+  """`build(cfg, optimizer(tc), mesh, schedule(tc))`, reused from `TRAINERS` when it exists."""
+  key = (cfg, tuple(getattr(tc, f) for f in STEP_FIELDS))
+  if key not in TRAINERS:
+    while len(TRAINERS) >= TRAINER_CACHE_SIZE:
+      TRAINERS.pop(next(iter(TRAINERS)))
+    mesh = sharding.make_mesh(sharding.parse_mesh(tc.mesh))
+    TRAINERS[key] = build(cfg, optimizer(tc), mesh, schedule(tc))
+  return TRAINERS[key]
 
 
 # ------------------------------------------------------------------------------- the loop
@@ -266,25 +328,6 @@ def _cached_build(cfg: transformer.Config, key: TrainConfig) -> Trainer:
 def default_run_dir(tc: TrainConfig) -> str:
   return os.path.join("runs", "train", f"{time.strftime('%Y%m%d-%H%M%S')}-{tc.model}-"
                                        f"{tc.optimizer}")
-
-
-def _read_metrics(path: str, upto: int) -> list[str]:
-  """The lines of `metrics.jsonl` up to step `upto` (a resumed run rewrites what follows).
-
-  Reading stops at a torn last line, which a killed process may leave behind.
-  """
-  if not os.path.exists(path):
-    return []
-  kept = []
-  with open(path) as f:
-    for line in f:
-      try:
-        step = json.loads(line)["step"]
-      except (json.JSONDecodeError, KeyError):
-        break
-      if step <= upto:
-        kept.append(line)
-  return kept
 
 
 @contextlib.contextmanager
@@ -312,6 +355,135 @@ def _deferred_interrupt():
     signal.signal(signal.SIGINT, previous)
 
 
+def _due(step: int, every: int, end: int) -> bool:
+  """Whether a periodic action with period `every` (0: never) runs at `step` (always at `end`)."""
+  return bool(every and step % every == 0) or step == end
+
+
+class _MetricsBuffer:
+  """Step metrics kept on the device until `flush` fetches them all at once (one sync)."""
+
+  def __init__(self, folder: RunFolder, tokens_per_step: int):
+    self.folder, self.tokens_per_step = folder, tokens_per_step
+    self.pending: list[tuple[int, dict]] = []
+    self.restart_clock()
+
+  def restart_clock(self) -> None:
+    self.clock = time.perf_counter()
+
+  def add(self, step: int, metrics: dict) -> None:
+    self.pending.append((step, metrics))
+
+  def flush(self) -> dict:
+    """Fetches, checks and logs the pending metrics; returns the last step's (`{}` if none).
+
+    Raises:
+      NonFiniteLoss: a loss or gradient norm is NaN or infinite (that row is not logged).
+    """
+    if not self.pending:
+      return {}
+    pending, self.pending = self.pending, []
+    host = jax.device_get([m for _, m in pending])
+    now = time.perf_counter()
+    tokens_per_s = len(pending) * self.tokens_per_step / (now - self.clock)
+    self.clock = now
+    entry = {}
+    for (s, _), m in zip(pending, host, strict=True):
+      entry = {"step": s, **{k: float(v) for k, v in m.items()}, "tokens_per_s": tokens_per_s}
+      for name in ("loss", "grad_norm"):
+        if not math.isfinite(entry[name]):
+          self.folder.flush()
+          raise NonFiniteLoss(_stop_message(f"the {name.replace('_', ' ')} is {entry[name]} "
+                                            f"at step {s}", self.folder))
+      self.folder.log(entry)
+    self.folder.flush()
+    return entry
+
+
+def _stop_message(what: str, folder: RunFolder) -> str:
+  good = (f"The last good checkpoint is step {folder.last_saved} in {folder.path}/checkpoints"
+          if folder.last_saved else "No checkpoint was written (none was finite yet)")
+  return (f"{what}; stopped. {good}. Fix: lower --learning-rate, raise --warmup-steps, or "
+          "set --grad-clip.")
+
+
+def _check_inputs(tc: TrainConfig, cfg: transformer.Config, src) -> int:
+  """The sequence length of `src`'s batches, after checking they fit `cfg`."""
+  probe = src.batch(tc.seed, 0, 1)
+  seq_len = probe.tokens.shape[1] - 1
+  if seq_len > cfg.max_len:
+    raise ValueError(f"sequences of {seq_len} tokens exceed the model's max_len={cfg.max_len}. "
+                     "Fix: lower --seq-len or pass --model-overrides max_len=N.")
+  if src.vocab_size > cfg.vocab_size:
+    raise ValueError(f"--data {tc.data!r} holds token ids up to {src.vocab_size - 1}, but the "
+                     f"model's vocab_size is {cfg.vocab_size} (larger ids would read no "
+                     f"embedding). Fix: pass --model-overrides vocab_size={src.vocab_size}.")
+  return seq_len
+
+
+def _evaluate(trainer: Trainer, params, src, tc: TrainConfig, put) -> dict:
+  """Mean `{val_loss, val_exact_match}` over `eval_batches` fixed validation batches."""
+  rows = jax.device_get([trainer.evaluate(params, *put(src.batch(tc.seed, i, tc.batch_size,
+                                                                 "val")))
+                         for i in range(tc.eval_batches)])
+  out = {"val_loss": float(np.mean([r["loss"] for r in rows]))}
+  if isinstance(src, data.TaskSource):  # exact match of a whole text window says nothing
+    out["val_exact_match"] = float(np.mean([r["exact_match"] for r in rows]))
+  return out
+
+
+def _loop(tc: TrainConfig, trainer: Trainer, src, folder: RunFolder, state: TrainState,
+          start: int, end: int, seq_len: int, callback, callback_every: int):
+  """Steps `start + 1 … end`: log, evaluate, checkpoint, callback. Returns `(state, val_loss)`."""
+  def put(batch: data.Batch):
+    return (sharding.put_batch(batch.tokens, trainer.batch_sharding),
+            sharding.put_batch(batch.weights, trainer.batch_sharding))
+
+  def save(state: TrainState) -> None:
+    try:
+      folder.save(int(state.step), state.params, state.opt_state)
+    except checkpoint.NonFiniteState:
+      raise NonFiniteLoss(_stop_message(f"the parameters became NaN or infinite by step "
+                                        f"{int(state.step)}", folder)) from None
+
+  buffer = _MetricsBuffer(folder, tc.batch_size * seq_len)
+  bar = progress.progress(end, start, "train",
+                          disable=not (tc.progress and jax.process_index() == 0))
+  val_loss = math.nan
+  with _deferred_interrupt() as interrupt, contextlib.closing(bar):
+    try:
+      for s in range(start + 1, end + 1):
+        state, metrics = trainer.step(state, *put(src.batch(tc.seed, s, tc.batch_size)))
+        buffer.add(s, metrics)
+        bar.update(1)
+        if interrupt["requested"]:
+          raise KeyboardInterrupt
+        due = {name: _due(s, every, end) for name, every in (
+            ("log", tc.log_every), ("callback", callback_every), ("eval", tc.eval_every),
+            ("save", tc.checkpoint_every))}
+        if not any(due.values()):
+          continue
+        last = buffer.flush()
+        bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:,.0f}")
+        if callback is not None and callback_every and s % callback_every == 0:
+          callback(s, state, last)
+        if due["eval"]:
+          row = _evaluate(trainer, state.params, src, tc, put)
+          folder.log({"step": s, **row})
+          val_loss = row["val_loss"]
+        if due["save"]:
+          save(state)
+        buffer.restart_clock()
+    except KeyboardInterrupt:
+      buffer.flush()
+      if all(not x.is_deleted() for x in jax.tree.leaves(state)):  # a second Ctrl-C mid-step
+        save(state)
+      print(f"\ninterrupted: saved step {folder.last_saved} in {folder.path}/checkpoints",
+            file=sys.stderr)
+      raise
+  return state, val_loss
+
+
 def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
           callback: Callable[[int, TrainState, dict], None] | None = None,
           callback_every: int = 0) -> TrainResult:
@@ -326,178 +498,105 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
     callback_every: period of the callback (0: never).
 
   Returns:
-    A `TrainResult`.
+    A `TrainResult`. A run already at its last step (or at `stop_at`) is not stepped again:
+    its state is restored and `val_loss` is the last one logged.
 
   Raises:
-    NonFiniteLoss: the loss became NaN/inf (the checkpoints hold only finite states).
-    checkpoint.ConfigMismatch: `tc.run_dir` holds a run with another config.
+    ValueError: an impossible setting (`TrainConfig.validate`), data that do not fit the
+      model, or a mismatched run folder (`checkpoint.ConfigMismatch`).
+    NonFiniteLoss: the loss, gradient norm or params became NaN/inf (the checkpoints hold
+      only finite states).
     KeyboardInterrupt: after saving a checkpoint of the current state.
 
   Example:
-    >>> result = train(TrainConfig(steps=50, model_overrides="d_model=32", progress=False))
+    >>> import tempfile
+    >>> from experiments.train import TrainConfig, train
+    >>> tc = TrainConfig(steps=3, warmup_steps=1, batch_size=2, seq_len=16, eval_batches=1,
+    ...                  model_overrides="d_model=32,n_heads=2", progress=False,
+    ...                  run_dir=tempfile.mkdtemp())
+    >>> result = train(tc)
+    >>> int(result.state.step)
+    3
   """
-  run_dir = tc.run_dir or default_run_dir(tc)
-  tc = tc.replace(run_dir=run_dir)
+  tc.validate()
+  tc = tc.replace(run_dir=tc.run_dir or default_run_dir(tc))
   cfg = model_config(tc)
   src = data.source(tc.data, tc.seq_len, tc.val_fraction)
-  seq_len = src.batch(tc.seed, 0, 1).tokens.shape[1] - 1
-  if seq_len > cfg.max_len:
-    raise ValueError(f"sequences of {seq_len} tokens exceed the model's max_len={cfg.max_len}. "
-                     "Fix: lower --seq-len or pass --model-overrides max_len=N.")
+  note = getattr(getattr(src, "corpus", None), "note", "")
+  if note:
+    print(f"data: {note}", file=sys.stderr)
+  seq_len = _check_inputs(tc, cfg, src)
   mesh = sharding.make_mesh(sharding.parse_mesh(tc.mesh))
   sharding.check_batch_size(tc.batch_size, mesh)
-  if tx is None:
-    trainer = _cached_build(cfg, TrainConfig(**{f: getattr(tc, f) for f in STEP_FIELDS}))
-  else:
-    trainer = build(cfg, tx, mesh, schedule(tc))
+  trainer = cached_trainer(cfg, tc) if tx is None else build(cfg, tx, mesh, schedule(tc))
 
   primary = jax.process_index() == 0
   record = {"train": tc.to_dict(), "model": cfg.to_dict()}
-  if os.path.exists(os.path.join(run_dir, checkpoint.CONFIG_FILE)):
-    checkpoint.check_config(checkpoint.read_config(run_dir), record, ignore=RESUMABLE)
-  elif primary:
-    checkpoint.write_config(run_dir, record)
-  mgr = checkpoint.open_manager(run_dir, tc.keep_checkpoints)
-  start = mgr.latest_step() or 0
-  if start:
-    params, opt_state = checkpoint.restore(
-        mgr, start, checkpoint.abstract(trainer.abstract.params, trainer.shardings.params),
-        checkpoint.abstract(trainer.abstract.opt_state, trainer.shardings.opt_state))
-    state = TrainState(jax.device_put(jnp.int32(start), trainer.shardings.step), params,
-                       opt_state)
-  else:
-    state = trainer.init(jax.random.key(tc.seed))
   end = min(tc.steps, tc.stop_at or tc.steps)
-
-  metrics_path = os.path.join(run_dir, "metrics.jsonl")
-  kept = _read_metrics(metrics_path, start)
-  log = open(metrics_path, "w") if primary else open(os.devnull, "w")
-  log.writelines(kept)
-  writer = SummaryWriter(run_dir) if primary else None
-  bar = tqdm.tqdm(total=end, initial=start, disable=not (tc.progress and primary),
-                  desc="train", dynamic_ncols=True)
-  pending: list[tuple[int, dict]] = []
-  clock = [time.perf_counter()]
-  saved = [start]
-  val_loss = math.nan
-
-  def emit(entry: dict) -> None:
-    log.write(json.dumps(entry) + "\n")
-    if writer is not None:
-      for k, v in entry.items():
-        if k != "step":
-          writer.add_scalar(k, v, entry["step"])
-
-  def flush() -> dict:
-    """Fetches the pending metrics, checks the loss, logs; returns the last step's."""
-    if not pending:
-      return {}
-    host = jax.device_get([m for _, m in pending])
-    now = time.perf_counter()
-    tokens_per_s = len(pending) * tc.batch_size * seq_len / (now - clock[0])
-    clock[0] = now
-    entry = {}
-    for (s, _), m in zip(pending, host, strict=True):
-      entry = {"step": s, **{k: float(v) for k, v in m.items()}, "tokens_per_s": tokens_per_s}
-      if not math.isfinite(entry["loss"]):
-        pending.clear()
-        raise NonFiniteLoss(f"the training loss is {entry['loss']} at step {s}; stopped. The "
-                            f"last good checkpoint is step {saved[0]} in {run_dir}/checkpoints. "
-                            "Fix: lower --learning-rate, raise --warmup-steps or --grad-clip.")
-      emit(entry)
-    pending.clear()
-    log.flush()  # so a killed run's log reaches at least its last checkpoint
-    bar.set_postfix(loss=f"{entry['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
-    return entry
-
-  def evaluate(s: int) -> float:
-    losses = [trainer.eval_loss(state.params, *put(src.batch(tc.seed, i, tc.batch_size, "val")))
-              for i in range(tc.eval_batches)]
-    loss = float(np.mean(jax.device_get(losses)))
-    emit({"step": s, "val_loss": loss})
-    return loss
-
-  def put(batch: data.Batch):
-    return (sharding.put_batch(batch.tokens, trainer.batch_sharding),
-            sharding.put_batch(batch.weights, trainer.batch_sharding))
-
-  def save(s: int) -> None:
-    if s > saved[0]:
-      checkpoint.save(mgr, s, state.params, state.opt_state)
-      saved[0] = s
-
-  interrupt_scope = contextlib.ExitStack()
-  interrupt = interrupt_scope.enter_context(_deferred_interrupt())
-  try:
-    for s in range(start + 1, end + 1):
-      state, metrics = trainer.step(state, *put(src.batch(tc.seed, s, tc.batch_size)))
-      pending.append((s, metrics))
-      bar.update(1)
-      if interrupt["requested"]:
-        raise KeyboardInterrupt
-      at = lambda every: (every and s % every == 0) or s == end
-      if at(tc.log_every) or at(callback_every) or at(tc.eval_every) or at(tc.checkpoint_every):
-        last = flush()
-        if callback is not None and callback_every and s % callback_every == 0:
-          callback(s, state, last)
-        if at(tc.eval_every):
-          val_loss = evaluate(s)
-        if at(tc.checkpoint_every):
-          save(s)
-        clock[0] = time.perf_counter()
-  except KeyboardInterrupt:
-    flush()
-    if all(not x.is_deleted() for x in jax.tree.leaves(state)):  # a second Ctrl-C mid-step
-      save(int(state.step))
-    print(f"\ninterrupted: saved step {saved[0]} in {run_dir}/checkpoints", file=sys.stderr)
-    raise
-  finally:
-    interrupt_scope.close()
-    bar.close()
-    mgr.wait_until_finished()
-    mgr.close()
-    log.close()
-    if writer is not None:
-      writer.close()
+  with RunFolder(tc.run_dir, record, tc.keep_checkpoints, RESUMABLE, primary) as folder:
+    restored = folder.restore(
+        checkpoint.abstract(trainer.abstract.params, trainer.shardings.params),
+        checkpoint.abstract(trainer.abstract.opt_state, trainer.shardings.opt_state))
+    if restored is None:
+      start, state = 0, trainer.init(jax.random.key(tc.seed))
+    else:
+      start, params, opt_state = restored
+      state = TrainState(jax.device_put(jnp.int32(start), trainer.shardings.step), params,
+                         opt_state)
+    if start >= end:
+      done = (f"run {tc.run_dir} is already complete: step {start} of {tc.steps}"
+              if start >= tc.steps else f"run {tc.run_dir} is already at step {start} "
+              f"(--stop-at {tc.stop_at}); raise --stop-at or drop it to continue")
+      print(f"{done}. Nothing to train.", file=sys.stderr)
+      last = folder.last_val_loss()
+      if primary and start >= tc.steps and not os.path.exists(
+          os.path.join(tc.run_dir, train_report.RESULTS_FILE)):
+        train_report.write(tc.run_dir, record)
+      return TrainResult(state, tc.run_dir, math.nan if last is None else last)
+    if start:
+      print(f"resumed from step {start} of {tc.run_dir}", file=sys.stderr)
+    folder.open_log(start)
+    state, val_loss = _loop(tc, trainer, src, folder, state, start, end, seq_len, callback,
+                            callback_every)
   if primary:
-    train_report.write(run_dir, record)
-  return TrainResult(state, run_dir, val_loss)
+    train_report.write(tc.run_dir, record)
+  return TrainResult(state, tc.run_dir, val_loss)
 
 
-def load_checkpoint(run_dir: str) -> tuple[transformer.Config, Any]:
-  """The model config and params of the latest checkpoint of a training run folder.
+def load_checkpoint(run_dir: str, step: int | None = None) -> tuple[transformer.Config, Any]:
+  """`(cfg, params)` of a training run's checkpoint; prefer `checkpoint.load_run`.
 
-  Args:
-    run_dir: a folder written by `train` (holding `config.json` and `checkpoints/`).
-
-  Returns:
-    `(cfg, params)`: a `transformer.Config` and the params pytree on the default device.
-
-  Example:
-    >>> cfg, params = load_checkpoint("runs/train/20250101-120000-tiny-adamw")
-    >>> logits = transformer.Transformer(cfg).apply({"params": params}, tokens)
+  Kept for callers of the `(cfg, params)` order; `checkpoint.load_run` returns
+  `(params, cfg)` like the rest of the library.
   """
-  cfg = transformer.Config(**checkpoint.read_config(run_dir)["model"])
-  abstract = jax.eval_shape(lambda: transformer.Transformer(cfg).init(
-      jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"])
-  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  return cfg, checkpoint.restore_params(
-      run_dir, checkpoint.abstract(abstract, jax.tree.map(lambda _: device, abstract)))
+  params, cfg = checkpoint.load_run(run_dir, step)
+  return cfg, params
 
 
 # ------------------------------------------------------------------------------------ CLI
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+  """Keeps the description's layout; appends each option's default once (none for flags)."""
+
+  def _get_help_string(self, action):
+    help = action.help or ""
+    if "%(default)" in help or action.default in (None, argparse.SUPPRESS):
+      return help
+    return help + " (default: %(default)s)"
+
+
 def parser() -> argparse.ArgumentParser:
   """`--flag` per `TrainConfig` field, with its type, choices, help and default."""
+  intro = __doc__.split("\n\n")
   p = argparse.ArgumentParser(prog="python -m experiments train",
-                              description=__doc__.split("\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                              description=intro[0] + "\n\n" + intro[2].strip(),
+                              epilog=EXAMPLES, formatter_class=_HelpFormatter)
   for f in dataclasses.fields(TrainConfig):
     flag = "--" + f.name.replace("_", "-")
     if isinstance(f.default, bool):
       p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
-                     help=f.metadata["help"])
+                     help=f.metadata["help"] + " (default: %(default)s)")
     else:
       p.add_argument(flag, type=type(f.default), default=f.default, help=f.metadata["help"],
                      choices=f.metadata.get("choices"))
@@ -519,6 +618,6 @@ def main(argv=None) -> int:
     return 1
   except KeyboardInterrupt:
     return 130
-  print(f"step {int(result.state.step)}: validation loss {result.val_loss:.4f} nats; "
-        f"run folder {result.run_dir}")
+  val = "" if math.isnan(result.val_loss) else f": validation loss {result.val_loss:.4f} nats"
+  print(f"step {int(result.state.step)}{val}; run folder {result.run_dir}")
   return 0

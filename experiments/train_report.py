@@ -6,7 +6,6 @@ run, not only its last leg.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -15,38 +14,42 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from experiments import jsonio  # noqa: E402
+
+RESULTS_FILE = "results.json"
+
 
 def read_metrics(run_dir: str) -> tuple[list[dict], list[dict]]:
-  """`(train rows, validation rows)` of `metrics.jsonl`, skipping a torn last line."""
-  train, val = [], []
-  with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-    for line in f:
-      if not line.endswith("\n"):
-        break
-      row = json.loads(line)
-      (val if "val_loss" in row else train).append(row)
-  return train, val
+  """`(train rows, validation rows)` of `metrics.jsonl`, up to a torn last line
+  (`jsonio.read_jsonl`, the one reader of the log)."""
+  rows = jsonio.read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+  return ([r for r in rows if "val_loss" not in r], [r for r in rows if "val_loss" in r])
 
 
 def write(run_dir: str, record: dict) -> dict:
   """Writes the summary of the run in `run_dir`; `record` is its saved config. Returns it."""
   train, val = read_metrics(run_dir)
-  tail = [r["loss"] for r in train[-20:]]
+  tail = [r["loss"] for r in train[-20:] if r.get("loss") is not None]
   speeds = sorted(r["tokens_per_s"] for r in train if "tokens_per_s" in r)
   results = {
       "steps": train[-1]["step"] if train else 0,
       "train_loss_last_20": sum(tail) / len(tail) if tail else math.nan,
       "final_val_loss": val[-1]["val_loss"] if val else math.nan,
-      "best_val_loss": min((r["val_loss"] for r in val), default=math.nan),
+      "best_val_loss": min((r["val_loss"] for r in val if r["val_loss"] is not None),
+                           default=math.nan),
       "median_tokens_per_s": speeds[len(speeds) // 2] if speeds else math.nan,
   }
-  with open(os.path.join(run_dir, "results.json"), "w") as f:
-    json.dump(results, f, indent=2)
+  if val and "val_exact_match" in val[-1]:
+    results["final_val_exact_match"] = val[-1]["val_exact_match"]
+  results = jsonio.strict(results)
+  jsonio.dump_strict(results, os.path.join(run_dir, RESULTS_FILE))
 
   fig, ax = plt.subplots(figsize=(6, 3.5))
-  ax.plot([r["step"] for r in train], [r["loss"] for r in train], lw=1, label="train")
+  nan = lambda v: math.nan if v is None else v
+  ax.plot([r["step"] for r in train], [nan(r["loss"]) for r in train], lw=1, label="train")
   if val:
-    ax.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", label="validation")
+    ax.plot([r["step"] for r in val], [nan(r["val_loss"]) for r in val], "o-",
+            label="validation")
   ax.axhline(math.log(256), color="gray", ls=":", lw=1, label="uniform bytes (ln 256)")
   ax.set(xlabel="step", ylabel="cross-entropy (nats)", title="loss")
   ax.legend()
@@ -61,7 +64,8 @@ def write(run_dir: str, record: dict) -> dict:
       f"H={model['n_heads']}), optimizer `{tc['optimizer']}`, data `{tc['data']}`, "
       f"{tc['steps']} steps of {tc['batch_size']}×{tc['seq_len']} tokens, seed {tc['seed']}.", "",
       "| measure | value |", "| --- | --- |",
-      *(f"| {k.replace('_', ' ')} | {v:.4g} |" for k, v in results.items()), "",
+      *(f"| {k.replace('_', ' ')} | {'–' if v is None else f'{v:.4g}'} |"
+        for k, v in results.items()), "",
       "![loss](loss.png)", "",
   ]
   with open(os.path.join(run_dir, "report.md"), "w") as f:

@@ -44,14 +44,36 @@ def decode_step(params, cfg: Config, token_B: jax.Array, cache: KVCache):
   return logits_B1V[:, 0], cache
 
 
-def sample(rng: jax.Array, logits_BV: jax.Array, temperature: float = 1.0,
+def _check_sampling(temperature: float, top_k: int | None) -> None:
+  if temperature < 0:
+    raise ValueError(f"temperature={temperature} is negative. Fix: pass temperature >= 0 "
+                     "(0 is greedy decoding).")
+  if top_k is not None and top_k <= 0:
+    raise ValueError(f"top_k={top_k} must be positive. Fix: pass top_k >= 1, or None to "
+                     "sample from the whole vocabulary.")
+
+
+def sample(rng: jax.Array | None, logits_BV: jax.Array, temperature: float = 1.0,
            top_k: int | None = None) -> jax.Array:
   """Draw token ids from `softmax(logits / temperature)`, restricted to the `top_k` largest.
 
-  `temperature=0` is greedy decoding (argmax).
+  `temperature=0` is greedy decoding (argmax) and needs no key (`rng=None`).
+
+  Raises:
+    ValueError: `temperature < 0`, `top_k <= 0`, or no `rng` for `temperature > 0`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from transformer import sample
+    >>> sample(None, jnp.array([[0.1, 2.0, -1.0]]), temperature=0).tolist()
+    [1]
   """
+  _check_sampling(temperature, top_k)
   if temperature == 0:
     return jnp.argmax(logits_BV, axis=-1)
+  if rng is None:
+    raise ValueError(f"rng=None with temperature={temperature}: sampling needs a key. Fix: "
+                     "pass rng=jax.random.key(seed), or temperature=0 for greedy decoding.")
   logits_BV = logits_BV / temperature
   if top_k is not None:
     kth_B1 = jax.lax.top_k(logits_BV, top_k)[0][:, -1:]
@@ -59,20 +81,57 @@ def sample(rng: jax.Array, logits_BV: jax.Array, temperature: float = 1.0,
   return jax.random.categorical(rng, logits_BV, axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "steps", "temperature", "top_k"))
-def generate(params, cfg: Config, prompt_BT: jax.Array, steps: int, *, rng: jax.Array,
-             temperature: float = 1.0, top_k: int | None = None) -> jax.Array:
-  """Continue `prompt_BT` by `steps` sampled tokens; returns `(B, T + steps)` token ids.
+def generate(params, cfg: Config, prompt_BT: jax.Array, max_new_tokens: int, *,
+             rng: jax.Array | None = None, temperature: float = 1.0,
+             top_k: int | None = None) -> jax.Array:
+  """Continue `prompt_BT` by `max_new_tokens` sampled tokens; returns `(B, T + max_new_tokens)`.
+
+  One compiled program: the prompt is prefilled into a `KVCache`, then `lax.scan` runs
+  `decode_step` and `sample` once per new token.
+
+  Args:
+    params: the model's params.
+    cfg: its config.
+    prompt_BT: int token ids.
+    max_new_tokens: tokens to append.
+    rng: a PRNG key; may be `None` when `temperature=0` (greedy).
+    temperature: softmax temperature, `>= 0`.
+    top_k: sample among the `top_k` most likely tokens (`None`: all).
+
+  Raises:
+    ValueError: a bad `temperature`, `top_k`, `max_new_tokens`, a missing `rng`, or a
+      request longer than `cfg.max_len`.
 
   Example:
-    >>> cfg = preset("tiny"); params = init(cfg, jax.random.key(0))
-    >>> out = generate(params, cfg, jnp.array([[72, 105]]), 5, rng=jax.random.key(1))
+    >>> import jax, jax.numpy as jnp, transformer
+    >>> cfg = transformer.preset("tiny", d_model=32, n_heads=2)
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> out = transformer.generate(params, cfg, jnp.array([[72, 105]]), 5, temperature=0)
+    >>> out.shape
+    (1, 7)
   """
+  _check_sampling(temperature, top_k)
+  if max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1.")
+  if temperature > 0 and rng is None:
+    raise ValueError(f"rng=None with temperature={temperature}: sampling needs a key. Fix: "
+                     "pass rng=jax.random.key(seed), or temperature=0 for greedy decoding.")
+  T = prompt_BT.shape[1]
+  if T + max_new_tokens > cfg.max_len:
+    raise ValueError(f"generate: prompt length {T} + max_new_tokens {max_new_tokens} exceeds "
+                     f"max_len={cfg.max_len}. Fix: fewer new tokens, a shorter prompt, or a "
+                     "config with a larger max_len.")
+  if rng is None:
+    rng = jax.random.key(0)  # unused by greedy decoding; keeps one compiled signature
+  return _generate(params, cfg, prompt_BT, max_new_tokens, rng=rng, temperature=temperature,
+                   top_k=top_k)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "temperature", "top_k"))
+def _generate(params, cfg: Config, prompt_BT: jax.Array, max_new_tokens: int, *, rng: jax.Array,
+              temperature: float, top_k: int | None) -> jax.Array:
   B, T = prompt_BT.shape
-  if T + steps > cfg.max_len:
-    raise ValueError(f"generate: prompt length {T} + steps {steps} exceeds max_len="
-                     f"{cfg.max_len}. Fix: fewer steps or a config with a larger max_len.")
-  cache = init_cache(cfg, B, T + steps)
+  cache = init_cache(cfg, B, T + max_new_tokens)
   logits_BTV, cache = prefill(params, cfg, prompt_BT, cache)
 
   def step(carry, rng_t):
@@ -81,5 +140,6 @@ def generate(params, cfg: Config, prompt_BT: jax.Array, steps: int, *, rng: jax.
     logits_BV, cache = decode_step(params, cfg, token_B, cache)
     return (logits_BV, cache), token_B
 
-  _, new_SB = jax.lax.scan(step, (logits_BTV[:, -1], cache), jax.random.split(rng, steps))
-  return jnp.concatenate([prompt_BT, new_SB.T], axis=1)
+  keys = jax.random.split(rng, max_new_tokens)
+  _, new_tokens = jax.lax.scan(step, (logits_BTV[:, -1], cache), keys)
+  return jnp.concatenate([prompt_BT, new_tokens.T], axis=1)

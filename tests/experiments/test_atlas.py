@@ -19,7 +19,10 @@ def test_atlas_cli_writes_a_report_with_correct_numbers(tmp_path):
   for name in ("report.md", "results.json", "config.json", "spectra.png", "depth.png",
                "jacobian.png", "token_dependency.png", "attention_entropy.png"):
     assert os.path.getsize(run_dir / name) > 0, name
-  results = json.loads((run_dir / "results.json").read_text())
+  def refuse(token):
+    raise ValueError(f"non-strict JSON constant {token}")
+
+  results = json.loads((run_dir / "results.json").read_text(), parse_constant=refuse)
   config = json.loads((run_dir / "config.json").read_text())
   assert config["atlas"]["seq_len"] == 8 and config["model"]["d_model"] == 64
 
@@ -46,3 +49,28 @@ def test_atlas_loads_a_hugging_face_checkpoint(tmp_path):
   got_cfg, got, source = atlas.load_model(atlas.AtlasConfig(hf=str(tmp_path / "hf")))
   assert got_cfg == cfg and source.startswith("Hugging Face")
   chex.assert_trees_all_equal(got, params)
+
+
+def test_atlas_reads_a_chosen_checkpoint_step_and_refuses_long_inputs(tiny_run, tmp_path,
+                                                                      capsys):
+  from experiments import checkpoint
+  got_cfg, got, source = atlas.load_model(atlas.AtlasConfig(checkpoint=tiny_run, step=5))
+  params, cfg = checkpoint.load_run(tiny_run, step=5)
+  assert got_cfg == cfg and "step 5" in source
+  chex.assert_trees_all_equal(got, params)
+  latest, _ = checkpoint.load_run(tiny_run)
+  assert not np.array_equal(latest["blocks"]["attn"]["w_q"], params["blocks"]["attn"]["w_q"])
+  argv = ["--checkpoint", tiny_run, "--seq-len", "65", "--out", str(tmp_path)]
+  assert atlas.main(argv) == 2
+  err = capsys.readouterr().err
+  assert "--seq-len 65 must lie in [1, max_len=64]" in err and err.count("\n") == 1
+  assert not os.path.exists(tmp_path / "atlas")
+
+
+def test_atlas_on_a_damaged_run_is_a_one_line_error(tiny_run_copy, tmp_path, capsys):
+  from tests.experiments.conftest import corrupt
+  corrupt(tiny_run_copy, 5)
+  corrupt(tiny_run_copy, 10)
+  assert atlas.main(["--checkpoint", tiny_run_copy, "--out", str(tmp_path)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: no readable checkpoint") and err.count("\n") == 1, err

@@ -51,3 +51,79 @@ def test_restore_params_without_checkpoints_is_a_clear_error(tmp_path):
   checkpoint.open_manager(str(tmp_path)).close()
   with pytest.raises(FileNotFoundError, match="no finished checkpoint"):
     checkpoint.restore_params(str(tmp_path), {"w": jax.ShapeDtypeStruct((2,), jnp.float32)})
+
+
+def _place(tree):
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  return checkpoint.abstract(tree, jax.tree.map(lambda _: device, tree))
+
+
+def _damage(run_dir, step):
+  import os
+  for root, _, names in os.walk(os.path.join(run_dir, "checkpoints", str(step))):
+    for name in names:
+      with open(os.path.join(root, name), "wb") as f:
+        f.write(b"\0garbage")
+
+
+def test_non_finite_states_are_never_saved(tmp_path):
+  mgr = checkpoint.open_manager(str(tmp_path))
+  good = {"w": jnp.ones((2, 2))}
+  for bad in (jnp.array([1.0, jnp.nan]), jnp.array([jnp.inf, 0.0])):
+    with pytest.raises(checkpoint.NonFiniteState, match="step 3"):
+      checkpoint.save(mgr, 3, {"w": bad}, {"count": jnp.zeros(())})
+    with pytest.raises(checkpoint.NonFiniteState):
+      checkpoint.save(mgr, 3, good, {"mu": bad})
+  assert mgr.all_steps() == []
+  checkpoint.save(mgr, 3, good, {"count": jnp.zeros((), jnp.int32)})  # ints are never checked
+  assert mgr.all_steps() == [3]
+  mgr.close()
+
+
+def test_a_damaged_checkpoint_falls_back_in_one_line(tmp_path):
+  run_dir = str(tmp_path)
+  params = {"w": jnp.arange(6.0).reshape(2, 3)}
+  opt_state = {"count": jnp.zeros((), jnp.int32)}
+  mgr = checkpoint.open_manager(run_dir, keep=5)
+  for step in (1, 2, 3):
+    checkpoint.save(mgr, step, jax.tree.map(lambda x, s=step: x * s, params), opt_state)
+  _damage(run_dir, 3)
+  warnings, damaged = [], []
+  step, got, _ = checkpoint.restore_latest(mgr, _place(params), _place(opt_state),
+                                           on_corrupt=damaged.append, warn=warnings.append)
+  assert step == 2 and damaged == [3]
+  np.testing.assert_array_equal(got["w"], 2 * params["w"])
+  assert len(warnings) == 1 and "checkpoints/3 is unreadable" in warnings[0]
+  assert "\n" not in warnings[0]
+  # Training moves the damaged step aside and may then write that step again.
+  moved = checkpoint.quarantine(mgr, 3)
+  assert moved.endswith("3.corrupt") and mgr.all_steps() == [1, 2]
+  checkpoint.save(mgr, 3, params, opt_state)
+  assert mgr.all_steps() == [1, 2, 3]
+  # An explicit step is not replaced by another one.
+  _damage(run_dir, 2)
+  with pytest.raises(checkpoint.CorruptCheckpoint, match="step 2"):
+    checkpoint.restore_latest(mgr, _place(params), step=2)
+  with pytest.raises(FileNotFoundError, match=r"holds steps \[1, 2, 3\]"):
+    checkpoint.restore_latest(mgr, _place(params), step=7)
+  mgr.close()
+
+
+def test_every_checkpoint_damaged_is_one_error_naming_the_folder(tmp_path):
+  run_dir = str(tmp_path)
+  params = {"w": jnp.ones((2, 3))}
+  mgr = checkpoint.open_manager(run_dir)
+  for step in (1, 2):
+    checkpoint.save(mgr, step, params, {"count": jnp.zeros(())})
+  mgr.close()
+  _damage(run_dir, 1)
+  _damage(run_dir, 2)
+  with pytest.raises(checkpoint.CorruptCheckpoint) as err:
+    checkpoint.restore_params(run_dir, _place(params))
+  message = str(err.value)
+  assert "no readable checkpoint in" in message and "checkpoints" in message
+  assert "step 2 (" in message and "step 1 (" in message and "Fix:" in message
+  with open(tmp_path / "config.json", "w") as f:
+    f.write("{not json")
+  with pytest.raises(checkpoint.CorruptCheckpoint, match="config.json is not valid JSON"):
+    checkpoint.read_config(run_dir)

@@ -133,3 +133,47 @@ def test_exact_match_scores_whole_answers():
   assert data.exact_match(logits, batch) == 1.0
   logits[[1, 2], -1] = np.roll(logits[[1, 2], -1], 1, axis=-1)  # wrong last answer in two rows
   assert data.exact_match(logits, batch) == 0.8
+
+
+def _write(path, body: bytes):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "wb") as f:
+    f.write(body)
+
+
+def test_folders_skip_hidden_folders_and_binary_files_and_say_so(tmp_path):
+  root = str(tmp_path / "corpus")
+  texts = {"a.txt": b"alpha\n" * 50, "sub/b.md": b"beta\n" * 50, "sub/c.py": b"x = 1\n" * 50}
+  for name, body in texts.items():
+    _write(os.path.join(root, name), body)
+  _write(os.path.join(root, ".git/objects/pack.idx"), b"\0\1\2" * 10)
+  _write(os.path.join(root, ".git/HEAD"), b"ref: refs/heads/main\n")
+  _write(os.path.join(root, ".env"), b"SECRET=1\n")
+  _write(os.path.join(root, "img/logo.png"), b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR")
+  found = data.scan_files(root)
+  assert [os.path.relpath(f, root) for f in found.files] == ["a.txt", "sub/b.md", "sub/c.py"]
+  assert (found.skipped_hidden, found.skipped_binary) == (3, 1)
+  assert found.note() == "read 3 text files; skipped 3 hidden and 1 binary files"
+  corpus = data.load_corpus(root, 0.7)  # sub/b.md is held out at 0.7
+  assert corpus.note == found.note()
+  assert sorted(corpus.train_files + corpus.val_files) == found.files
+  assert len(corpus.train) + len(corpus.val) == sum(map(len, texts.values()))
+  # A glob skips binary files the same way.
+  assert data.scan_files(os.path.join(root, "**", "*")).skipped_binary == 1
+
+
+def test_binary_files_and_empty_folders_are_refused(tmp_path):
+  binary = str(tmp_path / "weights.bin")
+  _write(binary, b"\0" * 100)
+  with pytest.raises(ValueError, match="binary file"):
+    data.load_corpus(binary)
+  empty = str(tmp_path / "empty")
+  os.makedirs(empty)
+  with pytest.raises(ValueError, match="the folder is empty"):
+    data.scan_files(empty)
+  only_binary = str(tmp_path / "bins")
+  _write(os.path.join(only_binary, "x.bin"), b"\0")
+  _write(os.path.join(only_binary, ".git/HEAD"), b"ref")
+  with pytest.raises(ValueError, match=r"empty: it holds no text files \(skipped 1 hidden and 1 "
+                                       "binary files\\)"):
+    data.scan_files(only_binary)

@@ -56,8 +56,12 @@ def test_exact_resume_is_bit_identical(tmp_path):
   assert_trees_equal(atlas_params, params)
 
 
-def start_training(run_dir: str, every: int) -> subprocess.Popen:
-  """`python -m experiments train` in a subprocess, returned once it has saved 3 checkpoints."""
+def start_training(run_dir: str, every: int, checkpoints: int = 3) -> subprocess.Popen:
+  """`python -m experiments train` in a subprocess, returned once it has saved `checkpoints`.
+
+  It polls the checkpoint folder rather than racing a clock: a slow machine only makes the
+  test slower. The generous deadline is a safety net against a hung subprocess.
+  """
   cmd = [sys.executable, "-m", "experiments", "train", "--model-overrides",
          SMALL.model_overrides, "--seq-len", "32", "--batch-size", "8", "--steps", "100000",
          "--checkpoint-every", str(every), "--log-every", "1", "--eval-every", "0",
@@ -66,14 +70,16 @@ def start_training(run_dir: str, every: int) -> subprocess.Popen:
   proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
   ckpt_dir = os.path.join(run_dir, "checkpoints")
-  deadline = time.time() + 60
-  while time.time() < deadline and proc.poll() is None:
+  deadline = time.time() + 900
+  while proc.poll() is None:
     steps = [int(d) for d in os.listdir(ckpt_dir) if d.isdigit()] if os.path.isdir(ckpt_dir) else []
-    if steps and max(steps) >= 3 * every:
-      break
-    time.sleep(0.1)
-  assert proc.poll() is None, proc.stderr.read()
-  return proc
+    if steps and max(steps) >= checkpoints * every:
+      return proc
+    if time.time() > deadline:
+      proc.kill()
+      pytest.fail(f"no checkpoint {checkpoints * every} after 900 s: {proc.communicate()[1]}")
+    time.sleep(0.05)
+  pytest.fail(f"training exited early ({proc.returncode}): {proc.stderr.read()}")
 
 
 def last_logged_step(run_dir: str) -> int:
@@ -84,7 +90,7 @@ def last_logged_step(run_dir: str) -> int:
 def test_sigkill_loses_at_most_one_checkpoint_interval(tmp_path):
   run_dir = str(tmp_path / "killed")
   every = 5
-  proc = start_training(run_dir, every)
+  proc = start_training(run_dir, every, checkpoints=2)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   proc.stderr.close()
@@ -190,14 +196,174 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     train.load_checkpoint(str(tmp_path / "nowhere"))
 
 
-def test_help_lists_every_option_with_its_default(capsys):
+def test_help_lists_every_option_with_its_default_once(capsys):
   with pytest.raises(SystemExit) as exit_:
     train.main(["--help"])
   assert exit_.value.code == 0
-  text = " ".join(capsys.readouterr().out.split())
-  for f in train.TrainConfig.__dataclass_fields__.values():
-    assert "--" + f.name.replace("_", "-") in text
-  assert text.count("(default:") == len(train.TrainConfig.__dataclass_fields__)
+  out = capsys.readouterr().out
+  text = " ".join(out.split())
+  fields = train.TrainConfig.__dataclass_fields__.values()
+  for f in fields:
+    flag = "--" + f.name.replace("_", "-")
+    assert flag in text
+    # The option's help ends with its default, exactly once.
+    help_ = text[text.index(flag + " "):]
+    assert help_.count("(default:") >= 1
+  assert text.count("(default:") == len(fields)
+  assert "The training loop" in out and "examples:" in out
+  assert "python -m experiments train --optimizer muon --muon-learning-rate" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "0"], "--steps 0 must be at least 1"),
+    (["--steps=-5"], "--steps -5 must be at least 1"),
+    (["--learning-rate=-1e-3"], "--learning-rate -0.001 must be a finite number >= 0"),
+    (["--muon-learning-rate", "nan"], "--muon-learning-rate nan must be a finite number"),
+    (["--batch-size", "0"], "--batch-size 0 must be at least 1"),
+    (["--model-overrides", "d_modle=32"], "unknown field 'd_modle'"),
+    (["--model-overrides", "vocab_size=128"], "vocab_size=256"),
+])
+def test_bad_flags_are_one_line_errors_before_any_work(argv, message, tmp_path, capsys):
+  run_dir = str(tmp_path / "run")
+  assert train.main([*argv, "--run-dir", run_dir, "--no-progress"]) == 2
+  err = capsys.readouterr().err
+  assert message in err and err.startswith("error: ") and err.count("\n") == 1, err
+  assert not os.path.exists(run_dir)  # refused before the run folder was made
+
+
+def test_huge_learning_rate_stops_without_saving_a_non_finite_checkpoint(tmp_path):
+  tc = SMALL.replace(run_dir=str(tmp_path / "huge"), learning_rate=1e4, checkpoint_every=1,
+                     log_every=1, warmup_steps=1)
+  with pytest.raises(train.NonFiniteLoss) as err:
+    train.train(tc)
+  mgr = checkpoint.open_manager(tc.run_dir, read_only=True)
+  steps = mgr.all_steps()
+  mgr.close()
+  message = str(err.value)
+  if steps:
+    assert f"The last good checkpoint is step {max(steps)}" in message
+    for step in steps:  # every checkpoint on disk is finite
+      params, _ = checkpoint.load_run(tc.run_dir, step)
+      assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
+  else:
+    assert "No checkpoint was written" in message
+  # The log holds only finite rows, each a step before the one named in the message.
+  bad = int(message.split(" at step ")[1].split(";")[0]) if " at step " in message else None
+  rows = [r for r in losses(tc.run_dir) if "loss" in r]
+  assert all(np.isfinite([r["loss"], r["grad_norm"]]).all() for r in rows)
+  if bad is not None:
+    assert [r["step"] for r in rows] == list(range(1, bad))
+
+
+def test_a_non_finite_gradient_norm_stops_the_run(tmp_path):
+  from experiments.run_folder import RunFolder
+
+  with RunFolder(str(tmp_path), {"train": {}, "model": {}}) as folder:
+    folder.open_log(0)
+    folder.last_saved = 4
+    buffer = train._MetricsBuffer(folder, tokens_per_step=8)
+    buffer.add(5, {"loss": np.float32(2.0), "grad_norm": np.float32(1.0)})
+    buffer.add(6, {"loss": np.float32(2.0), "grad_norm": np.float32(np.inf)})
+    with pytest.raises(train.NonFiniteLoss, match="grad norm is inf at step 6") as err:
+      buffer.flush()
+  assert "last good checkpoint is step 4" in str(err.value)
+  assert [r["step"] for r in folder.rows()] == [5]
+
+
+def test_corrupt_latest_checkpoint_resumes_from_the_previous_one(tmp_path, capsys):
+  from tests.experiments.conftest import corrupt
+
+  straight = train.train(SMALL.replace(run_dir=str(tmp_path / "straight")))
+  run_dir = str(tmp_path / "damaged")
+  train.train(SMALL.replace(run_dir=run_dir, stop_at=30))
+  corrupt(run_dir, 30)
+  capsys.readouterr()
+  resumed = train.train(SMALL.replace(run_dir=run_dir))
+  err = capsys.readouterr().err
+  assert "checkpoints/30 is unreadable" in err and "resumed from step 20" in err
+  assert "Traceback" not in err and len(err.splitlines()) <= 4, err
+  assert os.path.isdir(os.path.join(run_dir, "checkpoints", "30.corrupt"))  # kept, moved aside
+  assert_trees_equal(straight.state.params, resumed.state.params)
+  assert losses(straight.run_dir) == losses(run_dir)
+
+
+def test_a_finished_run_says_so_and_every_results_file_is_strict_json(tmp_path, capsys):
+  run_dir = str(tmp_path / "done")
+  argv = ["--model-overrides", SMALL.model_overrides, "--seq-len", "32", "--batch-size", "8",
+          "--steps", "10", "--warmup-steps", "2", "--eval-every", "5", "--eval-batches", "2",
+          "--run-dir", run_dir]
+  assert train.main(argv) == 0
+  first = capsys.readouterr()
+  assert "train: 10/10" in first.err  # not a terminal: periodic progress lines, no bar
+  assert "\r" not in first.err
+  with open(os.path.join(run_dir, "results.json")) as f:
+    before = f.read()
+  assert train.main(argv) == 0
+  again = capsys.readouterr()
+  assert f"run {run_dir} is already complete: step 10 of 10" in again.err
+  assert "nan" not in again.out.lower() and "validation loss" in again.out
+  with open(os.path.join(run_dir, "results.json")) as f:
+    assert f.read() == before
+  # A report of a log with no validation rows has nulls, never NaN.
+  from experiments import train_report
+  with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+    f.write('{"step": 1, "loss": 2.0, "grad_norm": 1.0, "tokens_per_s": 5.0}\n')
+  results = train_report.write(run_dir, checkpoint.read_config(run_dir))
+  assert results["final_val_loss"] is None
+
+  def refuse(token):
+    raise ValueError(f"non-strict JSON constant {token}")
+
+  with open(os.path.join(run_dir, "results.json")) as f:
+    assert json.load(f, parse_constant=refuse)["best_val_loss"] is None
+
+
+def test_exact_match_is_reported_on_synthetic_tasks(tmp_path, tiny_run):
+  tc = SMALL.replace(data="task:modadd", run_dir=str(tmp_path / "task"), steps=10,
+                     eval_every=10, eval_batches=3)
+  result = train.train(tc)
+  rows = [r for r in losses(tc.run_dir) if "val_loss" in r]
+  assert rows and 0 <= rows[-1]["val_exact_match"] <= 1
+  # Reference: the host-side metric of `experiments.data` on the same validation batches.
+  import transformer
+  model = transformer.Transformer(train.model_config(tc))
+  src = data.source(tc.data, tc.seq_len)
+  acc = []
+  for i in range(tc.eval_batches):
+    batch = src.batch(tc.seed, i, tc.batch_size, "val")
+    logits = model.apply({"params": result.state.params}, jnp.asarray(batch.tokens[:, :-1]))
+    acc.append(data.exact_match(logits, batch))
+  assert rows[-1]["val_exact_match"] == pytest.approx(np.mean(acc), abs=1e-6)
+  with open(os.path.join(tc.run_dir, "results.json")) as f:
+    assert json.load(f)["final_val_exact_match"] == pytest.approx(np.mean(acc), abs=1e-6)
+  # Text data has no exact-match column (a whole window is never exactly right).
+  text_rows = [r for r in losses(tiny_run) if "val_loss" in r]
+  assert text_rows and all("val_exact_match" not in r for r in text_rows)
+
+
+def test_muon_has_its_own_learning_rate():
+  params = {"embed": {"embedding": jnp.ones((8, 4))},
+            "blocks": {"attn": {"w_q": jnp.ones((2, 4, 4))}}}
+  rng = np.random.default_rng(0)
+  grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), params)
+
+  def second_update(**rates):
+    tc = SMALL.replace(optimizer="muon", weight_decay=0.0, grad_clip=0.0, **rates)
+    tx = train.optimizer(tc)
+    state = tx.init(params)
+    _, state = tx.update(grads, state, params)
+    return tx.update(grads, state, params)[0]
+
+  base = second_update(learning_rate=1e-3, muon_learning_rate=2e-2)
+  muon_x3 = second_update(learning_rate=1e-3, muon_learning_rate=6e-2)
+  adam_x3 = second_update(learning_rate=3e-3, muon_learning_rate=2e-2)
+  w_q = lambda u: np.asarray(u["blocks"]["attn"]["w_q"])
+  emb = lambda u: np.asarray(u["embed"]["embedding"])
+  np.testing.assert_allclose(w_q(muon_x3), 3 * w_q(base), rtol=1e-5)
+  np.testing.assert_allclose(emb(muon_x3), emb(base), rtol=1e-6)
+  np.testing.assert_allclose(emb(adam_x3), 3 * emb(base), rtol=1e-5)
+  np.testing.assert_allclose(w_q(adam_x3), w_q(base), rtol=1e-6)
+  assert train.TrainConfig().muon_learning_rate == 0.02
 
 
 def test_adamw_decays_matrices_only_and_schedule():

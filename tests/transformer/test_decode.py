@@ -36,7 +36,7 @@ def test_greedy_generate_equals_repeated_full_forward():
   cfg = CONFIGS["llama-gqa"]
   params = transformer.init(cfg, jax.random.key(0))
   prompt = jnp.array([[3, 1, 4, 1, 5]])
-  out = transformer.generate(params, cfg, prompt, 6, rng=jax.random.key(0), temperature=0.0)
+  out = transformer.generate(params, cfg, prompt, max_new_tokens=6, temperature=0.0)
   apply = jax.jit(transformer.Transformer(cfg).apply)
   seq = prompt
   for _ in range(6):  # the naive reference: recompute everything each step
@@ -60,3 +60,24 @@ def test_generate_rejects_overlong_request():
   params = transformer.init(cfg, jax.random.key(0))
   with pytest.raises(ValueError, match="exceeds max_len=32"):
     transformer.generate(params, cfg, jnp.zeros((1, 30), jnp.int32), 5, rng=jax.random.key(0))
+
+
+def test_generate_validates_sampling_arguments():
+  cfg = CONFIGS["gpt2"]
+  params = transformer.init(cfg, jax.random.key(0))
+  prompt = jnp.array([[1, 2, 3]])
+  with pytest.raises(ValueError, match="temperature=-0.5"):
+    transformer.generate(params, cfg, prompt, 2, rng=jax.random.key(0), temperature=-0.5)
+  for k in (0, -3):
+    with pytest.raises(ValueError, match=f"top_k={k}"):
+      transformer.generate(params, cfg, prompt, 2, rng=jax.random.key(0), top_k=k)
+  with pytest.raises(ValueError, match="rng=None"):
+    transformer.generate(params, cfg, prompt, 2, temperature=1.0)
+  with pytest.raises(ValueError, match="max_new_tokens=0"):
+    transformer.generate(params, cfg, prompt, 0, temperature=0)
+  # Sampling with a key is reproducible and differs from greedy on a random model's flat logits.
+  a = transformer.generate(params, cfg, prompt, max_new_tokens=8, rng=jax.random.key(3))
+  b = transformer.generate(params, cfg, prompt, max_new_tokens=8, rng=jax.random.key(3))
+  np.testing.assert_array_equal(a, b)
+  assert a.shape == (1, 11)
+  np.testing.assert_array_equal(a[:, :3], prompt)

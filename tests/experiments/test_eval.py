@@ -1,0 +1,93 @@
+"""`evaluate` against a per-position reference; the `eval` command on runs and HF folders."""
+
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer
+from experiments import checkpoint
+from experiments import eval as eval_
+from tests.experiments.conftest import corrupt
+
+TEXT = b"def f(x):\n    return x * 2  # doubles\n" * 3
+
+
+def test_evaluate_matches_a_per_position_float64_reference():
+  cfg = transformer.preset("tiny", d_model=32, n_heads=2, max_len=16)
+  params = transformer.init(cfg, jax.random.key(0))
+  tokens = np.frombuffer(TEXT[:23], np.uint8).astype(np.int32)
+  T = 4  # 6 windows, the last one partly padded
+  result = eval_.evaluate(params, cfg, tokens, seq_len=T, batch_size=4)
+  apply = jax.jit(transformer.Transformer(cfg).apply)
+  nll = []
+  for t in range(1, len(tokens)):  # target t sees the tokens since the start of its window
+    start = (t - 1) // T * T
+    logits = np.asarray(apply({"params": params}, jnp.asarray(tokens[None, start:t]))[0, -1],
+                        np.float64)
+    log_z = np.log(np.exp(logits - logits.max()).sum()) + logits.max()
+    nll.append(log_z - logits[tokens[t]])
+  assert result.tokens == result.bytes == len(tokens) - 1
+  np.testing.assert_allclose(result.loss, np.mean(nll), rtol=1e-5)
+  np.testing.assert_allclose(result.bits_per_byte, np.mean(nll) / math.log(2), rtol=1e-5)
+  np.testing.assert_allclose(result.perplexity, np.exp(np.mean(nll)), rtol=1e-5)
+  # Bytes and tokens differ for a tokenizer: the loss is per byte, `loss_per_token` per token.
+  halved = eval_.evaluate(params, cfg, tokens, n_bytes=2 * (len(tokens) - 1), seq_len=T)
+  np.testing.assert_allclose(halved.loss, result.loss / 2, rtol=1e-6)
+  np.testing.assert_allclose(halved.loss_per_token, result.loss_per_token, rtol=1e-6)
+  with pytest.raises(ValueError, match="seq_len=17 must lie in"):
+    eval_.evaluate(params, cfg, tokens, seq_len=17)
+  with pytest.raises(ValueError, match="outside the model's vocabulary"):
+    eval_.evaluate(params, cfg, np.array([1, 300]))
+
+
+def _last_json(out: str) -> dict:
+  return json.loads(out.strip().splitlines()[-1])
+
+
+def test_eval_command_on_a_run_and_on_a_hugging_face_folder(tiny_run, tmp_path, capsys):
+  text = tmp_path / "text.txt"
+  text.write_bytes(TEXT)
+  # Without --seq-len a run is scored with the context it trained on (32 here, not max_len).
+  assert eval_.main(["--checkpoint", tiny_run, "--data", str(text)]) == 0
+  got = _last_json(capsys.readouterr().out)
+  params, cfg = checkpoint.load_run(tiny_run)
+  want = eval_.evaluate(params, cfg, np.frombuffer(TEXT, np.uint8), seq_len=32)
+  assert got["tokens"] == len(TEXT) - 1 and got["bytes"] == len(TEXT) - 1
+  np.testing.assert_allclose(got["loss"], want.loss, rtol=1e-6)
+  np.testing.assert_allclose(got["bits_per_byte"], got["loss"] / math.log(2), rtol=1e-9)
+  assert got["loss"] < math.log(256)  # 10 steps of training already beat the uniform guess
+  # The same model exported to a Hugging Face folder (byte vocabulary, no tokenizer files).
+  transformer.to_hf(cfg, params, tmp_path / "hf")
+  assert eval_.main(["--hf", str(tmp_path / "hf"), "--data", str(text), "--seq-len", "32"]) == 0
+  np.testing.assert_allclose(_last_json(capsys.readouterr().out)["loss"], want.loss, rtol=1e-5)
+  # Folder data follows the rules of `train`.
+  folder = tmp_path / "docs"
+  os.makedirs(folder / ".git")
+  (folder / ".git" / "HEAD").write_bytes(b"ref")
+  (folder / "a.txt").write_bytes(TEXT)
+  assert eval_.main(["--checkpoint", tiny_run, "--data", str(folder), "--seq-len", "32"]) == 0
+  out = capsys.readouterr()
+  assert "skipped 1 hidden and 0 binary files" in out.err
+  assert _last_json(out.out)["loss"] == pytest.approx(got["loss"], rel=1e-6)
+
+
+def test_eval_on_a_damaged_run_warns_or_fails_in_one_line(tiny_run_copy, tmp_path, capsys):
+  text = tmp_path / "text.txt"
+  text.write_bytes(TEXT)
+  argv = ["--checkpoint", tiny_run_copy, "--data", str(text), "--seq-len", "32"]
+  corrupt(tiny_run_copy, 10)
+  assert eval_.main(argv) == 0
+  out = capsys.readouterr()
+  assert "checkpoints/10 is unreadable" in out.err and "Traceback" not in out.err
+  params, cfg = checkpoint.load_run(tiny_run_copy, step=5)
+  want = eval_.evaluate(params, cfg, np.frombuffer(TEXT, np.uint8), seq_len=32)
+  assert _last_json(out.out)["loss"] == pytest.approx(want.loss, rel=1e-6)
+  corrupt(tiny_run_copy, 5)
+  assert eval_.main(argv) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: no readable checkpoint") and err.count("\n") == 1, err
