@@ -191,8 +191,8 @@ def orthogonal_heads_arm(*, strength: float, n_heads: int, n_kv_heads: int | Non
 
 
 def condition_arm(*, alpha: float = 0.5, kappa_ref: float = 10.0, every: int = 10,
-                  power_steps: int = 4, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
-                  weight_decay: float = 0.0) -> MakeTx:
+                  power_steps: int = 4, mask=HIDDEN, b1: float = 0.9, b2: float = 0.95,
+                  eps: float = 1e-8, weight_decay: float = 0.0) -> MakeTx:
   r"""AdamW whose `hidden` updates are scaled by `optim.scale_by_condition` (κ-aware rates).
 
   .. math::
@@ -206,6 +206,7 @@ def condition_arm(*, alpha: float = 0.5, kappa_ref: float = 10.0, every: int = 1
     kappa_ref: `κ_ref`.
     every: refresh period of `κ̂`, in updates.
     power_steps: iterations per refresh.
+    mask: the matrices scaled (bool pytree or `params -> bool pytree`); default `hidden`.
     b1: first-moment decay.
     b2: second-moment decay.
     eps: `ε`.
@@ -225,7 +226,7 @@ def condition_arm(*, alpha: float = 0.5, kappa_ref: float = 10.0, every: int = 1
 
   def make_tx(learning_rate):
     scale = optim.scale_by_condition(alpha, kappa_ref, every=every, power_steps=power_steps,
-                                     mask=HIDDEN)
+                                     mask=mask)
     return _adamw(learning_rate, (scale,), b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
 
   return make_tx
@@ -246,7 +247,7 @@ def frozen_condition_arm(*, alpha: float = 0.5, kappa_ref: float = 10.0, power_s
     alpha: `α`.
     kappa_ref: `κ_ref`.
     power_steps: iterations of the first refresh (as in `condition_arm`).
-    **adamw_kwargs: `b1`, `b2`, `eps`, `weight_decay`.
+    **adamw_kwargs: `mask`, `b1`, `b2`, `eps`, `weight_decay` of `condition_arm`.
 
   Returns:
     `make_tx(learning_rate) -> optax.GradientTransformation`.
@@ -259,7 +260,7 @@ def frozen_condition_arm(*, alpha: float = 0.5, kappa_ref: float = 10.0, power_s
                        **adamw_kwargs)
 
 
-def lr_cut_arm(*, factor: float, **adamw_kwargs) -> MakeTx:
+def lr_cut_arm(*, factor: float, mask=HIDDEN, **adamw_kwargs) -> MakeTx:
   r"""Control of `condition_arm`: AdamW with the `hidden` updates scaled by one constant.
 
   .. math:: u_W = c\,\hat m / (\sqrt{\hat v} + \epsilon) \quad (W \text{ hidden})
@@ -270,6 +271,8 @@ def lr_cut_arm(*, factor: float, **adamw_kwargs) -> MakeTx:
 
   Args:
     factor: `c > 0`.
+    mask: the matrices cut (bool pytree or `params -> bool pytree`); default `hidden`, the
+      matrices `condition_arm` scales.
     **adamw_kwargs: `b1`, `b2`, `eps`, `weight_decay`.
 
   Returns:
@@ -282,7 +285,7 @@ def lr_cut_arm(*, factor: float, **adamw_kwargs) -> MakeTx:
   if not factor > 0:
     raise ValueError(f"lr_cut_arm: {factor=} must be > 0 (the multiplier on the hidden rates)")
   settings = dict(b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0) | adamw_kwargs
-  return lambda learning_rate: _adamw(learning_rate, (optax.masked(optax.scale(factor), HIDDEN),),
+  return lambda learning_rate: _adamw(learning_rate, (optax.masked(optax.scale(factor), mask),),
                                       **settings)
 
 
