@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -374,8 +375,12 @@ def update_statistics(updates, mask=HIDDEN) -> dict[str, jax.Array]:
       role (`optim.select()`).
 
   Returns:
-    `condition_number` `σ_max/σ_min` (inf when `σ_min = 0`) and `sv_entropy`, each
-    `(n_matrices,)` in tree order.
+    Each `(n_matrices,)` in tree order: `condition_number` `σ_max/σ_min` (inf when
+    `σ_min = 0`); `condition_number_p90` `σ_1/σ_k`, `k = ⌈0.9 r⌉`, which ignores the weakest
+    tenth of the directions — the full κ of a gradient-based update is usually enormous
+    whatever the optimizer, because inputs that went through LayerNorm are centred (the
+    gradient of `w_q`, `w_k`, `w_v`, `w_1` has a null direction) and Newton–Schulz does not
+    lift a null direction; and `sv_entropy`, the robust measure of orthogonality.
 
   Example:
     >>> import jax, jax.numpy as jnp, transformer
@@ -389,15 +394,18 @@ def update_statistics(updates, mask=HIDDEN) -> dict[str, jax.Array]:
             if m]
   if not leaves:
     raise ValueError("update_statistics: the mask chose no leaf; pass mask= choosing matrices")
-  kappa, entropy = [], []
+  kappa, kappa_p90, entropy = [], [], []
   for u in leaves:
     if u.ndim < 2:
       raise ValueError(f"update_statistics: chosen leaves must be matrices, got {u.shape=}")
     W = u.reshape((-1,) + u.shape[-2:]).astype(jnp.float32)
     s = jnp.linalg.svd(W, compute_uv=False)
     kappa.append(s[:, 0] / s[:, -1])
+    kappa_p90.append(s[:, 0] / s[:, math.ceil(0.9 * s.shape[-1]) - 1])
     entropy.append(sv_entropy(W))
-  return {"condition_number": jnp.concatenate(kappa), "sv_entropy": jnp.concatenate(entropy)}
+  return {"condition_number": jnp.concatenate(kappa),
+          "condition_number_p90": jnp.concatenate(kappa_p90),
+          "sv_entropy": jnp.concatenate(entropy)}
 
 
 # ----------------------------------------------------------------------- steps to a target

@@ -102,6 +102,8 @@ def test_update_statistics_matches_numpy_svd(params):
           for l in range(CFG.n_layers)]
   s = [np.linalg.svd(m, compute_uv=False) for m in mats]
   np.testing.assert_allclose(stats["condition_number"], [x[0] / x[-1] for x in s], rtol=1e-3)
+  np.testing.assert_allclose(stats["condition_number_p90"],
+                             [x[0] / x[int(np.ceil(0.9 * x.size)) - 1] for x in s], rtol=1e-4)
   p = [x**2 / np.sum(x**2) for x in s]
   np.testing.assert_allclose(stats["sv_entropy"],
                              [-np.sum(q * np.log(q)) / np.log(q.size) for q in p], rtol=1e-5)
@@ -116,6 +118,7 @@ def test_muon_updates_are_near_orthogonal_and_adamw_updates_are_not(direct):
   adamw = O.update_statistics(direct("adamw")[0][0])
   assert np.all(np.asarray(muon["sv_entropy"]) > 0.97)
   assert np.all(np.asarray(muon["sv_entropy"]) > np.asarray(adamw["sv_entropy"]))
+  assert np.all(np.asarray(muon["condition_number_p90"]) < 2.5)
 
 
 # ------------------------------------------------------------------------- steps to a loss
