@@ -13,6 +13,7 @@ Modules:
   jacobians:   dense and matrix-free (Lanczos, Arnoldi) Jacobian spectra, depth, causality.
   properties:  definiteness, decomposition, orthogonality, sparsity.
   stability:   causal Jacobian eigenvalues, certified attention-logit bound, effective κ.
+  heads:       head ablation (loss rise, prunable heads) and attention-pattern similarity.
   report:      the atlas: markdown and PNG figures.
 
 Example:
@@ -22,6 +23,7 @@ Example:
   True
 """
 
+from analysis.heads import head_ablation, pattern_similarity
 from analysis.jacobians import (
     causal_leak,
     depth_profile,
@@ -81,9 +83,10 @@ __all__ = [
     "Factored", "Matrix", "activation_sparsity", "attention_entropy", "cache_rank",
     "causal_leak", "causal_logdet", "circuits", "depth_profile", "effective_rank",
     "eigenvalues", "energy_captured", "energy_curve", "factored_singular_values",
-    "head_overlap", "head_redundancy", "is_block_lower_triangular", "jacobian",
+    "head_ablation", "head_overlap", "head_redundancy", "is_block_lower_triangular", "jacobian",
     "jacobian_bytes", "jacobian_top_eigenvalues", "jacobian_top_singular_values",
     "layer_inputs", "local_mass", "matrices", "mp_edge", "orthogonality_error",
+    "pattern_similarity",
     "power_law_alpha", "principal_angles", "psd_certificate", "rank_certificate",
     "rank_for_energy", "singular_values", "softmax_kernel", "spectrum", "stable_rank",
     "stack_fn", "symmetric_eigenvalues", "symmetry_score", "token_dependency", "top_k_mass",

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import transformer
-from transformer.catalog import Entry
+from transformer import Entry
 
 
 def format_catalog(entries: list[Entry]) -> str:

@@ -43,6 +43,7 @@ import optax
 import transformer
 from experiments import checkpoint, data, progress, sharding, train_report
 from experiments.run_folder import RunFolder
+from transformer import names
 
 EXAMPLES = """examples:
   python -m experiments train --steps 300                     # tiny model on stdlib text
@@ -143,14 +144,9 @@ class NonFiniteLoss(FloatingPointError):
 # ------------------------------------------------------------------------------ optimizers
 
 
-def _matrices(params):
-  """Weight decay mask: decay every matrix (2 or more axes counting the layer axis of blocks)."""
-  return jax.tree_util.tree_map_with_path(
-      lambda path, x: x.ndim >= 3 or (x.ndim == 2 and path[0].key != "blocks"), params)
-
-
 def _adamw(tc: TrainConfig, lr_schedule):
-  return optax.adamw(lr_schedule, b1=0.9, b2=0.95, weight_decay=tc.weight_decay, mask=_matrices)
+  return optax.adamw(lr_schedule, b1=0.9, b2=0.95, weight_decay=tc.weight_decay,
+                     mask=names.decay_mask)
 
 
 def _sgd(tc: TrainConfig, lr_schedule):
@@ -283,7 +279,7 @@ def build(cfg: transformer.Config, tx: optax.GradientTransformation, mesh,
   model = transformer.Transformer(cfg)
 
   def init(key):
-    params = model.init(key, jnp.zeros((1, min(8, cfg.max_len)), jnp.int32))["params"]
+    params = transformer.init(cfg, key)
     return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
 
   abstract = jax.eval_shape(init, jax.random.key(0))

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.labels import select
+from optim.roles import select
 from transformer.linalg.power import normalize, power_iteration
 
 # κ resolvable in float32: a QR factor carries a backward error of a few ε·σ_max, so σ_min

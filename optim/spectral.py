@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.labels import select
+from optim.roles import select
 from transformer.linalg.power import power_iteration
 
 Method = Literal["power", "svd"]
@@ -100,7 +100,7 @@ def spectral_cap(
   Args:
     max_sigma: the cap `c`.
     mask: which leaves to constrain: a bool pytree or `params -> bool pytree`; default
-      `optim.labels.select(roles=("hidden",))`. E.g. `select(names=("w_o", "w_2"))` for the
+      `optim.select(roles=("hidden",))`. E.g. `select(names=("w_o", "w_2"))` for the
       residual branches only.
     method: `"power"` or `"svd"`.
     power_steps: power iterations per update.

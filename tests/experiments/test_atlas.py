@@ -45,7 +45,7 @@ def test_atlas_cli_writes_a_report_with_correct_numbers(tmp_path):
 def test_atlas_loads_a_hugging_face_checkpoint(tmp_path):
   cfg = transformer.preset("llama-tiny")
   params = transformer.init(cfg, jax.random.key(0))
-  transformer.to_hf(cfg, params, tmp_path / "hf")
+  transformer.to_hf(params, cfg, tmp_path / "hf")
   got_cfg, got, source = atlas.load_model(atlas.AtlasConfig(hf=str(tmp_path / "hf")))
   assert got_cfg == cfg and source.startswith("Hugging Face")
   chex.assert_trees_all_equal(got, params)

@@ -62,7 +62,7 @@ def test_eval_command_on_a_run_and_on_a_hugging_face_folder(tiny_run, tmp_path, 
   np.testing.assert_allclose(got["bits_per_byte"], got["loss"] / math.log(2), rtol=1e-9)
   assert got["loss"] < math.log(256)  # 10 steps of training already beat the uniform guess
   # The same model exported to a Hugging Face folder (byte vocabulary, no tokenizer files).
-  transformer.to_hf(cfg, params, tmp_path / "hf")
+  transformer.to_hf(params, cfg, tmp_path / "hf")
   assert eval_.main(["--hf", str(tmp_path / "hf"), "--data", str(text), "--seq-len", "32"]) == 0
   np.testing.assert_allclose(_last_json(capsys.readouterr().out)["loss"], want.loss, rtol=1e-5)
   # Folder data follows the rules of `train`.

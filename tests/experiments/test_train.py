@@ -369,7 +369,7 @@ def test_muon_has_its_own_learning_rate():
 def test_adamw_decays_matrices_only_and_schedule():
   params = {"embed": {"embedding": jnp.ones((8, 4))}, "norm_f": {"scale": jnp.ones(4)},
             "blocks": {"attn": {"w_q": jnp.ones((2, 4, 4)), "b_q": jnp.ones((2, 4))}}}
-  mask = train._matrices(params)
+  mask = names.decay_mask(params)
   assert mask == {"embed": {"embedding": True}, "norm_f": {"scale": False},
                   "blocks": {"attn": {"w_q": True, "b_q": False}}}
   tc = SMALL.replace(weight_decay=0.5)

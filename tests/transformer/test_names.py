@@ -64,6 +64,14 @@ def test_one_line_adds_a_matrix_to_every_consumer(model, monkeypatch):
   assert optim.labels(params)["blocks"]["ffn"]["w_extra"] == "hidden"
   assert optim.select()(params)["blocks"]["ffn"]["w_extra"]
   assert names.decay_mask(params)["blocks"]["ffn"]["w_extra"]
+  # The training loop's AdamW decays it: zero gradients leave only the decay.
+  from experiments import train
+  tc = train.TrainConfig(weight_decay=0.5, learning_rate=1.0, warmup_steps=0, steps=10)
+  adamw = train.optimizer(tc)
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  decayed, _ = adamw.update(zeros, adamw.init(params), params)
+  assert float(jnp.abs(decayed["blocks"]["ffn"]["w_extra"]).min()) > 0
+  assert float(jnp.abs(decayed["blocks"]["norm_1"]["scale"]).max()) == 0
   # Muon orthogonalizes it: singular values of the update in Newton–Schulz's band around 1
   # (AdamW's first step, ±lr per entry, would have σ_max ≈ 2·sqrt(32)·lr).
   tx = optim.muon(0.02)
