@@ -111,21 +111,25 @@ def _check_sizes(name: str, k: int, cap: int, limit: int, tol: float, check_ever
     raise ValueError(f"{name}: check_every must be >= 1, got {check_every=}.")
 
 
-def _grow(step, ritz_done, carry, cap: int, k: int, check_every: int):
-  """Run `step(j, carry)` for `j = 0, 1, …` in chunks until `ritz_done(j, carry)` or `j = cap`."""
+def _grow(step, ritz, carry, cap: int, k: int, check_every: int):
+  """Run `step(j, carry)` for `j = 0, 1, …` in chunks of `check_every` until `cap` or until
+  `ritz(j, carry) -> (out, done)` says done; returns `(j, carry, out)` of the last check."""
 
   def cond(state):
-    j, _, done = state
+    j, _, _, done = state
     return (j < cap) & jnp.logical_not(done)
 
   def body(state):
-    j, carry, _ = state
+    j, carry, _, _ = state
     j_next = jnp.minimum(jnp.maximum(j + check_every, k), cap)
     carry = jax.lax.fori_loop(j, j_next, step, carry)
-    return j_next, carry, ritz_done(j_next, carry)
+    out, done = ritz(j_next, carry)
+    return j_next, carry, out, done
 
-  j, carry, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), carry, jnp.bool_(False)))
-  return j, carry
+  out_shape = jax.eval_shape(ritz, jnp.int32(k), carry)[0]
+  out = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), out_shape)
+  j, carry, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), carry, out, jnp.bool_(False)))
+  return j, carry, out
 
 
 def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
@@ -205,15 +209,10 @@ def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
     P, s, QT = jnp.linalg.svd(jnp.diag(a) + jnp.diag(b[:-1], 1))
     bounds = (beta[j - 1] * jnp.abs(P[j - 1, :k]) / math.sqrt(2)
               + j.astype(dtype) * eps * s[0])
-    return P, s, QT, bounds
+    return (P, s, QT, bounds), jnp.all(bounds <= tol * s[0])
 
-  def done(j, carry):
-    _, s, _, bounds = ritz(j, carry)
-    return jnp.all(bounds <= tol * s[0])
-
-  j, carry = _grow(step, done, (V, U, alpha, beta), cap, k, check_every)
-  V, U, _, _ = carry
-  P, s, QT, bounds = ritz(j, carry)
+  j, (V, U, _, _), (P, s, QT, bounds) = _grow(step, ritz, (V, U, alpha, beta), cap, k,
+                                              check_every)
   right = QT[:k] @ jnp.where((rows < j)[:, None], V[:cap], 0)
   left = P[:, :k].T @ U
   return SVDResult(s[:k], right, left, bounds, bounds <= tol * s[0], j)
@@ -285,13 +284,8 @@ def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | No
     Y_k = Y[:, order] / jnp.linalg.norm(Y[:, order], axis=0, keepdims=True)
     lam_k = lam[order]
     bounds = (jnp.abs(H[j, j - 1]) * jnp.abs(Y_k[j - 1])
-              + j.astype(dtype) * eps * jnp.abs(lam_k[0]))
-    return lam_k, bounds.astype(dtype)
+              + j.astype(dtype) * eps * jnp.abs(lam_k[0])).astype(dtype)
+    return (lam_k, bounds), jnp.all(bounds <= tol * jnp.abs(lam_k[0]))
 
-  def done(j, carry):
-    lam_k, bounds = ritz(j, carry)
-    return jnp.all(bounds <= tol * jnp.abs(lam_k[0]))
-
-  j, carry = _grow(step, done, (Q, H), cap, k, check_every)
-  lam_k, bounds = ritz(j, carry)
+  j, _, (lam_k, bounds) = _grow(step, ritz, (Q, H), cap, k, check_every)
   return EigResult(lam_k, bounds, bounds <= tol * jnp.abs(lam_k[0]), j)
