@@ -22,10 +22,11 @@ class PowerResult(NamedTuple):
     sigma: `(...,)` `σ̂ = ‖W v‖ ≤ σ_max` (a lower bound: `v` is a unit vector).
     u: `(..., m)` `W v / σ̂`, so `W v = σ̂ u` exactly.
     v: `(..., n)` the unit right vector; carry it to warm-start the next call.
-    bound: `(...,)` `‖Wᵀ u − σ̂ v‖ / √2`: some singular value `σ` of `W` (zero counted when
-      `W` is not square) has `|σ − σ̂| ≤ bound` (the residual of the unit eigenvector
-      estimate `[u; v]/√2` of `[[0, W], [Wᵀ, 0]]`), up to rounding of order `ε·σ̂`. It is
-      `σ_max` unless `v` is nearly orthogonal to the top right singular vector.
+    bound: `(...,)` `‖Wᵀ u − σ̂ v‖ / √2 + min(m, n)·ε·σ̂`: some singular value `σ` of `W`
+      (zero counted when `W` is not square) has `|σ − σ̂| ≤ bound`. The first term is the
+      residual of the unit eigenvector estimate `[u; v]/√2` of `[[0, W], [Wᵀ, 0]]`
+      (Krylov–Bogoliubov), the second covers rounding. It is `σ_max` unless `v` is nearly
+      orthogonal to the top right singular vector.
     converged: `(...,)` bool, `bound ≤ tol · σ̂`.
   """
 
@@ -81,5 +82,6 @@ def power_iteration(W: jax.Array, v: jax.Array | None = None, power_steps: int =
   sigma = jnp.linalg.norm(Wv, axis=-1)
   u = normalize(Wv)
   r = jnp.einsum("...mn,...m->...n", W, u) - sigma[..., None] * v
-  bound = jnp.linalg.norm(r, axis=-1) / math.sqrt(2)
+  rounding = min(W.shape[-2:]) * jnp.finfo(W.dtype).eps * sigma
+  bound = jnp.linalg.norm(r, axis=-1) / math.sqrt(2) + rounding
   return PowerResult(sigma, u, v, bound, bound <= tol * sigma)
