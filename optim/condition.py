@@ -229,8 +229,8 @@ def scale_by_condition(
 
   `κ̂_W` is `estimate_condition` of the current parameters, refreshed every `every` updates
   (`power_steps` warm-started iterations each; `init_power_steps` at `init`) and carried in the
-  state between refreshes, with its `converged` flag. Stacked weights get one multiplier per layer. Place it before the
-  learning rate, e.g. `optax.chain(optax.scale_by_adam(), scale_by_condition(),
+  state between refreshes, with its `converged` flag. Stacked weights get one multiplier per
+  layer. Place it before the learning rate, e.g. `optax.chain(optax.scale_by_adam(), scale_by_condition(),
   optax.scale_by_learning_rate(1e-3))`.
 
   Args:
