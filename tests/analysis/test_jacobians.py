@@ -95,8 +95,6 @@ def test_matrix_free_eigenvalues_match_numpy_eigvals(model):
   shifted = jax.jit(lambda x: jacobians.jacobian_top_eigenvalues(f, x, 1, shift=1.0))(x)
   np.testing.assert_allclose(np.abs(shifted.values[0]), np.abs(lam - 1).max(), rtol=1e-3)
   assert bool(res.converged[0]) and bool(shifted.converged[0])
-  few = jacobians.jacobian_top_eigenvalues(f, x, 1, krylov_dim=3)
-  assert not bool(few.converged[0])
 
 
 def test_token_dependency_and_causality(model):
