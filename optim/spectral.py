@@ -31,6 +31,9 @@ Method = Literal["lanczos", "power", "svd"]
 
 # Lanczos vectors added between convergence checks: the warm start usually converges in one.
 _CHECK_EVERY = 4
+# The default cap on the Krylov dimension per update (`krylov_dim=None`). The default is None,
+# not an int, so that `optax.inject_hyperparams` keeps it static: it sets buffer shapes.
+DEFAULT_KRYLOV_DIM = 32
 
 
 class SpectralState(NamedTuple):
@@ -61,7 +64,7 @@ def _lanczos_sigma(W: jax.Array, v: jax.Array, tol: float, krylov_dim: int):
 
 
 def sigma_max(W: jax.Array, v: jax.Array, *, method: Method = "lanczos", tol: float = 1e-3,
-              krylov_dim: int = 32, power_steps: int = 1):
+              krylov_dim: int | None = None, power_steps: int = 1):
   """`σ_max` of each matrix of `W (..., m, n)`, warm-started from right vectors `v (..., n)`.
 
   Returns:
@@ -76,11 +79,12 @@ def sigma_max(W: jax.Array, v: jax.Array, *, method: Method = "lanczos", tol: fl
     res = power_iteration(W, v, power_steps, tol=tol)
     return res.sigma, res.v, res.bound, res.converged
   if method == "lanczos":
-    return _lanczos_sigma(W, v, tol, krylov_dim)
+    return _lanczos_sigma(W, v, tol, DEFAULT_KRYLOV_DIM if krylov_dim is None else krylov_dim)
   raise ValueError(f"unknown {method=}; choose 'lanczos', 'power' or 'svd'")
 
 
-def _rescale(rule: Callable, *, method: Method, tol: float, krylov_dim: int, power_steps: int,
+def _rescale(rule: Callable, *, method: Method, tol: float, krylov_dim: int | None,
+             power_steps: int,
              init_power_steps: int):
   """The unmasked transform: `W + u -> (W + u)·factor(σ_max)` for every leaf it sees."""
   if method not in ("lanczos", "power", "svd"):
@@ -125,7 +129,7 @@ def spectral_cap(
     mask=None,
     method: Method = "lanczos",
     tol: float = 1e-3,
-    krylov_dim: int = 32,
+    krylov_dim: int | None = None,
     power_steps: int = 1,
     init_power_steps: int = 20,
 ) -> optax.GradientTransformation:
@@ -152,7 +156,8 @@ def spectral_cap(
       residual branches only.
     method: `"lanczos"`, `"power"` or `"svd"`.
     tol: (`"lanczos"`) the relative accuracy of `σ̂`.
-    krylov_dim: (`"lanczos"`) cap on the Krylov dimension per update.
+    krylov_dim: (`"lanczos"`) cap on the Krylov dimension per update (default 32). It sets
+      buffer shapes: under `optax.inject_hyperparams` name it in `static_args`.
     power_steps: (`"power"`) power iterations per update.
     init_power_steps: (`"power"`) power iterations at `init`, from the initial parameters.
 
@@ -189,7 +194,7 @@ def spectral_normalize(
     mask=None,
     method: Method = "lanczos",
     tol: float = 1e-3,
-    krylov_dim: int = 32,
+    krylov_dim: int | None = None,
     power_steps: int = 1,
     init_power_steps: int = 20,
 ) -> optax.GradientTransformation:
@@ -207,7 +212,8 @@ def spectral_normalize(
     mask: which leaves (see `spectral_cap`); default the `hidden` role.
     method: `"lanczos"`, `"power"` or `"svd"` (see `spectral_cap`).
     tol: (`"lanczos"`) the relative accuracy of `σ̂`.
-    krylov_dim: (`"lanczos"`) cap on the Krylov dimension per update.
+    krylov_dim: (`"lanczos"`) cap on the Krylov dimension per update (default 32). It sets
+      buffer shapes: under `optax.inject_hyperparams` name it in `static_args`.
     power_steps: (`"power"`) power iterations per update.
     init_power_steps: (`"power"`) power iterations at `init`.
 

@@ -105,7 +105,7 @@ def _check_sizes(name: str, k: int, cap: int, limit: int, tol: float, check_ever
   if not 1 <= k <= cap:
     raise ValueError(f"{name}: need 1 <= k <= krylov_dim (clipped to {limit}), got {k=} and "
                      f"krylov_dim={cap}. Fix: lower k or raise krylov_dim.")
-  if not tol > 0:
+  if isinstance(tol, (int, float)) and not tol > 0:  # a traced tol is the caller's to check
     raise ValueError(f"{name}: tol must be > 0, got {tol=}.")
   if check_every < 1:
     raise ValueError(f"{name}: check_every must be >= 1, got {check_every=}.")
