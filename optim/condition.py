@@ -2,7 +2,7 @@
 
 The condition-number topic of the preface: a matrix whose κ is large is close to losing rank,
 and a step of a given size is large *relative to its weakest direction*. `scale_by_condition`
-shortens the steps of such matrices and leaves well-conditioned ones alone.
+shortens the updates of such matrices and leaves well-conditioned ones alone.
 """
 
 from __future__ import annotations
@@ -230,8 +230,8 @@ def scale_by_condition(
   `κ̂_W` is `estimate_condition` of the current parameters, refreshed every `every` updates
   (`power_steps` warm-started iterations each; `init_power_steps` at `init`) and carried in the
   state between refreshes, with its `converged` flag. Stacked weights get one multiplier per
-  layer. Place it before the learning rate, e.g. `optax.chain(optax.scale_by_adam(), scale_by_condition(),
-  optax.scale_by_learning_rate(1e-3))`.
+  layer. Place it before the learning rate, e.g. `optax.chain(optax.scale_by_adam(),
+  scale_by_condition(), optax.scale_by_learning_rate(1e-3))`.
 
   Args:
     alpha: exponent `α` of the rule (`0` disables it).

@@ -6,8 +6,8 @@ lands on the projected matrix. `σ_max` comes, by default, from Golub–Kahan–
 the previous update's top right singular vector (kept in the state) and run until its bound
 meets `tol` (`transformer.linalg.lanczos_svd`): the matrices move little per step, so a few
 mat-vecs suffice, and unlike power iteration it converges on the small spectral gaps of
-Gaussian-like matrices. `method="power"` (a fixed number of warm-started power steps: cheap,
-but it under-estimates `σ_max` when the top gap is small, so the cap is exceeded) and
+Gaussian-like matrices. `method="power"` (a fixed number of warm-started power iterations:
+cheap, but it under-estimates `σ_max` when the top gap is small, so the cap is exceeded) and
 `method="svd"` (exact) are there for comparison. Because optax applies updates as `W + u`, the
 projected matrix carries an absolute rounding error of about `ε·‖W‖`: capping a matrix far
 above the cap (`σ_max/c ≳ 1e4` in float32) in one step is only as accurate as that.
@@ -145,7 +145,7 @@ def spectral_cap(
   values, so the condition number is unchanged. A matrix already under the cap keeps its
   update bit for bit. With `method="lanczos"` (the default) `σ̂` is within `tol·σ̂` of
   `σ_max` whenever the state's `converged` flag is set, so `σ_max(W'') ≤ c·(1 + tol)`, from
-  the first update on; `method="power"` takes `power_steps` warm-started power steps (a
+  the first update on; `method="power"` takes `power_steps` warm-started power iterations (a
   lower bound that lags on small spectral gaps: the cap can be exceeded by several percent);
   `method="svd"` uses the exact `σ_max`.
 
