@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import Config, block_fn
-from transformer.linalg.lanczos import EigResult, SVDResult, arnoldi_eig, lanczos_svd
+from transformer.linalg.lanczos import DEFAULT_TOL, EigResult, SVDResult, arnoldi_eig, lanczos_svd
 
 DEFAULT_MAX_BYTES = 2**30
 
@@ -50,8 +50,12 @@ def jacobian(f: Callable, x: jax.Array, *, max_bytes: int = DEFAULT_MAX_BYTES) -
     MemoryError: with the size estimate, when `J` does not fit `max_bytes`.
 
   Example:
+    >>> import functools, jax, transformer
+    >>> cfg = transformer.preset("tiny", d_model=32, n_layers=1, max_len=8)
+    >>> params = transformer.init(cfg, jax.random.key(0))
     >>> f = functools.partial(transformer.block_fn(cfg), transformer.layer(params, 0))
-    >>> J = jacobian(f, x_TD)  # (T·d, T·d)
+    >>> jacobian(f, jax.random.normal(jax.random.key(1), (8, 32))).shape  # (T·d, T·d)
+    (256, 256)
   """
   need = jacobian_bytes(f, x)
   if need > max_bytes:
@@ -78,57 +82,92 @@ def _operators(f: Callable, x: jax.Array):
   return matvec, rmatvec
 
 
-def _start(x: jax.Array, seed: int) -> jax.Array:
-  return jax.random.normal(jax.random.key(seed), (x.size,), x.dtype)
+def _start(x: jax.Array, key: jax.Array | None) -> jax.Array:
+  key = jax.random.key(0) if key is None else key
+  return jax.random.normal(key, (x.size,), x.dtype)
 
 
 def jacobian_top_singular_values(f: Callable, x: jax.Array, k: int = 8, *,
-                                 steps: int | None = None, seed: int = 0) -> SVDResult:
-  """Top-`k` singular values of `∂f/∂x` at `x`, matrix-free (Lanczos on `JᵀJ`).
+                                 tol: float = DEFAULT_TOL, krylov_dim: int | None = None,
+                                 key: jax.Array | None = None) -> SVDResult:
+  """Top-`k` singular values of `∂f/∂x` at `x`, matrix-free (Lanczos on `JᵀJ`), converged.
 
-  Each step costs one JVP and one VJP of `f`; memory is `O(steps · x.size)` plus one
-  linearization of `f`. Works under `jax.jit` and `jax.vmap` (stacked layers).
+  The Krylov space grows until every value's bound is at most `tol · σ_1` (see
+  `transformer.linalg.lanczos_svd`) or reaches `krylov_dim`; `.converged` says which.
+  Each Krylov vector costs one JVP and one VJP of `f`; memory is `O(krylov_dim · x.size)`
+  plus one linearization of `f`. Works under `jax.jit` and `jax.vmap` (stacked layers).
 
   Args:
     f: a function of one array.
     x: the point.
     k: how many singular values.
-    steps: Krylov dimension (default `max(2k + 10, 24)`); more steps, tighter values.
-    seed: seed of the random start vector.
+    tol: required accuracy, relative to the largest value: `|σ − θ_i| ≤ bounds[i] ≤ tol·θ_1`.
+    krylov_dim: cap on the Krylov dimension (default
+      `transformer.linalg.default_krylov_dim(k)`, clipped to the Jacobian's size).
+    key: PRNG key of the random start vector (default `jax.random.key(0)`).
 
   Returns:
-    `transformer.linalg.lanczos.SVDResult`: `.values (k,)`, singular vectors as flat rows
-    (`.right (k, x.size)`, `.left (k, y.size)`), and `.residuals` (convergence bounds).
+    `transformer.linalg.SVDResult`: `.values (k,)`, singular vectors as flat rows
+    (`.right (k, x.size)`, `.left (k, y.size)`), `.bounds (k,)`, `.converged (k,)` and the
+    `.krylov_dim` used.
 
   Example:
-    >>> res = jax.jit(lambda p, x: jacobian_top_singular_values(
-    ...     functools.partial(transformer.block_fn(cfg), p), x, 8))(layer_params, x_TD)
+    >>> import functools, jax, numpy as np, transformer
+    >>> cfg = transformer.preset("tiny", d_model=32, n_layers=1, max_len=8)
+    >>> layer_params = transformer.layer(transformer.init(cfg, jax.random.key(0)), 0)
+    >>> x_TD = jax.random.normal(jax.random.key(1), (8, 32))
+    >>> top = jax.jit(lambda p, x: jacobian_top_singular_values(
+    ...     functools.partial(transformer.block_fn(cfg), p), x, 4))(layer_params, x_TD)
+    >>> bool(top.converged.all())
+    True
+    >>> f = functools.partial(transformer.block_fn(cfg), layer_params)
+    >>> s = np.linalg.svd(np.asarray(jacobian(f, x_TD), np.float64), compute_uv=False)[:4]
+    >>> bool(np.all(np.abs(np.asarray(top.values) - s) <= 1e-4 * s[0]))
+    True
   """
   matvec, rmatvec = _operators(f, x)
-  return lanczos_svd(matvec, rmatvec, _start(x, seed), k, steps)
+  return lanczos_svd(matvec, rmatvec, _start(x, key), k, krylov_dim=krylov_dim, tol=tol)
 
 
-def jacobian_top_eigenvalues(f: Callable, x: jax.Array, k: int = 8, *, steps: int | None = None,
-                             seed: int = 0, shift: float = 0.0) -> EigResult:
+def jacobian_top_eigenvalues(f: Callable, x: jax.Array, k: int = 8, *, tol: float = DEFAULT_TOL,
+                             krylov_dim: int | None = None, key: jax.Array | None = None,
+                             shift: float = 0.0) -> EigResult:
   """Dominant eigenvalues of the square Jacobian `∂f/∂x − shift·I`, matrix-free (Arnoldi).
 
   With `shift=1` the largest modulus is `max_i |λ_i(J) − 1|`: how far the layer's eigenvalues
-  stray from 1, the residual-connection picture.
+  stray from 1, the residual-connection picture. The Krylov space grows until every value's
+  backward error is at most `tol · |θ_1|` (see `transformer.linalg.arnoldi_eig`) or reaches
+  `krylov_dim`.
 
   Args:
     f: a function with `f(x).size == x.size`.
     x: the point.
     k: how many eigenvalues.
-    steps: Krylov dimension (default `max(2k + 10, 24)`).
-    seed: seed of the random start vector.
+    tol: required backward error, relative to the largest modulus.
+    krylov_dim: cap on the Krylov dimension (default
+      `transformer.linalg.default_krylov_dim(k)`, clipped to `x.size`).
+    key: PRNG key of the random start vector (default `jax.random.key(0)`).
     shift: subtract `shift·I` from `J`.
 
   Returns:
-    `transformer.linalg.lanczos.EigResult`: complex `.values (k,)` of `J − shift·I` by
-    decreasing modulus, and their `.residuals`.
+    `transformer.linalg.EigResult`: complex `.values (k,)` of `J − shift·I` by decreasing
+    modulus, their `.bounds` (backward errors), `.converged` and `.krylov_dim`.
+
+  Example:
+    >>> import functools, jax, numpy as np, transformer
+    >>> cfg = transformer.preset("tiny", d_model=32, n_layers=1, max_len=8)
+    >>> f = functools.partial(transformer.block_fn(cfg),
+    ...                       transformer.layer(transformer.init(cfg, jax.random.key(0)), 0))
+    >>> x_TD = jax.random.normal(jax.random.key(1), (8, 32))
+    >>> top = jacobian_top_eigenvalues(f, x_TD, 1)
+    >>> lam = np.linalg.eigvals(np.asarray(jacobian(f, x_TD), np.float64))
+    >>> bool(top.converged[0]), bool(np.isclose(abs(complex(top.values[0])), np.abs(lam).max(),
+    ...                                         rtol=1e-3))
+    (True, True)
   """
   matvec, _ = _operators(f, x)
-  return arnoldi_eig(lambda v: matvec(v) - shift * v, _start(x, seed), k, steps)
+  return arnoldi_eig(lambda v: matvec(v) - shift * v, _start(x, key), k, krylov_dim=krylov_dim,
+                     tol=tol)
 
 
 def token_dependency(f: Callable, x: jax.Array) -> jax.Array:
@@ -141,17 +180,22 @@ def token_dependency(f: Callable, x: jax.Array) -> jax.Array:
     `(T_out, T_in)` block norms.
 
   Example:
-    >>> D = token_dependency(functools.partial(block_fn(cfg), layer_params), x_TD)
-    >>> is_block_lower_triangular(D)  # True for a causal model
+    >>> import functools, jax, transformer
+    >>> cfg = transformer.preset("tiny", d_model=32, n_layers=1, max_len=8)
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> f = functools.partial(transformer.block_fn(cfg), transformer.layer(params, 0))
+    >>> D_TS = token_dependency(f, jax.random.normal(jax.random.key(1), (8, 32)))
+    >>> bool(is_block_lower_triangular(D_TS))  # a causal layer
+    True
   """
   T, d_in = x.shape
-  eye_DD = jnp.eye(d_in, dtype=x.dtype)
+  eye = jnp.eye(d_in, dtype=x.dtype)
   _, f_jvp = jax.linearize(f, x)
 
   def column(j):  # ‖∂y_i/∂x_j‖ for all i: push the d_in unit tangents of token j
-    tangents_DTD = jnp.zeros((d_in, T, d_in), x.dtype).at[:, j, :].set(eye_DD)
-    dy_DTO = jax.vmap(f_jvp)(tangents_DTD)
-    return jnp.sqrt(jnp.sum(jnp.square(dy_DTO.astype(jnp.float32)), axis=(0, 2)))
+    tangents = jnp.zeros((d_in, T, d_in), x.dtype).at[:, j, :].set(eye)
+    dy = jax.vmap(f_jvp)(tangents)  # (d_in, T, d_out)
+    return jnp.sqrt(jnp.sum(jnp.square(dy.astype(jnp.float32)), axis=(0, 2)))
 
   return jax.lax.map(column, jnp.arange(T)).T
 
@@ -182,10 +226,10 @@ def causal_leak(M: jax.Array, block: tuple[int, int] = (1, 1)) -> jax.Array:
   T = M.shape[-2] // b_out
   if M.shape[-2] != T * b_out or M.shape[-1] != T * b_in:
     raise ValueError(f"causal_leak: {M.shape=} is not a {T}x{T} grid of {block} blocks.")
-  M_TbTb = M.reshape(M.shape[:-2] + (T, b_out, T, b_in))
-  norms_TT = jnp.sqrt(jnp.sum(jnp.square(M_TbTb), axis=(-3, -1)))
-  upper = jnp.broadcast_to(jnp.triu(jnp.ones((T, T), bool), 1), norms_TT.shape)
-  leak = jnp.max(jnp.where(upper, norms_TT, 0), axis=(-2, -1))
+  blocks = M.reshape(M.shape[:-2] + (T, b_out, T, b_in))
+  norms_TS = jnp.sqrt(jnp.sum(jnp.square(blocks), axis=(-3, -1)))
+  upper = jnp.broadcast_to(jnp.triu(jnp.ones((T, T), bool), 1), norms_TS.shape)
+  leak = jnp.max(jnp.where(upper, norms_TS, 0), axis=(-2, -1))
   scale = jnp.max(jnp.abs(M), axis=(-2, -1))
   return leak / jnp.where(scale == 0, 1, scale)
 
@@ -210,44 +254,59 @@ def layer_inputs(cfg: Config, blocks, x: jax.Array) -> jax.Array:
   return jax.lax.scan(lambda h, p: (f(p, h), h), x, blocks)[1]
 
 
-def depth_profile(cfg: Config, blocks, x: jax.Array, k: int = 8, *, steps: int | None = None,
-                  seed: int = 0) -> dict[str, jax.Array]:
+def depth_profile(cfg: Config, blocks, x: jax.Array, k: int = 8, *, tol: float = DEFAULT_TOL,
+                  krylov_dim: int | None = None,
+                  key: jax.Array | None = None) -> dict[str, jax.Array]:
   """Per-layer and end-to-end Jacobian spectra along the residual stream, matrix-free.
 
   Layer `l` has input `x_l` and Jacobian `J_l`; the end-to-end Jacobian is the product
   `J = J_{L-1} ⋯ J_0`, never formed: its JVP is the composition of the layers' JVPs. For
-  gradient flow, `σ(J)` far from 1 means exploding or vanishing gradients.
+  gradient flow, `σ(J)` far from 1 means exploding or vanishing gradients. Every value comes
+  with its bound and a converged flag (`jacobian_top_singular_values`,
+  `jacobian_top_eigenvalues`).
 
   Args:
     cfg: model config.
     blocks: `params["blocks"]` (leading layer axis `L`).
     x: `(T, d)` stream entering layer 0.
-    k: how many singular values / eigenvalues.
-    steps: Krylov dimension.
-    seed: seed of the start vectors.
+    k: how many singular values.
+    tol: required accuracy relative to each spectrum's largest value.
+    krylov_dim: cap on the Krylov dimension of every solve.
+    key: PRNG key of the start vectors (default `jax.random.key(0)`).
 
   Returns:
     `layer_sv (L, k)` top singular values of each `J_l`; `spectral_radius (L,)` `max |λ(J_l)|`;
     `dist_from_one (L,)` `max |λ(J_l) − 1|` (Arnoldi on `J_l − I`); `end_to_end_sv (k,)` top
-    singular values of `J`. Layers are batched with `jax.vmap`.
+    singular values of `J`. Each has a `*_bound` of the same shape (see `SVDResult.bounds`,
+    `EigResult.bounds`) and a boolean `*_converged`. Layers are batched with `jax.vmap`.
 
   Example:
+    >>> import functools, jax, transformer
+    >>> cfg = transformer.preset("tiny", d_model=32, n_layers=2, max_len=8)
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> x_TD = jax.random.normal(jax.random.key(1), (8, 32))
     >>> prof = jax.jit(functools.partial(depth_profile, cfg, k=4))(params["blocks"], x_TD)
-    >>> prof["dist_from_one"]  # small for a residual stack near init
+    >>> prof["layer_sv"].shape, bool(prof["layer_sv_converged"].all())
+    ((2, 4), True)
   """
   f = block_fn(cfg)
   xs_LTD = layer_inputs(cfg, blocks, x)
+  kw = {"tol": tol, "krylov_dim": krylov_dim, "key": key}
 
   def per_layer(p, x_l):
     g = lambda z: f(p, z)
-    sv = jacobian_top_singular_values(g, x_l, k, steps=steps, seed=seed).values
-    rho = jnp.abs(jacobian_top_eigenvalues(g, x_l, 1, steps=steps, seed=seed).values[0])
-    dist = jnp.abs(jacobian_top_eigenvalues(g, x_l, 1, steps=steps, seed=seed,
-                                            shift=1.0).values[0])
-    return sv, rho, dist
+    sv = jacobian_top_singular_values(g, x_l, k, **kw)
+    rho = jacobian_top_eigenvalues(g, x_l, 1, **kw)
+    dist = jacobian_top_eigenvalues(g, x_l, 1, shift=1.0, **kw)
+    return {"layer_sv": sv.values, "layer_sv_bound": sv.bounds,
+            "layer_sv_converged": sv.converged,
+            "spectral_radius": jnp.abs(rho.values[0]), "spectral_radius_bound": rho.bounds[0],
+            "spectral_radius_converged": rho.converged[0],
+            "dist_from_one": jnp.abs(dist.values[0]), "dist_from_one_bound": dist.bounds[0],
+            "dist_from_one_converged": dist.converged[0]}
 
-  sv_LK, rho_L, dist_L = jax.vmap(per_layer)(blocks, xs_LTD)
+  out = jax.vmap(per_layer)(blocks, xs_LTD)
   g = stack_fn(cfg)
-  e2e = jacobian_top_singular_values(lambda z: g(blocks, z), x, k, steps=steps, seed=seed)
-  return {"layer_sv": sv_LK, "spectral_radius": rho_L, "dist_from_one": dist_L,
-          "end_to_end_sv": e2e.values}
+  e2e = jacobian_top_singular_values(lambda z: g(blocks, z), x, k, **kw)
+  return {**out, "end_to_end_sv": e2e.values, "end_to_end_sv_bound": e2e.bounds,
+          "end_to_end_sv_converged": e2e.converged}

@@ -159,13 +159,32 @@ def _circuit_section(c: dict) -> list[str]:
           f"{_fmt(c['chance_overlap'])}, identical = 1).", "", *_table(header, rows)]
 
 
+def _flags(j: dict, name: str):
+  """The `*_converged` flags of `j[name]` (all true when the results predate the flags)."""
+  return np.broadcast_to(np.asarray(j.get(f"{name}_converged", True), bool),
+                         np.shape(j[name]))
+
+
+def _marked(value, converged) -> str:
+  """`_fmt(value)`, with a `*` when the value did not converge (see the section's footnote)."""
+  return _fmt(value) + ("" if bool(converged) else "\\*")
+
+
 def _jacobian_section(j: dict) -> list[str]:
+  sv_ok, rho_ok = _flags(j, "layer_sv"), _flags(j, "spectral_radius")
+  dist_ok, e2e_ok = _flags(j, "dist_from_one"), _flags(j, "end_to_end_sv")
+  rows = [[l, _marked(j["layer_sv"][l][0], sv_ok[l][0]),
+           _marked(j["spectral_radius"][l], rho_ok[l]),
+           _marked(j["dist_from_one"][l], dist_ok[l])] for l in range(len(j["spectral_radius"]))]
+  e2e = ", ".join(_marked(v, ok) for v, ok in zip(np.ravel(j["end_to_end_sv"]),
+                                                   np.ravel(e2e_ok), strict=True))
   lines = ["## Jacobians: eigenvalues near 1, conditioning, gradient flow", "",
-           *_table(["layer", "top σ(J_l)", "max |λ(J_l)|", "max |λ(J_l) − 1|"],
-                   [[l, _fmt(j["layer_sv"][l][0]), _fmt(j["spectral_radius"][l]),
-                     _fmt(j["dist_from_one"][l])] for l in range(len(j["spectral_radius"]))]),
-           f"End-to-end Jacobian (all layers, matrix-free) top singular values: "
-           f"{_per_layer(j['end_to_end_sv'])}.", ""]
+           *_table(["layer", "top σ(J_l)", "max |λ(J_l)|", "max |λ(J_l) − 1|"], rows),
+           f"End-to-end Jacobian (all layers, matrix-free) top singular values: {e2e}.", ""]
+  if not all(np.all(f) for f in (sv_ok, rho_ok, dist_ok, e2e_ok)):
+    lines += ["\\* Not converged: the Krylov space reached its cap before the value's error "
+              "bound met the tolerance. The value is reported with its bound (`*_bound` in "
+              "`results.json`); raise the atlas's Krylov dimension to resolve it.", ""]
   if "dense_sv_layer0" in j:
     lines += [f"Dense cross-check on layer 0 ({j['dense_bytes'] / 2**20:.1f} MiB): "
               f"Lanczos vs dense SVD max relative error "

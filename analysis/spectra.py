@@ -103,6 +103,8 @@ def spectrum(W: jax.Array, *, tol: float | None = None) -> dict[str, jax.Array]:
     `WᵀW`), `mp_edge`, and `n_outliers` (singular values above `mp_edge`).
 
   Example:
+    >>> import jax, transformer
+    >>> params = transformer.init(transformer.preset("tiny", n_layers=2), jax.random.key(0))
     >>> spec = spectrum(params["blocks"]["attn"]["w_q"])  # (L, d, H·dh): one entry per layer
     >>> spec["stable_rank"].shape
     (2,)

@@ -1,7 +1,7 @@
 """The analysis atlas: every matrix of a model measured against the preface's seven topics.
 
     python -m experiments atlas [--model tiny] [--checkpoint RUN_DIR [--step N]] [--hf PATH]
-                                [--seed 0] [--seq-len 32] [--k 8] [--steps 32]
+                                [--seed 0] [--seq-len 32] [--k 8] [--krylov-dim N]
 
 On a preset (random init) `tiny` takes about 20 seconds on 2 CPU cores, most of it
 compilation. The input is real text (bytes of a standard-library file, as in `demo`). It
@@ -39,6 +39,7 @@ import transformer
 from analysis import report
 from experiments import checkpoint, jsonio, progress
 from experiments.demo import sample_text
+from transformer.model import param_tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +54,8 @@ class AtlasConfig:
     seed: init seed and Lanczos start-vector seed.
     seq_len: tokens of input text `T`.
     k: singular values / eigenvalues per Jacobian.
-    steps: Lanczos/Arnoldi Krylov dimension.
+    krylov_dim: cap on the Lanczos/Arnoldi Krylov dimension (None: the library default, which
+      grows the space until every value converges).
     energy: energy fraction for the decomposition ranks.
     dense_max_bytes: budget of the dense Jacobian cross-check.
     out: root folder of the runs.
@@ -67,7 +69,7 @@ class AtlasConfig:
   seed: int = 0
   seq_len: int = 32
   k: int = 8
-  steps: int = 32
+  krylov_dim: int | None = None
   energy: float = 0.9
   dense_max_bytes: int = 2**28
   out: str = "runs"
@@ -93,7 +95,7 @@ def _np(tree):
 
 def _stacked_weights(params) -> dict:
   """`{"blocks/attn/w_q": (L, d_in, d_out), ...}` in float32."""
-  blocks = params.get("params", params)["blocks"]
+  blocks = param_tree(params)["blocks"]
   return {f"blocks/{group}/{name}": w.astype(jnp.float32)
           for group in ("attn", "ffn") for name, w in blocks[group].items()
           if name.startswith("w_")}
@@ -134,11 +136,11 @@ def circuit_measures(params, cfg) -> dict:
 
 def jacobian_measures(params, cfg, x_TD, acfg: AtlasConfig) -> dict:
   """Depth profile (matrix-free) and the dense cross-check on layer 0 when it fits."""
-  blocks = params.get("params", params)["blocks"]
-  prof = jax.jit(functools.partial(analysis.depth_profile, cfg, k=acfg.k, steps=acfg.steps,
-                                   seed=acfg.seed))(blocks, x_TD)
+  blocks = param_tree(params)["blocks"]
+  prof = jax.jit(functools.partial(analysis.depth_profile, cfg, k=acfg.k, krylov_dim=acfg.krylov_dim,
+                                   key=jax.random.key(acfg.seed)))(blocks, x_TD)
   out = _np(prof)
-  f0 = functools.partial(transformer.block_fn(cfg), transformer.layer(params.get("params", params),
+  f0 = functools.partial(transformer.block_fn(cfg), transformer.layer(param_tree(params),
                                                                       0))
   need = analysis.jacobian_bytes(f0, x_TD)
   out["dense_bytes"] = need
@@ -157,7 +159,7 @@ def jacobian_measures(params, cfg, x_TD, acfg: AtlasConfig) -> dict:
 
 def causality_measures(params, cfg, x_TD, weights) -> dict:
   """Token dependency of the whole stack, its triangularity, and causal-attention rank."""
-  blocks = params.get("params", params)["blocks"]
+  blocks = param_tree(params)["blocks"]
   g = functools.partial(analysis.stack_fn(cfg), blocks)
   D = jax.jit(analysis.token_dependency, static_argnums=0)(g, x_TD)
   out = {"token_dependency": np.asarray(D), "leak": float(analysis.causal_leak(D)),
@@ -226,7 +228,7 @@ def run(acfg: AtlasConfig) -> tuple[dict, str]:
   results = {"source": source, "seq_len": T, "model": cfg.to_dict()}
   apply = jax.jit(functools.partial(transformer.Transformer(cfg).apply,
                                     mutable=["intermediates"]))
-  _, state = apply({"params": params.get("params", params)}, tokens_1T)
+  _, state = apply({"params": param_tree(params)}, tokens_1T)
   inter = state["intermediates"]
   x_TD = inter["blocks"]["resid_pre"][0][0, 0].astype(jnp.float32)  # stream entering layer 0
   weights = np.asarray(inter["blocks"]["attn"]["weights"][0])
@@ -278,8 +280,9 @@ def main(argv=None) -> int:
                       help="tokens of input text T")
   parser.add_argument("--k", type=int, default=defaults.k,
                       help="singular values / eigenvalues per Jacobian")
-  parser.add_argument("--steps", type=int, default=defaults.steps,
-                      help="Lanczos / Arnoldi Krylov dimension")
+  parser.add_argument("--krylov-dim", type=int, default=None,
+                      help="cap on the Lanczos / Arnoldi Krylov dimension (default: grow until "
+                           "converged)")
   parser.add_argument("--energy", type=float, default=defaults.energy,
                       help="energy fraction for the decomposition ranks")
   parser.add_argument("--out", default=defaults.out, help="root folder of the runs")
@@ -290,7 +293,7 @@ def main(argv=None) -> int:
   if args.step is not None and not args.checkpoint:
     parser.error("--step needs --checkpoint")
   acfg = AtlasConfig(model=args.model, checkpoint=args.checkpoint, step=args.step, hf=args.hf,
-                     seed=args.seed, seq_len=args.seq_len, k=args.k, steps=args.steps,
+                     seed=args.seed, seq_len=args.seq_len, k=args.k, krylov_dim=args.krylov_dim,
                      energy=args.energy, out=args.out, run_id=args.run_id)
   try:
     _, run_dir = run(acfg)

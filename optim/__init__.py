@@ -28,6 +28,7 @@ Example:
 """
 
 from optim.condition import (
+    ConditionEstimate,
     ConditionState,
     condition_multiplier,
     estimate_condition,
@@ -40,8 +41,8 @@ from optim.spectral import SpectralState, spectral_cap, spectral_normalize
 from transformer.linalg.newton_schulz import NS_COEFFS, newton_schulz
 
 __all__ = [
-    "ConditionState", "MuonState", "NS_COEFFS", "ROLES", "SpectralState", "condition_multiplier",
-    "estimate_condition", "head_layout", "head_overlap", "labels", "muon", "newton_schulz",
+    "ConditionEstimate", "ConditionState", "MuonState", "NS_COEFFS", "ROLES", "SpectralState",
+    "condition_multiplier", "estimate_condition", "head_layout", "head_overlap", "labels", "muon", "newton_schulz",
     "orthogonal_heads", "scale_by_condition", "scale_by_muon", "select", "shape_scale",
     "spectral_cap", "spectral_normalize",
 ]

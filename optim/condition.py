@@ -2,11 +2,12 @@
 
 The condition-number topic of the preface: a matrix whose κ is large is close to losing rank,
 and a step of a given size is large *relative to its weakest direction*. `scale_by_condition`
-shortens the steps of such matrices and leaves well-conditioned ones alone.
+shortens the updates of such matrices and leaves well-conditioned ones alone.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -29,15 +30,47 @@ class ConditionState(NamedTuple):
     v_max: per chosen leaf `(..., d_out)`, the top right singular vector estimate.
     v_min: per chosen leaf `(..., min(d_in, d_out))`, the bottom singular vector estimate.
     kappa: per chosen leaf `(...,)`, the current κ estimate (one per stacked matrix).
+    converged: per chosen leaf `(...,)` bool, `ConditionEstimate.converged` of that estimate.
   """
 
   count: jax.Array
   v_max: optax.Updates
   v_min: optax.Updates
   kappa: optax.Updates
+  converged: optax.Updates
 
 
-def estimate_condition(W: jax.Array, v_max: jax.Array, v_min: jax.Array, steps: int):
+class ConditionEstimate(NamedTuple):
+  """`estimate_condition`'s result, per matrix of the batch.
+
+  Attributes:
+    kappa: `(...,)` `σ̂_max / max(σ̂_min, σ̂_max / KAPPA_MAX)`; `1` for a zero matrix.
+    sigma_max: `(...,)` `σ̂_max ≤ σ_max` (power iteration: a lower bound).
+    sigma_min: `(...,)` `σ̂_min = ‖M v_min‖ ≥ σ_min` (a Rayleigh quotient: an upper bound).
+    sigma_max_bound: `(...,)` some singular value `σ` of `W` has `|σ − σ̂_max| ≤` this
+      (`PowerResult.bound`); it is `σ_max` unless `v_max` missed the top direction.
+    sigma_min_bound: `(...,)` the same for `σ̂_min`: `‖Mᵀu − σ̂_min v_min‖/√2` with
+      `u = M v_min/σ̂_min`, plus `min(m, n)·ε·σ̂_max` for rounding; some singular value of
+      `M` (or zero) lies within it.
+    converged: `(...,)` bool: `sigma_max_bound ≤ tol·σ̂_max` and
+      `sigma_min_bound ≤ tol·max(σ̂_min, σ̂_max/KAPPA_MAX)`, so `κ̂` is within about `2·tol`
+      (relative) of the κ of the values found.
+    v_max: `(..., d_out)` the new top right singular vector estimate (warm start).
+    v_min: `(..., min(d_in, d_out))` the new bottom singular vector estimate (warm start).
+  """
+
+  kappa: jax.Array
+  sigma_max: jax.Array
+  sigma_min: jax.Array
+  sigma_max_bound: jax.Array
+  sigma_min_bound: jax.Array
+  converged: jax.Array
+  v_max: jax.Array
+  v_min: jax.Array
+
+
+def estimate_condition(W: jax.Array, v_max: jax.Array, v_min: jax.Array, power_steps: int, *,
+                       tol: float = 1e-2) -> ConditionEstimate:
   r"""Warm-started estimates of `σ_max`, `σ_min` and `κ` of each matrix in a batch.
 
   `σ_max` by `power_iteration`. `σ_min` by inverse iteration on the Gram of the tall side,
@@ -62,18 +95,27 @@ def estimate_condition(W: jax.Array, v_max: jax.Array, v_min: jax.Array, steps: 
     W: `(..., d_in, d_out)`.
     v_max: `(..., d_out)` start vectors for `σ_max`.
     v_min: `(..., min(d_in, d_out))` start vectors for `σ_min`.
-    steps: iterations of each iteration.
+    power_steps: iterations of each of the two iterations (a fixed number).
+    tol: the relative tolerance of `converged`.
 
   Returns:
-    `(kappa (...,), v_max, v_min)`; `kappa = 1` for a zero matrix.
+    A `ConditionEstimate` (values, bounds, `converged`, and the vectors to warm-start with).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> W = jnp.diag(jnp.array([4.0, 2.0, 1.0]))
+    >>> est = estimate_condition(W, jnp.ones(3), jnp.ones(3), power_steps=30)
+    >>> round(float(est.kappa), 3), bool(est.converged)
+    (4.0, True)
   """
-  sigma, _, v_max = power_iteration(W, v_max, steps=steps)
+  top = power_iteration(W, v_max, power_steps)
+  sigma, v_max = top.sigma, top.v
   M = W if W.shape[-2] >= W.shape[-1] else jnp.swapaxes(W, -1, -2)
   R = jnp.linalg.qr(M, mode="r")
   # Floor |R_ii| at σ_max/KAPPA_MAX (keeping its sign) so rank-deficient M stays finite.
   diag = jnp.diagonal(R, axis1=-2, axis2=-1)
-  floor = jnp.maximum(sigma, jnp.finfo(W.dtype).tiny)[..., None] / KAPPA_MAX
-  safe = jnp.where(diag < 0, -1.0, 1.0) * jnp.maximum(jnp.abs(diag), floor)
+  diag_floor = jnp.maximum(sigma, jnp.finfo(W.dtype).tiny)[..., None] / KAPPA_MAX
+  safe = jnp.where(diag < 0, -1.0, 1.0) * jnp.maximum(jnp.abs(diag), diag_floor)
   eye = jnp.eye(R.shape[-1], dtype=bool)
   R = jnp.where(eye, safe[..., None, :], R)
 
@@ -81,10 +123,17 @@ def estimate_condition(W: jax.Array, v_max: jax.Array, v_min: jax.Array, steps: 
     y = jax.scipy.linalg.solve_triangular(R, v[..., None], trans="T", lower=False)
     return normalize(jax.scipy.linalg.solve_triangular(R, y, lower=False)[..., 0])
 
-  v_min = jax.lax.fori_loop(0, steps, body, normalize(v_min))
-  sigma_min = jnp.linalg.norm(jnp.einsum("...mn,...n->...m", M, v_min), axis=-1)
-  kappa = sigma / jnp.maximum(sigma_min, sigma / KAPPA_MAX)
-  return jnp.where(sigma > 0, kappa, 1.0), v_max, v_min
+  v_min = jax.lax.fori_loop(0, power_steps, body, normalize(v_min))
+  Mv = jnp.einsum("...mn,...n->...m", M, v_min)
+  sigma_min = jnp.linalg.norm(Mv, axis=-1)
+  r = jnp.einsum("...mn,...m->...n", M, normalize(Mv)) - sigma_min[..., None] * v_min
+  # The second term covers the float rounding of `M v` (and of the QR, through `v`).
+  min_bound = (jnp.linalg.norm(r, axis=-1) / math.sqrt(2)
+               + min(M.shape[-2:]) * jnp.finfo(W.dtype).eps * sigma)
+  floor = sigma / KAPPA_MAX
+  kappa = jnp.where(sigma > 0, sigma / jnp.maximum(sigma_min, floor), 1.0)
+  converged = (top.bound <= tol * sigma) & (min_bound <= tol * jnp.maximum(sigma_min, floor))
+  return ConditionEstimate(kappa, sigma, sigma_min, top.bound, min_bound, converged, v_max, v_min)
 
 
 def condition_multiplier(kappa, alpha=0.5, kappa_ref=10.0):
@@ -106,6 +155,11 @@ def condition_multiplier(kappa, alpha=0.5, kappa_ref=10.0):
 
   Returns:
     Multipliers in `(0, 1]`, the shape of `kappa`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> condition_multiplier(jnp.array([5.0, 40.0]), alpha=0.5, kappa_ref=10.0).tolist()
+    [1.0, 0.5]
   """
   return jnp.minimum(1.0, (kappa_ref / kappa) ** alpha)
 
@@ -115,14 +169,17 @@ def _unzip(like, tree_of_tuples, n: int):
   return jax.tree.transpose(jax.tree.structure(like), jax.tree.structure((0,) * n), tree_of_tuples)
 
 
-def _estimate_tree(params, v_max, v_min, steps: int):
-  """`estimate_condition` over a pytree: `(kappa, v_max, v_min)` pytrees."""
-  triples = jax.tree.map(
-      lambda p, a, b: estimate_condition(p.astype(jnp.float32), a, b, steps), params, v_max, v_min)
-  return _unzip(params, triples, 3)
+def _estimate_tree(params, v_max, v_min, power_steps: int):
+  """`estimate_condition` over a pytree: `(kappa, v_max, v_min, converged)` pytrees."""
+
+  def one(p, a, b):
+    est = estimate_condition(p.astype(jnp.float32), a, b, power_steps)
+    return est.kappa, est.v_max, est.v_min, est.converged
+
+  return _unzip(params, jax.tree.map(one, params, v_max, v_min), 4)
 
 
-def _scale_by_condition(alpha, kappa_ref, every, power_steps, init_steps):
+def _scale_by_condition(alpha, kappa_ref, every, power_steps, init_power_steps):
   """The unmasked transform: every leaf it sees is a (batch of) matrix."""
 
   def init_fn(params):
@@ -134,8 +191,8 @@ def _scale_by_condition(alpha, kappa_ref, every, power_steps, init_steps):
       return jnp.ones(lead + (p.shape[-1],), jnp.float32), jnp.broadcast_to(ramp, lead + (short,))
 
     v_max, v_min = _unzip(params, jax.tree.map(start, params), 2)
-    kappa, v_max, v_min = _estimate_tree(params, v_max, v_min, init_steps)
-    return ConditionState(jnp.zeros([], jnp.int32), v_max, v_min, kappa)
+    kappa, v_max, v_min, ok = _estimate_tree(params, v_max, v_min, init_power_steps)
+    return ConditionState(jnp.zeros([], jnp.int32), v_max, v_min, kappa, ok)
 
   def update_fn(updates, state, params=None):
     if params is None:
@@ -144,13 +201,13 @@ def _scale_by_condition(alpha, kappa_ref, every, power_steps, init_steps):
     def refresh(operand):
       return _estimate_tree(params, *operand, power_steps)
 
-    kappa, v_max, v_min = jax.lax.cond(
+    kappa, v_max, v_min, ok = jax.lax.cond(
         state.count % every == 0, refresh,
-        lambda operand: (state.kappa,) + operand, (state.v_max, state.v_min))
+        lambda operand: (state.kappa, *operand, state.converged), (state.v_max, state.v_min))
     updates = jax.tree.map(
         lambda u, k: u * condition_multiplier(k, alpha, kappa_ref)[..., None, None].astype(u.dtype),
         updates, kappa)
-    return updates, ConditionState(optax.safe_increment(state.count), v_max, v_min, kappa)
+    return updates, ConditionState(optax.safe_increment(state.count), v_max, v_min, kappa, ok)
 
   return optax.GradientTransformation(init_fn, update_fn)
 
@@ -161,7 +218,7 @@ def scale_by_condition(
     *,
     every: int = 10,
     power_steps: int = 4,
-    init_steps: int = 30,
+    init_power_steps: int = 30,
     mask=None,
 ) -> optax.GradientTransformation:
   r"""Scale each chosen matrix's update by `condition_multiplier(κ̂)` of that matrix.
@@ -171,25 +228,30 @@ def scale_by_condition(
     m(\kappa) = \min(1, (\kappa_\text{ref}/\kappa)^\alpha)
 
   `κ̂_W` is `estimate_condition` of the current parameters, refreshed every `every` updates
-  (`power_steps` warm-started iterations each; `init_steps` at `init`) and carried in the state
-  between refreshes. Stacked weights get one multiplier per layer. Place it before the
-  learning rate, e.g. `optax.chain(optax.scale_by_adam(), scale_by_condition(),
-  optax.scale_by_learning_rate(1e-3))`.
+  (`power_steps` warm-started iterations each; `init_power_steps` at `init`) and carried in the
+  state between refreshes, with its `converged` flag. Stacked weights get one multiplier per
+  layer. Place it before the learning rate, e.g. `optax.chain(optax.scale_by_adam(),
+  scale_by_condition(), optax.scale_by_learning_rate(1e-3))`.
 
   Args:
     alpha: exponent `α` of the rule (`0` disables it).
     kappa_ref: `κ_ref`, the condition number up to which rates are untouched.
     every: refresh period `k` of the estimate, in updates.
     power_steps: iterations per refresh.
-    init_steps: iterations at `init`.
+    init_power_steps: iterations at `init`.
     mask: which leaves (a bool pytree or `params -> bool pytree`); default the `hidden` role.
 
   Returns:
     An `optax.GradientTransformation` with state `optax.MaskedState(ConditionState)`.
 
   Example:
+    >>> import jax, optax
+    >>> params = {"w_1": jax.random.normal(jax.random.key(0), (2, 16, 16))}
     >>> tx = optax.chain(optax.scale_by_adam(), scale_by_condition(alpha=0.5, kappa_ref=10.0),
     ...                  optax.scale_by_learning_rate(1e-3))
+    >>> updates, state = tx.update(params, tx.init(params), params)
+    >>> state[1].inner_state.kappa["w_1"].shape  # one κ per stacked matrix
+    (2,)
   """
-  inner = _scale_by_condition(alpha, kappa_ref, every, power_steps, init_steps)
+  inner = _scale_by_condition(alpha, kappa_ref, every, power_steps, init_power_steps)
   return optax.masked(inner, select() if mask is None else mask)

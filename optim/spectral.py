@@ -2,16 +2,20 @@
 
 Both transforms act on the parameters *after* the update (`W + u`), so they go last in a
 chain: `optax.chain(optim.muon(0.02), optim.spectral_cap(1.0))`. They return the update that
-lands on the projected matrix. `σ_max` comes either from power iteration whose right vectors
-persist in the state (one warm-started step per update: the matrices move little per step, so
-the estimate tracks `σ_max` at the cost of two mat-vecs), or from an exact SVD, for checking.
-Because optax applies updates as `W + u`, the projected matrix carries an absolute rounding
-error of about `ε·‖W‖`: capping a matrix far above the cap (`σ_max/c ≳ 1e4` in float32) in one
-step is only as accurate as that.
+lands on the projected matrix. `σ_max` comes, by default, from Golub–Kahan–Lanczos started at
+the previous update's top right singular vector (kept in the state) and run until its bound
+meets `tol` (`transformer.linalg.lanczos_svd`): the matrices move little per step, so a few
+mat-vecs suffice, and unlike power iteration it converges on the small spectral gaps of
+Gaussian-like matrices. `method="power"` (a fixed number of warm-started power iterations:
+cheap, but it under-estimates `σ_max` when the top gap is small, so the cap is exceeded) and
+`method="svd"` (exact) are there for comparison. Because optax applies updates as `W + u`, the
+projected matrix carries an absolute rounding error of about `ε·‖W‖`: capping a matrix far
+above the cap (`σ_max/c ≳ 1e4` in float32) in one step is only as accurate as that.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
@@ -20,9 +24,16 @@ import jax.numpy as jnp
 import optax
 
 from optim.roles import select
+from transformer.linalg.lanczos import lanczos_svd
 from transformer.linalg.power import power_iteration
 
-Method = Literal["power", "svd"]
+Method = Literal["lanczos", "power", "svd"]
+
+# Lanczos vectors added between convergence checks: the warm start usually converges in one.
+_CHECK_EVERY = 4
+# The default cap on the Krylov dimension per update (`krylov_dim=None`). The default is None,
+# not an int, so that `optax.inject_hyperparams` keeps it static: it sets buffer shapes.
+DEFAULT_KRYLOV_DIM = 32
 
 
 class SpectralState(NamedTuple):
@@ -30,31 +41,68 @@ class SpectralState(NamedTuple):
 
   Attributes:
     v: per chosen leaf `(..., d_out)` float32, the current top right singular vector estimate.
+    converged: per chosen leaf `(...,)` bool, whether the last `σ_max` estimate met `tol`
+      (always true for `method="svd"`).
   """
 
   v: optax.Updates
+  converged: optax.Updates
 
 
-def sigma_max(W: jax.Array, v: jax.Array, method: Method, steps: int):
-  """`(σ_max (...,), v (..., d_out))` of `W`: warm-started power iteration or exact SVD."""
+def _lanczos_sigma(W: jax.Array, v: jax.Array, tol: float, krylov_dim: int):
+  """`lanczos_svd` with `k = 1` on every matrix of the batch `W (..., m, n)`."""
+  lead, (m, n) = W.shape[:-2], W.shape[-2:]
+  W_flat = W.reshape((math.prod(lead), m, n))
+
+  def one(W, v):
+    res = lanczos_svd(lambda x: W @ x, lambda y: W.T @ y, v, 1, krylov_dim=krylov_dim, tol=tol,
+                      check_every=_CHECK_EVERY)
+    return res.values[0], res.right[0], res.bounds[0], res.converged[0]
+
+  sigma, v, bound, ok = jax.vmap(one)(W_flat, v.reshape((-1, n)))
+  return (sigma.reshape(lead), v.reshape(lead + (n,)), bound.reshape(lead), ok.reshape(lead))
+
+
+def sigma_max(W: jax.Array, v: jax.Array, *, method: Method = "lanczos", tol: float = 1e-3,
+              krylov_dim: int | None = None, power_steps: int = 1):
+  """`σ_max` of each matrix of `W (..., m, n)`, warm-started from right vectors `v (..., n)`.
+
+  Returns:
+    `(sigma (...,), v (..., n), bound (...,), converged (...,))`: the estimate, the new right
+    vector, a bound on `|σ − sigma|` for the nearest singular value `σ` (see
+    `transformer.linalg.SVDResult.bounds`; `0` for `"svd"`) and `bound ≤ tol · sigma`.
+  """
   if method == "svd":
-    return jnp.linalg.svd(W, compute_uv=False)[..., 0], v
+    sigma = jnp.linalg.svd(W, compute_uv=False)[..., 0]
+    return sigma, v, jnp.zeros_like(sigma), jnp.ones(sigma.shape, bool)
   if method == "power":
-    sigma, _, v = power_iteration(W, v, steps=steps)
-    return sigma, v
-  raise ValueError(f"unknown {method=}; choose 'power' or 'svd'")
+    res = power_iteration(W, v, power_steps, tol=tol)
+    return res.sigma, res.v, res.bound, res.converged
+  if method == "lanczos":
+    return _lanczos_sigma(W, v, tol, DEFAULT_KRYLOV_DIM if krylov_dim is None else krylov_dim)
+  raise ValueError(f"unknown {method=}; choose 'lanczos', 'power' or 'svd'")
 
 
-def _rescale(rule: Callable, *, method: Method, power_steps: int, init_steps: int):
+def _rescale(rule: Callable, *, method: Method, tol: float, krylov_dim: int | None,
+             power_steps: int,
+             init_power_steps: int):
   """The unmasked transform: `W + u -> (W + u)·factor(σ_max)` for every leaf it sees."""
+  if method not in ("lanczos", "power", "svd"):
+    raise ValueError(f"unknown {method=}; choose 'lanczos', 'power' or 'svd'")
+  kw = {"method": method, "tol": tol, "krylov_dim": krylov_dim}
 
   def init_fn(params):
     def start(p):
       if p.ndim < 2:
         raise ValueError(f"spectral constraints act on (batches of) matrices, got {p.shape=}")
-      return power_iteration(p.astype(jnp.float32), steps=init_steps)[2]
+      W = p.astype(jnp.float32)
+      v0 = power_iteration(W, power_steps=0).v  # the fixed ones-plus-ramp start
+      _, v, _, ok = sigma_max(W, v0, power_steps=init_power_steps, **kw)
+      return v, ok
 
-    return SpectralState(v=jax.tree.map(start, params))
+    pairs = jax.tree.map(start, params)
+    v, ok = jax.tree.transpose(jax.tree.structure(params), jax.tree.structure((0, 0)), pairs)
+    return SpectralState(v=v, converged=ok)
 
   def update_fn(updates, state, params=None):
     if params is None:
@@ -62,15 +110,15 @@ def _rescale(rule: Callable, *, method: Method, power_steps: int, init_steps: in
 
     def project(u, p, v):
       W = p.astype(jnp.float32) + u.astype(jnp.float32)
-      sigma, v = sigma_max(W, v, method, power_steps)
+      sigma, v, _, ok = sigma_max(W, v, power_steps=power_steps, **kw)
       factor, active = rule(sigma)
       projected = W * factor[..., None, None] - p.astype(jnp.float32)
-      return jnp.where(active[..., None, None], projected.astype(u.dtype), u), v
+      return jnp.where(active[..., None, None], projected.astype(u.dtype), u), v, ok
 
-    pairs = jax.tree.map(project, updates, params, state.v)
+    triples = jax.tree.map(project, updates, params, state.v)
     treedef = jax.tree.structure(updates)
-    updates, v = jax.tree.transpose(treedef, jax.tree.structure((0, 0)), pairs)
-    return updates, SpectralState(v=v)
+    updates, v, ok = jax.tree.transpose(treedef, jax.tree.structure((0, 0, 0)), triples)
+    return updates, SpectralState(v=v, converged=ok)
 
   return optax.GradientTransformation(init_fn, update_fn)
 
@@ -79,9 +127,11 @@ def spectral_cap(
     max_sigma,
     *,
     mask=None,
-    method: Method = "power",
+    method: Method = "lanczos",
+    tol: float = 1e-3,
+    krylov_dim: int | None = None,
     power_steps: int = 1,
-    init_steps: int = 20,
+    init_power_steps: int = 20,
 ) -> optax.GradientTransformation:
   r"""Project each chosen matrix, after the update, so that `σ_max ≤ max_sigma`.
 
@@ -93,26 +143,37 @@ def spectral_cap(
   with `c = max_sigma`. This is the radial projection onto the spectral-norm ball (as in
   spectral normalisation): it keeps the singular vectors and the ratios of the singular
   values, so the condition number is unchanged. A matrix already under the cap keeps its
-  update bit for bit. With `method="power"`, `σ̂` is a power-iteration estimate (a lower
-  bound, `‖W' v‖` with `‖v‖ = 1`) that tightens as the warm-started `v` tracks the top
-  singular vector; `method="svd"` uses the exact `σ_max`.
+  update bit for bit. With `method="lanczos"` (the default) `σ̂` is within `tol·σ̂` of
+  `σ_max` whenever the state's `converged` flag is set, so `σ_max(W'') ≤ c·(1 + tol)`, from
+  the first update on; `method="power"` takes `power_steps` warm-started power iterations (a
+  lower bound that lags on small spectral gaps: the cap can be exceeded by several percent);
+  `method="svd"` uses the exact `σ_max`.
 
   Args:
     max_sigma: the cap `c`.
     mask: which leaves to constrain: a bool pytree or `params -> bool pytree`; default
       `optim.select(roles=("hidden",))`. E.g. `select(names=("w_o", "w_2"))` for the
       residual branches only.
-    method: `"power"` or `"svd"`.
-    power_steps: power iterations per update.
-    init_steps: power iterations at `init`, from the initial parameters.
+    method: `"lanczos"`, `"power"` or `"svd"`.
+    tol: (`"lanczos"`) the relative accuracy of `σ̂`.
+    krylov_dim: (`"lanczos"`) cap on the Krylov dimension per update (default 32). It sets
+      buffer shapes: under `optax.inject_hyperparams` name it in `static_args`.
+    power_steps: (`"power"`) power iterations per update.
+    init_power_steps: (`"power"`) power iterations at `init`, from the initial parameters.
 
   Returns:
     An `optax.GradientTransformation` whose state is `optax.MaskedState(SpectralState)`.
 
   Example:
+    >>> import jax, numpy as np, optax
+    >>> params = {"w_1": 3.0 * jax.random.normal(jax.random.key(0), (2, 16, 24))}
+    >>> grads = {"w_1": jax.random.normal(jax.random.key(1), (2, 16, 24))}
     >>> tx = optax.chain(optax.adamw(1e-3), spectral_cap(1.0))
     >>> state = tx.init(params)
     >>> updates, state = tx.update(grads, state, params)   # `params` is required
+    >>> W = np.asarray(optax.apply_updates(params, updates)["w_1"], np.float64)
+    >>> bool(np.linalg.svd(W, compute_uv=False)[:, 0].max() <= 1.001)
+    True
 
   References:
     Miyato et al., `Spectral Normalization for Generative Adversarial Networks`, 2018.
@@ -122,7 +183,8 @@ def spectral_cap(
     active = sigma > max_sigma
     return jnp.where(active, max_sigma / jnp.where(active, sigma, 1), 1), active
 
-  inner = _rescale(rule, method=method, power_steps=power_steps, init_steps=init_steps)
+  inner = _rescale(rule, method=method, tol=tol, krylov_dim=krylov_dim, power_steps=power_steps,
+                   init_power_steps=init_power_steps)
   return optax.masked(inner, select() if mask is None else mask)
 
 
@@ -130,9 +192,11 @@ def spectral_normalize(
     target=1.0,
     *,
     mask=None,
-    method: Method = "power",
+    method: Method = "lanczos",
+    tol: float = 1e-3,
+    krylov_dim: int | None = None,
     power_steps: int = 1,
-    init_steps: int = 20,
+    init_power_steps: int = 20,
 ) -> optax.GradientTransformation:
   r"""Rescale each chosen matrix, after the update, to spectral norm `target`.
 
@@ -146,15 +210,24 @@ def spectral_normalize(
   Args:
     target: the spectral norm `t` to keep.
     mask: which leaves (see `spectral_cap`); default the `hidden` role.
-    method: `"power"` or `"svd"`.
-    power_steps: power iterations per update.
-    init_steps: power iterations at `init`.
+    method: `"lanczos"`, `"power"` or `"svd"` (see `spectral_cap`).
+    tol: (`"lanczos"`) the relative accuracy of `σ̂`.
+    krylov_dim: (`"lanczos"`) cap on the Krylov dimension per update (default 32). It sets
+      buffer shapes: under `optax.inject_hyperparams` name it in `static_args`.
+    power_steps: (`"power"`) power iterations per update.
+    init_power_steps: (`"power"`) power iterations at `init`.
 
   Returns:
     An `optax.GradientTransformation` whose state is `optax.MaskedState(SpectralState)`.
 
   Example:
-    >>> tx = optax.chain(optax.sgd(0.1), spectral_normalize(1.0))
+    >>> import jax, numpy as np, optax
+    >>> params = {"w_1": jax.random.normal(jax.random.key(0), (16, 16))}
+    >>> tx = optax.chain(optax.sgd(0.1), spectral_normalize(0.5))
+    >>> updates, _ = tx.update(params, tx.init(params), params)
+    >>> W = np.asarray(optax.apply_updates(params, updates)["w_1"], np.float64)
+    >>> round(float(np.linalg.svd(W, compute_uv=False)[0]), 3)
+    0.5
 
   References:
     Miyato et al., `Spectral Normalization for Generative Adversarial Networks`, 2018.
@@ -164,5 +237,6 @@ def spectral_normalize(
     active = sigma > 0
     return target / jnp.where(active, sigma, 1), active
 
-  inner = _rescale(rule, method=method, power_steps=power_steps, init_steps=init_steps)
+  inner = _rescale(rule, method=method, tol=tol, krylov_dim=krylov_dim, power_steps=power_steps,
+                   init_power_steps=init_power_steps)
   return optax.masked(inner, select() if mask is None else mask)

@@ -12,7 +12,7 @@ from experiments import atlas
 
 
 def test_atlas_cli_writes_a_report_with_correct_numbers(tmp_path):
-  argv = ["--model", "tiny", "--seq-len", "8", "--k", "4", "--steps", "24", "--out",
+  argv = ["--model", "tiny", "--seq-len", "8", "--k", "4", "--krylov-dim", "64", "--out",
           str(tmp_path), "--run-id", "t"]
   assert atlas.main(argv) == 0
   run_dir = tmp_path / "atlas" / "t"

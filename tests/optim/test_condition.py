@@ -24,15 +24,28 @@ def test_estimate_matches_svd_and_never_overestimates(shape):
   k = min(shape)
   v_max = jnp.ones((3, shape[1]))
   v_min = jnp.broadcast_to(jnp.linspace(1.0, 2.0, k), (3, k))
-  kappa, _, _ = jax.jit(optim.estimate_condition, static_argnums=3)(W, v_max, v_min, 100)
-  np.testing.assert_allclose(kappa, exact, rtol=2e-2)
-  assert np.all(np.asarray(kappa) <= exact * (1 + 1e-3))
+  est = jax.jit(optim.estimate_condition, static_argnums=3)(W, v_max, v_min, 100)
+  np.testing.assert_allclose(est.kappa, exact, rtol=2e-2)
+  assert np.all(np.asarray(est.kappa) <= exact * (1 + 1e-3))
+  s = np.linalg.svd(np.asarray(W, np.float64), compute_uv=False)
+  assert np.all(np.abs(s[:, 0] - np.asarray(est.sigma_max)) <= np.asarray(est.sigma_max_bound))
+  assert np.all(np.abs(s[:, -1] - np.asarray(est.sigma_min)) <= np.asarray(est.sigma_min_bound))
+  assert bool(np.all(est.converged))
+
+
+def test_estimate_reports_unconverged_with_too_few_iterations():
+  W = jnp.asarray(np.random.default_rng(9).standard_normal((3, 32, 32)), jnp.float32)
+  k = 32
+  est = optim.estimate_condition(W, jnp.ones((3, k)), jnp.ones((3, k)), 1)
+  exact = np.array([np.linalg.cond(np.asarray(w, np.float64)) for w in W])
+  assert not bool(np.all(est.converged))
+  assert np.max(np.abs(np.asarray(est.kappa) / exact - 1)) > 1e-2
 
 
 def test_degenerate_matrices():
   v_max, v_min = jnp.ones((2, 6)), jnp.ones((2, 6))
   W = jnp.stack([jnp.zeros((6, 6)), jnp.outer(jnp.arange(1.0, 7.0), jnp.ones(6))])
-  kappa, _, _ = optim.estimate_condition(W, v_max, v_min, 50)
+  kappa = optim.estimate_condition(W, v_max, v_min, 50).kappa
   assert kappa[0] == 1.0 and kappa[1] > 1e-2 * KAPPA_MAX
 
 
@@ -46,7 +59,8 @@ def test_multiplier_rule():
 def test_scale_by_condition_per_layer_and_refresh():
   W = jnp.stack([_with_kappa(0, (16, 16), 2.0), _with_kappa(1, (16, 16), 160.0)])
   params = {"w_1": W, "scale": jnp.ones(16)}
-  tx = optim.scale_by_condition(alpha=1.0, kappa_ref=4.0, every=3, init_steps=100, power_steps=100)
+  tx = optim.scale_by_condition(alpha=1.0, kappa_ref=4.0, every=3, init_power_steps=100,
+                                power_steps=100)
   state = tx.init(params)
   updates = jax.tree.map(jnp.ones_like, params)
   step = jax.jit(tx.update)

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import optim
@@ -22,17 +23,51 @@ def _matrices():
   }
 
 
-@pytest.mark.parametrize("method", ["svd", "power"])
+@pytest.mark.parametrize("method", ["svd", "lanczos", "power"])
 @pytest.mark.parametrize("case", ["random", "rank_one", "huge"])
 def test_cap_holds_after_an_update(case, method):
   params = _matrices()[case]
   updates = jax.tree.map(lambda p: 0.01 * jnp.flip(p, -1), params)
-  tx = optim.spectral_cap(2.0, method=method, init_steps=50)
-  capped, _ = jax.jit(tx.update)(updates, tx.init(params), params)
+  tx = optim.spectral_cap(2.0, method=method, init_power_steps=50)
+  capped, state = jax.jit(tx.update)(updates, tx.init(params), params)
   new = params["w_1"] + capped["w_1"]
-  # Power mode: the warm-started estimate is a lower bound, tight after `init_steps`.
-  assert np.all(_sigma(new) <= 2.0 * (1 + (1e-4 if method == "svd" else 2e-2)))
+  # Power mode: the warm-started estimate is a lower bound, tight after `init_power_steps`.
+  slack = {"svd": 1e-4, "lanczos": 1e-3, "power": 2e-2}[method]
+  assert np.all(_sigma(new) <= 2.0 * (1 + slack))
   assert np.all(_sigma(new) >= 2.0 * (1 - 2e-2))  # the radial projection lands on the cap
+  if method != "power":
+    assert bool(np.all(state.inner_state.converged["w_1"]))
+
+
+def _muon_run(method, above, steps=4, cap=0.2):
+  """Exact σ_max / cap after each of `steps` updates of muon(0.1) then spectral_cap.
+
+  Stacked `(L, 32, 32)` Gaussian weights start at `σ_max = above · cap`.
+  """
+  w = jax.random.normal(jax.random.key(4), (3, 32, 32))
+  params = {"w_1": w * (above * cap / _sigma(w))[:, None, None]}
+  tx = optax.chain(optim.muon(0.1), optim.spectral_cap(cap, method=method))
+  state, step = tx.init(params), jax.jit(tx.update)
+  ratios = []
+  for i in range(steps):
+    grads = {"w_1": jax.random.normal(jax.random.key(10 + i), w.shape)}
+    updates, state = step(grads, state, params)
+    params = optax.apply_updates(params, updates)
+    ratios.append(_sigma(params["w_1"]) / cap)
+  return np.array(ratios)  # (steps, L)
+
+
+def test_default_cap_holds_after_every_muon_update_including_the_first():
+  # Gaussian matrices: small gaps between the top singular values, where a single
+  # warm-started power step lags behind (measured: 1.09x the cap); Lanczos to tol must not.
+  ratios = _muon_run("lanczos", above=5.0)
+  assert ratios.max() <= 1.01 and ratios.min() >= 0.98
+  assert _muon_run("power", above=5.0).max() > 1.05  # the case is adversarial
+
+
+def test_default_cap_holds_on_weights_far_above_the_cap():
+  ratios = _muon_run("lanczos", above=20.0, steps=2)
+  assert ratios.max() <= 1.01 and ratios.min() >= 0.98
 
 
 def test_under_the_cap_is_left_untouched_and_mask_is_respected():
@@ -49,7 +84,7 @@ def test_under_the_cap_is_left_untouched_and_mask_is_respected():
 
 def test_power_estimate_tracks_over_steps():
   params = {"w_1": jax.random.normal(jax.random.key(2), (32, 32))}
-  tx = optim.spectral_cap(1.0, init_steps=1)
+  tx = optim.spectral_cap(1.0, method="power", init_power_steps=1)
   state, step = tx.init(params), jax.jit(tx.update)
   for _ in range(30):
     u, state = step(jax.tree.map(jnp.zeros_like, params), state, params)
@@ -57,13 +92,24 @@ def test_power_estimate_tracks_over_steps():
   assert _sigma(params["w_1"]) <= 1.0 + 1e-3
 
 
-@pytest.mark.parametrize("method", ["svd", "power"])
+@pytest.mark.parametrize("method", ["svd", "lanczos", "power"])
 def test_normalize_keeps_target(method):
   params = {"w_1": jax.random.normal(jax.random.key(3), (3, 12, 20)), "w_2": jnp.zeros((4, 4))}
-  tx = optim.spectral_normalize(0.5, method=method, init_steps=100)
+  tx = optim.spectral_normalize(0.5, method=method, init_power_steps=100)
   updates = jax.tree.map(lambda p: 0.01 * jnp.ones_like(p), params)
   out, _ = jax.jit(tx.update)(updates, tx.init(params), params)
   np.testing.assert_allclose(_sigma(params["w_1"] + out["w_1"]), 0.5, rtol=1e-3)
+
+
+def test_default_normalize_within_one_percent_on_gaussian_matrices():
+  params = {"w_1": 5.0 * jax.random.normal(jax.random.key(5), (2, 3, 32, 32))}
+  tx = optim.spectral_normalize(1.0)
+  state, step = tx.init(params), jax.jit(tx.update)
+  for i in range(3):
+    grads = {"w_1": 0.3 * jax.random.normal(jax.random.key(20 + i), (2, 3, 32, 32))}
+    out, state = step(grads, state, params)
+    params = optax.apply_updates(params, out)
+    np.testing.assert_allclose(_sigma(params["w_1"]), 1.0, rtol=1e-2)
   zero = optim.spectral_normalize(1.0)
   z = {"w_2": jnp.zeros((4, 4))}
   np.testing.assert_array_equal(zero.update(z, zero.init(z), z)[0]["w_2"], 0.0)

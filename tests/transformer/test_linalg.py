@@ -42,14 +42,15 @@ def test_schedule_and_classic_get_closer():
   G = jnp.asarray(G, jnp.float32)
   _, s_dion = _polar_error(newton_schulz(G, coeffs="dion"), U, V)
   assert 0.97 <= s_dion.min() and s_dion.max() <= 1.04
-  errors = [_polar_error(newton_schulz(G, steps=k, coeffs="classic"), U, V)[0] for k in (3, 6, 20)]
+  errors = [_polar_error(newton_schulz(G, ns_steps=k, coeffs="classic"), U, V)[0]
+            for k in (3, 6, 20)]
   assert errors[0] > errors[1] > errors[2] and errors[2] < 2e-6
 
 
 def test_float64_converges_to_svd_polar_factor():
   G, U, V = _matrix(2, (24, 40), kappa=5.0)
   with jax.enable_x64(True):
-    O = newton_schulz(jnp.asarray(G), steps=30, coeffs="classic")
+    O = newton_schulz(jnp.asarray(G), ns_steps=30, coeffs="classic")
     assert O.dtype == jnp.float64
     assert _polar_error(O, U, V)[0] < 1e-12
 
@@ -59,7 +60,7 @@ def test_batched_equals_looped_and_traced_steps():
   batched = jax.jit(newton_schulz)(G)
   looped = jnp.stack([newton_schulz(g) for g in G])
   np.testing.assert_allclose(batched, looped, rtol=1e-5, atol=1e-6)
-  traced = jax.jit(lambda g, k: newton_schulz(g, steps=k))(G, 5)
+  traced = jax.jit(lambda g, k: newton_schulz(g, ns_steps=k))(G, 5)
   np.testing.assert_allclose(traced, batched, rtol=1e-5, atol=1e-6)
 
 
@@ -89,18 +90,26 @@ def test_bad_inputs_raise():
     newton_schulz(jnp.ones((4, 4)), coeffs="nope")
 
 
-def test_power_iteration_matches_svd():
+def test_power_iteration_matches_svd_and_reports_convergence():
   W = np.asarray(jax.random.normal(jax.random.key(2), (3, 20, 12)), np.float64)
-  with jax.enable_x64(True):
-    sigma, u, v = map(np.asarray, power_iteration(jnp.asarray(W), steps=300))
   U, S, Vt = np.linalg.svd(W)
+  with jax.enable_x64(True):
+    res = jax.jit(power_iteration, static_argnums=2)(jnp.asarray(W), None, 300)
+    few = power_iteration(jnp.asarray(W), power_steps=2)
+  sigma, u, v = map(np.asarray, res[:3])
   np.testing.assert_allclose(sigma, S[:, 0], rtol=1e-6)
   # Singular vectors are defined up to sign: compare |cosines|.
   np.testing.assert_allclose(np.abs(np.sum(v * Vt[:, 0], -1)), 1.0, atol=1e-6)
   np.testing.assert_allclose(np.abs(np.sum(u * U[:, :, 0], -1)), 1.0, atol=1e-6)
+  assert np.all(np.asarray(res.converged))
+  # Two steps: not converged, and the bound covers the true error (σ̂ ≤ σ_max always).
+  err = S[:, 0] - np.asarray(few.sigma)
+  assert np.all(err >= -1e-12) and np.all(err <= np.asarray(few.bound))
+  assert not np.all(np.asarray(few.converged)) and np.max(err / S[:, 0]) > 1e-4
 
 
 def test_power_iteration_warm_start_is_exact_for_rank_one():
   a, b = np.arange(1.0, 6.0), np.linspace(-1, 1, 7)
-  sigma, _, _ = power_iteration(jnp.asarray(np.outer(a, b), jnp.float32), steps=1)
-  np.testing.assert_allclose(sigma, np.linalg.norm(a) * np.linalg.norm(b), rtol=1e-5)
+  res = power_iteration(jnp.asarray(np.outer(a, b), jnp.float32), power_steps=1)
+  np.testing.assert_allclose(res.sigma, np.linalg.norm(a) * np.linalg.norm(b), rtol=1e-5)
+  assert bool(res.converged)

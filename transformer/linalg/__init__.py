@@ -3,12 +3,20 @@
 Both packages sit above `transformer` and never import each other, so the iterations
 they share live here: power iteration (spectral norms), Newton–Schulz (polar factors, for
 Muon), and Lanczos/Arnoldi (matrix-free spectra of Jacobians). Every function treats
-leading axes as a batch of matrices and works under `jax.jit`.
+leading axes as a batch of matrices (or is batched by `jax.vmap`) and works under
+`jax.jit`. The iterative ones return a `NamedTuple` with the values, an error bound per value
+and a `converged` flag.
 """
 
-from transformer.linalg.lanczos import EigResult, SVDResult, arnoldi_eig, lanczos_svd
+from transformer.linalg.lanczos import (
+    EigResult,
+    SVDResult,
+    arnoldi_eig,
+    default_krylov_dim,
+    lanczos_svd,
+)
 from transformer.linalg.newton_schulz import NS_COEFFS, newton_schulz
-from transformer.linalg.power import power_iteration, spectral_norm
+from transformer.linalg.power import PowerResult, normalize, power_iteration
 
-__all__ = ["EigResult", "NS_COEFFS", "SVDResult", "arnoldi_eig", "lanczos_svd", "newton_schulz",
-           "power_iteration", "spectral_norm"]
+__all__ = ["EigResult", "NS_COEFFS", "PowerResult", "SVDResult", "arnoldi_eig",
+           "default_krylov_dim", "lanczos_svd", "newton_schulz", "normalize", "power_iteration"]

@@ -3,13 +3,20 @@
 Both routines see the operator `A: ℝⁿ → ℝᵖ` only through `matvec(v) = A v` (and, for the
 SVD, `rmatvec(u) = Aᵀ u`), so `A` may be a Jacobian that is never formed (`jax.jvp` /
 `jax.vjp`). They keep the whole Krylov basis and re-orthogonalize every new vector against
-it twice ("twice is enough", Giraud et al.), which costs `O(m·n)` memory for `m` steps and
-removes the ghost eigenvalues of plain Lanczos. Everything is `jax.lax.fori_loop` over
-fixed-size buffers: jit-able, and batched by `jax.vmap` over the closures' inputs.
+it twice ("twice is enough", Giraud et al.), which removes the ghost eigenvalues of plain
+Lanczos.
+
+Converged by default: the Krylov space grows, `check_every` vectors at a time, until every
+requested value meets `tol` (relative to the largest value) or the space reaches its cap
+`krylov_dim`. The buffers have the cap's size, so memory is `O(krylov_dim · n)` and
+everything is `jax.lax.while_loop` over fixed shapes: jit-able, and batched by `jax.vmap`
+(a batch runs until its slowest member converges). Each result carries a bound per value and
+a `converged` flag per value; an unconverged value is reported, not hidden.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -18,34 +25,64 @@ import jax.numpy as jnp
 
 Operator = Callable[[jax.Array], jax.Array]
 
+DEFAULT_TOL = 1e-4
+DEFAULT_CHECK_EVERY = 8
+
+
+def default_krylov_dim(k: int) -> int:
+  """The default cap on the Krylov dimension for `k` values: `max(20 k + 60, 160)`.
+
+  Enough for the clustered top spectra of near-identity residual blocks (e.g. the top-8
+  singular values of a `T·d = 1024` block Jacobian converge to `1e-4` at about 80).
+  """
+  return max(20 * k + 60, 160)
+
 
 class SVDResult(NamedTuple):
   """Top singular triplets from `lanczos_svd`, largest first.
 
   Attributes:
-    values: `(k,)` singular values `σ_1 ≥ … ≥ σ_k`.
-    right: `(k, n)` right singular vectors (rows), `A right[i] ≈ σ_i left[i]`.
-    left: `(k, p)` left singular vectors (rows).
-    residuals: `(k,)` the computable bound `‖Aᵀ left[i] − σ_i right[i]‖`; a value is
-      converged when its residual is small relative to `σ_1`.
+    values: `(k,)` Ritz values `θ_1 ≥ … ≥ θ_k`. In exact arithmetic `θ_i ≤ σ_i` for each `i`
+      (they are the singular values of the compression `Uᵀ A V`: interlacing).
+    right: `(k, n)` right Ritz vectors (rows); `A right[i] = θ_i left[i]` exactly.
+    left: `(k, p)` left Ritz vectors (rows).
+    bounds: `(k,)` `‖Aᵀ left[i] − θ_i right[i]‖ / √2 + j·ε·θ_1` (`j` the Krylov dimension
+      used, `ε` the dtype's machine epsilon). Some singular value `σ` of `A` (zero counted when
+      `A` is not square) has `|σ − θ_i| ≤ bounds[i]`: the first term is the residual of the
+      unit vector `[left[i]; right[i]]/√2` of the symmetric `[[0, A], [Aᵀ, 0]]`, whose
+      eigenvalues are `±σ` (Krylov–Bogoliubov); the second covers rounding. It is the `i`-th
+      singular value unless the start vector was (nearly) orthogonal to a top direction, an
+      event of probability zero for a random start.
+    converged: `(k,)` bool, `bounds[i] ≤ tol · θ_1`.
+    krylov_dim: `()` int, the Krylov dimension the values come from.
   """
 
   values: jax.Array
   right: jax.Array
   left: jax.Array
-  residuals: jax.Array
+  bounds: jax.Array
+  converged: jax.Array
+  krylov_dim: jax.Array
 
 
 class EigResult(NamedTuple):
   """Dominant eigenvalues from `arnoldi_eig`, largest modulus first.
 
   Attributes:
-    values: `(k,)` complex Ritz values.
-    residuals: `(k,)` `‖A x_i − λ_i x_i‖` of the unit Ritz vectors `x_i`.
+    values: `(k,)` complex Ritz values `θ_i`.
+    bounds: `(k,)` backward errors: `θ_i` is an exact eigenvalue of `A + E_i` with
+      `‖E_i‖₂ ≤ bounds[i]` (`= ‖A x_i − θ_i x_i‖ + j·ε·|θ_1|` for the unit Ritz vector `x_i`,
+      the second term for rounding). For a normal `A` this bounds the distance from `θ_i` to
+      the nearest eigenvalue; for a non-normal `A` (e.g. a causal Jacobian) the forward error
+      can be larger by that eigenvalue's condition number (Bauer–Fike).
+    converged: `(k,)` bool, `bounds[i] ≤ tol · |θ_1|`.
+    krylov_dim: `()` int, the Krylov dimension the values come from.
   """
 
   values: jax.Array
-  residuals: jax.Array
+  bounds: jax.Array
+  converged: jax.Array
+  krylov_dim: jax.Array
 
 
 def _safe_normalize(w: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -53,107 +90,168 @@ def _safe_normalize(w: jax.Array) -> tuple[jax.Array, jax.Array]:
   return w / jnp.where(norm == 0, 1, norm), norm
 
 
-def _orthogonalize(basis_MN: jax.Array, w_N: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _orthogonalize(basis: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Remove from `w` its components along the rows of `basis` (unfilled rows are zero), twice.
 
   Returns the orthogonalized vector and the total coefficients `basis @ w_original`.
   """
-  h1_M = basis_MN @ w_N
-  w_N = w_N - h1_M @ basis_MN
-  h2_M = basis_MN @ w_N
-  return w_N - h2_M @ basis_MN, h1_M + h2_M
+  h1 = basis @ w
+  w = w - h1 @ basis
+  h2 = basis @ w
+  return w - h2 @ basis, h1 + h2
 
 
-def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int,
-                steps: int | None = None) -> SVDResult:
-  """Top-`k` singular values of a linear operator by Golub–Kahan–Lanczos bidiagonalization.
+def _check_sizes(name: str, k: int, cap: int, limit: int, tol: float, check_every: int):
+  if not 1 <= k <= cap:
+    raise ValueError(f"{name}: need 1 <= k <= krylov_dim (clipped to {limit}), got {k=} and "
+                     f"krylov_dim={cap}. Fix: lower k or raise krylov_dim.")
+  if isinstance(tol, (int, float)) and not tol > 0:  # a traced tol is the caller's to check
+    raise ValueError(f"{name}: tol must be > 0, got {tol=}.")
+  if check_every < 1:
+    raise ValueError(f"{name}: check_every must be >= 1, got {check_every=}.")
+
+
+def _grow(step, ritz, carry, cap: int, k: int, check_every: int):
+  """Run `step(j, carry)` for `j = 0, 1, …` in chunks of `check_every` until `cap` or until
+  `ritz(j, carry) -> (out, done)` says done; returns `(j, carry, out)` of the last check."""
+
+  def cond(state):
+    j, _, _, done = state
+    return (j < cap) & jnp.logical_not(done)
+
+  def body(state):
+    j, carry, _, _ = state
+    j_next = jnp.minimum(jnp.maximum(j + check_every, k), cap)
+    carry = jax.lax.fori_loop(j, j_next, step, carry)
+    out, done = ritz(j_next, carry)
+    return j_next, carry, out, done
+
+  out_shape = jax.eval_shape(ritz, jnp.int32(k), carry)[0]
+  out = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), out_shape)
+  j, carry, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), carry, out, jnp.bool_(False)))
+  return j, carry, out
+
+
+def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
+                krylov_dim: int | None = None, tol: float = DEFAULT_TOL,
+                check_every: int = DEFAULT_CHECK_EVERY) -> SVDResult:
+  r"""Top-`k` singular values of a linear operator by Golub–Kahan–Lanczos bidiagonalization.
 
   Golub–Kahan is Lanczos on `AᵀA` written with both `A` and `Aᵀ`, so the singular values come
   from a bidiagonal matrix `B` instead of being square-rooted from eigenvalues of `AᵀA`:
 
   .. math::
-    A V_m = U_m B_m, \\qquad A^\\top U_m = V_m B_m^\\top + \\beta_m v_{m+1} e_m^\\top,
+    A V_j = U_j B_j, \qquad A^\top U_j = V_j B_j^\top + \beta_j v_{j+1} e_j^\top,
 
-  with `V_m`, `U_m` orthonormal (fully re-orthogonalized) and `σ_i(B_m) → σ_i(A)` from the top.
-  One `matvec` and one `rmatvec` per step.
+  with `V_j`, `U_j` orthonormal (fully re-orthogonalized). For the Ritz triplet
+  `B_j = P Σ Qᵀ`, `(θ_i, U_j p_i, V_j q_i)` has residual `‖Aᵀ u − θ_i v‖ = β_j |P_{j,i}|`,
+  which gives `bounds` (see `SVDResult`). One `matvec` and one `rmatvec` per Krylov vector.
 
   Args:
     matvec: `v (n,) -> A v (p,)`.
     rmatvec: `u (p,) -> Aᵀ u (n,)`.
-    v0: `(n,)` start vector (random is best; it must not be orthogonal to the top directions).
+    v0: `(n,)` start vector (random is best; a warm start from a previous top vector is
+      cheap; it must not be orthogonal to the top directions).
     k: how many singular values to return.
-    steps: Krylov dimension `m ≥ k` (default `min(n, p, max(2k + 10, 24))`), clipped to
-      `min(n, p)`. With `m = min(n, p)` the result is exact up to rounding.
+    krylov_dim: the cap on the Krylov dimension `j` (default `default_krylov_dim(k)`),
+      clipped to `min(n, p)`; memory is `(krylov_dim + 1)·n + krylov_dim·p` numbers. At
+      `min(n, p)` the values are exact up to rounding.
+    tol: stop as soon as every `bounds[i] ≤ tol · θ_1`.
+    check_every: Krylov vectors added between convergence checks (each check is an SVD of
+      a `krylov_dim²` matrix).
 
   Returns:
-    `SVDResult(values, right, left, residuals)`.
+    `SVDResult(values, right, left, bounds, converged, krylov_dim)`.
 
   Example:
+    >>> import jax, jax.numpy as jnp, numpy as np
     >>> W = jax.random.normal(jax.random.key(0), (50, 30))
-    >>> res = lanczos_svd(lambda v: W @ v, lambda u: W.T @ u, jnp.ones(30), k=3, steps=30)
-    >>> res.values  # == jnp.linalg.svd(W)[1][:3]
+    >>> res = lanczos_svd(lambda v: W @ v, lambda u: W.T @ u, jnp.ones(30), k=3)
+    >>> bool(res.converged.all())
+    True
+    >>> s = np.linalg.svd(np.asarray(W, np.float64), compute_uv=False)[:3]
+    >>> bool(np.all(np.abs(np.asarray(res.values) - s) <= np.asarray(res.bounds)))
+    True
 
   References:
     Golub & Kahan, "Calculating the singular values and pseudo-inverse of a matrix" (1965).
   """
   n = v0.shape[-1]
   p = jax.eval_shape(matvec, v0).shape[-1]
-  m = min(n, p, max(2 * k + 10, 24) if steps is None else steps)
-  if not 1 <= k <= m:
-    raise ValueError(f"lanczos_svd: need 1 <= k <= steps (clipped to min(n, p)={min(n, p)}), "
-                     f"got {k=} and steps={m}.")
+  cap = min(n, p, default_krylov_dim(k) if krylov_dim is None else krylov_dim)
+  _check_sizes("lanczos_svd", k, cap, min(n, p), tol, check_every)
   dtype = v0.dtype
-  v_N, _ = _safe_normalize(v0)
-  V_MN = jnp.zeros((m + 1, n), dtype).at[0].set(v_N)
-  U_MP = jnp.zeros((m, p), dtype)
-  alpha_M = jnp.zeros((m,), dtype)
-  beta_M = jnp.zeros((m,), dtype)
+  eps = jnp.finfo(dtype).eps
+  v, _ = _safe_normalize(v0)
+  V = jnp.zeros((cap + 1, n), dtype).at[0].set(v)
+  U = jnp.zeros((cap, p), dtype)
+  alpha = jnp.zeros((cap,), dtype)
+  beta = jnp.zeros((cap,), dtype)
+  rows = jnp.arange(cap)
 
-  def body(j, carry):
-    V_MN, U_MP, alpha_M, beta_M = carry
-    u_P = matvec(V_MN[j])
-    u_P, _ = _orthogonalize(U_MP, u_P)
-    u_P, alpha = _safe_normalize(u_P)
-    U_MP = U_MP.at[j].set(u_P)
-    w_N = rmatvec(u_P)
-    w_N, _ = _orthogonalize(V_MN, w_N)
-    v_N, beta = _safe_normalize(w_N)
-    return V_MN.at[j + 1].set(v_N), U_MP, alpha_M.at[j].set(alpha), beta_M.at[j].set(beta)
+  def step(j, carry):
+    V, U, alpha, beta = carry
+    u = matvec(V[j])
+    u, _ = _orthogonalize(U, u)
+    u, alpha_j = _safe_normalize(u)
+    U = U.at[j].set(u)
+    w = rmatvec(u)
+    w, _ = _orthogonalize(V, w)
+    v, beta_j = _safe_normalize(w)
+    return V.at[j + 1].set(v), U, alpha.at[j].set(alpha_j), beta.at[j].set(beta_j)
 
-  V_MN, U_MP, alpha_M, beta_M = jax.lax.fori_loop(0, m, body, (V_MN, U_MP, alpha_M, beta_M))
-  # Full re-orthogonalization already removed the `β_{j-1} u_{j-1}` term of the recurrence,
-  # so the coupling is read off as the superdiagonal: `B[j, j+1] = β_j`.
-  B_MM = jnp.diag(alpha_M) + jnp.diag(beta_M[:-1], 1)
-  P_MM, s_M, QT_MM = jnp.linalg.svd(B_MM)
-  right_KN = QT_MM[:k] @ V_MN[:m]
-  left_KP = P_MM[:, :k].T @ U_MP
-  residuals_K = beta_M[-1] * jnp.abs(P_MM[-1, :k])
-  return SVDResult(s_M[:k], right_KN, left_KP, residuals_K)
+  def ritz(j, carry):
+    _, _, alpha, beta = carry
+    # Full re-orthogonalization already removed the `β_{j-1} u_{j-1}` term of the
+    # recurrence, so the coupling is read off as the superdiagonal: `B[i, i+1] = β_i`.
+    a = jnp.where(rows < j, alpha, 0)
+    b = jnp.where(rows < j - 1, beta, 0)
+    P, s, QT = jnp.linalg.svd(jnp.diag(a) + jnp.diag(b[:-1], 1))
+    bounds = (beta[j - 1] * jnp.abs(P[j - 1, :k]) / math.sqrt(2)
+              + j.astype(dtype) * eps * s[0])
+    return (P, s, QT, bounds), jnp.all(bounds <= tol * s[0])
+
+  j, (V, U, _, _), (P, s, QT, bounds) = _grow(step, ritz, (V, U, alpha, beta), cap, k,
+                                              check_every)
+  right = QT[:k] @ jnp.where((rows < j)[:, None], V[:cap], 0)
+  left = P[:, :k].T @ U
+  return SVDResult(s[:k], right, left, bounds, bounds <= tol * s[0], j)
 
 
-def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, steps: int | None = None) -> EigResult:
-  """Dominant (largest-modulus) eigenvalues of a square, non-symmetric operator by Arnoldi.
+def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | None = None,
+                tol: float = DEFAULT_TOL, check_every: int = DEFAULT_CHECK_EVERY) -> EigResult:
+  r"""Dominant (largest-modulus) eigenvalues of a square, non-symmetric operator by Arnoldi.
 
   .. math::
-    A Q_m = Q_m H_m + h_{m+1,m} q_{m+1} e_m^\\top,
+    A Q_j = Q_j H_j + h_{j+1,j} q_{j+1} e_j^\top,
 
-  `Q_m` orthonormal (fully re-orthogonalized), `H_m` upper Hessenberg; the eigenvalues of the
-  small `H_m` (Ritz values) converge to the outer eigenvalues of `A` first. With `k = 1` this is
-  power iteration with the best use of the iterates.
+  `Q_j` orthonormal (fully re-orthogonalized), `H_j` upper Hessenberg; the eigenvalues of the
+  small `H_j` (Ritz values) converge to the outer eigenvalues of `A` first. The Ritz pair
+  `(θ_i, Q_j y_i)` has residual `|h_{j+1,j}| |e_jᵀ y_i|` (see `EigResult.bounds`). The space
+  grows until every requested value meets `tol` or reaches `krylov_dim`. Uses
+  `jnp.linalg.eig`, which XLA provides on CPU.
 
   Args:
     matvec: `v (n,) -> A v (n,)`.
     v0: `(n,)` start vector.
     k: how many eigenvalues to return.
-    steps: Krylov dimension `m ≥ k` (default `min(n, max(2k + 10, 24))`), clipped to `n`.
+    krylov_dim: cap on the Krylov dimension (default `default_krylov_dim(k)`), clipped to `n`.
+    tol: stop as soon as every `bounds[i] ≤ tol · |θ_1|`.
+    check_every: Krylov vectors added between convergence checks.
 
   Returns:
-    `EigResult(values, residuals)`: complex Ritz values sorted by decreasing modulus and the
-    residual norms `|h_{m+1,m}| · |e_mᵀ y_i|` of their unit Ritz vectors.
+    `EigResult(values, bounds, converged, krylov_dim)`: complex Ritz values sorted by
+    decreasing modulus.
 
   Example:
+    >>> import jax, jax.numpy as jnp, numpy as np
     >>> A = jax.random.normal(jax.random.key(0), (40, 40))
-    >>> arnoldi_eig(lambda v: A @ v, jnp.ones(40), k=2, steps=40).values
+    >>> res = arnoldi_eig(lambda v: A @ v, jnp.ones(40), k=2)
+    >>> bool(res.converged.all())
+    True
+    >>> lam = np.linalg.eigvals(np.asarray(A, np.float64))
+    >>> bool(np.isclose(abs(complex(res.values[0])), np.abs(lam).max(), rtol=1e-4))
+    True
 
   References:
     Arnoldi, "The principle of minimized iterations in the solution of the matrix eigenvalue
@@ -163,23 +261,31 @@ def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, steps: int | None = Non
   out = jax.eval_shape(matvec, v0).shape[-1]
   if out != n:
     raise ValueError(f"arnoldi_eig: the operator must be square, it maps {n} -> {out}.")
-  m = min(n, max(2 * k + 10, 24) if steps is None else steps)
-  if not 1 <= k <= m:
-    raise ValueError(f"arnoldi_eig: need 1 <= k <= steps (clipped to n={n}), got {k=}, steps={m}.")
+  cap = min(n, default_krylov_dim(k) if krylov_dim is None else krylov_dim)
+  _check_sizes("arnoldi_eig", k, cap, n, tol, check_every)
   dtype = v0.dtype
-  q_N, _ = _safe_normalize(v0)
-  Q_MN = jnp.zeros((m + 1, n), dtype).at[0].set(q_N)
-  H_MM = jnp.zeros((m + 1, m), dtype)
+  eps = jnp.finfo(dtype).eps
+  q, _ = _safe_normalize(v0)
+  Q = jnp.zeros((cap + 1, n), dtype).at[0].set(q)
+  H = jnp.zeros((cap + 1, cap), dtype)
+  rows = jnp.arange(cap)
 
-  def body(j, carry):
-    Q_MN, H_MM = carry
-    w_N, h_M = _orthogonalize(Q_MN, matvec(Q_MN[j]))
-    q_N, h_next = _safe_normalize(w_N)
-    return Q_MN.at[j + 1].set(q_N), H_MM.at[:, j].set(h_M.at[j + 1].set(h_next))
+  def step(j, carry):
+    Q, H = carry
+    w, h = _orthogonalize(Q, matvec(Q[j]))
+    q, h_next = _safe_normalize(w)
+    return Q.at[j + 1].set(q), H.at[:, j].set(h.at[j + 1].set(h_next))
 
-  _, H_MM = jax.lax.fori_loop(0, m, body, (Q_MN, H_MM))
-  lam_M, Y_MM = jnp.linalg.eig(H_MM[:m])
-  order = jnp.argsort(-jnp.abs(lam_M))[:k]
-  Y_MK = Y_MM[:, order] / jnp.linalg.norm(Y_MM[:, order], axis=0, keepdims=True)
-  residuals_K = jnp.abs(H_MM[m, m - 1]) * jnp.abs(Y_MK[-1])
-  return EigResult(lam_M[order], residuals_K)
+  def ritz(j, carry):
+    _, H = carry
+    active = (rows[:, None] < j) & (rows[None, :] < j)
+    lam, Y = jnp.linalg.eig(jnp.where(active, H[:cap], 0))
+    order = jnp.argsort(-jnp.abs(lam))[:k]
+    Y_k = Y[:, order] / jnp.linalg.norm(Y[:, order], axis=0, keepdims=True)
+    lam_k = lam[order]
+    bounds = (jnp.abs(H[j, j - 1]) * jnp.abs(Y_k[j - 1])
+              + j.astype(dtype) * eps * jnp.abs(lam_k[0])).astype(dtype)
+    return (lam_k, bounds), jnp.all(bounds <= tol * jnp.abs(lam_k[0]))
+
+  j, _, (lam_k, bounds) = _grow(step, ritz, (Q, H), cap, k, check_every)
+  return EigResult(lam_k, bounds, bounds <= tol * jnp.abs(lam_k[0]), j)
