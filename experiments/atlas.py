@@ -137,8 +137,9 @@ def circuit_measures(params, cfg) -> dict:
 def jacobian_measures(params, cfg, x_TD, acfg: AtlasConfig) -> dict:
   """Depth profile (matrix-free) and the dense cross-check on layer 0 when it fits."""
   blocks = param_tree(params)["blocks"]
-  prof = jax.jit(functools.partial(analysis.depth_profile, cfg, k=acfg.k, krylov_dim=acfg.krylov_dim,
-                                   key=jax.random.key(acfg.seed)))(blocks, x_TD)
+  profile = functools.partial(analysis.depth_profile, cfg, k=acfg.k,
+                              krylov_dim=acfg.krylov_dim, key=jax.random.key(acfg.seed))
+  prof = jax.jit(profile)(blocks, x_TD)
   out = _np(prof)
   f0 = functools.partial(transformer.block_fn(cfg), transformer.layer(param_tree(params),
                                                                       0))

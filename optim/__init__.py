@@ -42,7 +42,8 @@ from transformer.linalg.newton_schulz import NS_COEFFS, newton_schulz
 
 __all__ = [
     "ConditionEstimate", "ConditionState", "MuonState", "NS_COEFFS", "ROLES", "SpectralState",
-    "condition_multiplier", "estimate_condition", "head_layout", "head_overlap", "labels", "muon", "newton_schulz",
+    "condition_multiplier", "estimate_condition", "head_layout", "head_overlap", "labels", "muon",
+    "newton_schulz",
     "orthogonal_heads", "scale_by_condition", "scale_by_muon", "select", "shape_scale",
     "spectral_cap", "spectral_normalize",
 ]

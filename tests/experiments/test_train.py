@@ -15,6 +15,7 @@ import optax
 import pytest
 
 from experiments import checkpoint, data, train
+from transformer import names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = train.TrainConfig(model_overrides="d_model=32,n_heads=2,max_len=64", seq_len=32,
