@@ -13,6 +13,7 @@ Modules:
   jacobians:   dense and matrix-free (Lanczos, Arnoldi) Jacobian spectra, depth, causality.
   properties:  definiteness, decomposition, orthogonality, sparsity.
   report:      the atlas: markdown and PNG figures.
+  kv:          rank of the KV cache: calibration bases, rank allocation, rank per input.
 
 Example:
   >>> import jax, transformer, analysis
@@ -20,6 +21,7 @@ Example:
   >>> analysis.spectrum(params["blocks"]["attn"]["w_q"])["stable_rank"]  # one per layer
 """
 
+from analysis import kv
 from analysis.jacobians import (
     causal_leak,
     depth_profile,
@@ -69,7 +71,7 @@ __all__ = [
     "causal_leak", "causal_logdet", "circuits", "depth_profile", "effective_rank",
     "eigenvalues", "energy_captured", "energy_curve", "factored_singular_values",
     "head_overlap", "head_redundancy", "is_block_lower_triangular", "jacobian",
-    "jacobian_bytes", "jacobian_top_eigenvalues", "jacobian_top_singular_values",
+    "jacobian_bytes", "jacobian_top_eigenvalues", "jacobian_top_singular_values", "kv",
     "layer_inputs", "local_mass", "matrices", "mp_edge", "orthogonality_error",
     "power_law_alpha", "principal_angles", "psd_certificate", "rank_certificate",
     "rank_for_energy", "singular_values", "softmax_kernel", "spectrum", "stable_rank",

@@ -6,7 +6,8 @@ the cached (post-RoPE) keys and of the values on calibration text, `M = Σ_t k_t
 (`pca_bases`; uncentered, because the cache reconstructs `k`, not `k - mean`), or data-free
 from `W_K`, `W_V` alone (`weight_bases`). Ranks are allocated for a target compression ratio:
 
-* `uniform`: the same rank for every head, keys and values;
+* `uniform`: the same rank for every head, keys and values (the budget's remainder adds one
+  dimension to the first heads, so all methods spend the same bytes);
 * `greedy`: remove, one dimension at a time, the one whose loss of captured energy (as a
   fraction of its head's energy) is smallest;
 * `loss`: the same greedy removal, but the cost of a head at rank `r` is the calibration loss
@@ -269,13 +270,14 @@ def allocate(cfg: transformer.Config, budget: int, alloc: Alloc, *, energies=Non
 
   Example:
     >>> import transformer
-    >>> kr, vr = allocate(transformer.preset("tiny"), 40, "uniform")
-    >>> kr.tolist()
-    [[5, 5, 5, 5], [5, 5, 5, 5]]
+    >>> kr, vr = allocate(transformer.preset("tiny"), 34, "uniform")
+    >>> kr.tolist(), vr.tolist()
+    ([[3, 3, 2, 2], [2, 2, 2, 2]], [[2, 2, 2, 2], [2, 2, 2, 2]])
   """
   n = 2 * cfg.n_layers * cfg.n_kv_heads
-  if alloc == "uniform":
-    return _split(np.full(n, min(cfg.d_head, budget // n)), cfg)
+  if alloc == "uniform":  # equal ranks; the remainder adds one to the first heads
+    r = np.minimum(cfg.d_head, budget // n + (np.arange(n) < budget % n))
+    return _split(r, cfg)
   if alloc == "greedy":
     if energies is None:
       raise ValueError("allocate: alloc='greedy' needs energies=(key, value).")

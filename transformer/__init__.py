@@ -18,6 +18,7 @@ Example:
   >>> logits = transformer.Transformer(cfg).apply({"params": params}, tokens)  # (1, 5, 256)
 """
 
+from transformer import latent, lora
 from transformer.attention import ATTENTION, make_mask, rope, softmax_attention
 from transformer.catalog import Entry, catalog
 from transformer.config import PRESETS, Config, gpt2_config, llama_config, preset
@@ -35,6 +36,6 @@ from transformer.model import (
 __all__ = [
     "ATTENTION", "Block", "Config", "Entry", "KVCache", "PRESETS", "Transformer",
     "block_fn", "catalog", "decode_step", "from_hf", "generate", "gpt2_config", "init",
-    "init_cache", "layer", "llama_config", "make_mask", "preset", "prefill", "rope", "sample",
-    "softmax_attention", "to_hf",
+    "init_cache", "latent", "layer", "llama_config", "lora", "make_mask", "preset", "prefill",
+    "rope", "sample", "softmax_attention", "to_hf",
 ]

@@ -8,7 +8,8 @@ has the same rank), and decoding never rebuilds `K` or `V`:
 
 .. math::
    s_{ts} = \\frac{q_t \\cdot k_s}{\\sqrt{d_h}} \\approx
-   \\frac{q_t \\cdot (k_s P_k P_k^\\top)}{\\sqrt{d_h}} = \\frac{(q_t P_k) \\cdot c_{k,s}}{\\sqrt{d_h}},
+   \\frac{q_t \\cdot (k_s P_k P_k^\\top)}{\\sqrt{d_h}}
+   = \\frac{(q_t P_k) \\cdot c_{k,s}}{\\sqrt{d_h}},
    \\qquad y = \\sum_h A_h V_h W_O^h \\approx \\sum_h (A_h C_v)(P_v^\\top W_O^h)
 
 so the query is projected into the key basis and `P_vᵀ` is folded into `W_O` (`fold_output`).
@@ -32,7 +33,8 @@ per decoded token, which bound decoding, are the cache's `R_l`.
 
 **Quantization.** With `bits` 8, 4 or 2 the coefficients are stored as unsigned codes packed
 into `uint8` (two 4-bit or four 2-bit codes per byte): a symmetric mid-rise quantizer
-(levels `(j + 1/2)·step`, `j ∈ [-2^(b-1), 2^(b-1))`) with one static step per coefficient channel calibrated on calibration text (`Compression.key_step`);
+(levels `(j + 1/2)·step`, `j ∈ [-2^(b-1), 2^(b-1))`) with one static step per coefficient
+channel calibrated on calibration text (`Compression.key_step`);
 `bits=16` stores `float16`, `bits=32` stores `float32` (exact).
 
 Example:
@@ -114,7 +116,7 @@ def make_compression(key_basis, value_basis, key_ranks, value_ranks, bits: int =
     >>> import jax.numpy as jnp
     >>> eye = jnp.broadcast_to(jnp.eye(4), (1, 2, 4, 4))
     >>> make_compression(eye, eye, ((2, 3),), ((4, 4),)).key_ranks
-    ((2, 3), (4, 4))
+    ((2, 3),)
   """
   L, K, dh, dh2 = key_basis.shape
   if value_basis.shape != key_basis.shape or dh != dh2:
@@ -173,7 +175,7 @@ def fold_output(P_KDhR: jax.Array, w_o: jax.Array, cfg: Config) -> jax.Array:
 # --------------------------------------------------------------------------- quantization
 
 
-def _pack(u, bits: int):
+def pack(u, bits: int):
   """Unsigned codes `(..., R)` in `[0, 2^bits)` -> `uint8 (..., ceil(R·bits/8))`."""
   n = 8 // bits
   R = u.shape[-1]
@@ -183,8 +185,8 @@ def _pack(u, bits: int):
   return jnp.sum(u << shifts, axis=-1, dtype=jnp.uint8)  # disjoint bits: sum = or
 
 
-def _unpack(p, bits: int, R: int):
-  """Inverse of `_pack`: `uint8 (..., W)` -> unsigned codes `(..., R)`."""
+def unpack(p, bits: int, R: int):
+  """Inverse of `pack`: `uint8 (..., W)` -> unsigned codes `(..., R)`."""
   n = 8 // bits
   shifts = _lead(jnp.arange(n, dtype=jnp.uint8) * bits, p.ndim + 1)
   u = (p[..., None] >> shifts) & jnp.uint8(2**bits - 1)
@@ -200,14 +202,14 @@ def encode(c_BTR, step_R, bits: int, dtype):
   half = 2 ** (bits - 1)
   code = jnp.clip(jnp.floor(c_BTR.astype(jnp.float32) / _lead(step_R, c_BTR.ndim)), -half,
                   half - 1)
-  return _pack((code + half).astype(jnp.int32), bits)
+  return pack((code + half).astype(jnp.int32), bits)
 
 
 def decode(stored, step_R, bits: int, R: int, dtype):
   """What the cache stores -> coefficients `(..., R)` in `dtype`."""
   if bits >= 16:
     return stored.astype(dtype)
-  code = _unpack(stored, bits, R).astype(jnp.float32) - 2 ** (bits - 1) + 0.5
+  code = unpack(stored, bits, R).astype(jnp.float32) - 2 ** (bits - 1) + 0.5
   return (code * _lead(step_R, code.ndim)).astype(dtype)
 
 
