@@ -193,3 +193,26 @@ def rank_vs_context(params, cfg: transformer.Config, tokens, lengths, fraction: 
     out[int(T)] = {"key_mean": float(rk.mean()), "key_max": int(rk.max()),
                    "value_mean": float(rv.mean()), "value_max": int(rv.max())}
   return out
+
+
+def survey(params, cfg: transformer.Config, calibration_tokens, tokens, *,
+           settings=((8, 16), (32, 4)), allocs=("uniform", "greedy", "loss"),
+           kivi_bits=(8, 4, 2), lengths=(64, 128), grid: int | None = 8) -> dict:
+  """Every allocation at every `(kv_ratio, kv_bits)`, the data-free bases, the KIVI baseline and
+  the 99%-energy rank per context length: the raw numbers of the `kv-compression` claim.
+
+  Returns:
+    `{"compressed": [evaluate_compressed dicts], "kivi": [...], "rank_vs_context": {...}}`.
+  """
+  compressed = []
+  for ratio, bits in settings:
+    for alloc in allocs:
+      compressed.append(evaluate_compressed(params, cfg, tokens, kv_ratio=ratio, kv_alloc=alloc,
+                                            kv_bits=bits, calibration_tokens=calibration_tokens,
+                                            grid=grid))
+    if bits >= 16:
+      compressed.append(evaluate_compressed(params, cfg, tokens, kv_ratio=ratio, kv_bits=bits,
+                                            source="weights"))
+  return {"compressed": compressed,
+          "kivi": [evaluate_kivi(params, cfg, tokens, b) for b in kivi_bits],
+          "rank_vs_context": rank_vs_context(params, cfg, calibration_tokens, lengths)}
