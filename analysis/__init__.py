@@ -15,6 +15,7 @@ Modules:
   stability:   causal Jacobian eigenvalues, certified attention-logit bound, effective κ.
   heads:       head ablation (loss rise, prunable heads) and attention-pattern similarity.
   report:      the atlas: markdown and PNG figures.
+  kv:          rank of the KV cache: calibration bases, rank allocation, rank per input.
 
 Example:
   >>> import jax, transformer, analysis
@@ -23,6 +24,7 @@ Example:
   True
 """
 
+from analysis import kv
 from analysis.heads import head_ablation, pattern_similarity
 from analysis.jacobians import (
     causal_leak,
@@ -84,7 +86,7 @@ __all__ = [
     "causal_leak", "causal_logdet", "circuits", "depth_profile", "effective_rank",
     "eigenvalues", "energy_captured", "energy_curve", "factored_singular_values",
     "head_ablation", "head_overlap", "head_redundancy", "is_block_lower_triangular", "jacobian",
-    "jacobian_bytes", "jacobian_top_eigenvalues", "jacobian_top_singular_values",
+    "jacobian_bytes", "jacobian_top_eigenvalues", "jacobian_top_singular_values", "kv",
     "layer_inputs", "local_mass", "matrices", "mp_edge", "orthogonality_error",
     "pattern_similarity",
     "power_law_alpha", "principal_angles", "psd_certificate", "rank_certificate",

@@ -26,7 +26,7 @@ Example:
   (1, 5, 256)
 """
 
-from transformer import names
+from transformer import latent, lora, names
 from transformer.attention import ATTENTION, make_mask, rope, softmax_attention
 from transformer.config import PRESETS, Config, gpt2_config, llama_config, preset
 from transformer.decode import decode_step, generate, init_cache, prefill, sample
@@ -44,6 +44,6 @@ from transformer.model import (
 __all__ = [
     "ATTENTION", "Block", "Config", "Entry", "KVCache", "PRESETS", "Transformer",
     "block_fn", "catalog", "decode_step", "from_hf", "generate", "gpt2_config", "init",
-    "init_cache", "layer", "llama_config", "make_mask", "names", "preset", "prefill", "rope",
-    "sample", "softmax_attention", "to_hf",
+    "init_cache", "latent", "layer", "llama_config", "lora", "make_mask", "names", "preset",
+    "prefill", "rope", "sample", "softmax_attention", "to_hf",
 ]

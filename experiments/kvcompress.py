@@ -1,0 +1,218 @@
+"""KV-cache compression, measured: loss with the latent cache and the bytes it really takes.
+
+`evaluate_compressed` builds bases and ranks from calibration text (`analysis.kv.compress`),
+prefills the evaluation text into a `transformer.latent` cache, and reports the loss read
+through that cache and the ratio measured from the cache arrays' bytes against a 16-bit K/V
+cache (the `eval --kv-ratio` numbers). `evaluate_kivi` is the plain-quantization baseline
+(KIVI-style: keys per channel over groups of tokens, values per token) with its bytes
+measured the same way; `rank_vs_context` asks whether the rank holding 99% of the key
+energy grows with context length.
+
+Example:
+  >>> import jax, transformer
+  >>> from experiments import kvcompress
+  >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
+  >>> tokens = jax.random.randint(jax.random.key(1), (4, 33), 0, 256)
+  >>> out = kvcompress.evaluate_compressed(params, cfg, tokens, kv_ratio=8, kv_alloc="uniform",
+  ...                                      kv_bits=16, calibration_tokens=tokens)
+  >>> out["kv_compression"]
+  8.0
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import transformer
+from analysis import kv
+from transformer import latent
+
+
+def _nll(logits_BTV, tokens_BT1):
+  return optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _full_nll(params, cfg, tokens_BT1):
+  return _nll(transformer.Transformer(cfg).apply(
+      {"params": transformer.model.param_tree(params)}, tokens_BT1[:, :-1]), tokens_BT1)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _latent_nll(params, cfg, comp, tokens_BT1):
+  B, T = tokens_BT1.shape[0], tokens_BT1.shape[1] - 1
+  cache = latent.init_cache(cfg, comp, B, T)
+  logits, cache = latent.forward(params, cfg, tokens_BT1[:, :-1], comp, cache=cache)
+  return _nll(logits, tokens_BT1), cache
+
+
+def _batches(tokens_BT1, batch_size):
+  tokens_BT1 = np.asarray(tokens_BT1)
+  for i in range(0, tokens_BT1.shape[0], batch_size):
+    yield jnp.asarray(tokens_BT1[i:i + batch_size])
+
+
+def evaluate_compressed(params, cfg: transformer.Config, tokens, *, kv_ratio: float,
+                        kv_alloc: str = "uniform", kv_bits: int = 16, calibration_tokens=None,
+                        source: str = "data", batch_size: int = 16, grid: int | None = 8) -> dict:
+  """Loss with a compressed (latent) KV cache and the compression ratio it measures.
+
+  Args:
+    params: model params.
+    cfg: model config.
+    tokens: `(B, T+1)` evaluation text (held out from the calibration text).
+    kv_ratio: target for the whole measured ratio, rank and bits together (`32` with
+      `kv_bits=4` is 4-bit coefficients at 8× fewer dimensions).
+    kv_alloc: `uniform`, `greedy` or `loss`.
+    kv_bits: 16 (float16 coefficients), 8, 4 or 2 (packed codes), or 32.
+    calibration_tokens: `(B', T'+1)` calibration text; required unless `source="weights"`,
+      `kv_alloc` is not `loss` and `kv_bits >= 16`.
+    source: `data` (PCA of the cached keys and values) or `weights` (SVD of W_K, W_V).
+    batch_size: sequences per forward pass.
+    grid: ranks measured per head by the loss-aware allocation.
+
+  Returns:
+    `{"loss", "loss_full", "loss_rise" (relative), "kv_compression" (measured), "kv_ratio"
+    (target), "kv_bits", "kv_alloc", "coefficients_per_token", "basis_bytes",
+    "payoff_tokens", "key_ranks", "value_ranks"}`.
+  """
+  comp = kv.compress(params, cfg, calibration_tokens, kv_ratio, kv_alloc, kv_bits,
+                     source=source, grid=grid)
+  nll, nll_full, ratio = [], [], None
+  for batch in _batches(tokens, batch_size):
+    n, cache = _latent_nll(params, cfg, comp, batch)
+    nll.append(np.asarray(n))
+    nll_full.append(np.asarray(_full_nll(params, cfg, batch)))
+    ratio = latent.compression_ratio(cfg, cache)
+  loss, loss_full = float(np.concatenate(nll).mean()), float(np.concatenate(nll_full).mean())
+  return {
+      "loss": loss, "loss_full": loss_full, "loss_rise": loss / loss_full - 1,
+      "kv_compression": ratio, "kv_ratio": float(kv_ratio), "kv_bits": kv_bits,
+      "kv_alloc": kv_alloc, "source": source,
+      "coefficients_per_token": sum(map(sum, comp.key_ranks)) + sum(map(sum, comp.value_ranks)),
+      "basis_bytes": latent.basis_bytes(comp), "payoff_tokens": latent.payoff_length(cfg, comp),
+      "key_ranks": [list(r) for r in comp.key_ranks],
+      "value_ranks": [list(r) for r in comp.value_ranks],
+  }
+
+
+# ------------------------------------------------------------------------- KIVI baseline
+
+
+def kivi_quantize(x_BTKDh, bits: int, axis: str, group: int = 32):
+  """Asymmetric `bits`-bit quantization of keys or values as KIVI stores them.
+
+  `axis="channel"` (keys): one min and scale per channel over each group of `group` tokens;
+  `axis="token"` (values): one min and scale per token and head over its `Dh` channels. Codes
+  are packed into `uint8` along `Dh`; min and scale are float16.
+
+  Returns:
+    `(dequantized, stored)`: the values attention reads, and the list of stored arrays
+    (their `nbytes` is the cost).
+
+  References:
+    Liu et al., "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache" (2024).
+  """
+  if bits not in (8, 4, 2):
+    raise ValueError(f"kivi_quantize: bits={bits} must be 8, 4 or 2.")
+  B, T, K, dh = x_BTKDh.shape
+  x = x_BTKDh.astype(jnp.float32)
+  if axis == "channel":
+    pad = -T % group
+    xg = jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0)), mode="edge")
+    xg = xg.reshape(B, -1, group, K, dh)
+    lo, hi = xg.min(2, keepdims=True), xg.max(2, keepdims=True)
+  elif axis == "token":
+    xg = x
+    lo, hi = x.min(-1, keepdims=True), x.max(-1, keepdims=True)
+  else:
+    raise ValueError(f"kivi_quantize: axis={axis!r} must be 'channel' or 'token'.")
+  lo, hi = lo.astype(jnp.float16).astype(jnp.float32), hi.astype(jnp.float32)
+  scale = (jnp.maximum(hi - lo, 1e-8) / (2**bits - 1)).astype(jnp.float16).astype(jnp.float32)
+  code = jnp.clip(jnp.round((xg - lo) / scale), 0, 2**bits - 1)
+  deq = (code * scale + lo).reshape(xg.shape)
+  if axis == "channel":
+    deq = deq.reshape(B, -1, K, dh)[:, :T]
+    code = code.reshape(B, -1, K, dh)[:, :T]
+  stored = [latent.pack(code.astype(jnp.int32), bits), lo.astype(jnp.float16),
+            scale.astype(jnp.float16)]
+  return deq.astype(x_BTKDh.dtype), stored
+
+
+def evaluate_kivi(params, cfg: transformer.Config, tokens, bits: int, *, group: int = 32,
+                  batch_size: int = 16) -> dict:
+  """Loss with K and V quantized KIVI-style to `bits`, and the ratio measured from its arrays.
+
+  The whole sequence is quantized (KIVI also keeps the newest tokens in full precision; that
+  residual window is left out, which favours neither side at these lengths by more than its
+  size).
+
+  Returns:
+    `{"loss", "loss_full", "loss_rise", "kv_compression", "kv_bits"}`.
+  """
+  def kv_fn(l, k, v):
+    del l
+    return kivi_quantize(k, bits, "channel", group)[0], kivi_quantize(v, bits, "token", group)[0]
+
+  nll = jax.jit(lambda p, t: _nll(latent.forward(p, cfg, t[:, :-1], kv_fn=kv_fn), t))
+  losses, full, ratio = [], [], None
+  for batch in _batches(tokens, batch_size):
+    losses.append(np.asarray(nll(params, batch)))
+    full.append(np.asarray(_full_nll(params, cfg, batch)))
+    B, T = batch.shape[0], batch.shape[1] - 1
+    x = jax.ShapeDtypeStruct((B, T, cfg.n_kv_heads, cfg.d_head), cfg.jnp_dtype)
+    stored = [jax.eval_shape(lambda x, a=a: kivi_quantize(x, bits, a, group)[1], x)
+              for a in ("channel", "token")]
+    per_layer = sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(stored))
+    ratio = latent.full_cache_bytes(cfg, B, T) / (cfg.n_layers * per_layer)
+  loss, loss_full = float(np.concatenate(losses).mean()), float(np.concatenate(full).mean())
+  return {"loss": loss, "loss_full": loss_full, "loss_rise": loss / loss_full - 1,
+          "kv_compression": ratio, "kv_bits": bits}
+
+
+def rank_vs_context(params, cfg: transformer.Config, tokens, lengths, fraction: float = 0.99):
+  """Per context length `T`, the rank holding `fraction` of the post-RoPE key (and value)
+  energy, from keys of the first `T` positions: mean and max over layers and heads.
+
+  Returns:
+    `{T: {"key_mean", "key_max", "value_mean", "value_max"}}`.
+  """
+  out = {}
+  tokens = np.asarray(tokens)
+  for T in lengths:
+    if T > tokens.shape[1]:
+      raise ValueError(f"rank_vs_context: length {T} exceeds the tokens' {tokens.shape[1]}.")
+    mk, mv = kv.kv_moments(params, cfg, tokens[:, :T])
+    rk, rv = kv.energy_rank(kv.pca_bases(mk)[1], fraction), kv.energy_rank(
+        kv.pca_bases(mv)[1], fraction)
+    out[int(T)] = {"key_mean": float(rk.mean()), "key_max": int(rk.max()),
+                   "value_mean": float(rv.mean()), "value_max": int(rv.max())}
+  return out
+
+
+def survey(params, cfg: transformer.Config, calibration_tokens, tokens, *,
+           settings=((8, 16), (32, 4)), allocs=("uniform", "greedy", "loss"),
+           kivi_bits=(8, 4, 2), lengths=(64, 128), grid: int | None = 8) -> dict:
+  """Every allocation at every `(kv_ratio, kv_bits)`, the data-free bases, the KIVI baseline and
+  the 99%-energy rank per context length: the raw numbers of the `kv-compression` claim.
+
+  Returns:
+    `{"compressed": [evaluate_compressed dicts], "kivi": [...], "rank_vs_context": {...}}`.
+  """
+  compressed = []
+  for ratio, bits in settings:
+    for alloc in allocs:
+      compressed.append(evaluate_compressed(params, cfg, tokens, kv_ratio=ratio, kv_alloc=alloc,
+                                            kv_bits=bits, calibration_tokens=calibration_tokens,
+                                            grid=grid))
+    if bits >= 16:
+      compressed.append(evaluate_compressed(params, cfg, tokens, kv_ratio=ratio, kv_bits=bits,
+                                            source="weights"))
+  return {"compressed": compressed,
+          "kivi": [evaluate_kivi(params, cfg, tokens, b) for b in kivi_bits],
+          "rank_vs_context": rank_vs_context(params, cfg, calibration_tokens, lengths)}

@@ -1,0 +1,55 @@
+"""evaluate_compressed and the KIVI baseline: losses and ratios measured from bytes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer
+from experiments import kvcompress
+
+CFG = transformer.gpt2_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
+
+
+def _setup():
+  params = transformer.init(CFG, jax.random.key(0))
+  tokens = np.asarray(jax.random.randint(jax.random.key(1), (4, 17), 0, 64))
+  return params, tokens
+
+
+def test_ratio_one_is_full_rank_float16():
+  params, tokens = _setup()
+  out = kvcompress.evaluate_compressed(params, CFG, tokens, kv_ratio=1, kv_bits=16,
+                                       calibration_tokens=tokens)
+  assert out["kv_compression"] == 1.0 and out["coefficients_per_token"] == 2 * 2 * 4 * 8
+  np.testing.assert_allclose(out["loss"], out["loss_full"], rtol=1e-4)
+  with pytest.raises(ValueError, match="must be >= 1"):
+    kvcompress.evaluate_compressed(params, CFG, tokens, kv_ratio=0.5, calibration_tokens=tokens)
+
+
+def test_ratio_and_rise_at_low_rank():
+  params, tokens = _setup()
+  out = kvcompress.evaluate_compressed(params, CFG, tokens, kv_ratio=4, kv_alloc="greedy",
+                                       kv_bits=16, calibration_tokens=tokens)
+  assert out["kv_compression"] == 4.0 and out["coefficients_per_token"] == 32
+  assert out["loss"] != out["loss_full"]
+  with pytest.raises(ValueError, match="calibration tokens are missing"):
+    kvcompress.evaluate_compressed(params, CFG, tokens, kv_ratio=4, kv_alloc="loss")
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+def test_kivi_bytes_and_error(bits):
+  x = jax.random.normal(jax.random.key(0), (2, 40, 3, 8))
+  for axis in ("channel", "token"):
+    deq, stored = kvcompress.kivi_quantize(x, bits, axis, group=16)
+    # Asymmetric rounding: error at most half a step of its group's range.
+    rng = 2 * float(jnp.abs(x).max())
+    assert float(jnp.abs(deq - x).max()) <= rng / (2**bits - 1) / 2 * 1.01 + 1e-3
+    n = sum(a.nbytes for a in stored)
+    codes = 2 * 40 * 3 * 8 * bits // 8
+    scales = (2 * 3 * 3 * 8 if axis == "channel" else 2 * 40 * 3) * 2 * 2  # lo, scale float16
+    assert n == codes + scales
+  params, tokens = _setup()
+  out = kvcompress.evaluate_kivi(params, CFG, tokens, bits, group=8)
+  per_head_token = 2 * 8 * bits / 8 + 2 * 8 * 2 / 8 + 2 * 2  # K, V codes; K, V lo and scale
+  np.testing.assert_allclose(out["kv_compression"], 2 * 8 * 2 / per_head_token)

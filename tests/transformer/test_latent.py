@@ -1,0 +1,164 @@
+"""The latent KV cache: exact at full rank, decode = its own forward, packed codes, bytes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer
+from transformer import latent
+
+CONFIGS = {
+    "gpt2": transformer.gpt2_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32),
+    "llama-gqa": transformer.llama_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4,
+                                          n_kv_heads=2, d_ff=48, max_len=32),
+    "post-norm": transformer.Config(vocab_size=64, d_model=32, n_layers=2, n_heads=2,
+                                    max_len=32, norm_position="post", window=5),
+}
+
+
+def _params(cfg, seed=0):
+  """Init params with W_Q, W_K scaled up so attention is far from uniform."""
+  params = transformer.init(cfg, jax.random.key(seed))
+  attn = dict(params["blocks"]["attn"])
+  attn["w_q"], attn["w_k"] = attn["w_q"] * 8, attn["w_k"] * 8
+  return {**params, "blocks": {**params["blocks"], "attn": attn}}
+
+
+def _fwd(cfg, **kw):
+  return jax.jit(lambda params, tokens, comp=None: latent.forward(params, cfg, tokens, comp, **kw))
+
+
+def _random_bases(key, cfg):
+  """Random orthonormal bases (L, K, Dh, Dh): exactness must not depend on which basis."""
+  a = jax.random.normal(key, (cfg.n_layers, cfg.n_kv_heads, cfg.d_head, cfg.d_head))
+  return jnp.linalg.qr(a)[0]
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_full_rank_reproduces_model_logits(name):
+  cfg = CONFIGS[name]
+  params = _params(cfg)
+  tokens = jax.random.randint(jax.random.key(1), (2, 16), 0, cfg.vocab_size)
+  ref = transformer.Transformer(cfg).apply({"params": params}, tokens)
+  assert float(jnp.std(ref)) > 0.1
+  np.testing.assert_allclose(jax.jit(latent.forward, static_argnums=1)(params, cfg, tokens),
+                             ref, atol=1e-5)
+  full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
+  kb, vb = _random_bases(jax.random.key(2), cfg), _random_bases(jax.random.key(3), cfg)
+  comp = latent.make_compression(kb, vb, full, full)
+  np.testing.assert_allclose(_fwd(cfg)(params, tokens, comp), ref, atol=1e-5)
+
+
+def test_low_rank_equals_explicit_projection():
+  """Rank r equals attention with K and V rebuilt explicitly: K ← K P Pᵀ, V ← V P_v P_vᵀ."""
+  cfg = CONFIGS["llama-gqa"]
+  params = _params(cfg)
+  tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, cfg.vocab_size)
+  kb, vb = _random_bases(jax.random.key(2), cfg), _random_bases(jax.random.key(3), cfg)
+  kr, vr = ((3, 5), (8, 1)), ((2, 2), (4, 6))
+  comp = latent.make_compression(kb, vb, kr, vr)
+
+  def project(l, k, v):
+    def proj(x, basis, ranks):  # rebuild K and V explicitly: x_h P_h P_hᵀ per head
+      return jnp.stack([x[:, :, h] @ basis[l, h, :, :r] @ basis[l, h, :, :r].T
+                        for h, r in enumerate(ranks)], 2)
+    return proj(k, kb, kr[l]), proj(v, vb, vr[l])
+
+  want = _fwd(cfg, kv_fn=project)(params, tokens)
+  got = _fwd(cfg)(params, tokens, comp)
+  ref = transformer.Transformer(cfg).apply({"params": params}, tokens)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  assert float(jnp.abs(got - ref).max()) > 1e-2  # rank cuts do change the logits
+
+
+@pytest.mark.parametrize("bits", [32, 16, 8, 4, 2])
+def test_decode_with_latent_cache_equals_own_forward(bits):
+  cfg = CONFIGS["llama-gqa"]
+  params = _params(cfg)
+  tokens = jax.random.randint(jax.random.key(1), (2, 12), 0, cfg.vocab_size)
+  kb, vb = _random_bases(jax.random.key(2), cfg), _random_bases(jax.random.key(3), cfg)
+  kr, vr = ((3, 5), (8, 1)), ((2, 3), (4, 6))
+  step = lambda ranks: [jnp.full((sum(r),), 0.3) for r in ranks]  # noqa: E731
+  comp = latent.make_compression(kb, vb, kr, vr, bits, step(kr), step(vr))
+  full = _fwd(cfg)(params, tokens, comp)
+  fwd = jax.jit(lambda t, c: latent.forward(params, cfg, t, comp, cache=c))
+  cache = latent.init_cache(cfg, comp, 2, 16)
+  logits, cache = fwd(tokens[:, :5], cache)
+  rows = [logits]
+  for t in range(5, 12):
+    logits, cache = fwd(tokens[:, t:t + 1], cache)
+    rows.append(logits)
+  np.testing.assert_allclose(jnp.concatenate(rows, 1), full, atol=1e-5 if bits == 32 else 1e-3)
+  assert int(cache.index) == 12
+  # Bytes: 16-bit K, V = 2·L·B·S·K·Dh·2; ours = Σ_l ceil(R_l·bits/8) (or R_l floats).
+  widths = [latent.stored_width(sum(r), bits) for r in (*kr, *vr)]
+  per = {32: 4, 16: 2}.get(bits, 1)
+  assert latent.cache_bytes(cache) == 2 * 16 * sum(widths) * per
+  np.testing.assert_allclose(latent.compression_ratio(cfg, cache),
+                             (2 * 2 * 2 * 16 * 2 * 8 * 2) / (2 * 16 * sum(widths) * per))
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+def test_pack_roundtrip_and_midrise_error(bits):
+  c = jax.random.normal(jax.random.key(0), (3, 5, 7)) * 2
+  step = jnp.full((7,), 4.0 / 2 ** (bits - 1))
+  stored = latent.encode(c, step, bits, jnp.float32)
+  assert stored.dtype == jnp.uint8 and stored.shape[-1] == -(-7 * bits // 8)
+  back = latent.decode(stored, step, bits, 7, jnp.float32)
+  inside = np.abs(np.asarray(c)) < 4.0
+  err = np.abs(np.asarray(back) - np.asarray(c))
+  assert err[inside].max() <= float(step[0]) / 2 + 1e-6
+  code = np.clip(np.floor(np.asarray(c) / float(step[0])), -2 ** (bits - 1), 2 ** (bits - 1) - 1)
+  np.testing.assert_allclose(back, (code + 0.5) * float(step[0]), atol=1e-6)
+
+
+def test_dynamic_rank_masks_equal_static_ranks_and_vary_per_sequence():
+  cfg = CONFIGS["gpt2"]
+  params = _params(cfg)
+  tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, cfg.vocab_size)
+  kb, vb = _random_bases(jax.random.key(2), cfg), _random_bases(jax.random.key(3), cfg)
+  kr = ((3, 5, 1, 8), (8, 2, 2, 6))
+  vr = ((4, 4, 4, 4), (1, 2, 3, 8))
+  comp = latent.make_compression(kb, vb, kr, vr)
+  static = latent.forward(params, cfg, tokens, comp)
+  dyn = latent.forward(params, cfg, tokens, comp, key_rank=np.array(kr), value_rank=np.array(vr))
+  np.testing.assert_allclose(dyn, static, atol=1e-5)
+  # Per sequence: sequence 0 at these ranks, sequence 1 at full rank (= the model).
+  full = np.full((2, 4), 8)
+  per_seq = latent.forward(params, cfg, tokens, comp, key_rank=np.stack([kr, full]),
+                           value_rank=np.stack([vr, full]))
+  np.testing.assert_allclose(per_seq[0], static[0], atol=1e-5)
+  np.testing.assert_allclose(per_seq[1], transformer.Transformer(cfg).apply(
+      {"params": params}, tokens)[1], atol=1e-5)
+
+
+def test_weight_compression_bases_are_svd_of_w_k():
+  cfg = CONFIGS["gpt2"]
+  params = _params(cfg)
+  comp = latent.weight_compression(params, cfg, 3)
+  w = np.asarray(params["blocks"]["attn"]["w_k"][1], np.float64)[:, 8:16]  # layer 1, head 1
+  _, s, vt = np.linalg.svd(w)
+  P = np.asarray(comp.key_basis[1, 1], np.float64)
+  np.testing.assert_allclose(np.abs(P[:, :3].T @ vt[:3].T), np.eye(3), atol=1e-4)
+  np.testing.assert_allclose(P.T @ P, np.eye(8), atol=1e-5)
+
+
+def test_bases_report_and_payoff():
+  cfg = CONFIGS["gpt2"]
+  comp = latent.weight_compression(_params(cfg), cfg, 2, bits=16)
+  # 2 layers × 4 heads × (2 + 2) columns × 8 rows × 2 bytes.
+  assert latent.basis_bytes(comp) == 2 * 4 * 4 * 8 * 2
+  saved = 2 * 2 * 4 * 8 * 2 - 2 * 2 * 8 * 2  # per token: 16-bit K, V minus float16 coefficients
+  assert latent.payoff_length(cfg, comp) == pytest.approx(512 / saved)
+
+
+def test_bad_input_one_line_errors():
+  cfg = CONFIGS["gpt2"]
+  eye = jnp.broadcast_to(jnp.eye(8), (2, 4, 8, 8))
+  with pytest.raises(ValueError, match="head width"):
+    latent.make_compression(eye, eye, ((9, 1, 1, 1), (1,) * 4), ((1,) * 4,) * 2)
+  with pytest.raises(ValueError, match="calibrate_steps"):
+    latent.make_compression(eye, eye, ((1,) * 4,) * 2, ((1,) * 4,) * 2, bits=4)
+  with pytest.raises(ValueError, match="head width"):
+    latent.weight_compression(_params(cfg), cfg, 9)
