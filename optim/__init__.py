@@ -38,7 +38,7 @@ from optim.heads import head_overlap, orthogonal_heads
 from optim.orthogonalized import MuonState, muon, scale_by_muon, shape_scale
 from optim.roles import ROLES, head_layout, labels, select
 from optim.spectral import SpectralState, spectral_cap, spectral_normalize
-from transformer.linalg.newton_schulz import NS_COEFFS, newton_schulz
+from transformer.linalg.polar import NS_COEFFS, newton_schulz
 
 __all__ = [
     "ConditionEstimate", "ConditionState", "MuonState", "NS_COEFFS", "ROLES", "SpectralState",

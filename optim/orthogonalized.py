@@ -1,6 +1,6 @@
 """Muon: momentum, orthogonalized by Newton–Schulz, for the hidden matrices only.
 
-Layered as optax does: the array function `transformer.linalg.newton_schulz.newton_schulz`,
+Layered as optax does: the array function `transformer.linalg.polar.newton_schulz`,
 then `scale_by_muon` (momentum -> orthogonalize -> shape scaling), then `muon`, which adds
 decoupled weight decay and the learning rate and sends every non-`hidden` role to AdamW with
 its own hyper-parameters.
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from optim.roles import head_layout, labels, merge_heads, split_heads
-from transformer.linalg.newton_schulz import coeff_table, newton_schulz
+from transformer.linalg.polar import coeff_table, newton_schulz
 
 ShapeScaling = Literal["width", "rms", "none"]
 

@@ -8,7 +8,7 @@ import pytest
 
 import optim
 from optim.roles import merge_heads, split_heads
-from transformer.linalg.newton_schulz import newton_schulz
+from transformer.linalg.polar import newton_schulz
 
 SHAPES = {"attn": {"w_q": (2, 32, 32), "w_o": (2, 32, 32)}, "ffn": {"w_1": (2, 32, 64),
           "w_2": (2, 64, 32)}, "norm": {"scale": (2, 32)}, "embed": {"embedding": (50, 32)}}
@@ -94,7 +94,7 @@ def test_momentum_dtype_and_bad_leaf():
 def test_ns_steps_is_the_newton_schulz_iteration_count(ns_steps):
   """With β = 0 (no momentum) and no shape scaling, Muon's update is `NS_k(g)` with
   `k = ns_steps`: checked against the iteration written out in float64."""
-  from transformer.linalg.newton_schulz import coeff_table
+  from transformer.linalg.polar import coeff_table
 
   g = jax.random.normal(jax.random.key(3), (2, 16, 24))
   tx = optim.scale_by_muon(0.0, nesterov=False, ns_steps=ns_steps, shape_scaling="none")

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.linalg.newton_schulz import newton_schulz
+from transformer.linalg.polar import newton_schulz
 from transformer.linalg.power import power_iteration
 
 

@@ -15,7 +15,7 @@ from transformer.linalg.lanczos import (
     default_krylov_dim,
     lanczos_svd,
 )
-from transformer.linalg.newton_schulz import NS_COEFFS, newton_schulz
+from transformer.linalg.polar import NS_COEFFS, newton_schulz
 from transformer.linalg.power import PowerResult, normalize, power_iteration
 
 __all__ = ["EigResult", "NS_COEFFS", "PowerResult", "SVDResult", "arnoldi_eig",
