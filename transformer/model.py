@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer.attention import ATTENTION, make_mask, rope
+from transformer.attention import ATTENTION, attention_options, make_mask, rope
 from transformer.config import Config
 
 ACTIVATION_FNS = {
@@ -97,7 +97,10 @@ class Attention(nn.Module):
     H, K, dh, std = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.init_std
     B, T, _ = x_BTD.shape
     q_BTHD = _project(self, "q", x_BTD, H * dh, std).reshape(B, T, H, dh)
-    k_BTKD = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
+    if cfg.qk_tied:  # K = X W_Q: the score kernel is a Gram matrix, PSD by construction
+      k_BTKD = q_BTHD
+    else:
+      k_BTKD = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
     v_BTKD = _project(self, "v", x_BTD, K * dh, std).reshape(B, T, K, dh)
     if cfg.positions == "rope":
       q_BTHD = rope(q_BTHD, pos_BT, cfg.rope_theta)
@@ -116,7 +119,9 @@ class Attention(nn.Module):
     # Grouped-query attention: each key/value head serves H / Hkv query heads.
     k_BSHD = jnp.repeat(k_BSKD.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
     v_BSHD = jnp.repeat(v_BSKD.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
-    out_BTHD, aux = ATTENTION[cfg.attention](q_BTHD, k_BSHD, v_BSHD, mask_BTS, scale=dh**-0.5)
+    fn = ATTENTION[cfg.attention]
+    out_BTHD, aux = fn(q_BTHD, k_BSHD, v_BSHD, mask_BTS, scale=dh**-0.5,
+                       **attention_options(fn, cfg, offset))
     self.sow("intermediates", "scores", aux["scores"])
     self.sow("intermediates", "weights", aux["weights"])
     return _project(self, "o", out_BTHD.reshape(B, T, H * dh), cfg.d_model, _out_std(cfg)), kv
