@@ -37,7 +37,6 @@ before masking, not the masked matrix.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 
 import jax
@@ -416,7 +415,8 @@ def bigbird_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, window, blo
                                                                          n_global))))
   if n_random:
     blocks_nbR, valid_nbR = _random_blocks(jnp.arange(nb), n_random)
-    keys_r = (blocks_nbR[:, :, None] * block_size + jnp.arange(block_size)[None, None]).reshape(nb, -1)
+    in_block = jnp.arange(block_size)[None, None]
+    keys_r = (blocks_nbR[:, :, None] * block_size + in_block).reshape(nb, -1)
     valid_r = jnp.repeat(valid_nbR, block_size, axis=1)[:, None, :]
     s_r = keys_r[:, None, :]
     ok_r = valid_r & (s_r >= n_global) & (t_nbb1 - s_r >= window)
@@ -483,8 +483,8 @@ def moba_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, to
   Tp = nb * block_size
   blocks = _pad_to(blocks_BHTR, 2, Tp).reshape(B, H, nb, block_size, -1)
   picked = _pad_to(picked_BHTR, 2, Tp, False).reshape(B, H, nb, block_size, -1)
-  keys_sel = (blocks[..., None] * block_size + jnp.arange(block_size)[None, None, None, None, None]).reshape(
-      B, H, nb, block_size, -1)
+  in_block = jnp.arange(block_size).reshape(1, 1, 1, 1, 1, block_size)
+  keys_sel = (blocks[..., None] * block_size + in_block).reshape(B, H, nb, block_size, -1)
   ok_sel = jnp.repeat(picked, block_size, axis=-1)
   out, aux = _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=scale,
                            block_size=block_size, parts=[(own, own_ok), (keys_sel, ok_sel)])
