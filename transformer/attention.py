@@ -113,6 +113,9 @@ def rbf_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale):
   return _mix(scores_BHTS, mask_BTS, v_BSHDh)
 
 
+LINEAR_CHUNK = 64  # positions per chunk of the causal running sums
+
+
 def elu1(x):
   """The positive feature map `φ(x) = elu(x) + 1` of linear attention."""
   return jax.nn.elu(x) + 1.0
@@ -129,12 +132,14 @@ def linear_quadratic(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale):
 
 
 def linear_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, causal=True, offset=0):
-  """Positive-feature linear attention with elu+1 features, by running sums in `O(T dh²)`.
+  """Positive-feature linear attention with elu+1 features, by running sums: `O(T (C + dh) dh)`.
 
   .. math:: o_t = \\frac{φ(q_t)ᵀ \\sum_{s≤t} φ(k_s) v_sᵀ}{φ(q_t)ᵀ \\sum_{s≤t} φ(k_s)},
      \\quad φ(x) = \\mathrm{elu}(x·\\sqrt{scale}) + 1
 
-  The mask is used only for key padding (a key no query may read is dropped); a window is
+  Causal: chunks of `C = LINEAR_CHUNK` positions, the quadratic form inside a chunk and the
+  prefix sums `Σ φ(k) vᵀ`, `Σ φ(k)` of the earlier chunks (an associative scan). The mask is
+  used only for key padding (a key no query may read is dropped); a window is
   not supported (Config refuses it). With a KV cache the quadratic form is used.
 
   Args:
@@ -164,15 +169,32 @@ def linear_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, causal=True,
   phi_q = elu1(q_BTHDh.astype(jnp.float32) * scale**0.5)
   k_valid_BS11 = mask_BTS.any(axis=1)[:, :, None, None]
   phi_k = jnp.where(k_valid_BS11, elu1(k_BSHDh.astype(jnp.float32) * scale**0.5), 0.0)
-  kv_BSHDhDh = jnp.einsum("bshd,bshe->bshde", phi_k, v_BSHDh.astype(jnp.float32))
-  if causal:
-    kv_BSHDhDh, z_BSHDh = jnp.cumsum(kv_BSHDhDh, axis=1), jnp.cumsum(phi_k, axis=1)
-  else:
-    kv_BSHDhDh = jnp.broadcast_to(kv_BSHDhDh.sum(1, keepdims=True), kv_BSHDhDh.shape)
-    z_BSHDh = jnp.broadcast_to(phi_k.sum(1, keepdims=True), phi_k.shape)
-  num_BTHDh = jnp.einsum("bthd,bthde->bthe", phi_q, kv_BSHDhDh)
-  den_BTH1 = jnp.einsum("bthd,bthd->bth", phi_q, z_BSHDh)[..., None]
-  return (num_BTHDh / den_BTH1).astype(v_BSHDh.dtype), dense[1]
+  v = v_BSHDh.astype(jnp.float32)
+  if not causal:
+    kv_BHDhDh = jnp.einsum("bshd,bshe->bhde", phi_k, v)
+    num_BTHDh = jnp.einsum("bthd,bhde->bthe", phi_q, kv_BHDhDh)
+    den_BTH1 = jnp.einsum("bthd,bhd->bth", phi_q, phi_k.sum(1))[..., None]
+    return (num_BTHDh / den_BTH1).astype(v_BSHDh.dtype), dense[1]
+  # Chunks of C: exact quadratic form inside a chunk, running sums of φ(k) vᵀ across chunks.
+  B, _, H, Dh = q_BTHDh.shape
+  C = LINEAR_CHUNK
+  n = -(-T // C)
+
+  def chunks(x):
+    return _pad_to(x, 1, n * C).reshape(B, n, C, H, Dh)
+
+  pq, pk, pv = chunks(phi_q), chunks(phi_k), chunks(v)
+  kv_BnHDhDh = jnp.einsum("bnchd,bnche->bnhde", pk, pv)
+  z_BnHDh = pk.sum(2)
+  prev_kv = jax.lax.associative_scan(jnp.add, kv_BnHDhDh, axis=1) - kv_BnHDhDh
+  prev_z = jax.lax.associative_scan(jnp.add, z_BnHDh, axis=1) - z_BnHDh
+  intra_BnHCC = jnp.einsum("bnchd,bnshd->bnhcs", pq, pk) * jnp.tril(jnp.ones((C, C)))[None, None,
+                                                                                        None]
+  num = (jnp.einsum("bnchd,bnhde->bnche", pq, prev_kv)
+         + jnp.einsum("bnhcs,bnshe->bnche", intra_BnHCC, pv))
+  den = jnp.einsum("bnchd,bnhd->bnch", pq, prev_z) + intra_BnHCC.sum(-1).transpose(0, 1, 3, 2)
+  out_BTHDh = (num / den[..., None]).reshape(B, n * C, H, Dh)[:, :T]
+  return out_BTHDh.astype(v_BSHDh.dtype), dense[1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -237,17 +259,19 @@ def _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale):
   return blocks_BHTR, top_BHTR > -jnp.inf
 
 
-def _gather_keys(x_BHNbDh, idx):
-  """`x[b, h, idx[b, h, ...]]` for block-layout keys or values."""
-  return jax.vmap(jax.vmap(lambda x, i: x[i]))(x_BHNbDh, idx)
+def _gather(x_BHnDh, idx):
+  """`x[b, h, idx[b, h, ...]]`: gather whole blocks (or single slots) of keys or values."""
+  return jax.vmap(jax.vmap(lambda x, i: x[i]))(x_BHnDh, idx)
 
 
 def _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, parts):
-  """Softmax over gathered keys. `parts(t_BHTN…)` lists, per query, the key slots it may read.
+  """Softmax over gathered keys only; the union of `parts` is the pattern.
 
-  `parts` is a list of `(keys_BHnbN, allowed_BHnbbN)` pieces in query-block layout: key slot
-  indices per query block (N of them, or per query when `keys` has a query axis) and which
-  of them each query of the block reads. Pieces must be disjoint; the union is the pattern.
+  Each part is `(ids, allowed, unit)`: `ids` are key blocks of `unit` slots (`unit =
+  block_size`, or 1 for single slots), shaped `(B, H, nb, n)` (shared by a query block) or
+  `(B, H, nb, bs, n)` (per query); `allowed (B, H, nb, bs, n·unit)` says which gathered keys
+  each query reads. Parts must be disjoint. `mask_BTS` (None: nothing beyond the parts) is
+  read only at the gathered keys.
   """
   B, T, H, Dh = q_BTHDh.shape
   nb = -(-T // block_size)
@@ -255,20 +279,27 @@ def _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, par
   q_BHnbbDh = _pad_to(q_BTHDh, 1, Tp).reshape(B, nb, block_size, H, Dh).transpose(0, 3, 1, 2, 4)
   k_BHSDh = _pad_to(k_BSHDh, 1, Tp).transpose(0, 2, 1, 3)
   v_BHSDh = _pad_to(v_BSHDh, 1, Tp).transpose(0, 2, 1, 3)
-  mask_BTpTp = _pad_to(_pad_to(mask_BTS, 1, Tp, False), 2, Tp, False)
-  mask_Bnbbs = mask_BTpTp.reshape(B, nb, block_size, Tp)
+  if mask_BTS is not None:
+    mask_Bnbbs = _pad_to(_pad_to(mask_BTS, 1, Tp, False), 2, Tp, False).reshape(
+        B, nb, block_size, Tp)
   scores, values, slots, allowed = [], [], [], []
-  for keys, ok in parts:
-    per_query = keys.ndim == 5  # (B, H, nb, bs, N) rather than (B, H, nb, N)
-    kidx = jnp.clip(keys, 0, Tp - 1)
-    k_g = _gather_keys(k_BHSDh, kidx)
-    v_g = _gather_keys(v_BHSDh, kidx)
+  for ids, ok, unit in parts:
+    per_query = ids.ndim == 5
+    n_units = Tp // unit
+    ids_c = jnp.clip(ids, 0, n_units - 1)
+    k_g = _gather(k_BHSDh.reshape(B, H, n_units, unit, Dh), ids_c)
+    v_g = _gather(v_BHSDh.reshape(B, H, n_units, unit, Dh), ids_c)
+    k_g = k_g.reshape(k_g.shape[:-3] + (-1, Dh))
+    v_g = v_g.reshape(v_g.shape[:-3] + (-1, Dh))
     eq = "bhiqd,bhiqnd->bhiqn" if per_query else "bhiqd,bhind->bhiqn"
     scores.append(jnp.einsum(eq, q_BHnbbDh, k_g).astype(jnp.float32) * scale)
+    in_unit = jnp.arange(unit).reshape((1,) * ids.ndim + (unit,))
+    keys = ((ids * unit)[..., None] + in_unit).reshape(ids.shape[:-1] + (-1,))
     keys_q = keys if per_query else jnp.broadcast_to(keys[:, :, :, None], ok.shape)
-    m = jax.vmap(lambda mb, kb: jnp.take_along_axis(mb[None], kb, axis=-1), (0, 0))(
-        mask_Bnbbs, jnp.clip(keys_q, 0, Tp - 1))
-    ok = ok & m & (keys_q >= 0) & (keys_q < Tp)
+    ok = ok & (keys_q >= 0) & (keys_q < Tp)
+    if mask_BTS is not None:
+      ok &= jax.vmap(lambda mb, kb: jnp.take_along_axis(mb[None], kb, axis=-1), (0, 0))(
+          mask_Bnbbs, jnp.clip(keys_q, 0, Tp - 1))
     values.append((v_g, per_query))
     slots.append(keys_q)
     allowed.append(ok)
@@ -310,13 +341,14 @@ def _window_part(B, H, nb, block_size, window, n_global):
   """Key blocks `i − n_prev … i` of every query block, and the causal window inside them."""
   n_prev = -(-(window - 1) // block_size)
   i_nb = jnp.arange(nb)
-  keys_nbN = ((i_nb[:, None] - n_prev + jnp.arange(n_prev + 1)[None]) * block_size)
-  keys_nbN = (keys_nbN[:, :, None] + jnp.arange(block_size)[None, None]).reshape(nb, -1)
+  ids_nbN = i_nb[:, None] - n_prev + jnp.arange(n_prev + 1)[None]
+  keys_nbN = (ids_nbN[:, :, None] * block_size + jnp.arange(block_size)[None, None]).reshape(
+      nb, -1)
   t_nbb1 = (i_nb[:, None] * block_size + jnp.arange(block_size)[None])[..., None]
   s_nb1N = keys_nbN[:, None, :]
   ok = (s_nb1N <= t_nbb1) & (t_nbb1 - s_nb1N < window) & (s_nb1N >= n_global)
-  keys = jnp.broadcast_to(keys_nbN, (B, H) + keys_nbN.shape)
-  return keys, jnp.broadcast_to(ok, (B, H) + ok.shape), t_nbb1
+  ids = jnp.broadcast_to(ids_nbN, (B, H) + ids_nbN.shape)
+  return (ids, jnp.broadcast_to(ok, (B, H) + ok.shape), block_size), t_nbb1
 
 
 def local_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, window, block_size,
@@ -350,16 +382,16 @@ def local_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, window, block
                      "Fix: set Config.window, e.g. window=32.")
   B, T, H, _ = q_BTHDh.shape
   S = k_BSHDh.shape[1]
-  mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
   if not _fast(T, S, offset):
+    mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
     t_BT, s_BS = _slots(B, T, S, offset)
     t, s = t_BT[:, :, None], s_BS[:, None, :]
     return softmax_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS & (s <= t) & (t - s < window),
                              scale=scale)
   nb = -(-T // block_size)
-  keys, ok, _ = _window_part(B, H, nb, block_size, window, 0)
+  window_part, _ = _window_part(B, H, nb, block_size, window, 0)
   return _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=scale,
-                       block_size=block_size, parts=[(keys, ok)])
+                       block_size=block_size, parts=[window_part])
 
 
 def bigbird_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, window, block_size,
@@ -399,20 +431,19 @@ def bigbird_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, window, blo
                        f"Fix: set Config.{name}.")
   B, T, H, _ = q_BTHDh.shape
   S = k_BSHDh.shape[1]
-  mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
   if not _fast(T, S, offset):
+    mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
     t_BT, s_BS = _slots(B, T, S, offset)
     pattern = _bigbird_pattern(t_BT, s_BS, window=window, block_size=block_size,
                                n_global=n_global, n_random=n_random)
     return softmax_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS & pattern, scale=scale)
   nb = -(-T // block_size)
-  keys, ok, t_nbb1 = _window_part(B, H, nb, block_size, window, n_global)
-  parts = [(keys, ok)]
+  window_part, t_nbb1 = _window_part(B, H, nb, block_size, window, n_global)
+  parts = [window_part]
   if n_global:
     g = jnp.arange(n_global)
-    keys_g = jnp.broadcast_to(g, (B, H, nb, n_global))
-    parts.append((keys_g, jnp.broadcast_to(g[None, None] <= t_nbb1, (B, H, nb, block_size,
-                                                                         n_global))))
+    ok_g = jnp.broadcast_to(g[None, None] <= t_nbb1, (B, H, nb, block_size, n_global))
+    parts.append((jnp.broadcast_to(g, (B, H, nb, n_global)), ok_g, 1))
   if n_random:
     blocks_nbR, valid_nbR = _random_blocks(jnp.arange(nb), n_random)
     in_block = jnp.arange(block_size)[None, None]
@@ -420,8 +451,8 @@ def bigbird_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, window, blo
     valid_r = jnp.repeat(valid_nbR, block_size, axis=1)[:, None, :]
     s_r = keys_r[:, None, :]
     ok_r = valid_r & (s_r >= n_global) & (t_nbb1 - s_r >= window)
-    parts.append((jnp.broadcast_to(keys_r, (B, H) + keys_r.shape),
-                  jnp.broadcast_to(ok_r, (B, H) + ok_r.shape)))
+    parts.append((jnp.broadcast_to(blocks_nbR, (B, H) + blocks_nbR.shape),
+                  jnp.broadcast_to(ok_r, (B, H) + ok_r.shape), block_size))
   return _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=scale,
                        block_size=block_size, parts=parts)
 
@@ -460,11 +491,11 @@ def moba_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, to
                      "Fix: set Config.top_k_blocks, e.g. 2.")
   B, T, H, _ = q_BTHDh.shape
   S = k_BSHDh.shape[1]
-  mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
   t_BT, s_BS = _slots(B, T, S, offset)
   blocks_BHTR, picked_BHTR = _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale)
   extra = {"blocks": blocks_BHTR, "picked": picked_BHTR}
   if not _fast(T, S, offset):
+    mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
     t, s = t_BT[:, None, :, None], s_BS[:, None, None, :]
     hit = (blocks_BHTR[..., None, :] == (s // block_size)[..., None]) & picked_BHTR[..., None, :]
     pattern_BHTS = (s <= t) & ((s // block_size == t // block_size) | hit.any(-1))
@@ -477,17 +508,15 @@ def moba_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, to
                  **extra}
   nb = -(-T // block_size)
   own_nbN = jnp.arange(nb)[:, None] * block_size + jnp.arange(block_size)[None, :]
-  own = jnp.broadcast_to(own_nbN, (B, H, nb, block_size))
   own_ok = jnp.broadcast_to(own_nbN[:, None, :] <= own_nbN[:, :, None],
                             (B, H, nb, block_size, block_size))
+  own = (jnp.broadcast_to(jnp.arange(nb)[:, None], (B, H, nb, 1)), own_ok, block_size)
   Tp = nb * block_size
   blocks = _pad_to(blocks_BHTR, 2, Tp).reshape(B, H, nb, block_size, -1)
   picked = _pad_to(picked_BHTR, 2, Tp, False).reshape(B, H, nb, block_size, -1)
-  in_block = jnp.arange(block_size).reshape(1, 1, 1, 1, 1, block_size)
-  keys_sel = (blocks[..., None] * block_size + in_block).reshape(B, H, nb, block_size, -1)
-  ok_sel = jnp.repeat(picked, block_size, axis=-1)
+  selected = (blocks, jnp.repeat(picked, block_size, axis=-1), block_size)
   out, aux = _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=scale,
-                           block_size=block_size, parts=[(own, own_ok), (keys_sel, ok_sel)])
+                           block_size=block_size, parts=[own, selected])
   return out, {**aux, **extra}
 
 

@@ -74,9 +74,9 @@ def test_rbf_matches_numpy():
   np.testing.assert_allclose(aux["weights"][-1, :, 3:], a[-1, :, 3:], atol=1e-6)
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_linear_running_sums_equal_quadratic_form_and_numpy(causal):
-  q, k, v = _qkv(1)
+@pytest.mark.parametrize("causal,T", [(True, 23), (True, 150), (False, 23)])
+def test_linear_running_sums_equal_quadratic_form_and_numpy(causal, T):
+  q, k, v = _qkv(1, T=T)  # T = 150 spans three chunks of the running sums
   B, T, H, Dh = q.shape
   if causal:
     mask, valid = _padded_mask(B, T)
