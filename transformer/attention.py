@@ -193,6 +193,7 @@ def linear_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, causal=True,
   num = (jnp.einsum("bnchd,bnhde->bnche", pq, prev_kv)
          + jnp.einsum("bnhcs,bnshe->bnche", intra_BnHCC, pv))
   den = jnp.einsum("bnchd,bnhd->bnch", pq, prev_z) + intra_BnHCC.sum(-1).transpose(0, 1, 3, 2)
+  den = jnp.where(den > 0, den, 1.0)  # a query with no key to read (padding) outputs 0
   out_BTHDh = (num / den[..., None]).reshape(B, n * C, H, Dh)[:, :T]
   return out_BTHDh.astype(v_BSHDh.dtype), dense[1]
 
