@@ -48,6 +48,12 @@ def _out_std(cfg: Config) -> float:
   return cfg.init_std / (2 * cfg.n_layers) ** 0.5 if cfg.init_residual_scale else cfg.init_std
 
 
+def _mask_window(cfg: Config):
+  """The window the dense mask applies: none for a variant that takes `window` itself
+  (`bigbird` reads global and random keys outside it)."""
+  return None if "window" in attention_options(ATTENTION[cfg.attention], cfg) else cfg.window
+
+
 class KVCache(NamedTuple):
   """Keys and values of every layer for `S` slots, plus which slots hold real tokens.
 
@@ -243,7 +249,7 @@ class Transformer(nn.Module):
       # A slot's position is its index; a prompt with left padding passes `positions`.
       k_pos_BS = jnp.broadcast_to(jnp.arange(S), (B, S))
       kv = (cache.k, cache.v)
-    mask_BTS = make_mask(positions, k_pos_BS, causal=cfg.causal, window=cfg.window,
+    mask_BTS = make_mask(positions, k_pos_BS, causal=cfg.causal, window=_mask_window(cfg),
                          k_valid_BS=k_valid_BS)
 
     block = nn.remat(Block) if cfg.remat else Block
@@ -314,7 +320,7 @@ def block_fn(cfg: Config, part: str = "block"):
     x_BTD = x[None] if squeeze else x
     B, T, _ = x_BTD.shape
     pos_BT = jnp.broadcast_to(jnp.arange(T), (B, T))
-    mask_BTS = make_mask(pos_BT, pos_BT, causal=cfg.causal, window=cfg.window)
+    mask_BTS = make_mask(pos_BT, pos_BT, causal=cfg.causal, window=_mask_window(cfg))
     variables = {"params": block_params}
     if part == "block":
       y_BTD, _ = module.apply(variables, x_BTD, None, (pos_BT, mask_BTS, 0))

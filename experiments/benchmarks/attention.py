@@ -26,7 +26,6 @@ import functools
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from experiments.benchmarks.timing import interleaved

@@ -223,6 +223,19 @@ def test_model_decode_equals_forward(name):
   assert not np.allclose(full_2[:, 9:], full[:, 9:])
 
 
+def test_bigbird_model_reads_global_token_beyond_the_window():
+  """Token 0 is global: with window 3 and 2 layers (reach 4), logits at t = 15 still see it."""
+  cfg = _variant_cfg("bigbird").replace(n_random=0, n_global=1)
+  params = tr.init(cfg, jax.random.key(0))
+  tokens = jax.random.randint(jax.random.key(1), (1, 16), 0, cfg.vocab_size)
+  apply = jax.jit(tr.Transformer(cfg).apply)
+  base = apply({"params": params}, tokens)
+  moved_0 = apply({"params": params}, tokens.at[0, 0].set((tokens[0, 0] + 1) % 64))
+  moved_5 = apply({"params": params}, tokens.at[0, 5].set((tokens[0, 5] + 1) % 64))
+  assert np.abs(moved_0[0, 15] - base[0, 15]).max() > 1e-6  # the global token reaches t = 15
+  np.testing.assert_array_equal(moved_5[0, 10:], base[0, 10:])  # a local one reaches t ≤ 9
+
+
 def test_receptive_field_is_layers_times_window_minus_one():
   """After L layers of window w, output t depends on input s exactly when 0 ≤ t−s ≤ L(w−1)."""
   L, w, T = 3, 3, 16
