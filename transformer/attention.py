@@ -1,47 +1,524 @@
 """Attention, written out: masks, rotary positions, and the score/mixing registry.
 
-Every attention variant is a pure function with one signature,
+Every attention variant is a pure, parameter-free function with one signature,
 
-    fn(q_BTHD, k_BSHD, v_BSHD, mask_BTS, *, scale) -> (out_BTHD, {"scores": ..., "weights": ...})
+    fn(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, **options)
+        -> (out_BTHDh, {"scores": scores_BHTS, "weights": weights_BHTS, ...})
 
 where `q` has already been expanded so that query and key/value heads match (GQA is
-handled by the caller), `mask_BTS` is True where query t may read key s, and the
-returned dict carries the score matrix `Q Kᵀ` (float32, masked) and the mixing matrix
-`A` so that analysis can read them. A new variant is one function and one entry in
-`ATTENTION`.
+handled by the caller) and `mask_BTS` is True where query t may read key s (`None` means
+causal over `0..T-1`). The keyword `options` a variant declares are named after `Config`
+fields (`window`, `block_size`, `n_global`, `n_random`, `top_k_blocks`, `causal`) plus
+`offset`, the cache slot of query 0; `attention_options` picks them from a config, so a new
+variant is still one function and one entry in `ATTENTION`. A variant that needs learned
+parameters (the tied projection `Config.qk_tied`) lives in the model, not here.
+
+Every variant returns `weights = softmax(scores)` row by row, so `exp(scores)` is its
+(masked) kernel: `Q Kᵀ·scale` for `softmax`, `−‖q − k‖²·scale/2` for `rbf`,
+`log φ(q)·φ(k)` for `linear`. Block-sparse variants (`local`, `bigbird`, `moba`) compute
+only the blocks they select; their `scores`/`weights` are those blocks scattered into the
+dense `(B, H, T, S)` layout (`finfo.min` / 0 where nothing was computed). Under `jit`, an
+unused `aux` is dead code, so the scatter costs nothing unless analysis reads it.
+
+Fast paths (running sums, blocks) run when `T == S` and `offset` is the Python int 0 (a
+forward pass); they assume the mask is causal, possibly with a sliding window and padding.
+With a KV cache (`T != S` or a traced `offset`) every variant falls back to the dense masked
+form of its own pattern, which is the same function of the same keys.
+
+PSD guarantee. With tied projections (`q = k`, same map for queries and keys, RoPE
+included, since `R_t W x_t` is one feature map of (token, position)), the kernel matrices of
+`softmax` (`exp` of a Gram matrix, PSD by the Schur product theorem), `rbf` (Gaussian) and
+`linear` (`Φ Φᵀ`) are symmetric PSD, so the bidirectional `D⁻¹K` is similar to
+`D^{-1/2} K D^{-1/2}` and has real eigenvalues in [0, 1]. Under a causal mask the attention
+matrix is lower triangular (eigenvalues = its diagonal); the guarantee is about the kernel
+before masking, not the masked matrix.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
+NEG = jnp.finfo(jnp.float32).min
 
-def masked_scores(q_BTHD: jax.Array, k_BSHD: jax.Array, mask_BTS: jax.Array, scale: float):
+
+def masked_scores(q_BTHDh: jax.Array, k_BSHDh: jax.Array, mask_BTS: jax.Array, scale: float):
   """`Q Kᵀ · scale` per head in float32, with disallowed pairs set to `finfo.min`."""
-  scores_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BSHD).astype(jnp.float32) * scale
-  return jnp.where(mask_BTS[:, None], scores_BHTS, jnp.finfo(jnp.float32).min)
+  scores_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHDh, k_BSHDh).astype(jnp.float32) * scale
+  return jnp.where(mask_BTS[:, None], scores_BHTS, NEG)
 
 
-def softmax_attention(q_BTHD, k_BSHD, v_BSHD, mask_BTS, *, scale):
+def _causal(B: int, T: int, S: int) -> jax.Array:
+  return jnp.broadcast_to(jnp.tril(jnp.ones((T, S), bool)), (B, T, S))
+
+
+def _mix(scores_BHTS, mask_BTS, v_BSHDh):
+  """Masked softmax of `scores` and the mixed values."""
+  scores_BHTS = jnp.where(mask_BTS[:, None], scores_BHTS, NEG)
+  weights_BHTS = jax.nn.softmax(scores_BHTS, axis=-1)
+  out_BTHDh = jnp.einsum("bhts,bshd->bthd", weights_BHTS.astype(v_BSHDh.dtype), v_BSHDh)
+  return out_BTHDh, {"scores": scores_BHTS, "weights": weights_BHTS}
+
+
+def softmax_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale):
   """Scaled dot-product attention: `A = softmax(Q Kᵀ / sqrt(dh))`, output `A V`.
 
   Args:
-    q_BTHD: queries (batch, T, heads, dh).
-    k_BSHD: keys (batch, S, heads, dh).
-    v_BSHD: values (batch, S, heads, dh).
-    mask_BTS: boolean, True where query t may attend to key s.
+    q_BTHDh: queries (batch, T, heads, dh).
+    k_BSHDh: keys (batch, S, heads, dh).
+    v_BSHDh: values (batch, S, heads, dh).
+    mask_BTS: boolean, True where query t may attend to key s (None: causal).
     scale: the factor on the scores, usually `dh ** -0.5`.
 
   Returns:
-    `(out_BTHD, {"scores": scores_BHTS, "weights": weights_BHTS})`.
+    `(out_BTHDh, {"scores": scores_BHTS, "weights": weights_BHTS})`.
+
+  Example:
+    >>> import jax
+    >>> q = jax.random.normal(jax.random.key(0), (1, 4, 2, 8))
+    >>> out, aux = softmax_attention(q, q, q, None, scale=8**-0.5)
+    >>> aux["weights"].shape
+    (1, 2, 4, 4)
   """
-  scores_BHTS = masked_scores(q_BTHD, k_BSHD, mask_BTS, scale)
-  weights_BHTS = jax.nn.softmax(scores_BHTS, axis=-1)
-  out_BTHD = jnp.einsum("bhts,bshd->bthd", weights_BHTS.astype(v_BSHD.dtype), v_BSHD)
-  return out_BTHD, {"scores": scores_BHTS, "weights": weights_BHTS}
+  B, T, _, _ = q_BTHDh.shape
+  mask_BTS = _causal(B, T, k_BSHDh.shape[1]) if mask_BTS is None else mask_BTS
+  scores_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHDh, k_BSHDh).astype(jnp.float32) * scale
+  return _mix(scores_BHTS, mask_BTS, v_BSHDh)
+
+
+def rbf_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale):
+  """Gaussian-kernel attention: `A = D⁻¹ K`, `K_ts = exp(−‖q_t − k_s‖² · scale / 2)`.
+
+  A shift-invariant kernel, PSD for any points; with `scale = dh^-1/2` the bandwidth is
+  `dh^1/4`. Computed as a softmax of `q·k·scale − (‖q‖² + ‖k‖²)·scale/2`.
+
+  Example:
+    >>> import jax
+    >>> q = jax.random.normal(jax.random.key(0), (1, 4, 2, 8))
+    >>> out, aux = rbf_attention(q, q, q, None, scale=8**-0.5)
+    >>> bool(aux["weights"][0, 0, 3, 3] > aux["weights"][0, 0, 3, 0])  # nearest is itself
+    True
+  """
+  B, T, _, _ = q_BTHDh.shape
+  mask_BTS = _causal(B, T, k_BSHDh.shape[1]) if mask_BTS is None else mask_BTS
+  q = q_BTHDh.astype(jnp.float32)
+  k = k_BSHDh.astype(jnp.float32)
+  qk_BHTS = jnp.einsum("bthd,bshd->bhts", q, k)
+  qq_BHT1 = jnp.einsum("bthd,bthd->bht", q, q)[..., None]
+  kk_BH1S = jnp.einsum("bshd,bshd->bhs", k, k)[:, :, None, :]
+  scores_BHTS = (qk_BHTS - 0.5 * qq_BHT1 - 0.5 * kk_BH1S) * scale
+  return _mix(scores_BHTS, mask_BTS, v_BSHDh)
+
+
+LINEAR_CHUNK = 64  # positions per chunk of the causal running sums
+
+
+def elu1(x):
+  """The positive feature map `φ(x) = elu(x) + 1` of linear attention."""
+  return jax.nn.elu(x) + 1.0
+
+
+def linear_quadratic(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale):
+  """Linear attention in its quadratic form: `A = D⁻¹ (M ⊙ Φ(Q) Φ(K)ᵀ)`, output `A V`."""
+  B, T, _, _ = q_BTHDh.shape
+  mask_BTS = _causal(B, T, k_BSHDh.shape[1]) if mask_BTS is None else mask_BTS
+  phi_q = elu1(q_BTHDh.astype(jnp.float32) * scale**0.5)
+  phi_k = elu1(k_BSHDh.astype(jnp.float32) * scale**0.5)
+  kernel_BHTS = jnp.einsum("bthd,bshd->bhts", phi_q, phi_k)
+  return _mix(jnp.log(kernel_BHTS), mask_BTS, v_BSHDh)
+
+
+def linear_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, causal=True, offset=0):
+  """Positive-feature linear attention with elu+1 features, by running sums: `O(T (C + dh) dh)`.
+
+  .. math:: o_t = \\frac{φ(q_t)ᵀ \\sum_{s≤t} φ(k_s) v_sᵀ}{φ(q_t)ᵀ \\sum_{s≤t} φ(k_s)},
+     \\quad φ(x) = \\mathrm{elu}(x·\\sqrt{scale}) + 1
+
+  Causal: chunks of `C = LINEAR_CHUNK` positions, the quadratic form inside a chunk and the
+  prefix sums `Σ φ(k) vᵀ`, `Σ φ(k)` of the earlier chunks (an associative scan). The mask is
+  used only for key padding (a key no query may read is dropped); a window is
+  not supported (Config refuses it). With a KV cache the quadratic form is used.
+
+  Args:
+    q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale: as in `softmax_attention`.
+    causal: prefix sums (True) or total sums (bidirectional).
+    offset: cache slot of query 0 (0 in a forward pass).
+
+  Returns:
+    `(out_BTHDh, aux)`; `aux["scores"]` is `log φ(q)·φ(k)` (masked), so `weights` is
+    the normalised kernel.
+
+  Example:
+    >>> import jax
+    >>> q = jax.random.normal(jax.random.key(0), (1, 6, 2, 4))
+    >>> out, _ = linear_attention(q, q, q, None, scale=0.5)
+    >>> ref, _ = linear_quadratic(q, q, q, None, scale=0.5)
+    >>> bool(jax.numpy.allclose(out, ref, atol=1e-5))
+    True
+  """
+  B, T, _, _ = q_BTHDh.shape
+  S = k_BSHDh.shape[1]
+  if mask_BTS is None:
+    mask_BTS = _causal(B, T, S) if causal else jnp.ones((B, T, S), bool)
+  dense = linear_quadratic(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=scale)
+  if T != S or not isinstance(offset, int) or offset:
+    return dense
+  phi_q = elu1(q_BTHDh.astype(jnp.float32) * scale**0.5)
+  k_valid_BS11 = mask_BTS.any(axis=1)[:, :, None, None]
+  phi_k = jnp.where(k_valid_BS11, elu1(k_BSHDh.astype(jnp.float32) * scale**0.5), 0.0)
+  v = v_BSHDh.astype(jnp.float32)
+  if not causal:
+    kv_BHDhDh = jnp.einsum("bshd,bshe->bhde", phi_k, v)
+    num_BTHDh = jnp.einsum("bthd,bhde->bthe", phi_q, kv_BHDhDh)
+    den_BTH1 = jnp.einsum("bthd,bhd->bth", phi_q, phi_k.sum(1))[..., None]
+    return (num_BTHDh / den_BTH1).astype(v_BSHDh.dtype), dense[1]
+  # Chunks of C: exact quadratic form inside a chunk, running sums of φ(k) vᵀ across chunks.
+  B, _, H, Dh = q_BTHDh.shape
+  C = LINEAR_CHUNK
+  n = -(-T // C)
+
+  def chunks(x):
+    return _pad_to(x, 1, n * C).reshape(B, n, C, H, Dh)
+
+  pq, pk, pv = chunks(phi_q), chunks(phi_k), chunks(v)
+  kv_BnHDhDh = jnp.einsum("bnchd,bnche->bnhde", pk, pv)
+  z_BnHDh = pk.sum(2)
+  prev_kv = jax.lax.associative_scan(jnp.add, kv_BnHDhDh, axis=1) - kv_BnHDhDh
+  prev_z = jax.lax.associative_scan(jnp.add, z_BnHDh, axis=1) - z_BnHDh
+  intra_BnHCC = jnp.einsum("bnchd,bnshd->bnhcs", pq, pk) * jnp.tril(jnp.ones((C, C)))[None, None,
+                                                                                        None]
+  num = (jnp.einsum("bnchd,bnhde->bnche", pq, prev_kv)
+         + jnp.einsum("bnhcs,bnshe->bnche", intra_BnHCC, pv))
+  den = jnp.einsum("bnchd,bnhd->bnch", pq, prev_z) + intra_BnHCC.sum(-1).transpose(0, 1, 3, 2)
+  den = jnp.where(den > 0, den, 1.0)  # a query with no key to read (padding) outputs 0
+  out_BTHDh = (num / den[..., None]).reshape(B, n * C, H, Dh)[:, :T]
+  return out_BTHDh.astype(v_BSHDh.dtype), dense[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Block-sparse variants. Blocks of `block_size` positions; query block i holds queries
+# i·bs … i·bs+bs−1. Each variant is a pattern `allowed(t, s)` on absolute slot indices, used
+# densely with a cache and, in a forward pass, computed on gathered blocks only.
+
+
+def _pad_to(x, axis: int, n: int, value=0):
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, n - x.shape[axis])
+  return jnp.pad(x, pad, constant_values=value)
+
+
+def _check_block(block_size, name):
+  if not isinstance(block_size, int) or block_size < 1:
+    raise ValueError(f"{name}: block_size={block_size!r} must be a positive int. "
+                     "Fix: pass e.g. block_size=32 (Config.block_size).")
+
+
+def _random_blocks(i_N, n_random: int):
+  """`R(i, r)`: the `n_random` earlier blocks query block `i` reads (a fixed hash of i, r).
+
+  Returns `(blocks_NR, valid_NR)`; a pick is valid when `i ≥ 1` and it repeats no earlier
+  pick of the same block.
+  """
+  i = i_N.astype(jnp.uint32)[:, None]
+  r = jnp.arange(n_random, dtype=jnp.uint32)[None, :]
+  h = i * jnp.uint32(0x9E3779B1) + r * jnp.uint32(0x85EBCA77) + jnp.uint32(0x27D4EB2F)
+  h = (h ^ (h >> 15)) * jnp.uint32(0x2C1B3C6D)
+  h = h ^ (h >> 12)
+  blocks_NR = (h % jnp.maximum(i, 1)).astype(jnp.int32)
+  first_NR = jnp.ones(blocks_NR.shape, bool)
+  for rr in range(1, n_random):
+    first_NR = first_NR.at[:, rr].set(~(blocks_NR[:, :rr] == blocks_NR[:, rr:rr + 1]).any(-1))
+  return blocks_NR, first_NR & (i_N[:, None] >= 1)
+
+
+def _bigbird_pattern(t_BT, s_BS, *, window, block_size, n_global, n_random):
+  """Dense BigBird pattern: causal ∧ (window ∨ global key ∨ key block ∈ R(query block))."""
+  t, s = t_BT[:, :, None], s_BS[:, None, :]
+  pattern = (s <= t) & ((t - s < window) | (s < n_global))
+  if n_random:
+    blocks_BTR, valid_BTR = jax.vmap(lambda i: _random_blocks(i, n_random))(t_BT // block_size)
+    hit = (blocks_BTR[:, :, None, :] == (s // block_size)[..., None]) & valid_BTR[:, :, None]
+    pattern |= (s <= t) & hit.any(-1)
+  return pattern
+
+
+def _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale):
+  """MoBA gate: each query picks the `top_k_blocks` complete past blocks `j < t // bs` with
+  the largest `q_t · mean(k in block j)`. Returns `(blocks_BHTR, valid_BHTR)`."""
+  B, S, H, Dh = k_BSHDh.shape
+  n_blocks = -(-S // block_size)
+  k_blocks = _pad_to(k_BSHDh.astype(jnp.float32), 1, n_blocks * block_size)
+  kbar_BNHDh = k_blocks.reshape(B, n_blocks, block_size, H, Dh).mean(2)
+  gate_BHTN = jnp.einsum("bthd,bnhd->bhtn", q_BTHDh.astype(jnp.float32), kbar_BNHDh) * scale
+  past_BTN = jnp.arange(n_blocks)[None, None, :] < (t_BT // block_size)[:, :, None]
+  gate_BHTN = jnp.where(past_BTN[:, None], gate_BHTN, -jnp.inf)
+  k = min(top_k_blocks, n_blocks)
+  top_BHTR, blocks_BHTR = jax.lax.top_k(gate_BHTN, k)
+  return blocks_BHTR, top_BHTR > -jnp.inf
+
+
+def _gather(x_BHnDh, idx):
+  """`x[b, h, idx[b, h, ...]]`: gather whole blocks (or single slots) of keys or values."""
+  return jax.vmap(jax.vmap(lambda x, i: x[i]))(x_BHnDh, idx)
+
+
+def _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, parts):
+  """Softmax over gathered keys only; the union of `parts` is the pattern.
+
+  Each part is `(ids, allowed, unit)`: `ids` are key blocks of `unit` slots (`unit =
+  block_size`, or 1 for single slots), shaped `(B, H, nb, n)` (shared by a query block) or
+  `(B, H, nb, bs, n)` (per query); `allowed (B, H, nb, bs, n·unit)` says which gathered keys
+  each query reads. Parts must be disjoint. `mask_BTS` (None: nothing beyond the parts) is
+  read only at the gathered keys.
+  """
+  B, T, H, Dh = q_BTHDh.shape
+  nb = -(-T // block_size)
+  Tp = nb * block_size
+  q_BHnbbDh = _pad_to(q_BTHDh, 1, Tp).reshape(B, nb, block_size, H, Dh).transpose(0, 3, 1, 2, 4)
+  k_BHSDh = _pad_to(k_BSHDh, 1, Tp).transpose(0, 2, 1, 3)
+  v_BHSDh = _pad_to(v_BSHDh, 1, Tp).transpose(0, 2, 1, 3)
+  if mask_BTS is not None:
+    mask_Bnbbs = _pad_to(_pad_to(mask_BTS, 1, Tp, False), 2, Tp, False).reshape(
+        B, nb, block_size, Tp)
+  scores, values, slots, allowed = [], [], [], []
+  for ids, ok, unit in parts:
+    per_query = ids.ndim == 5
+    n_units = Tp // unit
+    ids_c = jnp.clip(ids, 0, n_units - 1)
+    k_g = _gather(k_BHSDh.reshape(B, H, n_units, unit, Dh), ids_c)
+    v_g = _gather(v_BHSDh.reshape(B, H, n_units, unit, Dh), ids_c)
+    k_g = k_g.reshape(k_g.shape[:-3] + (-1, Dh))
+    v_g = v_g.reshape(v_g.shape[:-3] + (-1, Dh))
+    eq = "bhiqd,bhiqnd->bhiqn" if per_query else "bhiqd,bhind->bhiqn"
+    scores.append(jnp.einsum(eq, q_BHnbbDh, k_g).astype(jnp.float32) * scale)
+    in_unit = jnp.arange(unit).reshape((1,) * ids.ndim + (unit,))
+    keys = ((ids * unit)[..., None] + in_unit).reshape(ids.shape[:-1] + (-1,))
+    keys_q = keys if per_query else jnp.broadcast_to(keys[:, :, :, None], ok.shape)
+    ok = ok & (keys_q >= 0) & (keys_q < Tp)
+    if mask_BTS is not None:
+      ok &= jax.vmap(lambda mb, kb: jnp.take_along_axis(mb[None], kb, axis=-1), (0, 0))(
+          mask_Bnbbs, jnp.clip(keys_q, 0, Tp - 1))
+    values.append((v_g, per_query))
+    slots.append(keys_q)
+    allowed.append(ok)
+  s_all = jnp.where(jnp.concatenate(allowed, -1), jnp.concatenate(scores, -1), NEG)
+  w_all = jax.nn.softmax(s_all, axis=-1)
+  out, start = 0.0, 0
+  for (v_g, per_query), ok in zip(values, allowed, strict=True):
+    w = w_all[..., start:start + ok.shape[-1]].astype(v_BSHDh.dtype)
+    start += ok.shape[-1]
+    eq = "bhiqn,bhiqnd->bhiqd" if per_query else "bhiqn,bhind->bhiqd"
+    out = out + jnp.einsum(eq, w, v_g)
+  out_BTHDh = out.transpose(0, 2, 3, 1, 4).reshape(B, Tp, H, Dh)[:, :T]
+  # The dense view for analysis: scatter the computed blocks (dead code when unused).
+  S = k_BSHDh.shape[1]
+  ok_all = jnp.concatenate(allowed, -1).reshape(B, H, Tp, -1)
+  cols = jnp.where(ok_all, jnp.concatenate(slots, -1).reshape(B, H, Tp, -1), Tp)
+  rows = jnp.broadcast_to(jnp.arange(Tp)[None, None, :, None], cols.shape)
+  bi = jnp.arange(B)[:, None, None, None]
+  hi = jnp.arange(H)[None, :, None, None]
+  scores_BHTS = jnp.full((B, H, Tp, Tp), NEG).at[bi, hi, rows, cols].set(
+      s_all.reshape(B, H, Tp, -1), mode="drop")[:, :, :T, :S]
+  weights_BHTS = jnp.zeros((B, H, Tp, Tp)).at[bi, hi, rows, cols].set(
+      w_all.reshape(B, H, Tp, -1), mode="drop")[:, :, :T, :S]
+  keys_read_BHT = ok_all.sum(-1)[:, :, :T]
+  return out_BTHDh, {"scores": scores_BHTS, "weights": weights_BHTS, "keys_read": keys_read_BHT}
+
+
+def _fast(T, S, offset):
+  return T == S and isinstance(offset, int) and offset == 0
+
+
+def _slots(B, T, S, offset):
+  t_BT = jnp.broadcast_to(offset + jnp.arange(T), (B, T))
+  s_BS = jnp.broadcast_to(jnp.arange(S), (B, S))
+  return t_BT, s_BS
+
+
+def _window_part(B, H, nb, block_size, window, n_global):
+  """Key blocks `i − n_prev … i` of every query block, and the causal window inside them."""
+  n_prev = -(-(window - 1) // block_size)
+  i_nb = jnp.arange(nb)
+  ids_nbN = i_nb[:, None] - n_prev + jnp.arange(n_prev + 1)[None]
+  keys_nbN = (ids_nbN[:, :, None] * block_size + jnp.arange(block_size)[None, None]).reshape(
+      nb, -1)
+  t_nbb1 = (i_nb[:, None] * block_size + jnp.arange(block_size)[None])[..., None]
+  s_nb1N = keys_nbN[:, None, :]
+  ok = (s_nb1N <= t_nbb1) & (t_nbb1 - s_nb1N < window) & (s_nb1N >= n_global)
+  ids = jnp.broadcast_to(ids_nbN, (B, H) + ids_nbN.shape)
+  return (ids, jnp.broadcast_to(ok, (B, H) + ok.shape), block_size), t_nbb1
+
+
+def local_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, window, block_size,
+                    offset=0):
+  """Causal sliding-window attention that computes only the blocks inside the window.
+
+  Query `t` reads keys `s` with `t − w < s ≤ t`. Query block `i` is scored against key blocks
+  `i − ⌈(w−1)/bs⌉ … i`, so work and score memory grow as `T · w`, not `T²`. T not divisible
+  by `block_size` is padded (padding keys are masked, padded queries dropped).
+
+  Args:
+    q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale: as in `softmax_attention`.
+    window: width `w ≥ 1`.
+    block_size: positions per block.
+    offset: cache slot of query 0 (a cache uses the dense masked window).
+
+  Returns:
+    `(out_BTHDh, aux)`: dense-layout `scores`/`weights` of the computed blocks, and
+    `keys_read (B, H, T)`, the keys each query actually read.
+
+  Example:
+    >>> import jax
+    >>> q = jax.random.normal(jax.random.key(0), (1, 10, 2, 4))
+    >>> out, aux = local_attention(q, q, q, None, scale=0.5, window=3, block_size=4)
+    >>> aux["keys_read"][0, 0].tolist()
+    [1, 2, 3, 3, 3, 3, 3, 3, 3, 3]
+  """
+  _check_block(block_size, "local_attention")
+  if not isinstance(window, int) or window < 1:
+    raise ValueError(f"local_attention: window={window!r} must be a positive int. "
+                     "Fix: set Config.window, e.g. window=32.")
+  B, T, H, _ = q_BTHDh.shape
+  S = k_BSHDh.shape[1]
+  if not _fast(T, S, offset):
+    mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
+    t_BT, s_BS = _slots(B, T, S, offset)
+    t, s = t_BT[:, :, None], s_BS[:, None, :]
+    return softmax_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS & (s <= t) & (t - s < window),
+                             scale=scale)
+  nb = -(-T // block_size)
+  window_part, _ = _window_part(B, H, nb, block_size, window, 0)
+  return _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=scale,
+                       block_size=block_size, parts=[window_part])
+
+
+def bigbird_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, window, block_size,
+                      n_global, n_random, offset=0):
+  """Causal BigBird: sliding window + global tokens + random earlier blocks, static shapes.
+
+  Query `t` reads `s ≤ t` when `t − s < w` (window), or `s < n_global` (the first tokens are
+  global: every later query reads them, and they, like every token, read only their past),
+  or `s` lies in one of the `n_random` blocks `R(t // bs, r) < t // bs` picked by a fixed hash
+  of the query block (so forward and decode pick the same). Computed per query block on the
+  window blocks, the `n_global` keys and the random blocks; overlaps are counted once.
+
+  Args:
+    q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale: as in `softmax_attention`.
+    window: sliding window width `w`.
+    block_size: positions per block.
+    n_global: number of leading global tokens.
+    n_random: random key blocks per query block.
+    offset: cache slot of query 0.
+
+  Returns:
+    `(out_BTHDh, aux)` as in `local_attention`.
+
+  Example:
+    >>> import jax
+    >>> q = jax.random.normal(jax.random.key(0), (1, 16, 1, 4))
+    >>> out, aux = bigbird_attention(q, q, q, None, scale=0.5, window=2, block_size=4,
+    ...                              n_global=1, n_random=1)
+    >>> int(aux["keys_read"][0, 0, 15]) <= 2 + 1 + 4
+    True
+  """
+  _check_block(block_size, "bigbird_attention")
+  for name, value, low in (("window", window, 1), ("n_global", n_global, 0),
+                           ("n_random", n_random, 0)):
+    if not isinstance(value, int) or value < low:
+      raise ValueError(f"bigbird_attention: {name}={value!r} must be an int >= {low}. "
+                       f"Fix: set Config.{name}.")
+  B, T, H, _ = q_BTHDh.shape
+  S = k_BSHDh.shape[1]
+  if not _fast(T, S, offset):
+    mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
+    t_BT, s_BS = _slots(B, T, S, offset)
+    pattern = _bigbird_pattern(t_BT, s_BS, window=window, block_size=block_size,
+                               n_global=n_global, n_random=n_random)
+    return softmax_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS & pattern, scale=scale)
+  nb = -(-T // block_size)
+  window_part, t_nbb1 = _window_part(B, H, nb, block_size, window, n_global)
+  parts = [window_part]
+  if n_global:
+    g = jnp.arange(n_global)
+    ok_g = jnp.broadcast_to(g[None, None] <= t_nbb1, (B, H, nb, block_size, n_global))
+    parts.append((jnp.broadcast_to(g, (B, H, nb, n_global)), ok_g, 1))
+  if n_random:
+    blocks_nbR, valid_nbR = _random_blocks(jnp.arange(nb), n_random)
+    in_block = jnp.arange(block_size)[None, None]
+    keys_r = (blocks_nbR[:, :, None] * block_size + in_block).reshape(nb, -1)
+    valid_r = jnp.repeat(valid_nbR, block_size, axis=1)[:, None, :]
+    s_r = keys_r[:, None, :]
+    ok_r = valid_r & (s_r >= n_global) & (t_nbb1 - s_r >= window)
+    parts.append((jnp.broadcast_to(blocks_nbR, (B, H) + blocks_nbR.shape),
+                  jnp.broadcast_to(ok_r, (B, H) + ok_r.shape), block_size))
+  return _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=scale,
+                       block_size=block_size, parts=parts)
+
+
+def moba_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, top_k_blocks,
+                   offset=0):
+  """Mixture of block attention (MoBA): own block plus the top-k past blocks a gate picks.
+
+  Each query `t` (per head) reads its own block causally and the `top_k_blocks` complete
+  past blocks `j < t // bs` with the largest gate `q_t · mean(k in block j)`. The gate reads
+  only complete past blocks, so the selection, like the output, depends only on `s ≤ t`. It
+  has no parameters: q and k learn through the attention they select (top-k passes no
+  gradient). Only the own block and the selected blocks are scored.
+
+  Args:
+    q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale: as in `softmax_attention`.
+    block_size: positions per block.
+    top_k_blocks: past blocks per query (fewer exist for the first blocks).
+    offset: cache slot of query 0.
+
+  Returns:
+    `(out_BTHDh, aux)` as in `local_attention`, plus `aux["blocks"] (B, H, T, k)`, the picked
+    blocks, and `aux["picked"]`, which of them are real; `keys_read` counts the keys actually
+    read, so the key budget is measured, not assumed.
+
+  Example:
+    >>> import jax
+    >>> q = jax.random.normal(jax.random.key(0), (1, 16, 1, 4))
+    >>> out, aux = moba_attention(q, q, q, None, scale=0.5, block_size=4, top_k_blocks=1)
+    >>> aux["keys_read"][0, 0, ::4].tolist()  # own-block keys + one past block of 4
+    [1, 5, 5, 5]
+  """
+  _check_block(block_size, "moba_attention")
+  if not isinstance(top_k_blocks, int) or top_k_blocks < 1:
+    raise ValueError(f"moba_attention: top_k_blocks={top_k_blocks!r} must be a positive int. "
+                     "Fix: set Config.top_k_blocks, e.g. 2.")
+  B, T, H, _ = q_BTHDh.shape
+  S = k_BSHDh.shape[1]
+  t_BT, s_BS = _slots(B, T, S, offset)
+  blocks_BHTR, picked_BHTR = _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale)
+  extra = {"blocks": blocks_BHTR, "picked": picked_BHTR}
+  if not _fast(T, S, offset):
+    mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
+    t, s = t_BT[:, None, :, None], s_BS[:, None, None, :]
+    hit = (blocks_BHTR[..., None, :] == (s // block_size)[..., None]) & picked_BHTR[..., None, :]
+    pattern_BHTS = (s <= t) & ((s // block_size == t // block_size) | hit.any(-1))
+    scores_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHDh, k_BSHDh).astype(jnp.float32) * scale
+    scores_BHTS = jnp.where(mask_BTS[:, None] & pattern_BHTS, scores_BHTS, NEG)
+    weights_BHTS = jax.nn.softmax(scores_BHTS, axis=-1)
+    out = jnp.einsum("bhts,bshd->bthd", weights_BHTS.astype(v_BSHDh.dtype), v_BSHDh)
+    keys_read = (mask_BTS[:, None] & pattern_BHTS).sum(-1)
+    return out, {"scores": scores_BHTS, "weights": weights_BHTS, "keys_read": keys_read,
+                 **extra}
+  nb = -(-T // block_size)
+  own_nbN = jnp.arange(nb)[:, None] * block_size + jnp.arange(block_size)[None, :]
+  own_ok = jnp.broadcast_to(own_nbN[:, None, :] <= own_nbN[:, :, None],
+                            (B, H, nb, block_size, block_size))
+  own = (jnp.broadcast_to(jnp.arange(nb)[:, None], (B, H, nb, 1)), own_ok, block_size)
+  Tp = nb * block_size
+  blocks = _pad_to(blocks_BHTR, 2, Tp).reshape(B, H, nb, block_size, -1)
+  picked = _pad_to(picked_BHTR, 2, Tp, False).reshape(B, H, nb, block_size, -1)
+  selected = (blocks, jnp.repeat(picked, block_size, axis=-1), block_size)
+  out, aux = _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=scale,
+                           block_size=block_size, parts=[own, selected])
+  return out, {**aux, **extra}
 
 
 AttentionFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
@@ -49,7 +526,30 @@ AttentionFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
 # The explicit registry: `Config.attention` names an entry.
 ATTENTION: dict[str, AttentionFn] = {
     "softmax": softmax_attention,
+    "rbf": rbf_attention,
+    "linear": linear_attention,
+    "local": local_attention,
+    "bigbird": bigbird_attention,
+    "moba": moba_attention,
 }
+
+# Config fields a variant may declare as keyword options.
+OPTION_FIELDS = ("window", "block_size", "n_global", "n_random", "top_k_blocks", "causal")
+
+
+def attention_options(fn: AttentionFn, cfg, offset=0) -> dict:
+  """The keyword options `fn` declares, read from `cfg` (and `offset`, if it takes one).
+
+  Example:
+    >>> from transformer.config import Config
+    >>> sorted(attention_options(local_attention, Config(attention="local", window=8)))
+    ['block_size', 'offset', 'window']
+  """
+  params = inspect.signature(fn).parameters
+  opts = {name: getattr(cfg, name) for name in OPTION_FIELDS if name in params}
+  if "offset" in params:
+    opts["offset"] = offset
+  return opts
 
 
 def make_mask(q_pos_BT: jax.Array, k_pos_BS: jax.Array, *, causal: bool,
@@ -77,18 +577,18 @@ def make_mask(q_pos_BT: jax.Array, k_pos_BS: jax.Array, *, causal: bool,
   return mask_BTS
 
 
-def rope(x_BTHD: jax.Array, pos_BT: jax.Array, theta: float) -> jax.Array:
+def rope(x_BTHDh: jax.Array, pos_BT: jax.Array, theta: float) -> jax.Array:
   """Rotary position embedding, rotate-half convention (as in Hugging Face Llama).
 
   Feature `i < dh/2` is paired with feature `i + dh/2` and the pair is rotated by the angle
   `pos · theta^(-2i/dh)`.
   """
-  dh = x_BTHD.shape[-1]
-  inv_freq_F = theta ** (-jnp.arange(0, dh, 2, dtype=jnp.float32) / dh)
-  angle_BTF = pos_BT[..., None].astype(jnp.float32) * inv_freq_F[None, None]
-  cos_BT1D = jnp.cos(jnp.concatenate([angle_BTF, angle_BTF], -1))[:, :, None, :]
-  sin_BT1D = jnp.sin(jnp.concatenate([angle_BTF, angle_BTF], -1))[:, :, None, :]
-  x = x_BTHD.astype(jnp.float32)
+  dh = x_BTHDh.shape[-1]
+  inv_freq = theta ** (-jnp.arange(0, dh, 2, dtype=jnp.float32) / dh)
+  angle_BTF = pos_BT[..., None].astype(jnp.float32) * inv_freq[None, None]
+  cos_BT1Dh = jnp.cos(jnp.concatenate([angle_BTF, angle_BTF], -1))[:, :, None, :]
+  sin_BT1Dh = jnp.sin(jnp.concatenate([angle_BTF, angle_BTF], -1))[:, :, None, :]
+  x = x_BTHDh.astype(jnp.float32)
   x1, x2 = jnp.split(x, 2, axis=-1)
   rotated = jnp.concatenate([-x2, x1], axis=-1)
-  return (x * cos_BT1D + rotated * sin_BT1D).astype(x_BTHD.dtype)
+  return (x * cos_BT1Dh + rotated * sin_BT1Dh).astype(x_BTHDh.dtype)

@@ -55,6 +55,14 @@ class Config:
     causal: causal (True) or bidirectional (False) attention mask.
     attention: name of the score/mixing function in `transformer.ATTENTION`.
     window: sliding-window width `w` (query i sees keys j with i - w < j <= i); None = full.
+      Required by `local` and `bigbird`, refused by `linear`.
+    qk_tied: keys use the query projection (`w_k` absent, `K = X W_Q`), so the score kernel
+      `exp(x W Wᵀ yᵀ / sqrt(dh))` is PSD by construction (RoPE keeps it: `R_t W x` is one
+      feature map of token and position). Needs `n_kv_heads == n_heads`.
+    block_size: positions per block of the block-sparse variants (`local`, `bigbird`, `moba`).
+    n_global: `bigbird`'s leading global tokens.
+    n_random: `bigbird`'s random earlier key blocks per query block.
+    top_k_blocks: past blocks each query reads in `moba`.
     param_dtype: storage dtype of the parameters.
     dtype: compute dtype of the matmuls (`bfloat16` works); scores and norms are float32.
     norm_eps: epsilon of the norms.
@@ -82,6 +90,11 @@ class Config:
   causal: bool = True
   attention: str = "softmax"
   window: int | None = None
+  qk_tied: bool = False
+  block_size: int = 32
+  n_global: int = 1
+  n_random: int = 1
+  top_k_blocks: int = 2
   param_dtype: str = "float32"
   dtype: str = "float32"
   norm_eps: float = 1e-5
@@ -127,6 +140,7 @@ class Config:
     if self.window is not None and (not isinstance(self.window, int) or self.window < 1):
       _fail("window", self.window, "the sliding window must be a positive integer",
             "pass window=None for full attention or e.g. window=64")
+    self._check_attention()
     if not self.norm_eps > 0:
       _fail("norm_eps", self.norm_eps, "it must be positive", "use e.g. 1e-5")
     if not self.init_std > 0:
@@ -134,6 +148,27 @@ class Config:
     if self.norm_position == "post" and self.norm == "none":
       _fail("norm_position", self.norm_position, "post-norm needs a norm",
             "set norm='layernorm' or norm_position='pre'")
+
+  def _check_attention(self):
+    """The attention variant's own fields, and the combinations it cannot serve."""
+    for name, low in (("block_size", 1), ("n_global", 0), ("n_random", 0), ("top_k_blocks", 1)):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        _fail(name, value, f"it must be an integer >= {low}", f"pass e.g. {name}={max(low, 2)}")
+    if not isinstance(self.qk_tied, bool):
+      _fail("qk_tied", self.qk_tied, "it must be a bool", "pass qk_tied=True or False")
+    if self.qk_tied and self.n_kv_heads != self.n_heads:
+      _fail("qk_tied", self.qk_tied, f"tied keys reuse w_q, which has n_heads={self.n_heads} "
+            f"heads, but n_kv_heads={self.n_kv_heads}", "set n_kv_heads=None (= n_heads)")
+    if self.attention in ("local", "bigbird") and self.window is None:
+      _fail("window", None, f"attention={self.attention!r} is a sliding window",
+            "pass window=w, e.g. window=32")
+    if self.attention == "linear" and self.window is not None:
+      _fail("window", self.window, "linear attention keeps running sums over the whole "
+            "prefix and has no window", "pass window=None or attention='local'")
+    if self.attention in ("local", "bigbird", "moba") and not self.causal:
+      _fail("causal", self.causal, f"attention={self.attention!r} is a causal block pattern",
+            "set causal=True or attention='softmax'")
 
   # Derived quantities, named as in the preface.
   @property

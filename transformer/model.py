@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer.attention import ATTENTION, make_mask, rope
+from transformer.attention import ATTENTION, attention_options, make_mask, rope
 from transformer.config import Config
 
 ACTIVATION_FNS = {
@@ -47,6 +47,12 @@ def _lead(v_D, ndim: int):
 def _out_std(cfg: Config) -> float:
   """Init scale of the matrices that write into the residual stream (`w_o`, `w_2`)."""
   return cfg.init_std / (2 * cfg.n_layers) ** 0.5 if cfg.init_residual_scale else cfg.init_std
+
+
+def _mask_window(cfg: Config):
+  """The window the dense mask applies: none for a variant that takes `window` itself
+  (`bigbird` reads global and random keys outside it)."""
+  return None if "window" in attention_options(ATTENTION[cfg.attention], cfg) else cfg.window
 
 
 class KVCache(NamedTuple):
@@ -99,7 +105,10 @@ class Attention(nn.Module):
     B, T, _ = x_BTD.shape
     self.sow("intermediates", "attn_in", x_BTD)
     q_BTHDh = _project(self, "q", x_BTD, H * dh, std).reshape(B, T, H, dh)
-    k_BTKDh = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
+    if cfg.qk_tied:  # K = X W_Q: the score kernel is a Gram matrix, PSD by construction
+      k_BTKDh = q_BTHDh
+    else:
+      k_BTKDh = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
     v_BTKDh = _project(self, "v", x_BTD, K * dh, std).reshape(B, T, K, dh)
     if cfg.positions == "rope":
       q_BTHDh = rope(q_BTHDh, pos_BT, cfg.rope_theta)
@@ -118,7 +127,9 @@ class Attention(nn.Module):
     # Grouped-query attention: each key/value head serves H / K query heads.
     k_BSHDh = jnp.repeat(k_BSKDh.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
     v_BSHDh = jnp.repeat(v_BSKDh.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
-    out_BTHDh, aux = ATTENTION[cfg.attention](q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=dh**-0.5)
+    fn = ATTENTION[cfg.attention]
+    out_BTHDh, aux = fn(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=dh**-0.5,
+                        **attention_options(fn, cfg, offset))
     self.sow("intermediates", "scores", aux["scores"])
     self.sow("intermediates", "weights", aux["weights"])
     return _project(self, "o", out_BTHDh.reshape(B, T, H * dh), cfg.d_model, _out_std(cfg)), kv
@@ -241,7 +252,7 @@ class Transformer(nn.Module):
       # A slot's position is its index; a prompt with left padding passes `positions`.
       k_pos_BS = jnp.broadcast_to(jnp.arange(S), (B, S))
       kv = (cache.k, cache.v)
-    mask_BTS = make_mask(positions, k_pos_BS, causal=cfg.causal, window=cfg.window,
+    mask_BTS = make_mask(positions, k_pos_BS, causal=cfg.causal, window=_mask_window(cfg),
                          k_valid_BS=k_valid_BS)
 
     block = nn.remat(Block) if cfg.remat else Block
@@ -326,7 +337,7 @@ def block_fn(cfg: Config, part: str = "block"):
     x_BTD = x[None] if squeeze else x
     B, T, _ = x_BTD.shape
     pos_BT = jnp.broadcast_to(jnp.arange(T), (B, T))
-    mask_BTS = make_mask(pos_BT, pos_BT, causal=cfg.causal, window=cfg.window)
+    mask_BTS = make_mask(pos_BT, pos_BT, causal=cfg.causal, window=_mask_window(cfg))
     variables = {"params": block_params}
     if part == "block":
       y_BTD, _ = module.apply(variables, x_BTD, None, (pos_BT, mask_BTS, 0))
