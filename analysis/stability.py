@@ -234,12 +234,14 @@ def logit_bound(params, cfg: Config) -> jax.Array:
   attn = param_tree(params)["blocks"]["attn"]
   H, K, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
   w_q = _heads(attn["w_q"].astype(jnp.float32), H, dh)
-  w_k = jnp.repeat(_heads(attn["w_k"].astype(jnp.float32), K, dh), cfg.kv_groups, axis=1)
+  w_k = attn["w_k"] if "w_k" in attn else attn["w_q"]  # `Config.qk_tied`: K = X W_Q
+  w_k = jnp.repeat(_heads(w_k.astype(jnp.float32), K, dh), cfg.kv_groups, axis=1)
   L = w_q.shape[0]
   zeros = jnp.zeros((L, H, dh), jnp.float32)
   b_q = attn["b_q"].astype(jnp.float32).reshape(L, H, dh) if "b_q" in attn else zeros
-  b_k = (jnp.repeat(attn["b_k"].astype(jnp.float32).reshape(L, K, dh), cfg.kv_groups, axis=1)
-         if "b_k" in attn else zeros)
+  b_k = attn.get("b_k", attn.get("b_q")) if cfg.qk_tied else attn.get("b_k")
+  b_k = (jnp.repeat(b_k.astype(jnp.float32).reshape(L, K, dh), cfg.kv_groups, axis=1)
+         if b_k is not None else zeros)
   r = attention_input_bound(params, cfg)[:, None]
   bq_norm = jnp.linalg.norm(b_q, axis=-1)
   bk_norm = jnp.linalg.norm(b_k, axis=-1)

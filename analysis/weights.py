@@ -88,7 +88,8 @@ def circuits(params, cfg: Config) -> dict[str, Factored]:
     return jnp.repeat(blocks, H // n, axis=1)
 
   w_o_LHDDh = jnp.swapaxes(attn["w_o"].reshape(L, H, Dh, D), -1, -2)
-  return {"qk": Factored(heads(attn["w_q"], H), heads(attn["w_k"], K)),
+  w_k = attn["w_k"] if "w_k" in attn else attn["w_q"]  # `Config.qk_tied`: K = X W_Q
+  return {"qk": Factored(heads(attn["w_q"], H), heads(w_k, K)),
           "ov": Factored(heads(attn["w_v"], K), w_o_LHDDh)}
 
 

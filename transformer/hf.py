@@ -121,7 +121,7 @@ def _problems(cfg: Config, **want) -> list[str]:
 def _common_problems(cfg: Config) -> list[str]:
   """What neither family can express: post-norm, no residual, masks other than causal."""
   return _problems(cfg, norm_position="pre", residual=True, causal=True, attention="softmax",
-                   window=None)
+                   window=None, qk_tied=False)
 
 
 # ----------------------------------------------------------------------------------------

@@ -38,3 +38,21 @@ def test_circuits_equal_hand_sliced_products_with_gqa():
       np.testing.assert_allclose(c["ov"].dense()[l, h], W_V @ W_O, rtol=1e-5, atol=1e-9)
   qk = np.asarray(c["qk"].dense()[0, 0])
   assert np.linalg.matrix_rank(qk, tol=1e-4 * np.linalg.norm(qk, 2)) == dh  # rank <= dh
+
+
+def test_tied_query_key_circuits_are_symmetric_psd_and_bounded():
+  """With `qk_tied` there is no `w_k`: the circuit `W_Q W_Qᵀ` is a Gram matrix (float64 check),
+  and the certified logit bound still holds on the measured scores."""
+  import analysis
+
+  cfg = transformer.preset("tiny", d_model=32, n_heads=4, qk_tied=True)
+  params = transformer.init(cfg, jax.random.key(3))
+  assert "w_k" not in params["blocks"]["attn"]
+  W = np.asarray(circuits(params, cfg)["qk"].dense(), np.float64)  # (L, H, D, D)
+  np.testing.assert_allclose(W, np.swapaxes(W, -1, -2), atol=1e-6)
+  assert np.linalg.eigvalsh(W).min() > -1e-6
+  tokens = jax.random.randint(jax.random.key(4), (2, 16), 0, cfg.vocab_size)
+  _, state = transformer.Transformer(cfg).apply({"params": params}, tokens,
+                                               mutable=["intermediates"])
+  scores = state["intermediates"]["blocks"]["attn"]["scores"][0]
+  assert bool((analysis.max_logit(scores) <= analysis.logit_bound(params, cfg)).all())
