@@ -20,6 +20,7 @@ Example:
   >>> analysis.spectrum(params["blocks"]["attn"]["w_q"])["stable_rank"]  # one per layer
 """
 
+from analysis.contracts import check_attention as check_attention
 from analysis.jacobians import (
     causal_leak,
     depth_profile,
