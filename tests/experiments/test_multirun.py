@@ -67,11 +67,13 @@ def test_params_fn_aux_loss_and_callback():
       cfg, lambda: optax.adam(1e-2), seeds=(0, 1), steps=4, data="task:modadd", batch_size=4,
       seq_len=8, eval_every=2, eval_batches=1, params_fn=params_fn, aux_loss=aux_loss,
       init_fn=lambda key: {"bias": jax.random.normal(key, (cfg.d_model,))},
-      callback=lambda step, params, inter: seen.append(
-          (step, params["blocks"]["attn"]["w_q"].shape, inter["blocks"]["attn"]["weights"][0].shape)))
+      callback=lambda step, params, inter: seen.append((
+          step, params["blocks"]["attn"]["w_q"].shape,
+          inter["blocks"]["attn"]["weights"][0].shape)))
   assert r.learning_rates[0] != r.learning_rates[0]  # NaN: no sweep
   # The frozen weights came through params_fn untouched, with run axes (1, 2) in front.
-  np.testing.assert_array_equal(r.params["blocks"]["attn"]["w_q"][0, 1], base["blocks"]["attn"]["w_q"])
+  np.testing.assert_array_equal(r.params["blocks"]["attn"]["w_q"][0, 1],
+                                base["blocks"]["attn"]["w_q"])
   # The aux loss (|bias|²) shrinks the trained bias.
   init_norm = np.linalg.norm(np.asarray(jax.random.normal(jax.random.key(0), (cfg.d_model,))))
   assert np.linalg.norm(np.asarray(r.trained["bias"][0, 0])) < init_norm
