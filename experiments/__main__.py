@@ -29,11 +29,23 @@ def _atlas(argv):
   return atlas.main(argv)
 
 
+def _claim(argv):
+  from experiments.claims import tour
+  return tour.claim_main(argv)
+
+
+def _tour(argv):
+  from experiments.claims import tour
+  return tour.tour_main(argv)
+
+
 COMMANDS = {
     "demo": (_demo, "the main job: catalog, forward pass on real text, cached generation"),
     "catalog": (_catalog, "print the matrix catalog of a preset or a Hugging Face checkpoint"),
     "train": (_train, "train a model (jit, Orbax checkpoints, resume, sharding)"),
     "atlas": (_atlas, "the analysis atlas: spectra, Jacobians, the seven properties"),
+    "claim": (_claim, "test one preface claim: seeds, effects with 95% CIs, a verdict"),
+    "tour": (_tour, "every preface claim in order, with the verdict table (make demo: --quick)"),
 }
 
 

@@ -73,7 +73,7 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
     lo, hi = ev["interval"]
     quantity = f"{th.arm}.{th.metric}" + (f" − {th.baseline}.{th.metric}" if th.baseline else "")
     rows.append([("control: " if th.control else "") + th.name, quantity,
-                 "range" if th.stat == "range" else "95% CI", _fmt(ev["mean"]),
+                 ev["what"], _fmt(ev["mean"]),
                  f"[{_fmt(lo)}, {_fmt(hi)}]",
                  f"{th.supports or '—'}: {'yes' if ev['supports'] else 'no'}",
                  f"{th.refutes or '—'}: {'yes' if ev['refutes'] else 'no'}"

@@ -316,7 +316,8 @@ def evaluate(th: Threshold, runs: dict, seeds) -> dict:
     interval = (float(x.min()), float(x.max())) if not np.isnan(x).any() else (math.nan,) * 2
   else:
     interval = ci
-  return {"mean": m, "interval": interval,
+  what = "range" if th.stat == "range" else ("95% CI" if ci is not None else "one seed")
+  return {"mean": m, "interval": interval, "what": what,
           "supports": th.supports is not None and holds(th.supports, interval),
           "refutes": th.refutes is not None and holds(th.refutes, interval)}
 
@@ -340,7 +341,7 @@ def describe(th: Threshold, ev: dict) -> str:
                            ("refutes", th.refutes, ev["refutes"])):
     if cond is not None:
       parts.append(f"{label} {cond}: {'yes' if met else 'no'}")
-  what = "range" if th.stat == "range" else "95% CI"
+  what = ev["what"]
   role = "control " if th.control else ""
   return (f"{role}{th.name} = {_fmt(ev['mean'])} ({what} [{_fmt(lo)}, {_fmt(hi)}]; "
           + "; ".join(parts) + ")")
