@@ -574,3 +574,28 @@ def load_strict(path: str):
 
   with open(path) as f:
     return json.load(f, parse_constant=refuse)
+
+
+def validate_runs(root: str = "runs") -> int:
+  """Validates every `results.json` under `root/claims` and `root/tour`; returns how many.
+
+  Run as `python -m experiments.claims.validate [ROOT]` (CI does, after `tour --quick`).
+  """
+  from experiments.claims import CLAIMS
+
+  count = 0
+  for kind in ("claims", "tour"):
+    for folder, _, names in sorted(os.walk(os.path.join(root, kind))):
+      if "results.json" not in names:
+        continue
+      obj = load_strict(os.path.join(folder, "results.json"))
+      try:
+        if kind == "tour":
+          validate_tour(obj, list(CLAIMS))
+        else:
+          validate_results(obj, list(CLAIMS))
+      except ValueError as e:
+        raise ValueError(f"{folder}/results.json: {e}") from None
+      count += 1
+  return count
+
