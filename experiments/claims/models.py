@@ -92,6 +92,8 @@ def _write(path: str, params, meta: dict) -> None:
   np.savez(os.path.join(tmp, "params.npz"), **_flatten(params))
   with open(os.path.join(tmp, "meta.json"), "w") as f:
     json.dump(meta, f, indent=1)
+  if os.path.isdir(path) and not os.path.exists(os.path.join(path, "meta.json")):
+    shutil.rmtree(path)  # a folder without meta.json is not a cache entry (e.g. hand-made)
   try:
     os.rename(tmp, path)  # atomic; fails if another process got there first
   except OSError:
