@@ -501,7 +501,7 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
 
   Example:
     >>> from experiments.claims.runner import validate_results
-    >>> validate_results({"claim": "x"})
+    >>> validate_results({"claim": "x"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ValueError: results.json schema: results: keys ['claim'] must be exactly [...]
