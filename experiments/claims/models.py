@@ -183,9 +183,14 @@ def val_tokens(seq_len: int, batch_size: int, seed: int) -> np.ndarray:
   return data.text_source("stdlib", seq_len).batch(seed, 0, batch_size, "val").tokens[:, :-1]
 
 
+@functools.lru_cache(maxsize=8)
+def _sown_forward(cfg: transformer.Config):
+  return jax.jit(lambda p, t: transformer.Transformer(cfg).apply({"params": p}, t,
+                                                                 mutable=["intermediates"]))
+
+
 def intermediates(params, cfg: transformer.Config, tokens_BT) -> dict:
   """The sown intermediates of one forward pass (`blocks/attn/{q, k, scores, weights}`, ...)."""
-  _, state = jax.jit(lambda p, t: transformer.Transformer(cfg).apply(
-      {"params": p}, t, mutable=["intermediates"]))(params, tokens_BT)
+  _, state = _sown_forward(cfg)(params, tokens_BT)
   return jax.tree.map(lambda x: x[0] if isinstance(x, tuple) else x, state["intermediates"],
                       is_leaf=lambda x: isinstance(x, tuple))
