@@ -128,10 +128,10 @@ def tour_markdown(claims, entries, results_by_id: dict, *, quick: bool, runtime_
   Each built claim's section is its own `report.md` (headings shifted one level down), and
   its figures are copied into `tour_dir` as `<claim-id>-<name>.png`.
   """
+  intro = f"Quick sizes and one seed: every verdict is {INDICATIVE}. " if quick else ""
   lines = ["# The preface, tested: the tour", "",
-           f"{'Quick sizes and one seed: every verdict is ' + INDICATIVE + '.' if quick else ''}"
-           f" Runtime {runtime_s:.0f} s. The verdicts are computed by code from thresholds frozen "
-           "in each claim before it ran (`experiments/claims/`).", "",
+           f"{intro}Runtime {runtime_s:.0f} s. The verdicts are computed by code from thresholds "
+           "frozen in each claim before it ran (`experiments/claims/`).", "",
            "## Verdicts", ""]
   rows = []
   for i, (claim, entry) in enumerate(zip(claims, entries, strict=True), 1):
