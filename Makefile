@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine with Python >= 3.11, pip and make:
-#   make demo   - create .venv, install the package, run the main job
+#   make demo   - create .venv, install the package, run the tour of the preface's claims (quick)
 #   make test   - create .venv, install with the dev and hf extras, run the whole suite
 PYTHON ?= python3
 VENV := .venv
@@ -21,7 +21,7 @@ $(VENV)/.installed-dev: setup.py | $(PY)
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(PY) -m experiments demo
+	$(PY) -m experiments tour --quick
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest $(PYTEST_ARGS) --doctest-modules transformer analysis optim experiments tests

@@ -25,6 +25,7 @@ Example:
 """
 
 from analysis import kv
+from analysis.contracts import check_attention
 from analysis.heads import head_ablation, pattern_similarity
 from analysis.jacobians import (
     causal_leak,
@@ -83,7 +84,8 @@ __all__ = [
     "attention_input_bound", "causal_jacobian_blocks", "causal_jacobian_eigenvalues",
     "causal_jacobian_spectra", "effective_condition", "logit_bound", "max_logit",
     "Factored", "Matrix", "activation_sparsity", "attention_entropy", "cache_rank",
-    "causal_leak", "causal_logdet", "circuits", "depth_profile", "effective_rank",
+    "causal_leak", "causal_logdet", "check_attention", "circuits", "depth_profile",
+    "effective_rank",
     "eigenvalues", "energy_captured", "energy_curve", "factored_singular_values",
     "head_ablation", "head_overlap", "head_redundancy", "is_block_lower_triangular", "jacobian",
     "jacobian_bytes", "jacobian_top_eigenvalues", "jacobian_top_singular_values", "kv",

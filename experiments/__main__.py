@@ -42,14 +42,26 @@ def _sample(argv):
   return sample.main(argv)
 
 
+def _claim(argv):
+  from experiments.claims import tour
+  return tour.claim_main(argv)
+
+
+def _tour(argv):
+  from experiments.claims import tour
+  return tour.tour_main(argv)
+
+
 COMMANDS = {
-    "demo": (_demo, "the main job: catalog, forward pass on real text, cached generation"),
+    "demo": (_demo, "catalog, forward pass on real text, cached generation (make demo: tour)"),
     "catalog": (_catalog, "print the matrix catalog of a preset, a run (--checkpoint) or a "
                           "Hugging Face folder"),
     "train": (_train, "train a model (jit, Orbax checkpoints, resume, sharding)"),
     "atlas": (_atlas, "the analysis atlas: spectra, Jacobians, the seven properties"),
     "eval": (_eval, "loss, bits per byte and perplexity of a run or HF model on any text"),
     "sample": (_sample, "continue a prompt with a trained run"),
+    "claim": (_claim, "test one preface claim: seeds, effects with 95% CIs, a verdict"),
+    "tour": (_tour, "every preface claim in order, with the verdict table (make demo: --quick)"),
 }
 
 

@@ -1,6 +1,8 @@
-"""The main job: the preface's catalog on a live model.
+"""The preface's catalog on a live model: the opening checks of the tour.
 
     python -m experiments demo [--model tiny] [--seed 0] [--steps 24]
+
+`make demo` runs `python -m experiments tour --quick`, whose opening section is `run` below.
 
 Runs in a few seconds on 2 CPU cores. It builds the preset, prints every named matrix
 with its role in the preface's catalog (plus the two input-derived products `Q Kᵀ` and

@@ -1,0 +1,230 @@
+"""Claim `causal-mask`: causal attention sees only the past, and its matrix stays full rank.
+
+    python -m experiments claim causal-mask [--quick]
+
+Full run (3 seeds, the shared `small` models): about 3–5 minutes on 2 CPU cores once the
+models are cached (training them adds a few minutes the first time); `--quick` about 20 s.
+
+Two measurements:
+
+* **Exact causality of every attention variant.** Each entry of `transformer.ATTENTION`
+  goes through `analysis.check_attention` (zero future gradient, bit-identical prefix under
+  suffix perturbation, padding, KV-cache decode = forward), per seed; a mask-blind softmax is
+  the control that must be caught.
+* **Full rank.** A causal softmax attention matrix is lower triangular with
+  `A_ii = exp(s_ii − logsumexp_{j≤i} s_ij) > 0`, so `det A = Π A_ii > 0`. That is certified
+  per head in float64 (`analysis.causal_logdet`, with `A` recomputed in float64 from the
+  sown scores) at T ∈ {32, 128, 256}, and set beside what float32 says about the same heads:
+  the numerical rank of the float32 matrix (`analysis.rank_certificate`, tolerance
+  `T · eps₃₂ · σ₁`) and whether a diagonal entry underflowed to an exact zero.
+
+Expected: every variant exactly causal, every head certified full rank, while a fraction of
+trained heads (peaked attention) is numerically rank deficient in float32 — reported, not
+part of the verdict.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import analysis
+import transformer
+from experiments.claims import models
+from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+
+SEQ_LENS = (32, 128, 256)
+QUICK_SEQ_LENS = (32, 64, 128)
+
+
+def mask_blind_softmax(q_BTHD, k_BSHD, v_BSHD, mask_BTS, *, scale):
+  """The control: softmax attention that ignores its mask (so reads the future)."""
+  return transformer.softmax_attention(q_BTHD, k_BSHD, v_BSHD, jnp.ones_like(mask_BTS),
+                                       scale=scale)
+
+
+def contract(seed: int, quick: bool) -> dict:
+  """Fraction of registry variants passing `check_attention`, and whether the control fails."""
+  kw = {"seed": seed}
+  if quick:
+    kw.update(cfg=transformer.preset("tiny", d_model=16, n_layers=1, n_heads=2, init_std=0.1,
+                                     max_len=16), seq_len=8)
+  passed = []
+  for name in sorted(transformer.ATTENTION):
+    try:
+      analysis.check_attention(name, **kw)
+      passed.append(1.0)
+    except AssertionError:
+      passed.append(0.0)
+  try:
+    analysis.check_attention(mask_blind_softmax, **kw)
+    caught = 0.0
+  except AssertionError:
+    caught = 1.0
+  return {"variants_causal": float(np.mean(passed)), "n_variants": float(len(passed)),
+          "control_caught": caught}
+
+
+def head_ranks(scores, weights) -> dict:
+  """Exact (float64) and float32 rank facts of causal attention matrices `(..., T, T)`.
+
+  Args:
+    scores: the sown masked scores (float32, `finfo.min` above the diagonal).
+    weights: the sown float32 attention matrices.
+
+  Returns:
+    per-head arrays: `full_rank` (float64 certificate), `log10_min_diag` (of the float64
+    `A_ii`), `deficient_f32` (float32 numerical rank < T), `zero_diag_f32` (a float32 `A_ii`
+    is exactly 0), `log10_cond_f32`.
+  """
+  T = scores.shape[-1]
+  s = np.asarray(scores, np.float64).reshape(-1, T, T)
+  s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+  m = s.max(-1, keepdims=True)
+  lse = m + np.log(np.exp(s - m).sum(-1, keepdims=True))
+  A64 = np.exp(s - lse)
+  cert = analysis.causal_logdet(A64)
+  log_diag = np.diagonal(s, axis1=-2, axis2=-1) - lse[..., 0]  # exact log A_ii, no underflow
+  w = np.asarray(weights, np.float32).reshape(-1, T, T)
+  rank = analysis.rank_certificate(w)
+  with np.errstate(divide="ignore"):
+    log10_cond = np.log10(rank["condition_number"])
+  return {"full_rank": cert["full_rank"], "log10_min_diag": log_diag.min(-1) / np.log(10),
+          "deficient_f32": rank["rank"] < T,
+          "zero_diag_f32": (np.diagonal(w, axis1=-2, axis2=-1) == 0).any(-1),
+          "log10_cond_f32": log10_cond}
+
+
+def rank_metrics(params, cfg, seq_lens, batch_size: int, seed: int) -> tuple[dict, dict]:
+  """Per-T metrics of a model's heads (and the per-head arrays at the largest T)."""
+  out, last = {}, {}
+  for T in seq_lens:
+    inter = models.intermediates(params, cfg, models.val_tokens(T, batch_size, seed))
+    r = head_ranks(inter["blocks"]["attn"]["scores"], inter["blocks"]["attn"]["weights"])
+    out[f"full_rank_exact_T{T}"] = float(r["full_rank"].mean())
+    out[f"deficient_f32_T{T}"] = float(r["deficient_f32"].mean())
+    out[f"zero_diag_f32_T{T}"] = float(r["zero_diag_f32"].mean())
+    out[f"log10_cond_median_T{T}"] = float(np.median(r["log10_cond_f32"]))
+    out[f"log10_min_diag_T{T}"] = float(r["log10_min_diag"].min())
+    last = r
+  T = seq_lens[-1]
+  out["full_rank_exact"] = min(out[f"full_rank_exact_T{t}"] for t in seq_lens)
+  out["deficient_f32"] = out[f"deficient_f32_T{T}"]
+  out["zero_diag_f32"] = out[f"zero_diag_f32_T{T}"]
+  return out, last
+
+
+def _figure(per_T: dict, heads: dict, seq_lens, run_dir: str) -> str:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+  for arm, style in (("init", "o--"), ("trained", "s-")):
+    for metric, label in (("deficient_f32", "float32 rank < T"),
+                          ("full_rank_exact", "certified full rank (float64)")):
+      y = [np.mean(per_T[arm][f"{metric}_T{T}"]) for T in seq_lens]
+      ax1.plot(seq_lens, y, style, label=f"{arm}: {label}")
+  ax1.set(xlabel="T", ylabel="fraction of heads", ylim=(-0.05, 1.05),
+          title="exactly invertible, numerically deficient")
+  ax1.set_xticks(seq_lens, [str(T) for T in seq_lens])
+  ax1.legend(fontsize=7)
+  T = seq_lens[-1]
+  for arm in ("init", "trained"):
+    ax2.hist(np.minimum(heads[arm]["log10_cond_f32"], 12), bins=30, alpha=0.6, label=arm)
+  ax2.axvline(-np.log10(T * np.finfo(np.float32).eps), color="k", ls=":",
+              label="float32 rank threshold 1/(T·eps)")
+  ax2.set(xlabel="log10 condition number of A (float32; singular shown at 12)", ylabel="heads",
+          title=f"conditioning per head, T={T}")
+  ax2.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(f"{run_dir}/rank.png", dpi=110)
+  plt.close(fig)
+  return "rank.png"
+
+
+def run(spec: Spec) -> dict:
+  """Measures both halves of the claim for every seed; see the module docstring."""
+  name = "quick" if spec.quick else "small"
+  seq_lens = QUICK_SEQ_LENS if spec.quick else SEQ_LENS
+  batch_size = 2 if spec.quick else 4
+  runs = {"contract": {}, "init": {}, "trained": {}}
+  per_T = {"init": {}, "trained": {}}
+  heads = {"init": {}, "trained": {}}
+  trained = models.base_models(name, spec.seeds)
+  for seed, (params, cfg) in zip(spec.seeds, trained, strict=True):
+    spec.log(f"  causal-mask: seed {seed}: attention contract")
+    runs["contract"][seed] = contract(seed, spec.quick)
+    spec.log(f"  causal-mask: seed {seed}: head ranks at T={list(seq_lens)}")
+    init = transformer.init(cfg, jax.random.key(seed))
+    for arm, p in (("init", init), ("trained", params)):
+      runs[arm][seed], last = rank_metrics(p, cfg, seq_lens, batch_size, seed)
+      for k, v in runs[arm][seed].items():
+        per_T[arm].setdefault(k, []).append(v)
+      for k, v in last.items():
+        heads[arm].setdefault(k, []).append(v)
+  heads = {arm: {k: np.concatenate(v) for k, v in h.items()} for arm, h in heads.items()}
+  figure = _figure(per_T, heads, seq_lens, spec.run_dir)
+  T = seq_lens[-1]
+  tr = per_T["trained"]
+  notes = [
+      f"- Attention variants checked: {sorted(transformer.ATTENTION)}; fraction exactly causal "
+      f"per seed: {runs['contract'][spec.seeds[0]]['variants_causal']:.2f} (seed "
+      f"{spec.seeds[0]}). The mask-blind control was caught in "
+      f"{int(sum(r['control_caught'] for r in runs['contract'].values()))}/{len(spec.seeds)} "
+      "seeds.",
+      f"- Trained heads at T={T}: {np.mean(tr[f'deficient_f32_T{T}']):.1%} numerically rank "
+      f"deficient in float32, {np.mean(tr[f'zero_diag_f32_T{T}']):.1%} with a diagonal entry "
+      f"that is exactly 0 in float32, yet {np.mean(tr[f'full_rank_exact_T{T}']):.1%} certified "
+      f"full rank in float64 (smallest A_ii = 10^{min(tr[f'log10_min_diag_T{T}']):.1f}).",
+      "- Median log10 condition number of the float32 matrices, trained: "
+      + ", ".join(f"T={t}: {np.median(tr[f'log10_cond_median_T{t}']):.1f}" for t in seq_lens)
+      + "; at init: " + ", ".join(
+          f"T={t}: {np.median(per_T['init'][f'log10_cond_median_T{t}']):.1f}" for t in seq_lens)
+      + ".",
+      f"- Models: the shared `{name}` models (`experiments.claims.base_model`), one per seed; "
+      f"{batch_size} validation windows of the stdlib corpus per T; every head of every layer.",
+  ]
+  return {"config": {"model": name, "seq_lens": list(seq_lens), "batch_size": batch_size,
+                     "variants": sorted(transformer.ATTENTION),
+                     "model_config": trained[0][1].to_dict()},
+          "runs": runs, "figures": [figure], "notes": notes,
+          "effects": [("trained heads numerically rank deficient in float32 (largest T)",
+                       "trained", None, "deficient_f32"),
+                      ("float32 rank deficiency: trained − init (largest T)", "trained", "init",
+                       "deficient_f32"),
+                      ("trained heads with an exact float32 zero on the diagonal", "trained",
+                       None, "zero_diag_f32")]}
+
+
+CLAIM = Claim(
+    id="causal-mask",
+    topic="full rank & causality",
+    kind="existing",
+    preface="Causal masking lets GPT see the past but not the future",
+    hypothesis=("Every registered attention variant is exactly causal (future gradient exactly "
+                "0, prefix bit-identical under suffix changes, padding respected, KV-cache "
+                "decode = forward to 1e-5), and every trained causal softmax head is invertible: "
+                "det A = Π A_ii > 0 certified in float64 for T = 32, 128, 256 in 100% of heads, "
+                "even where float32 calls it rank deficient (that fraction is reported)."),
+    refuted_if=("Any variant leaks the future in any seed, or any head's float64 certificate "
+                "fails (a zero diagonal entry of A in exact arithmetic)."),
+    thresholds=(
+        Threshold("trained heads certified full rank (float64, every T)", arm="trained",
+                  metric="full_rank_exact", stat="range", supports="== 1", refutes="< 1"),
+        Threshold("attention variants exactly causal", arm="contract", metric="variants_causal",
+                  stat="range", supports="== 1", refutes="< 1"),
+        Threshold("heads at init certified full rank", arm="init", metric="full_rank_exact",
+                  stat="range", supports="== 1", refutes="< 1"),
+        Threshold("mask-blind control caught by check_attention", arm="contract",
+                  metric="control_caught", stat="range", supports="== 1", control=True),
+    ),
+    anchors=(
+        Anchor("rank of a causal softmax attention matrix in exact arithmetic", "T (full)",
+               "det of a triangular matrix = Π A_ii (e.g. Golub & Van Loan, Matrix "
+               "Computations, 4th ed.)"),
+    ),
+    run=run,
+)

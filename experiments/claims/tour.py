@@ -1,0 +1,144 @@
+"""The tour: every claim in order, one verdict table. Also the `claim` command.
+
+    python -m experiments tour [--quick] [--only ID ...]     # make demo: tour --quick
+    python -m experiments claim ID [--quick] [--seeds 0 1 2]
+
+The tour opens with the library's own checks (the matrix catalog of `tiny`, a forward pass
+on real text, KV-cache decoding = full forward), then runs each built claim (a progress line
+per claim, ending with its report's path) and writes `runs/tour/<run-id>/{results.json,
+report.md, *.png}`: a table of all 14 claims (topic, existing/new, the preface's sentence,
+our hypothesis, verdict, key number beside its published anchor), then one section per
+claim. `--quick` takes about 1–2 minutes on 2 CPU cores with the two claims built so far
+(most of it compiling and training the shared `quick` model once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import time
+import traceback
+
+from experiments.claims import CLAIMS, report
+from experiments.claims.runner import run_claim, validate_tour, write_json
+
+
+def _opening(log) -> list[str]:
+  """The old demo's checks, captured as markdown."""
+  from experiments import demo
+
+  buf = io.StringIO()
+  with contextlib.redirect_stdout(buf):
+    out = demo.run("tiny", seed=0, steps=16, seq_len=64)
+  ok = out["cache_max_abs_err"] <= 1e-5
+  log(f"[tour] opening checks: catalog of tiny, forward loss {out['loss']:.3f} nats, KV-cache "
+      f"decode vs forward max |Δ| = {out['cache_max_abs_err']:.1e} ({'ok' if ok else 'FAILED'})")
+  return ["The `tiny` preset's matrix catalog, a forward pass on real text, and KV-cache "
+          f"decoding checked against the full forward pass (max |Δlogit| = "
+          f"{out['cache_max_abs_err']:.2e}, {'within' if ok else 'ABOVE'} 1e-5):", "",
+          "```", buf.getvalue().rstrip(), "```"]
+
+
+def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print) -> tuple[dict, str]:
+  """Runs the (selected) built claims in order; returns `(tour results, tour folder)`.
+
+  Args:
+    quick: small sizes and one seed per claim.
+    only: claim ids to run (default all built); the others appear with reason "not run".
+    root: the `runs` folder.
+    log: where the progress lines go.
+
+  Returns:
+    The tour's `results.json` dict and its folder.
+  """
+  only = list(only or [])
+  unknown = [c for c in only if c not in CLAIMS]
+  if unknown:
+    raise ValueError(f"--only {unknown}: unknown claim id. Fix: use ids from {list(CLAIMS)}.")
+  start = time.perf_counter()
+  tour_dir = os.path.join(root, "tour", time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick
+                                                                           else ""))
+  os.makedirs(tour_dir, exist_ok=True)
+  opening = _opening(log)
+  entries, results_by_id = [], {}
+  claims = list(CLAIMS.values())
+  for i, claim in enumerate(claims, 1):
+    head = f"[{i:2d}/{len(claims)}] {claim.id:<23}"
+    if not claim.built:
+      entries.append({"claim": claim.id, "verdict": "not built",
+                      "reason": "no experiment module yet", "results": None})
+      log(f"{head} not built")
+      continue
+    if only and claim.id not in only:
+      entries.append({"claim": claim.id, "verdict": "inconclusive",
+                      "reason": "not run in this tour (--only)", "results": None})
+      log(f"{head} skipped (--only)")
+      continue
+    t0 = time.perf_counter()
+    try:
+      res, run_dir = run_claim(claim, quick=quick, root=root, log=log)
+    except Exception as e:  # a broken claim is reported, and the tour goes on
+      traceback.print_exc()
+      entries.append({"claim": claim.id, "verdict": "inconclusive",
+                      "reason": f"the run failed: {type(e).__name__}: {e}", "results": None})
+      log(f"{head} FAILED ({type(e).__name__}: {e})")
+      continue
+    results_by_id[claim.id] = res
+    entries.append({"claim": claim.id, "verdict": res["verdict"], "reason": res["reason"],
+                    "results": os.path.join(run_dir, "results.json")})
+    log(f"{head} {report.verdict_label(res, res['verdict']):<36} "
+        f"{time.perf_counter() - t0:6.1f} s  {os.path.join(run_dir, 'report.md')}")
+  runtime = time.perf_counter() - start
+  tour = {"quick": quick, "runtime_s": runtime, "claims": entries}
+  validate_tour(tour, list(CLAIMS))
+  write_json(os.path.join(tour_dir, "results.json"), tour)
+  lines = report.tour_markdown(claims, entries, results_by_id, quick=quick, runtime_s=runtime,
+                               opening=opening, tour_dir=tour_dir)
+  with open(os.path.join(tour_dir, "report.md"), "w") as f:
+    f.write("\n".join(lines))
+  log(f"[tour] {runtime:.0f} s; report: {os.path.join(tour_dir, 'report.md')}")
+  return tour, tour_dir
+
+
+def tour_main(argv=None) -> int:
+  """`python -m experiments tour`; exit status 1 if a claim's run failed."""
+  p = argparse.ArgumentParser(prog="python -m experiments tour", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--quick", action="store_true", help="small sizes, one seed (indicative)")
+  p.add_argument("--only", nargs="+", metavar="ID", default=None, help="run only these claims")
+  p.add_argument("--out", default="runs", help="the runs folder")
+  args = p.parse_args(argv)
+  try:
+    tour, _ = run_tour(quick=args.quick, only=args.only, root=args.out)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  failed = [c for c in tour["claims"] if c["reason"].startswith("the run failed")]
+  return 1 if failed else 0
+
+
+def claim_main(argv=None) -> int:
+  """`python -m experiments claim ID`; prints the verdict and the report's path."""
+  p = argparse.ArgumentParser(prog="python -m experiments claim",
+                              description="Run one claim of the preface and write its verdict.")
+  p.add_argument("id", choices=list(CLAIMS), metavar="ID", help=f"one of {list(CLAIMS)}")
+  p.add_argument("--quick", action="store_true", help="small sizes, one seed (indicative)")
+  p.add_argument("--seeds", type=int, nargs="+", default=None,
+                 help="seeds (default 0 with --quick, else 0 1 2)")
+  p.add_argument("--out", default="runs", help="the runs folder")
+  args = p.parse_args(argv)
+  claim = CLAIMS[args.id]
+  if not claim.built:
+    print(f"claim {args.id!r} is not built yet (verdict: not built).", file=sys.stderr)
+    return 2
+  try:
+    res, run_dir = run_claim(claim, quick=args.quick, seeds=args.seeds, root=args.out)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(f"{claim.id}: {report.verdict_label(res, res['verdict'])} ({res['runtime_s']:.1f} s)\n"
+        f"  {res['reason']}\n  report: {os.path.join(run_dir, 'report.md')}")
+  return 0

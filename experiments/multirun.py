@@ -1,0 +1,245 @@
+"""Many small training runs as one program: seeds × learning rates, vmapped and jitted.
+
+    result = train_many(cfg, make_tx, seeds=(0, 1, 2), learning_rates=(1e-3, 3e-3),
+                        steps=400, data="stdlib", batch_size=16, seq_len=64, eval_every=50)
+
+Each run is what `experiments.train.train` would do with that seed and peak learning rate
+(same init `key(seed)`, same batches — a pure function of `(seed, step)` — same loss and
+optimizer), but all of them advance together: one `jax.vmap` over learning rates of one
+`jax.vmap` over seeds, `eval_every` steps per call inside a `lax.fori_loop`, in memory, no
+checkpoints. The learning rate is a traced value injected with `optax.inject_hyperparams`, so
+the whole sweep compiles once. A run whose loss becomes non-finite (or worse than 1.5 ×
+uniform guessing) is flagged in `diverged`; the others are untouched, since vmapped runs
+share no arithmetic.
+
+`python -m experiments.benchmarks.multirun` times 3 seeds × 2 rates of `tiny` against the
+same six runs one after another.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import transformer
+from experiments import data as data_lib
+
+DIVERGENCE_FACTOR = 1.5  # a loss above this × ln(vocab) is worse than guessing: diverged
+
+
+class ManyResult(NamedTuple):
+  """What `train_many` returns; run axes lead every array: `(n_lr, n_seeds, ...)`.
+
+  Attributes:
+    loss: `(n_lr, n_seeds, n_evals)` mean training loss over the steps since the last eval
+      (with `eval_every=1`, the loss of each step's batch, as `train` logs it).
+    val_loss: `(n_lr, n_seeds, n_evals)` mean loss on `eval_batches` validation batches (NaN
+      when `eval_batches=0`).
+    steps: `(n_evals,)` the step after which each evaluation was made.
+    params: the final model params (after `params_fn`), leading axes `(n_lr, n_seeds)`.
+    trained: the final trained leaves (the same object as `params` without `params_fn`).
+    diverged: `(n_lr, n_seeds)` bool.
+    seeds: the seeds, in order.
+    learning_rates: the peak rates, in order (`(nan,)` when none was swept).
+  """
+
+  loss: np.ndarray
+  val_loss: np.ndarray
+  steps: np.ndarray
+  params: Any
+  trained: Any
+  diverged: np.ndarray
+  seeds: tuple[int, ...]
+  learning_rates: tuple[float, ...]
+
+
+def train_like(tc) -> Callable[..., optax.GradientTransformation]:
+  """`make_tx(learning_rate)` that rebuilds `experiments.train.optimizer(tc)` at any peak rate.
+
+  The warm-up + cosine schedule is linear in its peak, so the schedule at rate `η` is `η` times
+  the schedule at rate 1; global-norm clipping comes first, as in `train`.
+
+  Args:
+    tc: an `experiments.train.TrainConfig` (its `learning_rate` is ignored).
+
+  Returns:
+    `make_tx(learning_rate) -> optax.GradientTransformation`, for `train_many`.
+
+  Example:
+    >>> from experiments import multirun, train
+    >>> tx = multirun.train_like(train.TrainConfig(steps=20))(learning_rate=3e-3)
+  """
+  from experiments import train
+
+  unit = train.schedule(tc.replace(learning_rate=1.0))
+
+  def make_tx(learning_rate):
+    tx = train.OPTIMIZERS[tc.optimizer](tc, lambda count: learning_rate * unit(count))
+    return optax.chain(optax.clip_by_global_norm(tc.grad_clip), tx) if tc.grad_clip else tx
+
+  return make_tx
+
+
+def _source(data, seq_len: int):
+  return data if hasattr(data, "batch") else data_lib.source(data, seq_len)
+
+
+def _batches(src, seeds, steps: Sequence[int], batch_size: int, split: str):
+  """`(len(steps), n_seeds, B, T+1)` tokens and `(len(steps), n_seeds, B, T)` weights."""
+  rows = [[src.batch(seed, s, batch_size, split) for seed in seeds] for s in steps]
+  return (np.stack([[b.tokens for b in r] for r in rows]),
+          np.stack([[b.weights for b in r] for r in rows]))
+
+
+def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTransformation], *,
+               seeds: Sequence[int], learning_rates: Sequence[float] | None = None, steps: int,
+               data, batch_size: int, seq_len: int, params_fn: Callable | None = None,
+               aux_loss: Callable | None = None, eval_every: int,
+               callback: Callable | None = None, init_fn: Callable | None = None,
+               eval_batches: int = 4) -> ManyResult:
+  """Trains `len(learning_rates) × len(seeds)` models as one vmapped, jitted program.
+
+  .. math:: \\theta^{(\\eta, s)}_{k+1} = \\theta^{(\\eta, s)}_k
+     + \\mathrm{tx}_\\eta\\big(\\nabla \\mathcal L(\\theta_k; \\text{batch}(s, k+1))\\big)
+
+  Args:
+    cfg: the model.
+    make_tx: `make_tx(learning_rate=η) -> optax.GradientTransformation` (η is a traced scalar,
+      injected with `optax.inject_hyperparams`); with `learning_rates=None`, `make_tx()` takes
+      no argument. `train_like(tc)` reproduces `experiments.train`'s optimizer.
+    seeds: init key `jax.random.key(seed)` and batch stream of each run.
+    learning_rates: peak rates to sweep, or None for the single optimizer `make_tx()`.
+    steps: optimizer steps per run (batches `1 … steps`, as in `train`).
+    data: a data spec (`"stdlib"`, a path, `"task:NAME"`) or a source with `.batch(seed, step,
+      batch_size, split)`.
+    batch_size: sequences per step.
+    seq_len: tokens per text sequence.
+    params_fn: maps the trained leaves to the model's params (e.g. base + LoRA factors);
+      default: the trained leaves are the params.
+    aux_loss: `aux_loss(params, intermediates) -> scalar` added to the loss (the model's sown
+      `intermediates` of the step's batch); the logged `loss` stays the cross-entropy.
+    eval_every: steps between evaluations (the last step is always evaluated).
+    callback: `callback(step, params, intermediates)` after each evaluation, with the params
+      and the intermediates of the first validation batch, leading axes `(n_lr, n_seeds)`.
+    init_fn: `init_fn(key) -> trained leaves`; default: the model's init, as `train` does.
+    eval_batches: validation batches per evaluation (0: none).
+
+  Returns:
+    A `ManyResult`.
+
+  Example:
+    >>> import optax, transformer
+    >>> from experiments.multirun import train_many
+    >>> r = train_many(transformer.preset("tiny", d_model=32), optax.adam, seeds=(0, 1),
+    ...                learning_rates=(1e-3, 1e-2), steps=4, data="task:modadd",
+    ...                batch_size=4, seq_len=8, eval_every=2, eval_batches=1)
+    >>> r.loss.shape, r.diverged.shape
+    ((2, 2, 2), (2, 2))
+  """
+  if steps < 1 or eval_every < 1:
+    raise ValueError(f"train_many: {steps=} and {eval_every=} must be positive.")
+  if not seeds:
+    raise ValueError("train_many: seeds is empty. Fix: pass e.g. seeds=(0, 1, 2).")
+  seeds = tuple(int(s) for s in seeds)
+  sweep = learning_rates is not None
+  lrs = tuple(float(x) for x in learning_rates) if sweep else (math.nan,)
+  if sweep and not lrs:
+    raise ValueError("train_many: learning_rates is empty. Fix: pass rates or None.")
+  src = _source(data, seq_len)
+  model = transformer.Transformer(cfg)
+  to_params = params_fn or (lambda trained: trained)
+  init_trained = init_fn or (lambda key: model.init(
+      key, jnp.zeros((1, min(8, cfg.max_len)), jnp.int32))["params"])
+  want_intermediates = aux_loss is not None
+
+  def tx_for(lr):
+    return optax.inject_hyperparams(make_tx)(learning_rate=lr) if sweep else make_tx()
+
+  def loss_fn(trained, tokens_BT1, weights_BT):
+    params = to_params(trained)
+    if want_intermediates:
+      logits_BTV, state = model.apply({"params": params}, tokens_BT1[:, :-1],
+                                      mutable=["intermediates"])
+    else:
+      logits_BTV = model.apply({"params": params}, tokens_BT1[:, :-1])
+    nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
+    ce = (nll_BT * weights_BT).sum() / weights_BT.sum()
+    total = ce + aux_loss(params, state["intermediates"]) if want_intermediates else ce
+    return total, ce
+
+  def init_one(seed, lr):
+    trained = init_trained(jax.random.key(seed))
+    return trained, tx_for(lr).init(trained)
+
+  def step_one(trained, opt_state, lr, tokens_BT1, weights_BT):
+    (_, ce), grads = jax.value_and_grad(loss_fn, has_aux=True)(trained, tokens_BT1, weights_BT)
+    updates, opt_state = tx_for(lr).update(grads, opt_state, trained)
+    return optax.apply_updates(trained, updates), opt_state, ce
+
+  # Outer axis: learning rates (batches shared); inner axis: seeds (lr shared).
+  over_seeds = jax.vmap(step_one, in_axes=(0, 0, None, 0, 0))
+  step_all = jax.vmap(over_seeds, in_axes=(0, 0, 0, None, None))
+  init_all = jax.jit(jax.vmap(jax.vmap(init_one, in_axes=(0, None)), in_axes=(None, 0)))
+
+  @jax.jit
+  def advance(trained, opt_state, lr_R, tokens_NSBT1, weights_NSBT, n):
+    """`n ≤ eval_every` steps; returns the state, the summed losses and a non-finite flag."""
+    zeros = jnp.zeros((len(lrs), len(seeds)), jnp.float32)
+
+    def body(i, carry):
+      trained, opt_state, total, bad = carry
+      trained, opt_state, ce = step_all(trained, opt_state, lr_R, tokens_NSBT1[i],
+                                        weights_NSBT[i])
+      return trained, opt_state, total + ce, bad | ~jnp.isfinite(ce)
+
+    return jax.lax.fori_loop(0, n, body, (trained, opt_state, zeros, zeros.astype(bool)))
+
+  def val_one(trained, tokens_EBT1, weights_EBT):
+    return jax.lax.map(lambda tw: loss_fn(trained, *tw)[1], (tokens_EBT1, weights_EBT)).mean()
+
+  evaluate = jax.jit(jax.vmap(jax.vmap(val_one, in_axes=(0, 1, 1)), in_axes=(0, None, None)))
+  params_of = jax.jit(jax.vmap(jax.vmap(to_params)))
+
+  @jax.jit
+  def intermediates_of(trained, tokens_SBT1):
+    def one(trained, tokens_BT1):
+      _, state = model.apply({"params": to_params(trained)}, tokens_BT1[:, :-1],
+                             mutable=["intermediates"])
+      return state["intermediates"]
+
+    return jax.vmap(jax.vmap(one, in_axes=(0, 0)), in_axes=(0, None))(trained, tokens_SBT1)
+
+  lr_R = jnp.asarray(lrs if sweep else (0.0,), jnp.float32)
+  trained, opt_state = init_all(jnp.asarray(seeds), lr_R)
+  if eval_batches:
+    val_tokens, val_weights = _batches(src, seeds, range(eval_batches), batch_size, "val")
+  ends = list(range(eval_every, steps + 1, eval_every))
+  if not ends or ends[-1] != steps:
+    ends.append(steps)
+  loss, val_loss, diverged = [], [], np.zeros((len(lrs), len(seeds)), bool)
+  start = 0
+  for end in ends:
+    tokens, weights = _batches(src, seeds, range(start + 1, end + 1), batch_size, "train")
+    n = end - start
+    if n < eval_every:  # pad to the compiled chunk length; the loop stops at n
+      pad = ((0, eval_every - n),) + ((0, 0),) * (tokens.ndim - 1)
+      tokens, weights = np.pad(tokens, pad), np.pad(weights, pad)
+    trained, opt_state, total, bad = advance(trained, opt_state, lr_R, tokens, weights, n)
+    mean = np.asarray(total) / n
+    diverged |= np.asarray(bad) | ~(mean <= DIVERGENCE_FACTOR * math.log(cfg.vocab_size))
+    loss.append(mean)
+    val_loss.append(np.asarray(evaluate(trained, val_tokens, val_weights)) if eval_batches
+                    else np.full(mean.shape, np.nan))
+    if callback is not None:
+      first_val = (val_tokens[0] if eval_batches else tokens[0])
+      callback(end, params_of(trained), intermediates_of(trained, first_val))
+    start = end
+  params = params_of(trained) if params_fn is not None else trained
+  return ManyResult(np.stack(loss, -1), np.stack(val_loss, -1), np.asarray(ends), params, trained,
+                    diverged, seeds, lrs)

@@ -1,0 +1,185 @@
+"""The claims runner: registry, statistics, verdict logic, schema, folders, tour."""
+
+import dataclasses
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from experiments.claims import CLAIMS, runner, tour
+from experiments.claims.runner import Claim, Threshold
+
+DESIGN_ORDER = [
+    "causal-mask", "kv-compression", "residual-eigenvalues", "eigenvalue-constrained",
+    "layernorm-condition", "condition-lr", "softmax-kernel", "psd-attention", "lora",
+    "adaptive-rank", "muon", "orthogonal-heads", "sliding-window", "dynamic-sparsity"]
+
+
+def test_registry_has_the_14_design_ids_in_order():
+  assert list(CLAIMS) == DESIGN_ORDER
+  for claim in CLAIMS.values():
+    assert claim.kind in ("existing", "new") and claim.preface and claim.topic
+  # Per topic: existing first, then new.
+  assert [c.kind for c in CLAIMS.values()] == ["existing", "new"] * 7
+  built = [c.id for c in CLAIMS.values() if c.built]
+  assert {"causal-mask", "softmax-kernel"} <= set(built)
+  for cid in built:
+    assert CLAIMS[cid].thresholds and CLAIMS[cid].hypothesis and CLAIMS[cid].refuted_if
+
+
+@pytest.mark.parametrize("dof", [1, 2, 3, 7, 29, 30, 31, 45, 200, 10_000])
+def test_t_quantile_matches_scipy(dof):
+  assert runner.t_quantile_975(dof) == pytest.approx(scipy.stats.t.ppf(0.975, dof), rel=2e-6)
+
+
+def test_mean_ci95_matches_scipy():
+  x = np.array([0.3, 0.9, 0.4, 1.7])
+  m, (lo, hi) = runner.mean_ci95(x)
+  ref = scipy.stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=scipy.stats.sem(x))
+  assert m == pytest.approx(x.mean()) and (lo, hi) == pytest.approx(ref, rel=1e-6)
+  assert runner.mean_ci95([2.0]) == (2.0, None)
+
+
+@pytest.mark.parametrize("cond, interval, expected", [
+    (">= 0.9", (0.9, 1.0), True), (">= 0.9", (0.89, 1.0), False), ("> 0", (0.0, 1.0), False),
+    ("< 1", (0.2, 0.99), True), ("<= 1", (0.2, 1.0), True), ("== 1", (1.0, 1.0), True),
+    ("== 1", (0.99, 1.0), False), (">= 0", (math.nan, math.nan), False)])
+def test_condition_holds_only_for_the_whole_interval(cond, interval, expected):
+  assert runner.holds(cond, interval) is expected
+
+
+def test_bad_condition_and_bad_claim_are_value_errors():
+  with pytest.raises(ValueError, match="cannot be read"):
+    Threshold("x", arm="a", metric="m", supports="at least 3")
+  with pytest.raises(ValueError, match="neither"):
+    Threshold("x", arm="a", metric="m")
+  with pytest.raises(ValueError, match="kebab-case"):
+    Claim(id="Causal_Mask", topic="t", kind="existing", preface="p")
+  with pytest.raises(ValueError, match="freeze"):
+    Claim(id="x", topic="t", kind="new", preface="p", run=lambda spec: {})
+
+
+def _claim(thresholds, run=None):
+  return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+               thresholds=tuple(thresholds), run=run or (lambda spec: {}))
+
+
+RUNS = {"a": {0: {"m": 1.0}, 1: {"m": 1.2}, 2: {"m": 1.1}},
+        "b": {0: {"m": 0.0}, 1: {"m": 0.1}, 2: {"m": 0.3}}}
+
+
+@pytest.mark.parametrize("thresholds, expected", [
+    ([Threshold("gain", "a", "m", baseline="b", supports="> 0.5")], "supported"),
+    ([Threshold("gain", "a", "m", baseline="b", supports="> 5", refutes="< 2")], "refuted"),
+    ([Threshold("gain", "a", "m", baseline="b", supports="> 1.05")], "inconclusive"),
+    ([Threshold("gain", "a", "m", baseline="b", supports="> 0.5"),
+      Threshold("ctl", "b", "m", stat="range", supports="== 0", control=True)], "inconclusive"),
+])
+def test_verdict_from_thresholds(thresholds, expected):
+  v, reason, evals = runner.verdict(_claim(thresholds), RUNS, (0, 1, 2), indicative=False)
+  assert v == expected and reason
+  # The paired effect a − b over seeds is (1.0, 1.1, 0.8): mean 0.9667.
+  assert evals[0]["mean"] == pytest.approx(np.mean([1.0, 1.1, 0.8]))
+
+
+def _toy_run(spec):
+  runs = {"treated": {s: {"score": 1.0 + 0.1 * s, "maybe": math.nan} for s in spec.seeds},
+          "control": {s: {"score": 0.5, "maybe": 1.0} for s in spec.seeds}}
+  return {"config": {"size": 3}, "runs": runs, "notes": ["- a note"], "figures": [],
+          "effects": [("maybe diff", "treated", "control", "maybe")]}
+
+
+def test_run_claim_writes_folder_and_strict_json(tmp_path):
+  claim = _claim([Threshold("gain", "treated", "score", baseline="control", supports="> 0.2",
+                            refutes="< 0")], run=_toy_run)
+  results, run_dir = runner.run_claim(claim, seeds=(0, 1, 2), root=str(tmp_path), log=lambda s: 0)
+  assert sorted(os.listdir(run_dir)) == ["claim.json", "report.md", "results.json"]
+  on_disk = runner.load_strict(os.path.join(run_dir, "results.json"))
+  runner.validate_results(on_disk, claim_ids=["toy"])
+  assert on_disk["verdict"] == "supported" and on_disk["seeds"] == [0, 1, 2]
+  assert on_disk["arms"]["treated"]["runs"]["2"]["maybe"] is None  # NaN -> null
+  gain = on_disk["effects"][0]
+  ref = scipy.stats.t.interval(0.95, 2, loc=0.6, scale=scipy.stats.sem([0.5, 0.6, 0.7]))
+  assert gain["mean"] == pytest.approx(0.6) and gain["ci95"] == pytest.approx(list(ref))
+  assert [e["name"] for e in on_disk["effects"]] == ["gain", "maybe diff"]
+  frozen = json.load(open(os.path.join(run_dir, "claim.json")))
+  assert frozen["thresholds"][0]["supports"] == "> 0.2"
+  text = open(os.path.join(run_dir, "report.md")).read()
+  assert "**Verdict: supported.**" in text and "a note" in text
+
+
+def test_quick_run_is_labelled_indicative(tmp_path):
+  claim = _claim([Threshold("gain", "treated", "score", supports="> 0.2")], run=_toy_run)
+  results, run_dir = runner.run_claim(claim, quick=True, root=str(tmp_path), log=lambda s: 0)
+  assert results["seeds"] == [0] and results["reason"].startswith("indicative (quick)")
+  assert results["effects"][0]["ci95"] == [None, None]
+  assert "indicative (quick)" in open(os.path.join(run_dir, "report.md")).read()
+
+
+def _valid():
+  return {"claim": "toy", "quick": False, "seeds": [0], "config": {},
+          "arms": {"a": {"runs": {"0": {"m": 1.0}}, "mean": {"m": 1.0}, "std": {"m": 0.0}}},
+          "effects": [{"name": "e", "arm": "a", "baseline": None, "metric": "m", "mean": 1.0,
+                       "ci95": [None, None]}],
+          "verdict": "supported", "reason": "r", "thresholds": [], "anchors": [],
+          "runtime_s": 1.0, "env": {"jax": "0", "backend": "cpu", "device": "cpu"}, "git": None}
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda r: r.pop("git"), "keys"),
+    (lambda r: r.update(extra=1), "keys"),
+    (lambda r: r.update(verdict="probably"), "verdict"),
+    (lambda r: r["arms"]["a"]["mean"].update(m=math.nan), "not finite"),
+    (lambda r: r["arms"]["a"]["runs"].update({"1": {}}), "seeds"),
+    (lambda r: r["effects"][0].update(ci95=[0.0]), "ci95"),
+    (lambda r: r.update(seeds=[]), "seeds"),
+])
+def test_validator_rejects_schema_breaks_but_not_verdict_values(breakage, message):
+  runner.validate_results(_valid())
+  for v in runner.VERDICTS:
+    runner.validate_results({**_valid(), "verdict": v})
+  broken = _valid()
+  breakage(broken)
+  with pytest.raises(ValueError, match=message):
+    runner.validate_results(broken)
+
+
+def test_load_strict_refuses_nan(tmp_path):
+  path = tmp_path / "r.json"
+  path.write_text('{"x": NaN}')
+  with pytest.raises(ValueError, match="strict JSON"):
+    runner.load_strict(str(path))
+
+
+def test_tour_lists_all_14_and_not_built_are_never_verdicts(tmp_path, monkeypatch):
+  toy = _claim([Threshold("gain", "treated", "score", supports="> 0.2")], run=_toy_run)
+  fast = {cid: dataclasses.replace(toy, id=cid) for cid in ("causal-mask", "softmax-kernel")}
+  monkeypatch.setattr(tour, "CLAIMS", {**CLAIMS, **fast})
+  monkeypatch.setattr(tour, "_opening", lambda log: ["opening"])
+  lines = []
+  res, tour_dir = tour.run_tour(quick=True, only=["causal-mask"], root=str(tmp_path),
+                                log=lines.append)
+  runner.validate_tour(runner.load_strict(os.path.join(tour_dir, "results.json")),
+                       list(CLAIMS))
+  by_id = {c["claim"]: c for c in res["claims"]}
+  assert [c["claim"] for c in res["claims"]] == DESIGN_ORDER
+  assert by_id["causal-mask"]["verdict"] == "supported"
+  assert by_id["softmax-kernel"]["results"] is None  # not selected by --only
+  for c in res["claims"]:
+    if not tour.CLAIMS[c["claim"]].built:
+      assert c["verdict"] == "not built" and c["results"] is None
+  runner.validate_results(runner.load_strict(by_id["causal-mask"]["results"]))
+  assert len(lines) == 15 and lines[-1].endswith("report.md")
+  text = open(os.path.join(tour_dir, "report.md")).read()
+  assert text.count("| `") >= 14 and "not built" in text
+
+
+def test_claim_cli_rejects_unbuilt_and_unknown(capsys):
+  unbuilt = [c.id for c in CLAIMS.values() if not c.built]
+  if unbuilt:
+    assert tour.claim_main([unbuilt[0]]) == 2
+  with pytest.raises(SystemExit):
+    tour.claim_main(["no-such-claim"])

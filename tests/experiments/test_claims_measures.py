@@ -1,0 +1,120 @@
+"""What the first two claims measure, against independent float64 references; the model cache."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import transformer
+from experiments import multirun
+from experiments.claims import causal_mask, models, softmax_kernel
+
+
+def _masked_scores(s_TT):
+  T = s_TT.shape[-1]
+  return np.where(np.tril(np.ones((T, T), bool)), s_TT, np.finfo(np.float32).min).astype(
+      np.float32)
+
+
+def _softmax64(s_TT):
+  T = s_TT.shape[-1]
+  s = np.where(np.tril(np.ones((T, T), bool)), s_TT.astype(np.float64), -np.inf)
+  e = np.exp(s - s.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("gap, deficient, zero_diag", [(0.0, False, False), (60.0, True, False),
+                                                       (120.0, True, True)])
+def test_head_ranks_exact_vs_float32(gap, deficient, zero_diag):
+  # Every query after the first puts score `gap` on key 0 and 0 elsewhere: A_ii ≈ e^-gap.
+  T = 8
+  s = np.random.default_rng(0).normal(size=(T, T)) * 0.1
+  s[1:, 0] += gap
+  scores = _masked_scores(s)
+  weights = np.asarray(jax.nn.softmax(jnp.asarray(scores), -1))
+  r = causal_mask.head_ranks(scores[None], weights[None])
+  A64 = _softmax64(s.astype(np.float32))
+  assert r["full_rank"].tolist() == [True]  # exact arithmetic: every A_ii > 0
+  np.testing.assert_allclose(r["log10_min_diag"][0], np.log10(np.diag(A64).min()), rtol=1e-6)
+  assert r["deficient_f32"].tolist() == [deficient]
+  assert r["zero_diag_f32"].tolist() == [zero_diag]
+  sv = np.linalg.svd(weights.astype(np.float64), compute_uv=False)
+  with np.errstate(divide="ignore"):  # an exactly singular float32 matrix: κ = inf
+    np.testing.assert_allclose(r["log10_cond_f32"][0], np.log10(sv[0] / sv[-1]), rtol=1e-6)
+
+
+def test_kernel_certificate_tied_is_psd_untied_is_not():
+  rng = np.random.default_rng(1)
+  q = rng.normal(size=(1, 1, 12, 2, 4)).astype(np.float32)  # (L, B, T, H, dh)
+  k = rng.normal(size=(1, 1, 12, 2, 4)).astype(np.float32)
+  tied = softmax_kernel.kernel_certificate(q, q, 0.5, causal=False)
+  untied = softmax_kernel.kernel_certificate(q, k, 0.5, causal=False)
+  assert tied["is_kernel"].all() and not untied["is_symmetric"].any()
+  # Independent reference for one head: exp(q kᵀ · scale) in float64, symmetric part.
+  K64 = np.exp(0.5 * q[0, 0, :, 1].astype(np.float64) @ k[0, 0, :, 1].T.astype(np.float64))
+  S = (K64 + K64.T) / 2
+  lam = np.linalg.eigvalsh(S)
+  np.testing.assert_allclose(untied["min_eig_rel"][0, 1], lam[0] / np.abs(lam).max(), rtol=1e-4)
+  causal = softmax_kernel.kernel_certificate(q, q, 0.5, causal=True)
+  assert not causal["is_symmetric"].any()  # a lower-triangular kernel is never symmetric
+  metrics = softmax_kernel.kernel_metrics(untied)
+  assert metrics["frac_kernel"] == 0.0 and 0.0 <= metrics["frac_psd"] <= 1.0
+
+
+def test_tying_keys_to_queries_makes_k_equal_q():
+  cfg = transformer.preset("tiny", d_model=16, n_layers=2, n_heads=2, max_len=16)
+  params = softmax_kernel.tie_keys_to_queries(transformer.init(cfg, jax.random.key(0)))
+  inter = models.intermediates(params, cfg, np.arange(8)[None])["blocks"]["attn"]
+  np.testing.assert_array_equal(inter["q"], inter["k"])
+
+
+def test_contract_measurement_quick():
+  out = causal_mask.contract(seed=0, quick=True)
+  assert out["variants_causal"] == 1.0 and out["control_caught"] == 1.0
+  assert out["n_variants"] == len(transformer.ATTENTION)
+
+
+@pytest.fixture
+def tiny_recipe(monkeypatch):
+  cfg = transformer.preset("tiny", d_model=16, n_layers=1, n_heads=2, max_len=16)
+  monkeypatch.setitem(models.RECIPES, "quick",
+                      models.Recipe(cfg, steps=3, batch_size=2, seq_len=8, warmup_steps=1))
+  calls = []
+  real = multirun.train_many
+  monkeypatch.setattr(multirun, "train_many",
+                      lambda *a, **kw: calls.append(kw["seeds"]) or real(*a, **kw))
+  models._load.cache_clear()
+  yield calls
+  models._load.cache_clear()
+
+
+def test_base_model_trains_once_then_loads(tmp_path, tiny_recipe):
+  root = str(tmp_path)
+  params, cfg = models.base_model("quick", 3, root=root)
+  models._load.cache_clear()  # a fresh process: must come from disk
+  again, _ = models.base_model("quick", 3, root=root)
+  assert tiny_recipe == [(3,)]
+  jax.tree.map(np.testing.assert_array_equal, params, again)
+  # Equal to training the same recipe directly: the cache holds the trained model.
+  tc = models.RECIPES["quick"].train_config(3)
+  direct = multirun.train_many(cfg, multirun.train_like(tc), seeds=(3,), learning_rates=(3e-3,),
+                               steps=3, data="stdlib", batch_size=2, seq_len=8, eval_every=3,
+                               eval_batches=0)
+  np.testing.assert_allclose(again["blocks"]["attn"]["w_q"],
+                             direct.params["blocks"]["attn"]["w_q"][0, 0], atol=1e-6)
+  info = models.base_model_info("quick", 3, root=root)
+  assert info["seed"] == 3 and os.path.isdir(info["path"]) and not info["diverged"]
+  assert not [n for n in os.listdir(os.path.dirname(info["path"])) if ".tmp-" in n]
+
+
+def test_half_written_cache_is_ignored_and_missing_seeds_train_together(tmp_path, tiny_recipe):
+  root = str(tmp_path)
+  crashed = models.cache_dir("quick", 1, root)
+  os.makedirs(crashed + ".tmp-999")  # a crash mid-write leaves only a temporary folder
+  os.makedirs(crashed)  # ... or a folder without meta.json
+  models.base_models("quick", (0, 1), root=root)
+  assert tiny_recipe == [(0, 1)]
+  assert os.path.exists(os.path.join(crashed, "meta.json"))
+  assert os.path.exists(os.path.join(crashed, "params.npz"))
