@@ -37,7 +37,7 @@ import numpy as np
 import analysis
 import transformer
 from analysis import report
-from experiments import checkpoint, jsonio, progress
+from experiments import checkpoint, console, jsonio
 from experiments.demo import sample_text
 from transformer.model import param_tree
 
@@ -241,7 +241,7 @@ def run(acfg: AtlasConfig) -> tuple[dict, str]:
       "attention": lambda: attention_measures(inter, cfg, acfg),
       "structure": lambda: weight_structure(params, acfg.energy),
   }
-  with progress.progress(len(stages) + 1, desc="atlas", unit="stage") as bar:
+  with console.progress(len(stages) + 1, desc="atlas", unit="stage") as bar:
     for name, fn in stages.items():
       bar.set_postfix_str(name)
       results[name] = fn()

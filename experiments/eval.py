@@ -33,7 +33,7 @@ import numpy as np
 import optax
 
 import transformer
-from experiments import checkpoint, data, jsonio, progress
+from experiments import checkpoint, console, data, jsonio
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "tokenizer_config.json")
 
@@ -131,7 +131,7 @@ def evaluate(params, cfg: transformer.Config, tokens, *, n_bytes: int | None = N
   n_tokens = int(batch.weights.sum())
   total = 0.0
   starts = range(0, len(batch.tokens), batch_size)
-  with progress.progress(len(starts), desc="eval", disable=not show_progress) as bar:
+  with console.progress(len(starts), desc="eval", disable=not show_progress) as bar:
     for i in starts:
       tokens_BT1, weights_BT = batch.tokens[i:i + batch_size], batch.weights[i:i + batch_size]
       if len(tokens_BT1) < batch_size:  # one compiled shape: pad with unscored windows

@@ -10,7 +10,10 @@ The mesh axes are `AxisType.Auto`: current `jax.make_mesh` defaults to `Explicit
 linen modules do not support (`ShardingTypeError` inside `nn.Embed`, even on one device).
 
 Example:
-  >>> mesh = make_mesh(parse_mesh("data=2,fsdp=4"))
+  >>> import jax, transformer
+  >>> from experiments.sharding import make_mesh, param_shardings, parse_mesh
+  >>> params = transformer.init(transformer.preset("tiny"), jax.random.key(0))
+  >>> mesh = make_mesh(parse_mesh("data=2,fsdp=4"))   # 8 devices (simulated on CPU)
   >>> shardings = param_shardings(mesh, params)     # a pytree of NamedSharding
   >>> params = jax.device_put(params, shardings)
 """

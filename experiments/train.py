@@ -41,7 +41,7 @@ import numpy as np
 import optax
 
 import transformer
-from experiments import checkpoint, data, progress, sharding, train_report
+from experiments import checkpoint, console, data, sharding, train_report
 from experiments.run_folder import RunFolder
 from transformer import names
 
@@ -443,7 +443,7 @@ def _loop(tc: TrainConfig, trainer: Trainer, src, folder: RunFolder, state: Trai
                                         f"{int(state.step)}", folder)) from None
 
   buffer = _MetricsBuffer(folder, tc.batch_size * seq_len)
-  bar = progress.progress(end, start, "train",
+  bar = console.progress(end, start, "train",
                           disable=not (tc.progress and jax.process_index() == 0))
   val_loss = math.nan
   with _deferred_interrupt() as interrupt, contextlib.closing(bar):

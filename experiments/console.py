@@ -6,7 +6,7 @@ terminal the same calls print a line at every tenth of the work (and at least ev
 
 Example:
   >>> import io
-  >>> from experiments.progress import progress
+  >>> from experiments.console import progress
   >>> out = io.StringIO()
   >>> with progress(4, desc="demo", file=out) as bar:
   ...   for _ in range(4):
