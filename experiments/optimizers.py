@@ -46,7 +46,7 @@ import optim
 import transformer
 from analysis.heads import head_ablation, pattern_similarity
 from analysis.properties import principal_angles
-from optim.muon import ShapeScaling
+from optim.orthogonalized import ShapeScaling
 from optim.roles import split_heads
 from transformer.model import param_tree
 
