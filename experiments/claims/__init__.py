@@ -15,7 +15,7 @@ Example:
   (['causal-mask', 'kv-compression'], 'full rank & causality')
 """
 
-from experiments.claims import causal_mask, softmax_kernel
+from experiments.claims import causal_mask, residual_eigenvalues, softmax_kernel
 from experiments.claims.models import RECIPES, base_model, base_model_info, base_models
 from experiments.claims.runner import (
     Anchor,
@@ -40,8 +40,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     causal_mask.CLAIM,
     not_built("kv-compression", "full rank & causality", "new",
               "Rank-aware KV cache compression for million-token contexts"),
-    not_built("residual-eigenvalues", _EIGEN, "existing",
-              "Residual connections keep eigenvalues near 1, enabling 100+ layer networks"),
+    residual_eigenvalues.CLAIM,
     not_built("eigenvalue-constrained", _EIGEN, "new",
               "Eigenvalue-constrained training to guarantee stable gradient flow"),
     not_built("layernorm-condition", _COND, "existing",
