@@ -15,7 +15,13 @@ Example:
   (['causal-mask', 'kv-compression'], 'full rank & causality')
 """
 
-from experiments.claims import causal_mask, residual_eigenvalues, softmax_kernel
+from experiments.claims import (
+    causal_mask,
+    eigenvalue_constrained,
+    layernorm_condition,
+    residual_eigenvalues,
+    softmax_kernel,
+)
 from experiments.claims.models import RECIPES, base_model, base_model_info, base_models
 from experiments.claims.runner import (
     Anchor,
@@ -41,10 +47,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     not_built("kv-compression", "full rank & causality", "new",
               "Rank-aware KV cache compression for million-token contexts"),
     residual_eigenvalues.CLAIM,
-    not_built("eigenvalue-constrained", _EIGEN, "new",
-              "Eigenvalue-constrained training to guarantee stable gradient flow"),
-    not_built("layernorm-condition", _COND, "existing",
-              "LayerNorm and RMSNorm keep condition numbers bounded, stabilizing training"),
+    eigenvalue_constrained.CLAIM,
+    layernorm_condition.CLAIM,
     not_built("condition-lr", _COND, "new",
               "Condition-aware learning rates that adapt to local geometry"),
     softmax_kernel.CLAIM,
