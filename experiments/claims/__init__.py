@@ -15,7 +15,13 @@ Example:
   (['causal-mask', 'kv-compression'], 'full rank & causality')
 """
 
-from experiments.claims import causal_mask, softmax_kernel
+from experiments.claims import (
+    causal_mask,
+    eigenvalue_constrained,
+    layernorm_condition,
+    residual_eigenvalues,
+    softmax_kernel,
+)
 from experiments.claims.models import RECIPES, base_model, base_model_info, base_models
 from experiments.claims.runner import (
     Anchor,
@@ -40,12 +46,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     causal_mask.CLAIM,
     not_built("kv-compression", "full rank & causality", "new",
               "Rank-aware KV cache compression for million-token contexts"),
-    not_built("residual-eigenvalues", _EIGEN, "existing",
-              "Residual connections keep eigenvalues near 1, enabling 100+ layer networks"),
-    not_built("eigenvalue-constrained", _EIGEN, "new",
-              "Eigenvalue-constrained training to guarantee stable gradient flow"),
-    not_built("layernorm-condition", _COND, "existing",
-              "LayerNorm and RMSNorm keep condition numbers bounded, stabilizing training"),
+    residual_eigenvalues.CLAIM,
+    eigenvalue_constrained.CLAIM,
+    layernorm_condition.CLAIM,
     not_built("condition-lr", _COND, "new",
               "Condition-aware learning rates that adapt to local geometry"),
     softmax_kernel.CLAIM,

@@ -1,0 +1,286 @@
+"""Claim `eigenvalue-constrained`: capping spectral norms widens the range of stable rates.
+
+    python -m experiments claim eigenvalue-constrained [--quick]
+
+Full run (3 seeds × 7 learning rates × 2 arms, a tiny byte-level model: D = 32, L = 2,
+200 steps): designed for about 6 minutes on 2 idle CPU cores (longer when the machine is
+shared). `--quick`: one seed, 4 rates, 100 steps (about a minute when shared).
+
+Arms, on the same learning-rate grid (7 log-spaced peak rates 1e-3 … 1, half a decade apart;
+AdamW, b = (0.9, 0.95), weight decay 0.1, cosine decay to 10%, **no warm-up, no gradient
+clipping**: clipping hides divergence):
+
+* `adamw`: AdamW alone.
+* `cap-hidden`: AdamW followed by `optim.spectral_cap(1.0)` (exact SVD) on every hidden matrix
+  (`w_q, w_k, w_v, w_o, w_1, w_2`): after each step `σ_max(W) ≤ 1`.
+
+The grid and the cap value 1.0 were chosen on a spare seed (100), before the reported seeds
+ran: on the issue's grid (1e-3 … 3e-1) AdamW did not diverge at all on that seed, so the grid
+was extended by half a decade to 1.
+
+Per seed and arm: the final validation loss at each rate, the divergence flag of
+`experiments.multirun.train_many` (a non-finite loss or a 50-step mean above 1.5 · ln V), the
+number of grid rates within 5% of that arm's best loss, and, every 50 steps, the largest
+measured attention logit `max |q·k|/√Dh` on a validation batch against the certified bound
+`analysis.logit_bound(params, cfg)` (computed from the spectral norms of `W_Q`, `W_K`, their
+biases and the LayerNorm gains; it must hold for every run, capped or not).
+
+Expected (the issue's hypothesis): the capped model does not diverge at a rate where AdamW
+diverges in ≥ 2 of 3 seeds, keeps a ≥ 2× wider set of rates within 5% of its best loss, costs
+≤ 1% loss at the best rate, and the measured logit never exceeds the certificate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import analysis
+import optim
+from experiments import multirun, stability
+from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+
+CAP = 1.0
+ARMS: dict[str, tuple[str, ...] | None] = {
+    "adamw": None,
+    "cap-hidden": ("w_q", "w_k", "w_v", "w_o", "w_1", "w_2", "w_gate"),
+}
+WITHIN = 0.05  # a rate is "good" when its loss is within 5% of the arm's best
+CERT_RTOL = 1e-4  # float32 rounding allowed when comparing measured logits with the bound
+
+
+def make_tx_factory(steps: int, cap_names: tuple[str, ...] | None, cap: float = CAP):
+  """`make_tx(learning_rate)`: AdamW (cosine to 10%, no warm-up, no clipping) + optional cap.
+
+  Example:
+    >>> import jax.numpy as jnp, optax
+    >>> from experiments.claims.eigenvalue_constrained import make_tx_factory
+    >>> tx = make_tx_factory(10, ("w_q",))(learning_rate=1e-2)
+    >>> params = {"w_q": jnp.eye(4) * 3.0}
+    >>> u, _ = tx.update({"w_q": jnp.zeros((4, 4))}, tx.init(params), params)
+    >>> round(float(jnp.linalg.norm(optax.apply_updates(params, u)["w_q"], 2)), 4)
+    1.0
+  """
+  unit = optax.cosine_decay_schedule(1.0, max(steps, 1), 0.1)
+
+  def make_tx(learning_rate):
+    tx = optax.adamw(lambda c: learning_rate * unit(c), b1=0.9, b2=0.95, weight_decay=0.1)
+    if cap_names is None:
+      return tx
+    return optax.chain(tx, optim.spectral_cap(cap, mask=optim.select(roles=None,
+                                                                     names=cap_names),
+                                              method="svd"))
+
+  return make_tx
+
+
+def good_rates(final_R: np.ndarray, diverged_R: np.ndarray, within: float = WITHIN) -> np.ndarray:
+  """Bool `(R,)`: rates that did not diverge and end within `within` of the best such loss.
+
+  Example:
+    >>> import numpy as np
+    >>> from experiments.claims.eigenvalue_constrained import good_rates
+    >>> good_rates(np.array([3.0, 2.0, 2.08, 2.2]), np.array([False, False, False, True]))
+    array([False,  True,  True, False])
+  """
+  ok = ~diverged_R & np.isfinite(final_R)
+  if not ok.any():
+    return ok
+  best = final_R[ok].min()
+  return ok & (final_R <= (1 + within) * best)
+
+
+def adamw_divergent_rates(diverged_RS: np.ndarray) -> np.ndarray:
+  """Bool `(R,)`: rates at which the baseline diverged in at least 2/3 of the seeds.
+
+  Example:
+    >>> import numpy as np
+    >>> from experiments.claims.eigenvalue_constrained import adamw_divergent_rates
+    >>> adamw_divergent_rates(np.array([[0, 0, 1], [1, 1, 0], [1, 1, 1]], bool))
+    array([False,  True,  True])
+  """
+  n = diverged_RS.shape[1]
+  return diverged_RS.sum(1) >= math.ceil(2 * n / 3)
+
+
+def sweep_arm(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: int,
+              seq_len: int, eval_every: int) -> dict:
+  """One arm's sweep: final losses, divergence, and the logit certificate at every eval."""
+  ratios, measured, bounds = [], [], []
+  bound_fn = jax.jit(jax.vmap(jax.vmap(lambda p: analysis.logit_bound(p, cfg))))
+
+  def callback(step, params, inter):
+    del step
+    m_RSLH = analysis.max_logit(inter["blocks"]["attn"]["scores"][0])
+    b_RSLH = bound_fn(params)
+    ratios.append(np.asarray(jnp.max(m_RSLH / b_RSLH, axis=(-1, -2))))
+    measured.append(np.asarray(jnp.max(m_RSLH, axis=(-1, -2))))
+    bounds.append(np.asarray(jnp.max(b_RSLH, axis=(-1, -2))))
+
+  r = multirun.train_many(cfg, make_tx, seeds=seeds, learning_rates=learning_rates, steps=steps,
+                          data="stdlib", batch_size=batch_size, seq_len=seq_len,
+                          eval_every=eval_every, callback=callback, eval_batches=4)
+  final_RS = r.val_loss[:, :, -1]
+  ratio_ERS = np.stack(ratios)
+  return {"final": np.where(np.isfinite(final_RS), final_RS, np.inf), "diverged": r.diverged,
+          "ratio": ratio_ERS, "measured": np.stack(measured), "bound": np.stack(bounds),
+          "learning_rates": r.learning_rates, "seeds": r.seeds}
+
+
+def _finite_max(x) -> float:
+  x = np.asarray(x, np.float64)
+  x = x[np.isfinite(x)]
+  return float(x.max()) if x.size else math.nan
+
+
+def arm_metrics(sw: dict) -> dict[int, dict[str, float]]:
+  """Per seed: best loss, good-rate count, divergences, certificate ratio, per-rate losses."""
+  out = {}
+  for j, seed in enumerate(sw["seeds"]):
+    final_R, div_R = sw["final"][:, j], sw["diverged"][:, j]
+    good = good_rates(final_R, div_R)
+    ok = ~div_R & np.isfinite(final_R)
+    stable = [lr for lr, o in zip(sw["learning_rates"], ok, strict=True) if o]
+    m = {"best_loss": float(final_R[ok].min()) if ok.any() else math.nan,
+         "n_good_rates": float(good.sum()), "n_diverged": float(div_R.sum()),
+         "max_stable_lr": float(max(stable)) if stable else math.nan,
+         "cert_ratio_max": _finite_max(sw["ratio"][:, :, j]),
+         "max_logit_final": _finite_max(sw["measured"][-1, :, j]),
+         "logit_bound_final": _finite_max(sw["bound"][-1, :, j])}
+    for k, lr in enumerate(sw["learning_rates"]):
+      m[f"val_lr{lr:.3g}"] = float(final_R[k])
+      m[f"diverged_lr{lr:.3g}"] = float(div_R[k])
+    out[seed] = m
+  return out
+
+
+def run(spec: Spec) -> dict:
+  """The learning-rate sweep of every arm over all seeds; see the module docstring."""
+  if spec.quick:
+    n_rates, steps = 4, 100
+  else:
+    n_rates, steps = 7, 200
+  seq_len, batch_size, eval_every = 64, 16, 50
+  learning_rates = tuple(float(x) for x in np.geomspace(1e-3, 1.0, n_rates))
+  cfg = stability._tiny(max_len=seq_len)
+  sweeps, runs = {}, {}
+  for arm, names in ARMS.items():
+    spec.log(f"  eigenvalue-constrained: arm {arm}, {len(learning_rates)} rates × "
+             f"{len(spec.seeds)} seeds, {steps} steps")
+    sweeps[arm] = sweep_arm(cfg, make_tx_factory(steps, names), spec.seeds, learning_rates,
+                            steps=steps, batch_size=batch_size, seq_len=seq_len,
+                            eval_every=eval_every)
+    runs[arm] = arm_metrics(sweeps[arm])
+  base = sweeps["adamw"]
+  a_star = adamw_divergent_rates(base["diverged"])
+  cert_all = max(_finite_max(sw["ratio"]) for sw in sweeps.values())
+  for arm, sw in sweeps.items():
+    for j, seed in enumerate(spec.seeds):
+      m, b = runs[arm][seed], runs["adamw"][seed]
+      m["width_ratio"] = m["n_good_rates"] / b["n_good_rates"]
+      m["best_loss_rel_cost"] = (m["best_loss"] - b["best_loss"]) / b["best_loss"]
+      m["diverged_where_adamw_diverges"] = (float(sw["diverged"][a_star, j].mean())
+                                            if a_star.any() else math.nan)
+      m["cert_ratio_max_all_runs"] = cert_all
+  figure = _figure(sweeps, spec.run_dir)
+  mean = lambda arm, key: float(np.nanmean([runs[arm][s][key] for s in spec.seeds]))
+  lr_text = lambda mask: ", ".join(f"{lr:.3g}" for lr, x in zip(learning_rates, mask,
+                                                                  strict=True) if x) or "none"
+  notes = [
+      f"- Rates where AdamW diverged in ≥ 2/3 of the seeds: {lr_text(a_star)}; divergences "
+      "per rate (of the seeds), " + "; ".join(
+          f"{arm}: " + ", ".join(f"{int(n)}" for n in sw["diverged"].sum(1))
+          for arm, sw in sweeps.items())
+      + f" (rates {', '.join(f'{x:.3g}' for x in learning_rates)}).",
+      "- Mean final validation loss per rate: " + "; ".join(
+          f"{arm}: " + ", ".join(f"{mean(arm, f'val_lr{lr:.3g}'):.3f}" for lr in learning_rates)
+          for arm in ARMS) + " (inf: diverged to a non-finite loss).",
+      "- Rates within 5% of the arm's best loss, mean count: " + ", ".join(
+          f"{arm} {mean(arm, 'n_good_rates'):.2f}" for arm in ARMS) + "; best loss: " + ", ".join(
+          f"{arm} {mean(arm, 'best_loss'):.4f}" for arm in ARMS) + ".",
+      f"- Logit certificate: largest measured / certified over every arm, rate, seed and eval "
+      f"(finite runs): {cert_all:.4f}; final max logit vs bound, mean over seeds: " + ", ".join(
+          f"{arm} {mean(arm, 'max_logit_final'):.3g} ≤ {mean(arm, 'logit_bound_final'):.3g}"
+          for arm in ARMS) + ".",
+      f"- Model: {cfg.d_model=}, {cfg.n_layers=}, {cfg.n_heads=}, T = {seq_len}, B = "
+      f"{batch_size}, {steps} steps, cap σ_max ≤ {CAP} (exact SVD projection after each "
+      "step). Divergence = `train_many`'s flag (a 50-step mean loss above 1.5 ln V or "
+      "non-finite), so a run can be flagged and still end at a finite loss.",
+  ]
+  return {"config": {"model_config": cfg.to_dict(), "learning_rates": list(learning_rates),
+                     "steps": steps, "seq_len": seq_len, "batch_size": batch_size,
+                     "cap": CAP, "arms": {a: list(n) if n else None for a, n in ARMS.items()},
+                     "within": WITHIN, "adamw_divergent_rates":
+                     [lr for lr, x in zip(learning_rates, a_star, strict=True) if x]},
+          "runs": runs, "figures": [figure], "notes": notes,
+          "effects": [("largest stable rate, cap-hidden − AdamW", "cap-hidden", "adamw",
+                       "max_stable_lr")]}
+
+
+def _figure(sweeps: dict, run_dir: str) -> str:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+  for arm, sw in sweeps.items():
+    lrs = np.asarray(sw["learning_rates"])
+    final = np.where(sw["diverged"], np.nan, sw["final"])
+    ax1.plot(lrs, np.nanmean(final, 1), "o-", label=arm)
+    ax2.plot(np.arange(sw["ratio"].shape[0]), np.nanmax(sw["ratio"], axis=(1, 2)), "o-",
+             label=arm)
+  ax1.set(xscale="log", xlabel="peak learning rate", ylabel="final val loss (non-diverged)",
+          title="loss vs rate")
+  ax2.axhline(1, color="k", ls=":")
+  ax2.set(xlabel="evaluation", ylabel="max measured logit / bound", title="logit certificate")
+  ax1.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(f"{run_dir}/rates.png", dpi=110)
+  plt.close(fig)
+  return "rates.png"
+
+
+CLAIM = Claim(
+    id="eigenvalue-constrained",
+    topic="eigenvalues",
+    kind="new",
+    preface="Eigenvalue-constrained training to guarantee stable gradient flow",
+    hypothesis=(
+        "Capping σ_max ≤ 1 of every hidden matrix after each AdamW step (no clipping, no "
+        "warm-up) (a) never diverges at a rate where AdamW alone diverges in ≥ 2 of 3 seeds, "
+        "(b) keeps at least 2× as many grid rates within 5% of its best loss, (c) at ≤ 1% "
+        "higher best loss; and (d) the measured max attention logit never exceeds the "
+        "certified analysis.logit_bound, in any run."),
+    refuted_if=(
+        "The capped model diverges at every rate where AdamW diverges, in every seed; or its "
+        "count of good rates is no larger than AdamW's (95% CI ≤ 1×); or its best loss is more "
+        "than 1% worse (whole 95% CI); or a measured logit exceeds the certified bound."),
+    thresholds=(
+        Threshold("cap-hidden: divergence at rates where AdamW diverges in ≥ 2/3 seeds",
+                  arm="cap-hidden", metric="diverged_where_adamw_diverges", stat="range",
+                  supports="== 0", refutes=">= 1"),
+        Threshold("cap-hidden: rates within 5% of best, ratio to AdamW", arm="cap-hidden",
+                  metric="width_ratio", supports=">= 2", refutes="<= 1"),
+        Threshold("cap-hidden: best-loss relative cost vs AdamW", arm="cap-hidden",
+                  metric="best_loss_rel_cost", supports="<= 0.01", refutes="> 0.01"),
+        Threshold("max measured logit / certified bound, all arms, rates, seeds, evals",
+                  arm="cap-hidden", metric="cert_ratio_max_all_runs", stat="range",
+                  supports=f"<= {1 + CERT_RTOL}", refutes=f"> {1 + CERT_RTOL}"),
+    ),
+    anchors=(
+        Anchor("spectral reparametrisation of all linear layers", "trains without warm-up or "
+               "LayerNorm; entropy collapse avoided", "Zhai et al. 2023, Stabilizing "
+               "Transformer Training by Preventing Attention Entropy Collapse (σReparam)"),
+        Anchor("Lipschitz-constrained transformer weights", "stable training with spectral caps,"
+               " max attention logit bounded", "Newhouse et al. 2025, Training Transformers "
+               "with Enforced Lipschitz Constants"),
+        Anchor("QK-Clip: rescale W_Q, W_K when the max logit exceeds a threshold", "no loss "
+               "spikes over 15.5T tokens", "Kimi Team 2025, Kimi K2 (MuonClip)"),
+    ),
+    run=run,
+)
