@@ -15,7 +15,7 @@ Example:
   (['causal-mask', 'kv-compression'], 'full rank & causality')
 """
 
-from experiments.claims import causal_mask, softmax_kernel
+from experiments.claims import causal_mask, condition_lr, muon, orthogonal_heads, softmax_kernel
 from experiments.claims.models import RECIPES, base_model, base_model_info, base_models
 from experiments.claims.runner import (
     Anchor,
@@ -46,8 +46,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
               "Eigenvalue-constrained training to guarantee stable gradient flow"),
     not_built("layernorm-condition", _COND, "existing",
               "LayerNorm and RMSNorm keep condition numbers bounded, stabilizing training"),
-    not_built("condition-lr", _COND, "new",
-              "Condition-aware learning rates that adapt to local geometry"),
+    condition_lr.CLAIM,
     softmax_kernel.CLAIM,
     not_built("psd-attention", _PSD, "new",
               "Kernel-aware attention variants with guaranteed mathematical properties"),
@@ -56,11 +55,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     not_built("adaptive-rank", _DECOMP, "new",
               "Adaptive rank allocation—easy inputs get low-rank attention, hard inputs get "
               "full rank"),
-    not_built("muon", _ORTHO, "existing",
-              "Muon optimizer orthogonalizes gradient updates, outperforming Adam on "
-              "matrix-shaped weights"),
-    not_built("orthogonal-heads", _ORTHO, "new",
-              "Orthogonal attention heads that provably learn non-redundant patterns"),
+    muon.CLAIM,
+    orthogonal_heads.CLAIM,
     not_built("sliding-window", _SPARSE, "existing",
               "Sparse attention (Longformer, BigBird) scales to long documents by skipping "
               "distant token pairs"),
