@@ -46,8 +46,8 @@ import optim
 import transformer
 from analysis.heads import head_ablation, pattern_similarity
 from analysis.properties import principal_angles
-from optim.roles import split_heads
 from optim.orthogonalized import ShapeScaling
+from optim.roles import split_heads
 from transformer.model import param_tree
 
 MakeTx = Callable[[optax.ScalarOrSchedule], optax.GradientTransformation]

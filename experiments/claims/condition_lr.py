@@ -62,9 +62,11 @@ def mean_multipliers(params_RS) -> np.ndarray:
   """`(n_lr, n_seeds)` mean exact condition multiplier of the hidden matrices of each run."""
   leaves = jax.tree.leaves(params_RS)
   n_lr, n_seeds = leaves[0].shape[:2]
-  return np.array([[O.hidden_condition_multipliers(jax.tree.map(lambda x: x[r, s], params_RS),
-                                                   ALPHA, KAPPA_REF).mean()
-                    for s in range(n_seeds)] for r in range(n_lr)])
+  def one(r, s):
+    run = jax.tree.map(lambda x: x[r, s], params_RS)
+    return O.hidden_condition_multipliers(run, ALPHA, KAPPA_REF).mean()
+
+  return np.array([[one(r, s) for s in range(n_seeds)] for r in range(n_lr)])
 
 
 def _recorder():

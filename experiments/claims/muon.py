@@ -9,7 +9,7 @@ budget `N = 120` steps. Designed for ≈ 6–8 minutes on 2 idle CPU cores (long
 machine is shared); `--quick`: the `tiny` shape, one seed, a 24-step budget, one rate.
 
 Protocol (modded-nanogpt's optimizer track): each optimizer's peak rate is tuned on the same
-grid `{1e-3, 3e-3, 1e-2}` at the full budget on the spare seed 100 (never a reported seed).
+grid `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` at the full budget on the spare seed 100 (never a reported seed).
 Both optimizers share the grid because `muon_arm` scales Muon's updates to AdamW's RMS
 (`shape_scaling="rms"`, Moonlight's matching) and runs its non-hidden leaves on AdamW at the
 same rate. AdamW at its tuned rate sets the target, its final validation loss after `N`
@@ -37,7 +37,7 @@ from experiments.claims import models
 from experiments.claims.runner import Anchor, Claim, Spec, Threshold
 from experiments.multirun import train_many
 
-GRID = (1e-3, 3e-3, 1e-2)
+GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 TUNE_SEED = 100
 FRACTIONS = (0.4, 0.6, 0.8, 1.0)
 NOT_REACHED = 1.5
@@ -76,6 +76,10 @@ def jax_tree_index(params, i: int):
   import jax
 
   return jax.tree.map(lambda x: x[0, i], params)
+
+
+def _mean(per_seed: dict, metric: str) -> float:
+  return float(np.mean([m[metric] for m in per_seed.values()]))
 
 
 def run(spec: Spec) -> dict:
@@ -127,9 +131,8 @@ def run(spec: Spec) -> dict:
       f"- Muon steps to AdamW's final loss / {N}: per seed {[round(r, 3) for r in ratio]} "
       f"(budgets {budgets}; {NOT_REACHED} = not reached).",
       "- Last update, hidden matrices (mean over matrices and seeds): "
-      + "; ".join(f"{a}: sv entropy {np.mean([runs[a][s]['update_sv_entropy'] for s in seeds]):.3f},"
-                  f" κ_p90 {np.mean([runs[a][s]['update_cond_p90'] for s in seeds]):.3g}"
-                  for a in arms) + ".",
+      + "; ".join(f"{a}: sv entropy {_mean(runs[a], 'update_sv_entropy'):.3f}, "
+                  f"κ_p90 {_mean(runs[a], 'update_cond_p90'):.3g}" for a in arms) + ".",
       f"- Model: `{z['model']}` shape trained from scratch, batches {z['batch_size']} × "
       f"{z['seq_len']} tokens, schedule 10% warm-up then linear decay to 10% of the peak.",
   ]
