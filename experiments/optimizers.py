@@ -623,7 +623,7 @@ def last_update_statistics(before, after, mask=HIDDEN) -> dict[str, float]:
     >>> from experiments.optimizers import last_update_statistics
     >>> p = transformer.init(transformer.preset("tiny"), jax.random.key(0))
     >>> q = transformer.init(transformer.preset("tiny"), jax.random.key(1))
-    >>> 0 < last_update_statistics(p, q)["sv_entropy"] <= 1
+    >>> 0 < last_update_statistics(p, q)["update_sv_entropy"] <= 1
     True
   """
   diff = jax.tree.map(lambda a, b: jnp.asarray(b, jnp.float32) - jnp.asarray(a, jnp.float32),
