@@ -8,8 +8,9 @@ tokens (not 128: the context is halved so that the whole claim fits the 2-core b
 budget `N = 120` steps. Designed for ≈ 6–8 minutes on 2 idle CPU cores (longer when the
 machine is shared); `--quick`: the `tiny` shape, one seed, a 24-step budget, one rate.
 
-Protocol (modded-nanogpt's optimizer track): each optimizer's peak rate is tuned on the same
-grid `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` at the full budget on the spare seed 100 (never a reported seed).
+Protocol (modded-nanogpt's optimizer track): each optimizer's peak rate is tuned on the
+same grid `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` at the full budget on the spare seed 100 (never a
+reported seed).
 Both optimizers share the grid because `muon_arm` scales Muon's updates to AdamW's RMS
 (`shape_scaling="rms"`, Moonlight's matching) and runs its non-hidden leaves on AdamW at the
 same rate. AdamW at its tuned rate sets the target, its final validation loss after `N`
