@@ -4,9 +4,15 @@
 
 Full run (3 seeds): the `small` shared model shape (d 128, L 4, H 4) trained from scratch on
 the stdlib corpus, batches of 8 windows of **64** tokens (half the shared models' context,
-to fit the 2-core budget), `N = 120` steps, validation loss every 12 steps. Designed for
-≈ 8 minutes on 2 idle CPU cores (longer on a shared machine); `--quick`: the `tiny` shape,
-one seed, 24 steps, one rate, no tuning.
+to fit the 2-core budget), `N = 120` steps, validation loss every 12 steps: 24 runs of 120
+steps (12 tuning, 12 reported). **Slow**: inside `train_many`'s vmap the refresh
+`lax.cond(count % every == 0, …)` of `scale_by_condition` has a batched predicate and becomes
+a select, so the QR-based κ̂ refresh of every hidden matrix runs at *every* step of the
+`condition` and `frozen` arms; the first tuning sweep (3 runs × 120 steps) took over 35 minutes
+on 2 cores at load average 14–20. `--quick` (the `tiny` shape, one seed, 24 steps, one rate,
+no tuning): 214 s on that machine.
+
+Expected result: not yet measured in full (see the report of the first run).
 
 Arms, each AdamW (`b1 = 0.9, b2 = 0.95`) with one change, each with its peak rate tuned on
 the same grid `{1e-3, 3e-3, 1e-2}` at the full budget on the spare seed 100, then run on the

@@ -4,9 +4,15 @@
 
 Full run (3 seeds): the `small` shared model shape with **8 heads** (d 128, L 4, H 8,
 dh 16), trained from scratch on the stdlib corpus, batches of 8 windows of **64** tokens
-(half the shared models' context, to fit the 2-core budget), `N = 120` steps. Designed for
-≈ 8 minutes on 2 idle CPU cores (longer on a shared machine); `--quick`: the `tiny` shape
-(H 4), one seed, 24 steps, one rate, no tuning.
+(half the shared models' context, to fit the 2-core budget), `N = 120` steps: 24 runs of 120
+steps (12 tuning, 12 reported). Measured: 1891 s on 2 CPU cores at load average 14–20 (about
+ten claims running at once); expect well under 10 minutes on 2 idle cores. `--quick` (the
+`tiny` shape, H 4, one seed, 24 steps, one rate, no tuning): 70 s on the loaded machine.
+
+Expected result (first full run, 2026-11-30): refuted. The orthogonality pull lowers the
+largest principal cosine between heads by 30–45% at no loss cost, yet *raises* the number of
+prunable heads (AdamW 20 of 32 → 28–30); per-head Muon lowers the loss by ~11% but its heads'
+subspaces overlap more than AdamW's. Orthogonal weights are not non-redundant heads.
 
 Arms, each with its peak rate tuned on the same grid `{1e-3, 3e-3, 1e-2}` at the full budget
 on the spare seed 100 and the same schedule (10% warm-up, linear decay to 10%):
