@@ -534,3 +534,164 @@ def redundancy_summary(params, cfg: transformer.Config, tokens, *,
           "n_prunable": n_prunable, "prunable_fraction": n_prunable / (cfg.n_layers * cfg.n_heads),
           "base_loss": float(ablation["base_loss"]),
           "per_layer": {k: v.tolist() for k, v in per_layer.items()}}
+
+
+# ------------------------------------------------------------------ budgets, tuning, sweeps
+
+
+def budget_schedule(steps: int, *, warmup: float = 0.1, final: float = 0.1):
+  r"""Unit learning-rate schedule of a run of `steps` updates: linear warm-up, linear decay.
+
+  .. math::
+    s(c) = \begin{cases} (c + 1)/w & c < w \\
+      1 - (1 - f)\,\frac{c - w}{\max(1,\ \text{steps} - 1 - w)} & c \ge w \end{cases},
+    \qquad w = \max(1, \lfloor \text{warmup} \cdot \text{steps} \rceil)
+
+  for update `c = 0 … steps − 1`: the last update runs at `f = final` of the peak, so that
+  the schedule (and the final loss) depends on the budget, as in modded-nanogpt's optimizer
+  track, and the last update is still large enough to measure (`update_statistics`).
+
+  Args:
+    steps: the budget, in updates (≥ 2).
+    warmup: fraction of the budget spent warming up.
+    final: the last update's rate, as a fraction of the peak.
+
+  Returns:
+    `schedule(count) -> multiplier`, jit-able.
+
+  Example:
+    >>> from experiments.optimizers import budget_schedule
+    >>> s = budget_schedule(11, warmup=0.1, final=0.1)
+    >>> [round(float(s(c)), 2) for c in (0, 1, 10)]
+    [1.0, 1.0, 0.1]
+  """
+  if steps < 2:
+    raise ValueError(f"budget_schedule: {steps=} must be >= 2")
+  w = max(1, round(warmup * steps))
+  span = max(1, steps - 1 - w)
+
+  def schedule(count):
+    c = jnp.asarray(count, jnp.float32)
+    return jnp.where(c < w, (c + 1) / w, 1 - (1 - final) * jnp.clip((c - w) / span, 0, 1))
+
+  return schedule
+
+
+def on_budget(make_tx: MakeTx, steps: int, **schedule_kwargs) -> MakeTx:
+  """`make_tx` whose learning rate `η` becomes the schedule `η · budget_schedule(steps)`.
+
+  Example:
+    >>> from experiments.optimizers import adamw_arm, on_budget
+    >>> tx = on_budget(adamw_arm(), 100)(3e-3)
+  """
+  unit = budget_schedule(steps, **schedule_kwargs)
+  return lambda learning_rate: make_tx(lambda count: learning_rate * unit(count))
+
+
+def tuned_rate(val_loss_R, diverged_R, grid) -> tuple[float, int]:
+  """The rate of `grid` with the lowest final validation loss among runs that did not diverge.
+
+  Args:
+    val_loss_R: `(n_rates,)` final validation losses (NaN: failed).
+    diverged_R: `(n_rates,)` bool.
+    grid: the rates.
+
+  Returns:
+    `(rate, index)`; raises `ValueError` when every run diverged.
+
+  Example:
+    >>> from experiments.optimizers import tuned_rate
+    >>> tuned_rate([3.0, 2.5, 2.0], [False, False, True], (1e-3, 3e-3, 1e-2))
+    (0.003, 1)
+  """
+  loss = np.where(np.asarray(diverged_R, bool), np.inf, np.asarray(val_loss_R, np.float64))
+  loss = np.where(np.isfinite(loss), loss, np.inf)
+  if not np.isfinite(loss).any():
+    raise ValueError(f"tuned_rate: every rate of {tuple(grid)} diverged. Fix: lower the grid.")
+  i = int(np.argmin(loss))
+  return float(grid[i]), i
+
+
+def last_update_statistics(before, after, mask=HIDDEN) -> dict[str, float]:
+  """Means over the hidden matrices of `update_statistics(after − before)` (one run's params).
+
+  The full condition number is summarised by its median (it is often inf, see
+  `update_statistics`), the others by their means.
+
+  Example:
+    >>> import jax, transformer
+    >>> from experiments.optimizers import last_update_statistics
+    >>> p = transformer.init(transformer.preset("tiny"), jax.random.key(0))
+    >>> q = transformer.init(transformer.preset("tiny"), jax.random.key(1))
+    >>> 0 < last_update_statistics(p, q)["update_sv_entropy"] <= 1
+    True
+  """
+  diff = jax.tree.map(lambda a, b: jnp.asarray(b, jnp.float32) - jnp.asarray(a, jnp.float32),
+                      before, after)
+  stats = {k: np.asarray(v, np.float64) for k, v in update_statistics(diff, mask).items()}
+  return {"update_cond_p90": float(stats["condition_number_p90"].mean()),
+          "update_cond_median": float(np.median(stats["condition_number"])),
+          "update_sv_entropy": float(stats["sv_entropy"].mean())}
+
+
+def hidden_condition_multipliers(params, alpha: float = 0.5,
+                                 kappa_ref: float = 10.0) -> np.ndarray:
+  r"""`condition_multiplier(σ_max/σ_min)` of every hidden matrix of `params`, exact (SVD).
+
+  What `scale_by_condition` applies when its estimate has converged; one value per matrix
+  (per layer of a stacked weight), in tree order.
+
+  Example:
+    >>> import jax, transformer
+    >>> from experiments.optimizers import hidden_condition_multipliers
+    >>> p = transformer.init(transformer.preset("tiny"), jax.random.key(0))
+    >>> hidden_condition_multipliers(p).shape  # 2 layers × 6 hidden matrices
+    (12,)
+  """
+  chosen = HIDDEN(params)
+  kappas = []
+  for w, m in zip(jax.tree.leaves(params), jax.tree.leaves(chosen), strict=True):
+    if m:
+      s = np.linalg.svd(np.asarray(w, np.float64).reshape((-1,) + w.shape[-2:]),
+                        compute_uv=False)
+      kappas.append(s[:, 0] / np.maximum(s[:, -1], np.finfo(np.float64).tiny))
+  kappa = np.concatenate(kappas)
+  return np.asarray(optim.condition_multiplier(jnp.asarray(kappa), alpha, kappa_ref), np.float64)
+
+
+def tune(cfg: transformer.Config, make_tx: MakeTx, grid, *, seed: int, steps: int,
+         callback=None, eval_every: int | None = None, **train_kwargs) -> dict[str, Any]:
+  """Tunes an arm's peak rate on `grid` with one (spare) seed and the full budget schedule.
+
+  Runs `train_many(cfg, on_budget(make_tx, steps), seeds=(seed,), learning_rates=grid, ...)`
+  and picks `tuned_rate` of the final validation losses.
+
+  Args:
+    cfg: the model.
+    make_tx: the arm.
+    grid: peak rates.
+    seed: the tuning seed (never a reported one).
+    steps: the budget.
+    callback: passed to `train_many`.
+    eval_every: passed to `train_many` (default: only the end).
+    **train_kwargs: `data`, `batch_size`, `seq_len`, `eval_batches` of `train_many`.
+
+  Returns:
+    `{"learning_rate", "index", "val_loss": per rate, "diverged": per rate}`.
+
+  Example:
+    >>> import transformer
+    >>> from experiments.optimizers import adamw_arm, tune
+    >>> t = tune(transformer.preset("tiny", d_model=32), adamw_arm(), (1e-3, 1e-2), seed=100,
+    ...          steps=4, data="task:modadd", batch_size=2, seq_len=8, eval_batches=1)
+    >>> t["learning_rate"] in (1e-3, 1e-2)
+    True
+  """
+  from experiments.multirun import train_many
+
+  r = train_many(cfg, on_budget(make_tx, steps), seeds=(seed,), learning_rates=tuple(grid),
+                 steps=steps, eval_every=eval_every or steps, callback=callback, **train_kwargs)
+  val, div = r.val_loss[:, 0, -1], r.diverged[:, 0]
+  lr, i = tuned_rate(val, div, grid)
+  return {"learning_rate": lr, "index": i, "val_loss": [float(v) for v in val],
+          "diverged": [bool(d) for d in div]}

@@ -17,8 +17,11 @@ Example:
 
 from experiments.claims import (
     causal_mask,
+    condition_lr,
     eigenvalue_constrained,
     layernorm_condition,
+    muon,
+    orthogonal_heads,
     residual_eigenvalues,
     softmax_kernel,
 )
@@ -49,8 +52,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     residual_eigenvalues.CLAIM,
     eigenvalue_constrained.CLAIM,
     layernorm_condition.CLAIM,
-    not_built("condition-lr", _COND, "new",
-              "Condition-aware learning rates that adapt to local geometry"),
+    condition_lr.CLAIM,
     softmax_kernel.CLAIM,
     not_built("psd-attention", _PSD, "new",
               "Kernel-aware attention variants with guaranteed mathematical properties"),
@@ -59,11 +61,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     not_built("adaptive-rank", _DECOMP, "new",
               "Adaptive rank allocation—easy inputs get low-rank attention, hard inputs get "
               "full rank"),
-    not_built("muon", _ORTHO, "existing",
-              "Muon optimizer orthogonalizes gradient updates, outperforming Adam on "
-              "matrix-shaped weights"),
-    not_built("orthogonal-heads", _ORTHO, "new",
-              "Orthogonal attention heads that provably learn non-redundant patterns"),
+    muon.CLAIM,
+    orthogonal_heads.CLAIM,
     not_built("sliding-window", _SPARSE, "existing",
               "Sparse attention (Longformer, BigBird) scales to long documents by skipping "
               "distant token pairs"),
