@@ -15,7 +15,13 @@ Example:
   (['causal-mask', 'kv-compression'], 'full rank & causality')
 """
 
-from experiments.claims import causal_mask, softmax_kernel
+from experiments.claims import (
+    causal_mask,
+    dynamic_sparsity,
+    psd_attention,
+    sliding_window,
+    softmax_kernel,
+)
 from experiments.claims.models import RECIPES, base_model, base_model_info, base_models
 from experiments.claims.runner import (
     Anchor,
@@ -49,8 +55,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     not_built("condition-lr", _COND, "new",
               "Condition-aware learning rates that adapt to local geometry"),
     softmax_kernel.CLAIM,
-    not_built("psd-attention", _PSD, "new",
-              "Kernel-aware attention variants with guaranteed mathematical properties"),
+    psd_attention.CLAIM,
     not_built("lora", _DECOMP, "existing",
               "LoRA achieves efficient fine-tuning via low-rank weight updates"),
     not_built("adaptive-rank", _DECOMP, "new",
@@ -61,11 +66,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
               "matrix-shaped weights"),
     not_built("orthogonal-heads", _ORTHO, "new",
               "Orthogonal attention heads that provably learn non-redundant patterns"),
-    not_built("sliding-window", _SPARSE, "existing",
-              "Sparse attention (Longformer, BigBird) scales to long documents by skipping "
-              "distant token pairs"),
-    not_built("dynamic-sparsity", _SPARSE, "new",
-              "Learned dynamic sparsity patterns that adapt to input structure"),
+    sliding_window.CLAIM,
+    dynamic_sparsity.CLAIM,
 )}
 
 __all__ = ["Anchor", "CLAIMS", "Claim", "RECIPES", "Spec", "Threshold", "base_model",
