@@ -39,8 +39,15 @@ from experiments.claims.runner import Anchor, Claim, Spec, Threshold
 WINDOW = 32
 
 
-def receptive_field(params, cfg: transformer.Config, seq_len: int, key) -> dict:
+def receptive_field(params, cfg: transformer.Config, seq_len: int, key,
+                    window: int | None = None) -> dict:
   """Measured reach of the block stack by gradient, against `L (w − 1)`.
+
+  Args:
+    params, cfg: the model (its blocks only: `x_TD` enters the first block).
+    seq_len: positions of the random input.
+    key: PRNG key of the input.
+    window: the `w` to compare with (default `cfg.window`).
 
   Returns:
     `{"reach": max lag with a nonzero gradient, "expected": L (w − 1), "rf_exact": 1.0 when
@@ -56,7 +63,7 @@ def receptive_field(params, cfg: transformer.Config, seq_len: int, key) -> dict:
   x_TD = jax.random.normal(key, (seq_len, cfg.d_model))
   J_TS = np.abs(np.asarray(jax.jit(jax.jacrev(stack))(x_TD))).sum((1, 3))
   lag_TS = np.arange(seq_len)[:, None] - np.arange(seq_len)[None, :]
-  expected = cfg.n_layers * (cfg.window - 1)
+  expected = cfg.n_layers * ((window or cfg.window) - 1)
   reach_mask = (lag_TS >= 0) & (lag_TS <= expected)
   nonzero = J_TS > 0
   return {"reach": float(lag_TS[nonzero].max()), "expected": float(expected),

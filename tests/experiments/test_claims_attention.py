@@ -34,17 +34,14 @@ def test_receptive_field_measures_layers_times_window_minus_one(window):
   assert rf["rf_exact"] == 1.0
 
 
-def test_receptive_field_of_full_attention_is_not_a_window():
-  # Full attention reaches every earlier position: the "exact L(w−1)" test must fail.
-  cfg = TINY.replace(attention="softmax", window=3, positions="none")
+def test_receptive_field_catches_attention_that_is_not_a_window():
+  # The dense masked window reaches exactly L(w−1) too; full attention reaches everything.
+  cfg = TINY.replace(positions="none")
   params = transformer.init(cfg, jax.random.key(0))
-  rf = sliding_window.receptive_field(params.copy(), cfg.replace(window=None, attention="softmax")
-                                      .replace(window=3), 16, jax.random.key(1))
-  # With `window=3` the dense softmax masks to the window too: reach is exact.
-  assert rf["rf_exact"] == 1.0
-  rf_full = sliding_window.receptive_field(params, cfg.replace(window=None).replace(window=2),
-                                           16, jax.random.key(1))
-  assert rf_full["reach"] == 2.0
+  dense = sliding_window.receptive_field(params, cfg.replace(window=3), 16, jax.random.key(1))
+  assert dense["rf_exact"] == 1.0 and dense["reach"] == 4.0
+  full = sliding_window.receptive_field(params, cfg, 16, jax.random.key(1), window=3)
+  assert full["rf_exact"] == 0.0 and full["reach"] == 15.0
 
 
 def test_window_mass_against_numpy():
