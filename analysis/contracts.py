@@ -8,13 +8,25 @@ each in the strongest form the arithmetic allows:
 2. **suffix perturbation**: changing the tokens after position `p` leaves the logits of
    positions `< p` bit-identical;
 3. **padding**: with left padding, the padded tokens move no real position's logits, neither
-   by gradient (exactly zero) nor by perturbation (bit-identical);
+   by gradient (exactly zero) nor by perturbation (bit-identical). The comparison is between
+   two sequences with the *same* padding layout and different padded tokens, at the real
+   positions only. It does not ask that a padded sequence give the unpadded answer: the
+   block-sparse variants (`bigbird`, `moba`) place blocks on slot indices, so left padding
+   shifts their block boundaries relative to the real tokens and legitimately changes which
+   keys a real query reads (right padding would not, but under a causal mask right padding
+   is invisible to real tokens by causality alone and so tests nothing);
 4. **decode = forward**: prefill half the sequence into a KV cache, decode the rest one
    token at a time, and match the full forward pass to `1e-5`.
 
 (With `causal=False` only the padding check applies.) A violated property raises
 `AssertionError` naming it; otherwise a small report of the measured sizes comes back.
+
+Variants with options (`window`, `block_size`, `top_k_blocks`, ...) are checked with the
+options of `cfg`. The default model uses blocks of 4 and, where a variant needs a window,
+`window = 5`, so a 16-token check crosses block boundaries and the window edge
+(`VARIANT_OPTIONS`); a given `cfg` without a window gets `window = 5` for `local`/`bigbird`.
 """
+
 
 from __future__ import annotations
 
@@ -27,6 +39,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import transformer
+
+# The default model's block-sparse options: 4 blocks of 4 at T = 16, a window crossing blocks.
+VARIANT_OPTIONS = {"block_size": 4, "top_k_blocks": 1, "n_global": 1, "n_random": 1}
+DEFAULT_WINDOW = 5
+WINDOWED = ("local", "bigbird")
 
 
 @contextlib.contextmanager
@@ -87,8 +104,10 @@ def check_attention(name_or_fn: str | Callable, *, causal: bool = True,
     causal: check the causal contract (gradient, suffix, decode and padding); False checks a
       bidirectional model for padding only.
     cfg: the model to check on (default: the `tiny` preset narrowed to `d_model=32`,
-      `n_layers=2`, `init_std=0.1` so every path carries signal); `attention` and `causal`
-      are set from the arguments.
+      `n_layers=2`, `init_std=0.1` so every path carries signal, with `VARIANT_OPTIONS`);
+      `attention` and `causal` are set from the arguments, and a windowed variant without
+      a window gets `DEFAULT_WINDOW`. Its other options (`qk_tied`, `block_size`, ...) are
+      checked as given.
     seq_len: `T` of the checked sequences.
     seed: PRNG seed of the params and tokens.
 
@@ -105,8 +124,10 @@ def check_attention(name_or_fn: str | Callable, *, causal: bool = True,
     0.0
   """
   with _registered(name_or_fn) as name:
-    base = cfg or transformer.preset("tiny", d_model=32, n_layers=2, init_std=0.1, max_len=64)
-    cfg = base.replace(attention=name, causal=causal)
+    base = cfg or transformer.preset("tiny", d_model=32, n_layers=2, init_std=0.1, max_len=64,
+                                     **VARIANT_OPTIONS)
+    window = DEFAULT_WINDOW if name in WINDOWED and base.window is None else base.window
+    cfg = base.replace(attention=name, causal=causal, window=window)
     T, D, V = seq_len, cfg.d_model, cfg.vocab_size
     if T < 4:
       raise ValueError(f"check_attention: {seq_len=} must be at least 4 (prefix, suffix, pad).")

@@ -245,15 +245,25 @@ def _bigbird_pattern(t_BT, s_BS, *, window, block_size, n_global, n_random):
   return pattern
 
 
-def _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale):
+def _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale, k_valid_BS=None):
   """MoBA gate: each query picks the `top_k_blocks` complete past blocks `j < t // bs` with
-  the largest `q_t · mean(k in block j)`. Returns `(blocks_BHTR, valid_BHTR)`."""
+  the largest `q_t · mean(k in block j)`, the mean over the block's real keys (`k_valid_BS`:
+  padding is left out; a block with no real key is never picked). Returns
+  `(blocks_BHTR, valid_BHTR)`."""
   B, S, H, Dh = k_BSHDh.shape
   n_blocks = -(-S // block_size)
-  k_blocks = _pad_to(k_BSHDh.astype(jnp.float32), 1, n_blocks * block_size)
-  kbar_BNHDh = k_blocks.reshape(B, n_blocks, block_size, H, Dh).mean(2)
+  if k_valid_BS is None:
+    k_valid_BS = jnp.ones((B, S), bool)
+  valid_BNb = _pad_to(k_valid_BS, 1, n_blocks * block_size, False).reshape(
+      B, n_blocks, block_size)
+  k_blocks = _pad_to(k_BSHDh.astype(jnp.float32), 1, n_blocks * block_size).reshape(
+      B, n_blocks, block_size, H, Dh)
+  count_BN = valid_BNb.sum(-1)
+  ksum_BNHDh = jnp.einsum("bnc,bnchd->bnhd", valid_BNb.astype(jnp.float32), k_blocks)
+  kbar_BNHDh = ksum_BNHDh / jnp.maximum(count_BN, 1)[:, :, None, None]
   gate_BHTN = jnp.einsum("bthd,bnhd->bhtn", q_BTHDh.astype(jnp.float32), kbar_BNHDh) * scale
   past_BTN = jnp.arange(n_blocks)[None, None, :] < (t_BT // block_size)[:, :, None]
+  past_BTN &= (count_BN > 0)[:, None, :]
   gate_BHTN = jnp.where(past_BTN[:, None], gate_BHTN, -jnp.inf)
   k = min(top_k_blocks, n_blocks)
   top_BHTR, blocks_BHTR = jax.lax.top_k(gate_BHTN, k)
@@ -463,10 +473,12 @@ def moba_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, to
   """Mixture of block attention (MoBA): own block plus the top-k past blocks a gate picks.
 
   Each query `t` (per head) reads its own block causally and the `top_k_blocks` complete
-  past blocks `j < t // bs` with the largest gate `q_t · mean(k in block j)`. The gate reads
-  only complete past blocks, so the selection, like the output, depends only on `s ≤ t`. It
-  has no parameters: q and k learn through the attention they select (top-k passes no
-  gradient). Only the own block and the selected blocks are scored.
+  past blocks `j < t // bs` with the largest gate `q_t · mean(k in block j)` (the mean over
+  the block's real keys: padding, which `mask_BTS` hides from every query, never moves the
+  gate, and a block of padding only is never picked). The gate reads only complete past
+  blocks, so the selection, like the output, depends only on `s ≤ t`. It has no parameters:
+  q and k learn through the attention they select (top-k passes no gradient).
+  Only the own block and the selected blocks are scored.
 
   Args:
     q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale: as in `softmax_attention`.
@@ -493,7 +505,9 @@ def moba_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, to
   B, T, H, _ = q_BTHDh.shape
   S = k_BSHDh.shape[1]
   t_BT, s_BS = _slots(B, T, S, offset)
-  blocks_BHTR, picked_BHTR = _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale)
+  k_valid_BS = None if mask_BTS is None else mask_BTS.any(axis=1)  # padding: not in the gate
+  blocks_BHTR, picked_BHTR = _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale,
+                                        k_valid_BS)
   extra = {"blocks": blocks_BHTR, "picked": picked_BHTR}
   if not _fast(T, S, offset):
     mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS

@@ -9,10 +9,11 @@ backward (`∂ sum(out) / ∂(q, k, v)`), jitted, in interleaved rounds
 (`experiments.benchmarks.timing`). It prints, per variant, the median times, the log-log
 slope of time against `T` (2 for dense attention, 1 for the block-sparse and linear ones), the
 crossover `T` from which the variant is faster than `softmax`, the bytes of its score tensor
-(the `(T, S)` scores softmax forms, the gathered blocks the sparse ones form, none for
-`linear`, whose running sums hold `T·dh²` numbers per head) and XLA's temporary bytes of the
-compiled forward. The projections (`x W_Q`, …) cost the same for every variant and are left
-out.
+(the `(T, S)` scores softmax forms, the gathered blocks the sparse ones form; for `linear`,
+chunked in `C = LINEAR_CHUNK` positions, the `C × C` quadratic form of each chunk plus the
+chunk's sums `Σ φ(k) vᵀ`, `Σ φ(k)`: `⌈T/C⌉ (C² + dh (dh + 1))` numbers per head) and XLA's
+temporary bytes of the compiled forward. The projections (`x W_Q`, …) cost the same for
+every variant and are left out.
 
 Defaults: block 64; `local` window 128 (≤ 128 keys per query); `bigbird` window 128 + 16
 global tokens + 1 random block; `moba` 2 picked blocks + its own (≤ 192 keys). With
@@ -29,7 +30,7 @@ import jax
 import numpy as np
 
 from experiments.benchmarks.timing import interleaved
-from transformer.attention import ATTENTION
+from transformer.attention import ATTENTION, LINEAR_CHUNK
 
 VARIANTS = ("softmax", "local", "bigbird", "moba", "linear")
 
@@ -44,7 +45,13 @@ def options(block_size: int) -> dict[str, dict]:
 
 
 def score_bytes(name: str, T: int, heads: int, d_head: int, block_size: int) -> int:
-  """Bytes of the float32 score tensor each variant forms at length `T` (batch 1)."""
+  """Bytes of the float32 score tensor each variant forms at length `T` (batch 1).
+
+  Example:
+    >>> from experiments.benchmarks.attention import score_bytes
+    >>> score_bytes("softmax", 512, 4, 32, 64) == 4 * 4 * 512 * 512
+    True
+  """
   opts = options(block_size)[name]
   n_blocks = math.ceil(T / block_size)
   rows = heads * n_blocks * block_size
@@ -57,13 +64,21 @@ def score_bytes(name: str, T: int, heads: int, d_head: int, block_size: int) -> 
                * block_size + opts["n_global"])
   elif name == "moba":
     per_row = (1 + opts["top_k_blocks"]) * block_size + n_blocks  # + the gate's block scores
-  else:  # linear: no scores; the running sums φ(k) vᵀ
-    return 4 * heads * T * d_head * (d_head + 1)
+  else:  # linear: the quadratic form inside each chunk, and one running sum per chunk
+    chunk = LINEAR_CHUNK
+    n_chunks = math.ceil(T / chunk)
+    return 4 * heads * n_chunks * (chunk * chunk + d_head * (d_head + 1))
   return 4 * rows * per_row
 
 
 def slope(ts, times) -> float:
-  """Least-squares slope of log(time) against log(T)."""
+  """Least-squares slope of log(time) against log(T).
+
+  Example:
+    >>> from experiments.benchmarks.attention import slope
+    >>> round(slope([512, 1024, 2048], [1.0, 4.0, 16.0]), 6)
+    2.0
+  """
   return float(np.polyfit(np.log(ts), np.log(times), 1)[0])
 
 

@@ -18,11 +18,14 @@ Example:
 from experiments.claims import (
     causal_mask,
     condition_lr,
+    dynamic_sparsity,
     eigenvalue_constrained,
     layernorm_condition,
     muon,
     orthogonal_heads,
+    psd_attention,
     residual_eigenvalues,
+    sliding_window,
     softmax_kernel,
 )
 from experiments.claims.models import RECIPES, base_model, base_model_info, base_models
@@ -54,8 +57,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     layernorm_condition.CLAIM,
     condition_lr.CLAIM,
     softmax_kernel.CLAIM,
-    not_built("psd-attention", _PSD, "new",
-              "Kernel-aware attention variants with guaranteed mathematical properties"),
+    psd_attention.CLAIM,
     not_built("lora", _DECOMP, "existing",
               "LoRA achieves efficient fine-tuning via low-rank weight updates"),
     not_built("adaptive-rank", _DECOMP, "new",
@@ -63,11 +65,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
               "full rank"),
     muon.CLAIM,
     orthogonal_heads.CLAIM,
-    not_built("sliding-window", _SPARSE, "existing",
-              "Sparse attention (Longformer, BigBird) scales to long documents by skipping "
-              "distant token pairs"),
-    not_built("dynamic-sparsity", _SPARSE, "new",
-              "Learned dynamic sparsity patterns that adapt to input structure"),
+    sliding_window.CLAIM,
+    dynamic_sparsity.CLAIM,
 )}
 
 __all__ = ["Anchor", "CLAIMS", "Claim", "RECIPES", "Spec", "Threshold", "base_model",

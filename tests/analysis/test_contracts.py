@@ -70,13 +70,50 @@ def additive_scores_attention(q_BTHD, k_BSHD, v_BSHD, mask_BTS, *, scale):
       "scores": scores_BHTS, "weights": weights_BHTS}
 
 
-@pytest.mark.parametrize("name", sorted(transformer.ATTENTION))
-def test_every_registered_variant_passes(name):
-  report = check_attention(name)
+# Every registry entry with the options it is used with: the tied projection where the kernel
+# is PSD by it, and the block-sparse ones with blocks of 4 at T = 16 (4 blocks, a window of 5
+# crossing block edges, one global token, one random block, MoBA picking one past block).
+VARIANT_CASES = {
+    "softmax": {}, "softmax-tied": dict(qk_tied=True),
+    "rbf": {}, "rbf-tied": dict(qk_tied=True),
+    "linear": {}, "linear-tied": dict(qk_tied=True),
+    "local": dict(window=5, block_size=4),
+    "bigbird": dict(window=5, block_size=4, n_global=1, n_random=1),
+    "moba": dict(block_size=4, top_k_blocks=1),
+}
+CHECK_MODEL = transformer.preset("tiny", d_model=16, n_layers=2, n_heads=2, init_std=0.1,
+                                 max_len=16)
+
+
+def test_cases_cover_the_registry():
+  assert {case.removesuffix("-tied") for case in VARIANT_CASES} == set(transformer.ATTENTION)
+
+
+@pytest.mark.parametrize("case", sorted(VARIANT_CASES))
+def test_every_registered_variant_passes_with_its_options(case):
+  name = case.removesuffix("-tied")
+  report = check_attention(name, cfg=CHECK_MODEL.replace(**VARIANT_CASES[case]))
   assert report["max_future_grad"] == 0.0
   assert report["prefix_max_change"] == 0.0
   assert report["decode_max_abs_err"] <= 1e-5
   assert report["padding_max_grad"] == 0.0 and report["padding_max_change"] == 0.0
+
+
+def test_default_model_serves_a_windowed_variant_across_block_edges():
+  # No cfg: the default model has blocks of 4 and, since `local` needs one, a window of 5.
+  report = check_attention("local")
+  assert report["max_future_grad"] == 0.0 and report["padding_max_change"] == 0.0
+
+
+def test_moba_with_a_gate_that_averages_padding_fails_the_padding_check(monkeypatch):
+  # The bug the padding check found in MoBA: block means over padded keys move the selection.
+  # Top-k passes no gradient, so only the perturbation half of the check can see it.
+  import transformer.attention as attention
+
+  gate = attention._moba_gate
+  monkeypatch.setattr(attention, "_moba_gate", lambda *args: gate(*args[:6]))
+  with pytest.raises(AssertionError, match="changing the 4 padded tokens moved real"):
+    check_attention("moba", cfg=CHECK_MODEL.replace(**VARIANT_CASES["moba"]))
 
 
 def test_exported_from_analysis_and_bidirectional_checks_padding_only():

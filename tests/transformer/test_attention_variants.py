@@ -148,9 +148,11 @@ def test_moba_equals_numpy_gate_and_pattern():
     for h in range(H):
       for t in range(T):
         n_past = t // bs  # complete past blocks
-        kbar = np.stack([k[b, j * bs:(j + 1) * bs, h].mean(0) for j in range(n_past)] or
-                        [np.zeros(Dh)])
-        chosen = np.argsort(-(kbar @ q[b, t, h]))[:min(top, n_past)] if n_past else []
+        real = [j for j in range(n_past) if valid[b, j * bs:(j + 1) * bs].any()]
+        kbar = np.stack([k[b, j * bs:(j + 1) * bs, h][valid[b, j * bs:(j + 1) * bs]].mean(0)
+                         for j in real] or [np.zeros(Dh)])  # the mean over real keys only
+        gate = kbar @ q[b, t, h]
+        chosen = [real[i] for i in np.argsort(-gate)[:min(top, len(real))]] if real else []
         for s in range(t + 1):
           allowed[b, h, t, s] = s // bs == t // bs or s // bs in chosen
   allowed &= mask[:, None]
