@@ -15,7 +15,7 @@ Example:
   (['causal-mask', 'kv-compression'], 'full rank & causality')
 """
 
-from experiments.claims import causal_mask, softmax_kernel
+from experiments.claims import causal_mask, kv_compression, softmax_kernel
 from experiments.claims.models import RECIPES, base_model, base_model_info, base_models
 from experiments.claims.runner import (
     Anchor,
@@ -38,8 +38,7 @@ def not_built(id: str, topic: str, kind: str, preface: str) -> Claim:
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in (
     causal_mask.CLAIM,
-    not_built("kv-compression", "full rank & causality", "new",
-              "Rank-aware KV cache compression for million-token contexts"),
+    kv_compression.CLAIM,
     not_built("residual-eigenvalues", _EIGEN, "existing",
               "Residual connections keep eigenvalues near 1, enabling 100+ layer networks"),
     not_built("eigenvalue-constrained", _EIGEN, "new",
