@@ -15,7 +15,7 @@ Example:
   (['causal-mask', 'kv-compression'], 'full rank & causality')
 """
 
-from experiments.claims import adaptive_rank, causal_mask, kv_compression, softmax_kernel
+from experiments.claims import adaptive_rank, causal_mask, kv_compression, lora, softmax_kernel
 from experiments.claims.models import RECIPES, base_model, base_model_info, base_models
 from experiments.claims.runner import (
     Anchor,
@@ -50,8 +50,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     softmax_kernel.CLAIM,
     not_built("psd-attention", _PSD, "new",
               "Kernel-aware attention variants with guaranteed mathematical properties"),
-    not_built("lora", _DECOMP, "existing",
-              "LoRA achieves efficient fine-tuning via low-rank weight updates"),
+    lora.CLAIM,
     adaptive_rank.CLAIM,
     not_built("muon", _ORTHO, "existing",
               "Muon optimizer orthogonalizes gradient updates, outperforming Adam on "

@@ -96,8 +96,9 @@ def full_bases(params, cfg: transformer.Config, calibration_tokens) -> latent.Co
 def batched_rank_losses(params, cfg, comp, tokens_BT1, ranks, batch_size: int = 64):
   """`kv.rank_losses` over batches of `batch_size` sequences: `(len(ranks), B)`."""
   tokens_BT1 = np.asarray(tokens_BT1)
-  return np.concatenate([kv.rank_losses(params, cfg, comp, jnp.asarray(tokens_BT1[i:i + batch_size]),
-                                        ranks) for i in range(0, len(tokens_BT1), batch_size)], 1)
+  parts = [kv.rank_losses(params, cfg, comp, jnp.asarray(tokens_BT1[i:i + batch_size]), ranks)
+           for i in range(0, len(tokens_BT1), batch_size)]
+  return np.concatenate(parts, 1)
 
 
 def measure(losses_NB, prefix_NB, ranks, budgets: dict, d_head: int, tol: float = 0.01) -> dict:
@@ -135,8 +136,8 @@ def measure(losses_NB, prefix_NB, ranks, budgets: dict, d_head: int, tol: float 
     pol_ranks = budget_ranks(prefix_NB, ranks, rho)
     pol = picked_loss(losses_NB, ranks, pol_ranks)
     gain = uniform - orc
-    per_budget[arm] = {"rank": float(rho), "uniform_loss": uniform, "oracle_loss": orc, "policy_loss": pol,
-                       "oracle_gain": gain, "policy_gain": uniform - pol,
+    per_budget[arm] = {"rank": float(rho), "uniform_loss": uniform, "oracle_loss": orc,
+                       "policy_loss": pol, "oracle_gain": gain, "policy_gain": uniform - pol,
                        "recovery": (uniform - pol) / gain if gain > 0 else float("nan"),
                        "policy_rank_mean": float(pol_ranks.mean())}
   return {"oracle": out, **per_budget}

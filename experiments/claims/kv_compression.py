@@ -31,7 +31,6 @@ numbers: a loss rise above 1% at 8× (2% at 32×) refutes the sentence as the is
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -188,7 +187,8 @@ def run(spec: Spec) -> dict:
       "- Equal bytes, KIVI-style quantization vs the loss-aware low-rank cache: " + "; ".join(
           f"{b}-bit KIVI {mean(f'kivi{b}', 'kv_compression'):.2f}× "
           f"{mean(f'kivi{b}', 'loss_rise'):+.2%} vs rank "
-          f"{mean(f'rank@kivi{b}', 'kv_compression'):.2f}× {mean(f'rank@kivi{b}', 'loss_rise'):+.2%}"
+          f"{mean(f'rank@kivi{b}', 'kv_compression'):.2f}× "
+          f"{mean(f'rank@kivi{b}', 'loss_rise'):+.2%}"
           for b in (8, 4, 2)) + ".",
       "- Rank for 99% of the key energy (mean head) vs context: " + ", ".join(
           f"T={T}: {mean('context', f'key_rank99_T{T}'):.1f}" for T in lengths)
