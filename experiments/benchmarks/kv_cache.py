@@ -4,13 +4,14 @@
                                               [--d-model 128] [--layers 4] [--heads 4]
 
 A Llama-style model (RoPE, so any context length; random weights: speed does not depend on
-them) decodes one token per sequence against a cache already holding `T − 1` tokens. Three
+them) decodes one token per sequence against a cache already holding `T − 1` tokens. Four
 caches are timed in interleaved rounds (`experiments.benchmarks.timing`): the model's own
-cache in float16 (`transformer.decode`), and `transformer.latent` caches at 8× (16-bit
+cache in float16 and in float32 (`transformer.decode`; float16 arithmetic is emulated and
+slow on CPUs, so there the float32 cache is the fair speed baseline), and `transformer.latent` caches at 8× (16-bit
 coefficients at rank Dh/8) and 32× (4-bit coefficients at rank Dh/8, packed two per byte) —
 both measured ratios against a 16-bit K/V cache. It prints per `T` and cache: the cache's
 bytes (from its arrays), decode tokens per second (batch / median step time) and the speed-up
-over the full cache. Decoding a token reads the whole cache, so at long `T` the step time
+over the float16 cache. Decoding a token reads the whole cache, so at long `T` the step time
 follows the bytes read; the latent cache's extra work (projecting the query into the basis,
 decoding packed codes) is per token, not per cached token.
 """
@@ -75,17 +76,18 @@ def measure(lengths=(2048, 8192), batch: int = 4, rounds: int = 5, d_model: int 
                                                                  cache=cache))
   out = {}
   for T in lengths:
-    caches = {"full-fp16": filled(decode.init_cache(cfg, batch, T, jnp.float16), T)}
+    caches = {"full-fp16": filled(decode.init_cache(cfg, batch, T, jnp.float16), T),
+              "full-fp32": filled(decode.init_cache(cfg, batch, T, jnp.float32), T)}
     caches.update({n: filled(latent.init_cache(cfg, c, batch, T), T) for n, c in comps.items()})
-    fns = {"full-fp16": lambda c=caches["full-fp16"]: full_step(params, token_B=token_B,
-                                                                cache=c)}
+    fns = {n: lambda c=caches[n]: full_step(params, token_B=token_B, cache=c)
+           for n in ("full-fp16", "full-fp32")}
     for n, comp in comps.items():
       fns[n] = lambda c=caches[n], comp=comp: latent_step(params, token_B, comp, c)
     times = timing.interleaved(fns, rounds)
     full_bytes = latent.full_cache_bytes(cfg, batch, T)
     out[T] = {}
     for n, cache in caches.items():
-      nbytes = (int(cache.k.nbytes + cache.v.nbytes) if n == "full-fp16"
+      nbytes = (int(cache.k.nbytes + cache.v.nbytes) if n.startswith("full")
                 else latent.cache_bytes(cache))
       out[T][n] = {"bytes": nbytes, "ratio_vs_16bit": full_bytes / nbytes,
                    "tokens_per_s": batch / times[n], "step_ms": 1e3 * times[n]}

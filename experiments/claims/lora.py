@@ -128,13 +128,14 @@ def _train(base, cfg, src, seed, lrs, steps, batch_size, seq_len, arm):
                              eval_batches=8)
 
 
-def measure_seed(base, cfg, seed: int, *, lrs, steps, batch_size, seq_len, log) -> dict:
-  """Every arm's metrics at one seed (see the module docstring)."""
+def measure_seed(base, cfg, seed: int, *, lrs, steps, batch_size, seq_len, log,
+                 arms=tuple(ARMS)) -> dict:
+  """Every arm's metrics at one seed (see the module docstring); `arms`: the LoRA arms."""
   ft, tune, test, _ = held_out_text()
   src = data.TextSource(data.Corpus(ft, tune, (), ()), seq_len)
   base_test = text_loss(base, cfg, test, seq_len)
   runs, tuned = {"base": {"test_loss": base_test}}, {}
-  for arm in ("full", *ARMS):
+  for arm in ("full", *arms):
     r = _train(base, cfg, src, seed, lrs, steps, batch_size, seq_len, arm)
     val = np.where(r.diverged[:, 0], np.inf, r.val_loss[:, 0, -1])
     best = int(np.argmin(val))
@@ -145,7 +146,7 @@ def measure_seed(base, cfg, seed: int, *, lrs, steps, batch_size, seq_len, log) 
                  "best_lr_index": float(best), "edge_lr": float(best in (0, len(lrs) - 1)),
                  "tune_loss": float(val[best])}
     log(f"    {arm}: lr {lrs[best]:g}, test loss {base_test:.4f} -> {loss:.4f}")
-  for arm in ARMS:
+  for arm in arms:
     runs[arm]["recovery"] = runs[arm]["gain"] / runs["full"]["gain"]
   spectra = update_spectra(base, tuned["full"])
   frac = [analysis.stable_rank(jnp.asarray(s)) / s.shape[-1] for s in spectra.values()]
@@ -171,7 +172,7 @@ def _figure(runs: dict, seeds, run_dir: str) -> str:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  arms = ["full", *ARMS]
+  arms = ["full", *(a for a in ARMS if a in runs)]
   fig, ax = plt.subplots(figsize=(5.5, 3.6))
   gains = [[runs[a][s]["gain"] for s in seeds] for a in arms]
   ax.bar(arms, [np.mean(g) for g in gains], yerr=[np.std(g) for g in gains], color="C0")
@@ -186,15 +187,17 @@ def run(spec: Spec) -> dict:
   """Trains every arm at every seed; see the module docstring."""
   name = "quick" if spec.quick else "small"
   if spec.quick:
-    lrs, steps, batch_size, seq_len = (1e-3, 1e-2), 20, 8, 64
+    lrs, steps, batch_size, seq_len = (1e-3, 1e-2), 10, 8, 64
+    arms = ("lora-qv-r4", "lora-all-r16")
   else:
     lrs, steps, batch_size, seq_len = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2), 150, 16, 128
+    arms = tuple(ARMS)
   runs: dict = {}
   cfg = None
   for seed, (params, cfg) in zip(spec.seeds, models.base_models(name, spec.seeds), strict=True):
     spec.log(f"  lora: seed {seed}")
     for arm, m in measure_seed(params, cfg, seed, lrs=lrs, steps=steps, batch_size=batch_size,
-                               seq_len=seq_len, log=spec.log).items():
+                               seq_len=seq_len, log=spec.log, arms=arms).items():
       runs.setdefault(arm, {})[seed] = m
   figure = _figure(runs, spec.seeds, spec.run_dir)
   _, _, _, files = held_out_text()
@@ -207,9 +210,9 @@ def run(spec: Spec) -> dict:
       ", not in the `.py` training corpus; 80/10/10% fine-tune/tune/test.",
       f"- Base test loss {mean('base', 'test_loss'):.4f} nats/token; " + ", ".join(
           f"{a} {mean(a, 'test_loss'):.4f} (lr {[runs[a][s]['best_lr'] for s in spec.seeds]})"
-          for a in ("full", *ARMS)) + ".",
+          for a in ("full", *arms)) + ".",
       "- Recovery of full fine-tuning's gain: " + ", ".join(
-          f"{a} {mean(a, 'recovery'):.1%}" for a in ARMS) + ".",
+          f"{a} {mean(a, 'recovery'):.1%}" for a in arms) + ".",
       f"- Full fine-tuning's ΔW: stable rank {mean('full', 'dW_stable_rank_frac'):.3f} of "
       f"min(D_in, D_out) on average (max {mean('full', 'dW_stable_rank_frac_max'):.3f}); "
       f"top-4 directions hold {mean('full', 'dW_top4_energy'):.1%} of its energy.",
@@ -220,7 +223,7 @@ def run(spec: Spec) -> dict:
       + f" (random: {mean('lora-qv-r4', 'overlap_random'):.3f}).",
       f"- Learning-rate grid {list(lrs)}, {steps} steps of {batch_size} × {seq_len}; an arm "
       "whose best rate is at the grid's edge is flagged `edge_lr`: " + ", ".join(
-          f"{a} {mean(a, 'edge_lr'):.0%}" for a in ("full", *ARMS)) + ".",
+          f"{a} {mean(a, 'edge_lr'):.0%}" for a in ("full", *arms)) + ".",
   ]
   return {"config": {"model": name, "learning_rates": list(lrs), "steps": steps,
                      "batch_size": batch_size, "seq_len": seq_len,
@@ -228,7 +231,8 @@ def run(spec: Spec) -> dict:
                      "model_config": cfg.to_dict()},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("gain, full fine-tuning", "full", None, "gain"),
-                      ("recovery, LoRA r16 on W_Q, W_V", "lora-qv-r16", None, "recovery"),
+                      *([("recovery, LoRA r16 on W_Q, W_V", "lora-qv-r16", None, "recovery")]
+                        if "lora-qv-r16" in runs else []),
                       ("top-4 overlap, W_Q input side", "lora-qv-r4", None, "overlap_w_q_in"),
                       ("top-4 overlap, W_V input side", "lora-qv-r4", None, "overlap_w_v_in"),
                       ("top-4 energy of full-FT ΔW", "full", None, "dW_top4_energy")]}
