@@ -6,14 +6,14 @@
 A Llama-style model (RoPE, so any context length; random weights: speed does not depend on
 them) decodes one token per sequence against a cache already holding `T − 1` tokens. Four
 caches are timed in interleaved rounds (`experiments.benchmarks.timing`): the model's own
-cache in float16 and in float32 (`transformer.decode`; float16 arithmetic is emulated and
-slow on CPUs, so there the float32 cache is the fair speed baseline), and `transformer.latent`
+cache in float16 and in float32 (`transformer.decode`; float16 arithmetic is emulated and slow
+on CPUs, so there the float32 cache is the fair speed baseline), and `transformer.latent`
 caches at 8× (16-bit coefficients at rank Dh/8) and 32× (4-bit coefficients at rank Dh/8,
-packed two per byte) — both measured ratios against a 16-bit K/V cache. It prints per `T`
-and cache: the cache's bytes (from its arrays), decode tokens per second (batch / median step time) and the speed-up
-over the float16 cache. Decoding a token reads the whole cache, so at long `T` the step time
-follows the bytes read; the latent cache's extra work (projecting the query into the basis,
-decoding packed codes) is per token, not per cached token.
+packed two per byte) — both measured ratios against a 16-bit K/V cache. It prints per `T` and
+cache: the cache's bytes (from its arrays), decode tokens per second (batch / median step
+time) and the speed-up over the float16 cache. Decoding a token reads the whole cache, so at
+long `T` the step time follows the bytes read; the latent cache's extra work (projecting the
+query into the basis, decoding packed codes) is per token, not per cached token.
 """
 
 from __future__ import annotations
