@@ -171,6 +171,10 @@ def coefficient_budget(cfg: transformer.Config, ratio: float, bits: int = 16) ->
   slack = 2 * cfg.n_layers * (8 - bits) if bits < 8 else 0
   budget = int(np.floor((full_bits / ratio - slack) / bits + 1e-9))
   least = 2 * cfg.n_layers * cfg.n_kv_heads
+  if budget > least * cfg.d_head:
+    raise ValueError(f"kv ratio={ratio} at {bits} bits asks for rank "
+                     f"{budget / least:.3g} per head, above the head width {cfg.d_head}. "
+                     f"Fix: a ratio >= {16 / bits:g} at {bits} bits (or more bits).")
   if budget < least:
     raise ValueError(f"kv ratio={ratio} at {bits} bits leaves {budget} coefficients per token, "
                      f"fewer than one per head ({least}). Fix: a smaller ratio or fewer bits.")

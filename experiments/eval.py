@@ -2,6 +2,8 @@
 
     python -m experiments eval --checkpoint runs/train/RUN --data PATH [--split all|val]
     python -m experiments eval --hf PATH --data PATH [--seq-len T] [--max-bytes N]
+    python -m experiments eval --checkpoint RUN --data PATH --kv-ratio R
+        [--kv-alloc uniform|greedy|loss] [--kv-bits 16|8|4] [--calibration PATH]
 
 `--data` follows the rules of `train` (`stdlib`, a file, a folder or a glob; hidden folders and
 binary files skipped). The text is cut into consecutive windows of `T + 1` tokens that
@@ -13,8 +15,19 @@ The `tiny` run of `python -m experiments train` (300 steps, `--seq-len 64`) scor
 nats/byte (3.400 bits/byte) on the first 200,000 held-out bytes (`--data stdlib --split val
 --max-bytes 200000`), in about 7 s on 2 busy CPU cores.
 
+**Compressed KV cache** (`--kv-ratio R`): the text is scored through a `transformer.latent`
+cache whose bases and ranks come from calibration text (`analysis.kv.compress`): `R` is the
+target for the whole measured ratio, rank and bits together, against a 16-bit K/V cache
+(`--kv-ratio 32 --kv-bits 4` = 4-bit coefficients at 8× fewer dimensions). Calibration text
+defaults to the training split of the run's `--data`, and the scored text to the validation
+split (held out); `--calibration PATH` reads all of `PATH` instead. The JSON line then also
+holds `kv_compression` (the ratio measured from the cache arrays' bytes), `kv_ratio`,
+`kv_alloc`, `kv_bits`, `loss_uncompressed` (nats/byte, the same windows without compression)
+and `kv_loss_rise` (relative); `loss` and the other scores are those of the compressed cache.
+
 `evaluate(params, cfg, tokens, ...)` is the function behind the command; its `logits_fn`
-argument swaps the forward pass (e.g. a compressed KV cache) without touching the scoring.
+argument swaps the forward pass (e.g. a compressed KV cache, `latent_logits_fn`) without
+touching the scoring.
 """
 
 from __future__ import annotations
@@ -62,6 +75,56 @@ def _nll_sum(params, cfg, tokens_BT1, weights_BT, logits_fn):
   logits_BTV = logits_fn(params, cfg, tokens_BT1[:, :-1]).astype(jnp.float32)
   nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
   return (nll_BT * weights_BT).sum()
+
+
+def latent_logits_fn(comp) -> Callable:
+  """A `logits_fn` for `evaluate` that reads every window through a latent cache of `comp`.
+
+  Args:
+    comp: a `transformer.latent.Compression` (bases, ranks, bits).
+
+  Returns:
+    `logits_fn(params, cfg, tokens_BT) -> logits_BTV`: prefill of an empty cache of `T` slots.
+
+  Example:
+    >>> import jax, numpy as np, transformer
+    >>> from transformer import latent
+    >>> from experiments.eval import evaluate, latent_logits_fn
+    >>> cfg = transformer.preset("tiny", d_model=32, n_heads=2, max_len=16)
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> comp = latent.weight_compression(params, cfg, rank=cfg.d_head)  # full rank, float32
+    >>> text = np.frombuffer(b"hello, world! " * 4, np.uint8)
+    >>> a = evaluate(params, cfg, text, logits_fn=latent_logits_fn(comp))
+    >>> bool(abs(a.loss - evaluate(params, cfg, text).loss) < 1e-5)
+    True
+  """
+  from transformer import latent
+
+  def logits_fn(params, cfg, tokens_BT):
+    B, T = tokens_BT.shape
+    logits, _ = latent.forward(params, cfg, tokens_BT, comp,
+                               cache=latent.init_cache(cfg, comp, B, T))
+    return logits
+
+  return logits_fn
+
+
+def calibration_windows(raw: bytes | np.ndarray, seq_len: int, n: int = 32) -> np.ndarray:
+  """`(≤ n, seq_len + 1)` token windows spread evenly over the calibration bytes.
+
+  Example:
+    >>> import numpy as np
+    >>> from experiments.eval import calibration_windows
+    >>> calibration_windows(np.arange(10, dtype=np.uint8), 3, n=2).tolist()
+    [[0, 1, 2, 3], [6, 7, 8, 9]]
+  """
+  tokens = np.frombuffer(raw, np.uint8) if isinstance(raw, bytes) else np.asarray(raw)
+  span = seq_len + 1
+  if len(tokens) < span:
+    raise ValueError(f"the calibration text has {len(tokens)} tokens, fewer than seq_len + 1 = "
+                     f"{span}. Fix: pass more text with --calibration PATH.")
+  starts = np.unique(np.linspace(0, len(tokens) - span, n).round().astype(int))
+  return tokens[starts[:, None] + np.arange(span)[None, :]].astype(np.int32)
 
 
 def windows(tokens: np.ndarray, seq_len: int) -> data.Batch:
@@ -207,8 +270,9 @@ def main(argv=None) -> int:
   p.add_argument("--step", type=int, default=None,
                  help="checkpoint step of --checkpoint (default: the latest intact one)")
   p.add_argument("--data", required=True, help="'stdlib', a text file, a folder or a glob")
-  p.add_argument("--split", default="all", choices=("all", "val"),
-                 help="all the files, or the validation files train holds out (default: all)")
+  p.add_argument("--split", default=None, choices=("all", "val"),
+                 help="all the files, or the validation files train holds out (default: all; "
+                      "val with --kv-ratio)")
   p.add_argument("--val-fraction", type=float, default=0.05,
                  help="validation fraction, as in train (default: 0.05)")
   p.add_argument("--max-bytes", type=int, default=0,
@@ -217,7 +281,19 @@ def main(argv=None) -> int:
                  help="context per window (default: the run's training --seq-len; for --hf "
                       "the model's max_len)")
   p.add_argument("--batch-size", type=int, default=8, help="windows per step (default: 8)")
+  kv = p.add_argument_group("compressed KV cache")
+  kv.add_argument("--kv-ratio", type=float, default=None, metavar="R",
+                  help="score through a latent KV cache R times smaller than a 16-bit one "
+                       "(rank and bits together)")
+  kv.add_argument("--kv-alloc", default="uniform", choices=("uniform", "greedy", "loss"),
+                  help="rank allocation across heads and layers (default: uniform)")
+  kv.add_argument("--kv-bits", type=int, default=16, choices=(16, 8, 4),
+                  help="bits per stored coefficient (default: 16)")
+  kv.add_argument("--calibration", metavar="PATH", default=None,
+                  help="calibration text (default: the training split of the run's data)")
   args = p.parse_args(argv)
+  if args.split is None:
+    args.split = "val" if args.kv_ratio is not None else "all"
   try:
     if args.batch_size < 1 or args.max_bytes < 0:
       raise ValueError("--batch-size must be >= 1 and --max-bytes >= 0.")
@@ -229,14 +305,59 @@ def main(argv=None) -> int:
     seq_len = args.seq_len
     if seq_len is None and args.checkpoint is not None:  # the context the run trained on
       seq_len = min(checkpoint.read_config(args.checkpoint)["train"]["seq_len"], cfg.max_len)
+    extra = {}
+    logits_fn = model_logits
+    if args.kv_ratio is not None:
+      logits_fn, extra = _kv_setup(args, params, cfg, encode, seq_len)
     result = evaluate(params, cfg, tokens, n_bytes=n_bytes, seq_len=seq_len,
-                      batch_size=args.batch_size, show_progress=True)
+                      batch_size=args.batch_size, show_progress=True, logits_fn=logits_fn)
+    if args.kv_ratio is not None:
+      full = evaluate(params, cfg, tokens, n_bytes=n_bytes, seq_len=seq_len,
+                      batch_size=args.batch_size)
+      extra.update(loss_uncompressed=full.loss, kv_loss_rise=result.loss / full.loss - 1)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   print(f"{source} on {args.data} ({args.split}): {result.loss:.4f} nats/byte = "
         f"{result.bits_per_byte:.4f} bits/byte; {result.loss_per_token:.4f} nats/token, "
         f"perplexity {result.perplexity:.2f}; {result.tokens:,} tokens, {result.bytes:,} bytes")
+  if extra:
+    print(f"compressed KV cache: {extra['kv_compression']:.2f}× smaller than 16-bit K/V "
+          f"(target {args.kv_ratio:g}, {args.kv_alloc}, {args.kv_bits}-bit); loss "
+          f"{extra['kv_loss_rise']:+.2%} vs uncompressed {extra['loss_uncompressed']:.4f}")
   print(jsonio.dumps_line({**result.to_dict(), "source": source, "data": args.data,
-                           "split": args.split}))
+                           "split": args.split, **extra}))
   return 0
+
+
+def _kv_setup(args, params, cfg: transformer.Config, encode, seq_len):
+  """`(logits_fn, json fields)` of `--kv-ratio`: calibration text, bases, measured ratio."""
+  from analysis import kv as kv_lib
+  from transformer import latent
+
+  if not args.kv_ratio >= 1:
+    raise ValueError(f"--kv-ratio {args.kv_ratio:g} must be >= 1 (bytes of a 16-bit cache over "
+                     "ours). Fix: e.g. --kv-ratio 8.")
+  T = cfg.max_len if seq_len is None else seq_len
+  if args.calibration is not None:
+    raw, _ = read_text(args.calibration, "all")
+    what = f"--calibration {args.calibration}"
+  else:
+    run_data = None
+    if args.checkpoint is not None:
+      run_data = checkpoint.read_config(args.checkpoint).get("train", {}).get("data")
+    if not run_data or str(run_data).startswith("task:"):
+      raise ValueError("this model has no calibration text (a Hugging Face folder, or a run "
+                       "trained on a synthetic task). Fix: pass --calibration PATH.")
+    raw = data.load_corpus(run_data, args.val_fraction).train.tobytes()
+    what = f"the training split of {run_data}"
+  ids, _ = encode(raw[: 64 * (T + 1) * 32])
+  cal = calibration_windows(np.asarray(ids), T)
+  comp = kv_lib.compress(params, cfg, cal, args.kv_ratio, args.kv_alloc, args.kv_bits)
+  cache = jax.eval_shape(lambda: latent.init_cache(cfg, comp, 1, T))
+  ratio = latent.full_cache_bytes(cfg, 1, T) / sum(
+      int(np.prod(a.shape)) * a.dtype.itemsize for a in (*cache.k, *cache.v))
+  print(f"kv: calibration from {what} ({len(cal)} windows of {T + 1})", file=sys.stderr)
+  return latent_logits_fn(comp), {"kv_compression": ratio, "kv_ratio": args.kv_ratio,
+                                  "kv_alloc": args.kv_alloc, "kv_bits": args.kv_bits,
+                                  "kv_basis_bytes": latent.basis_bytes(comp)}

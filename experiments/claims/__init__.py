@@ -16,11 +16,14 @@ Example:
 """
 
 from experiments.claims import (
+    adaptive_rank,
     causal_mask,
     condition_lr,
     dynamic_sparsity,
     eigenvalue_constrained,
+    kv_compression,
     layernorm_condition,
+    lora,
     muon,
     orthogonal_heads,
     psd_attention,
@@ -50,19 +53,15 @@ def not_built(id: str, topic: str, kind: str, preface: str) -> Claim:
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in (
     causal_mask.CLAIM,
-    not_built("kv-compression", "full rank & causality", "new",
-              "Rank-aware KV cache compression for million-token contexts"),
+    kv_compression.CLAIM,
     residual_eigenvalues.CLAIM,
     eigenvalue_constrained.CLAIM,
     layernorm_condition.CLAIM,
     condition_lr.CLAIM,
     softmax_kernel.CLAIM,
     psd_attention.CLAIM,
-    not_built("lora", _DECOMP, "existing",
-              "LoRA achieves efficient fine-tuning via low-rank weight updates"),
-    not_built("adaptive-rank", _DECOMP, "new",
-              "Adaptive rank allocation—easy inputs get low-rank attention, hard inputs get "
-              "full rank"),
+    lora.CLAIM,
+    adaptive_rank.CLAIM,
     muon.CLAIM,
     orthogonal_heads.CLAIM,
     sliding_window.CLAIM,

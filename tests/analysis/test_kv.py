@@ -166,3 +166,11 @@ def test_bad_input_one_line_errors():
                                             source="weights"), _tokens(cfg), [9])
   with pytest.raises(ValueError, match="alloc"):
     kv.compress(params, cfg, _tokens(cfg), 4, "fisher", 16)
+
+
+def test_ratio_that_needs_rank_above_head_width_is_one_line():
+  with pytest.raises(ValueError, match="above the head width") as e:
+    kv.coefficient_budget(GPT, 2, 4)  # 4-bit codes at ratio 2 would need rank 2·Dh
+  assert "\n" not in str(e.value)
+  full = 2 * GPT.n_layers * GPT.n_kv_heads * GPT.d_head
+  assert full - 8 <= kv.coefficient_budget(GPT, 4, 4) <= full  # full rank less packing slack

@@ -91,3 +91,89 @@ def test_eval_on_a_damaged_run_warns_or_fails_in_one_line(tiny_run_copy, tmp_pat
   assert eval_.main(argv) == 2
   err = capsys.readouterr().err
   assert err.startswith("error: no readable checkpoint") and err.count("\n") == 1, err
+
+
+def _projected_kv_fn(comp):
+  """Reference for a 16-bit latent cache: K, V projected onto each head's leading basis
+  columns in the plain (uncompressed) forward pass, the coefficients rounded to float16."""
+  def project(x_BTKDh, basis_KDhDh, ranks):
+    out = []
+    for k, r in enumerate(ranks):
+      P = basis_KDhDh[k][:, :r]
+      c = (x_BTKDh[:, :, k] @ P).astype(jnp.float16).astype(jnp.float32)
+      out.append(c @ P.T)
+    return jnp.stack(out, 2)
+
+  def kv_fn(l, k, v):
+    return (project(k, comp.key_basis[l], comp.key_ranks[l]),
+            project(v, comp.value_basis[l], comp.value_ranks[l]))
+
+  return kv_fn
+
+
+def test_eval_kv_ratio_scores_through_the_latent_cache(tiny_run, tmp_path, capsys):
+  from analysis import kv
+  from transformer import latent
+
+  text, cal_text = tmp_path / "text.txt", tmp_path / "cal.txt"
+  text.write_bytes(TEXT)
+  cal_text.write_bytes(TEXT[::-1] * 4)
+  args = ["--checkpoint", tiny_run, "--data", str(text), "--split", "all", "--seq-len", "32",
+          "--calibration", str(cal_text)]
+  assert eval_.main([*args, "--kv-ratio", "4", "--kv-alloc", "greedy"]) == 0
+  got = _last_json(capsys.readouterr().out)
+  params, cfg = checkpoint.load_run(tiny_run)
+  # Independent reference: the same bases and ranks, K and V projected in the plain forward.
+  cal = eval_.calibration_windows(np.frombuffer(cal_text.read_bytes(), np.uint8), 32)
+  comp = kv.compress(params, cfg, cal, 4, "greedy", 16)
+  fn = _projected_kv_fn(comp)
+  want = eval_.evaluate(params, cfg, np.frombuffer(TEXT, np.uint8), seq_len=32,
+                        logits_fn=lambda p, c, t: latent.forward(p, c, t, kv_fn=fn))
+  np.testing.assert_allclose(got["loss"], want.loss, rtol=1e-4)
+  assert got["kv_compression"] == pytest.approx(4.0)  # 16-bit coefficients at a quarter rank
+  full = eval_.evaluate(params, cfg, np.frombuffer(TEXT, np.uint8), seq_len=32)
+  np.testing.assert_allclose(got["loss_uncompressed"], full.loss, rtol=1e-6)
+  assert got["kv_loss_rise"] == pytest.approx(got["loss"] / full.loss - 1, rel=1e-6)
+  # Ratio and bits together: 32× with 4-bit coefficients is 8× fewer dimensions.
+  assert eval_.main([*args, "--kv-ratio", "32", "--kv-bits", "4"]) == 0
+  got = _last_json(capsys.readouterr().out)
+  assert 32 <= got["kv_compression"] <= 48 and got["kv_bits"] == 4  # packed bytes round down
+  # Full rank at 16 bits reproduces the uncompressed loss up to float16 coefficients.
+  assert eval_.main([*args, "--kv-ratio", "1"]) == 0
+  got = _last_json(capsys.readouterr().out)
+  assert got["kv_compression"] == 1.0
+  np.testing.assert_allclose(got["loss"], full.loss, rtol=1e-3)
+
+
+def test_eval_kv_ratio_defaults_to_the_runs_training_split(tiny_run, capsys):
+  # The run trained on stdlib: calibration from its training split, scoring on validation.
+  assert eval_.main(["--checkpoint", tiny_run, "--data", "stdlib", "--max-bytes", "3000",
+                     "--kv-ratio", "8"]) == 0
+  out = capsys.readouterr()
+  assert "calibration from the training split of stdlib" in out.err
+  got = _last_json(out.out)
+  assert got["split"] == "val" and got["kv_compression"] == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--kv-ratio", "0.5"], "must be >= 1"),
+    (["--kv-ratio", "2", "--kv-bits", "4"], "above the head width"),
+])
+def test_eval_kv_ratio_bad_input_one_line(tiny_run, tmp_path, capsys, extra, message):
+  text = tmp_path / "text.txt"
+  text.write_bytes(TEXT)
+  assert eval_.main(["--checkpoint", tiny_run, "--data", str(text), "--split", "all",
+                     "--calibration", str(text), *extra]) == 2
+  err = capsys.readouterr().err.strip()
+  assert message in err and "\n" not in err
+
+
+def test_eval_kv_ratio_without_calibration_data_is_one_line(tiny_run, tmp_path, capsys):
+  params, cfg = checkpoint.load_run(tiny_run)
+  transformer.to_hf(params, cfg, tmp_path / "hf")
+  text = tmp_path / "text.txt"
+  text.write_bytes(TEXT)
+  assert eval_.main(["--hf", str(tmp_path / "hf"), "--data", str(text), "--split", "all",
+                     "--seq-len", "32", "--kv-ratio", "4"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert "no calibration text" in err and "--calibration" in err and "\n" not in err

@@ -162,3 +162,30 @@ def test_bad_input_one_line_errors():
     latent.make_compression(eye, eye, ((1,) * 4,) * 2, ((1,) * 4,) * 2, bits=4)
   with pytest.raises(ValueError, match="head width"):
     latent.weight_compression(_params(cfg), cfg, 9)
+
+
+@pytest.mark.parametrize("name", [n for n, c in CONFIGS.items() if c.positions == "learned"])
+@pytest.mark.parametrize("rank", ["full", 3])
+def test_latent_model_is_exactly_causal(name, rank):
+  """∂ logits_t / ∂ x_s = 0 exactly for s > t, through the latent cache (jacrev): the learned
+  position rows are an additive input per position, so their Jacobian is the input's."""
+  cfg = CONFIGS[name]
+  params = _params(cfg)
+  r = cfg.d_head if rank == "full" else rank
+  ranks = ((r,) * cfg.n_kv_heads,) * cfg.n_layers
+  comp = latent.make_compression(*(_random_bases(jax.random.key(i), cfg) for i in (1, 2)),
+                                 ranks, ranks, 32)
+  T = 8
+  tokens = jax.random.randint(jax.random.key(3), (1, T), 0, cfg.vocab_size)
+
+  def logits_of(pos_TD):
+    table = params["pos_embed"]["embedding"].at[:T].set(pos_TD)
+    p = {**params, "pos_embed": {"embedding": table}}
+    logits, _ = latent.forward(p, cfg, tokens, comp, cache=latent.init_cache(cfg, comp, 1, T))
+    return logits[0]
+
+  jac_TVTD = np.asarray(jax.jacrev(logits_of)(params["pos_embed"]["embedding"][:T]))
+  per_pair = np.abs(jac_TVTD).max(axis=(1, 3))  # (t, s)
+  future = np.triu(np.ones((T, T), bool), 1)
+  assert per_pair[future].max() == 0.0
+  assert per_pair[~future].min() > 0  # the past does reach every position (the test can fail)
