@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from experiments.claims import CLAIMS, runner, tour
+from experiments.claims import CLAIMS, not_built, runner, tour
 from experiments.claims.runner import Claim, Threshold
 
 DESIGN_ORDER = [
@@ -157,7 +157,10 @@ def test_load_strict_refuses_nan(tmp_path):
 def test_tour_lists_all_14_and_not_built_are_never_verdicts(tmp_path, monkeypatch):
   toy = _claim([Threshold("gain", "treated", "score", supports="> 0.2")], run=_toy_run)
   fast = {cid: dataclasses.replace(toy, id=cid) for cid in ("causal-mask", "softmax-kernel")}
-  monkeypatch.setattr(tour, "CLAIMS", {**CLAIMS, **fast})
+  # One claim registered as not built (all 14 are built now): it must show as such.
+  last = CLAIMS["dynamic-sparsity"]
+  unbuilt = {last.id: not_built(last.id, last.topic, last.kind, last.preface)}
+  monkeypatch.setattr(tour, "CLAIMS", {**CLAIMS, **fast, **unbuilt})
   monkeypatch.setattr(tour, "_opening", lambda log: ["opening"])
   lines = []
   res, tour_dir = tour.run_tour(quick=True, only=["causal-mask"], root=str(tmp_path),
@@ -171,6 +174,7 @@ def test_tour_lists_all_14_and_not_built_are_never_verdicts(tmp_path, monkeypatc
   for c in res["claims"]:
     if not tour.CLAIMS[c["claim"]].built:
       assert c["verdict"] == "not built" and c["results"] is None
+  assert by_id["dynamic-sparsity"]["verdict"] == "not built"
   runner.validate_results(runner.load_strict(by_id["causal-mask"]["results"]))
   assert len(lines) == 15 and lines[-1].endswith("report.md")
   text = open(os.path.join(tour_dir, "report.md")).read()
