@@ -29,7 +29,14 @@ Example:
 from transformer import latent, lora, names
 from transformer.attention import ATTENTION, make_mask, rope, softmax_attention
 from transformer.config import PRESETS, Config, gpt2_config, llama_config, preset
-from transformer.decode import decode_step, generate, init_cache, prefill, sample
+from transformer.decode import (
+    cached_logits,
+    decode_step,
+    generate,
+    init_cache,
+    prefill,
+    sample,
+)
 from transformer.hf import from_hf, to_hf
 from transformer.matmuls import Entry, catalog
 from transformer.model import (
@@ -43,7 +50,8 @@ from transformer.model import (
 
 __all__ = [
     "ATTENTION", "Block", "Config", "Entry", "KVCache", "PRESETS", "Transformer",
-    "block_fn", "catalog", "decode_step", "from_hf", "generate", "gpt2_config", "init",
+    "block_fn", "cached_logits", "catalog", "decode_step", "from_hf", "generate", "gpt2_config",
+    "init",
     "init_cache", "latent", "layer", "llama_config", "lora", "make_mask", "names", "preset",
     "prefill", "rope", "sample", "softmax_attention", "to_hf",
 ]

@@ -44,6 +44,33 @@ def decode_step(params, cfg: Config, token_B: jax.Array, cache: KVCache):
   return logits_B1V[:, 0], cache
 
 
+def cached_logits(params, cfg: Config, tokens_BT: jax.Array, n_prefill: int) -> jax.Array:
+  """The logits of every position of `tokens_BT`, computed through the KV cache: prefill the
+  first `n_prefill` tokens, then one `decode_step` per remaining token.
+
+  They must equal the full forward pass; the demo and `analysis.check_attention` check it.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, transformer
+    >>> cfg = transformer.preset("tiny")
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> tokens = jnp.arange(8)[None]
+    >>> full = transformer.Transformer(cfg).apply({"params": params}, tokens)
+    >>> bool(jnp.abs(transformer.cached_logits(params, cfg, tokens, 3) - full).max() < 1e-5)
+    True
+  """
+  B, T = tokens_BT.shape
+  if not 1 <= n_prefill <= T:
+    raise ValueError(f"cached_logits: n_prefill={n_prefill} must be in [1, T={T}]")
+  cache = init_cache(cfg, B, T)
+  logits_BPV, cache = prefill(params, cfg, tokens_BT[:, :n_prefill], cache)
+  rows = [logits_BPV]
+  for t in range(n_prefill, T):
+    logits_BV, cache = decode_step(params, cfg, tokens_BT[:, t], cache)
+    rows.append(logits_BV[:, None])
+  return jnp.concatenate(rows, 1)
+
+
 def _check_sampling(temperature: float, top_k: int | None) -> None:
   if temperature < 0:
     raise ValueError(f"temperature={temperature} is negative. Fix: pass temperature >= 0 "
