@@ -102,7 +102,7 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
                data, batch_size: int, seq_len: int, params_fn: Callable | None = None,
                aux_loss: Callable | None = None, eval_every: int,
                callback: Callable | None = None, init_fn: Callable | None = None,
-               eval_batches: int = 4) -> ManyResult:
+               eval_batches: int = 4, vectorize: bool = True) -> ManyResult:
   """Trains `len(learning_rates) × len(seeds)` models as one vmapped, jitted program.
 
   .. math:: \\theta^{(\\eta, s)}_{k+1} = \\theta^{(\\eta, s)}_k
@@ -129,6 +129,11 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
       and the intermediates of the first validation batch, leading axes `(n_lr, n_seeds)`.
     init_fn: `init_fn(key) -> trained leaves`; default: the model's init, as `train` does.
     eval_batches: validation batches per evaluation (0: none).
+    vectorize: True: the training step is `jax.vmap`-ed over runs. False: it loops over them
+      (`jax.lax.map`) inside the same jitted program. Use False for an optimizer that branches
+      on its step count (`lax.cond` in a periodic refresh, e.g. `optim.scale_by_condition`):
+      under `vmap` the count is batched and the branch becomes a select that pays the
+      expensive side at every step. Both give the same runs up to float rounding.
 
   Returns:
     A `ManyResult`.
@@ -183,8 +188,17 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     return optax.apply_updates(trained, updates), opt_state, ce
 
   # Outer axis: learning rates (batches shared); inner axis: seeds (lr shared).
-  over_seeds = jax.vmap(step_one, in_axes=(0, 0, None, 0, 0))
-  step_all = jax.vmap(over_seeds, in_axes=(0, 0, 0, None, None))
+  if vectorize:
+    over_seeds = jax.vmap(step_one, in_axes=(0, 0, None, 0, 0))
+    step_all = jax.vmap(over_seeds, in_axes=(0, 0, 0, None, None))
+  else:
+    def step_all(trained_RS, opt_state_RS, lr_R, tokens_SBT1, weights_SBT):
+      def over_seeds(run):
+        trained_S, opt_state_S, lr = run
+        return jax.lax.map(lambda one: step_one(*one[:2], lr, *one[2:]),
+                           (trained_S, opt_state_S, tokens_SBT1, weights_SBT))
+
+      return jax.lax.map(over_seeds, (trained_RS, opt_state_RS, lr_R))
   init_all = jax.jit(jax.vmap(jax.vmap(init_one, in_axes=(0, None)), in_axes=(None, 0)))
 
   @jax.jit

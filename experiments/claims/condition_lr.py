@@ -5,12 +5,11 @@
 Full run (3 seeds): the `small` shared model shape (d 128, L 4, H 4) trained from scratch on
 the stdlib corpus, batches of 8 windows of **64** tokens (half the shared models' context,
 to fit the 2-core budget), `N = 120` steps, validation loss every 12 steps: 24 runs of 120
-steps (12 tuning, 12 reported). **Slow**: inside `train_many`'s vmap the refresh
-`lax.cond(count % every == 0, …)` of `scale_by_condition` has a batched predicate and becomes
-a select, so the QR-based κ̂ refresh of every hidden matrix runs at *every* step of the
-`condition` and `frozen` arms; the first tuning sweep (3 runs × 120 steps) took over 35 minutes
-on 2 cores at load average 14–20. `--quick` (the `tiny` shape, one seed, 24 steps, one rate,
-no tuning): 214 s on that machine.
+steps (12 tuning, 12 reported). Every arm trains with `train_many(vectorize=False)`: under
+`vmap` the refresh `lax.cond(count % every == 0, …)` of `scale_by_condition` would have a
+batched predicate and become a select, paying the QR-based κ̂ refresh of every hidden matrix
+at *every* step; looping over the runs keeps it a branch, paid every 10th step. `--quick`
+(the `quick` shape, one seed, 24 steps, one rate, no tuning) is indicative only.
 
 Expected result: not yet measured in full (see the report of the first run).
 
@@ -90,7 +89,7 @@ def run(spec: Spec) -> dict:
   cfg = models.RECIPES[z["model"]].cfg
   N, seeds = z["steps"], tuple(spec.seeds)
   kw = {"data": "stdlib", "batch_size": z["batch_size"], "seq_len": z["seq_len"],
-        "eval_batches": z["eval_batches"]}
+        "eval_batches": z["eval_batches"], "vectorize": False}
   arms = {"adamw": O.adamw_arm(),
           "condition": O.condition_arm(alpha=ALPHA, kappa_ref=KAPPA_REF, every=10),
           "frozen": O.frozen_condition_arm(alpha=ALPHA, kappa_ref=KAPPA_REF)}

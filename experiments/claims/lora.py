@@ -2,7 +2,7 @@
 
     python -m experiments claim lora [--quick]
 
-Full run (3 seeds, the shared `small` models, 5 learning rates per arm, 150 steps each):
+Full run (3 seeds, the shared `small` models, 6 learning rates per arm, 150 steps each):
 about 10–15 minutes on 2 idle CPU cores; `--quick` (the `quick` model, 2 rates, 20 steps)
 about 20 s.
 
@@ -190,7 +190,7 @@ def run(spec: Spec) -> dict:
     lrs, steps, batch_size, seq_len = (1e-3, 1e-2), 10, 8, 64
     arms = ("lora-qv-r4", "lora-all-r16")
   else:
-    lrs, steps, batch_size, seq_len = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2), 150, 16, 128
+    lrs, steps, batch_size, seq_len = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1), 150, 16, 128
     arms = tuple(ARMS)
   runs: dict = {}
   cfg = None

@@ -85,3 +85,43 @@ def test_bad_arguments():
   with pytest.raises(ValueError, match="seeds"):
     multirun.train_many(_tiny(), optax.sgd, seeds=(), learning_rates=(1.0,), steps=1,
                         data="task:modadd", batch_size=2, seq_len=8, eval_every=1)
+
+
+def _counting_refresh(calls: list, every: int) -> optax.GradientTransformation:
+  """Identity on updates; a `lax.cond` on the step count calls back on its expensive side."""
+
+  def init(params):
+    del params
+    return jnp.zeros((), jnp.int32)
+
+  def update(updates, count, params=None):
+    del params
+
+    def refresh(u):
+      jax.debug.callback(lambda: calls.append(1))
+      return u
+
+    updates = jax.lax.cond(count % every == 0, refresh, lambda u: u, updates)
+    return updates, count + 1
+
+  return optax.GradientTransformation(init, update)
+
+
+def test_vectorize_false_keeps_the_count_branch_and_the_runs():
+  """Under vmap the count's cond becomes a select (callback at every step); looped, it does not."""
+  kw = dict(seeds=(0, 1), learning_rates=(1e-2, 3e-2), steps=8, data="task:modadd", batch_size=4,
+            seq_len=8, eval_every=4, eval_batches=1)
+  calls = {True: [], False: []}
+  runs = {}
+  for vec in (True, False):
+    def make_tx(learning_rate, vec=vec):
+      return optax.chain(_counting_refresh(calls[vec], every=8), optax.sgd(learning_rate))
+
+    runs[vec] = multirun.train_many(_tiny(), make_tx, vectorize=vec, **kw)
+  jax.effects_barrier()
+  # 4 runs × 8 steps; the refresh is due at count 0 of each run only. Under vmap the branch
+  # runs at every step (the callback fires at least once per step, for the batch).
+  assert len(calls[False]) == 4
+  assert len(calls[True]) >= 8
+  np.testing.assert_allclose(runs[False].loss, runs[True].loss, rtol=0, atol=1e-5)
+  np.testing.assert_allclose(runs[False].val_loss, runs[True].val_loss, rtol=0, atol=1e-5)
