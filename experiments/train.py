@@ -19,6 +19,10 @@ existing folder restores the latest intact checkpoint and replays the exact stre
 resumed run ends bit-identical to an uninterrupted one. A non-finite loss, gradient norm or
 parameter stops the run and exits 1; no checkpoint of a non-finite state is ever written, so
 the last checkpoint is the last good step. Ctrl-C saves and exits 130.
+
+Multi-process (multi-host) runs start the same command in every process with `--distributed`,
+`--coordinator-address`, `--num-processes` and each one's `--process-id` (README, "Training";
+tested with two local processes in `tests/experiments/test_multiprocess.py`).
 """
 
 from __future__ import annotations
@@ -91,7 +95,15 @@ class TrainConfig:
   run_dir: str = _field("", "run folder; an existing one is resumed (default "
                         "runs/train/<time>-<model>-<optimizer>)")
   progress: bool = _field(True, "show progress (a bar on a terminal, else periodic lines)")
-  distributed: bool = _field(False, "call jax.distributed.initialize() (multi-host)")
+  distributed: bool = _field(False, "join a multi-process run: jax.distributed.initialize() "
+                             "before anything else (see --coordinator-address)")
+  coordinator_address: str = _field("", "host:port of process 0's coordinator, the same on "
+                                    "every process (--distributed; default: "
+                                    "$JAX_COORDINATOR_ADDRESS, or auto-detected on Cloud TPU, "
+                                    "SLURM, Open MPI)")
+  num_processes: int = _field(0, "processes in the run (--distributed; 0: auto-detect)")
+  process_id: int = _field(-1, "this process's index, 0 … num_processes-1 (--distributed; "
+                           "-1: auto-detect)")
 
   def replace(self, **changes) -> TrainConfig:
     return dataclasses.replace(self, **changes)
@@ -114,11 +126,32 @@ class TrainConfig:
         raise ValueError(f"--{name.replace('_', '-')} {value} must be a finite number >= 0.")
     if not 0 <= self.final_lr_fraction <= 1:
       raise ValueError(f"--final-lr-fraction {self.final_lr_fraction} must lie in [0, 1].")
+    launch = {"coordinator_address": self.coordinator_address != "",
+              "num_processes": self.num_processes != 0, "process_id": self.process_id != -1}
+    if not self.distributed and any(launch.values()):
+      name = next(k for k, given in launch.items() if given).replace("_", "-")
+      raise ValueError(f"--{name} only applies to a multi-process run. Fix: add --distributed, "
+                       f"or drop --{name}.")
+    if self.num_processes < 0:
+      raise ValueError(f"--num-processes {self.num_processes} must be a count of processes, "
+                       "or 0 to auto-detect it.")
+    if self.distributed and not self.run_dir:
+      raise ValueError("--distributed needs --run-dir: every process must write the same "
+                       "folder (the default name holds each process's own start time). Fix: "
+                       "pass --run-dir on a filesystem all processes share.")
+    if launch["num_processes"] != launch["process_id"]:
+      raise ValueError("--num-processes and --process-id go together. Fix: pass both (each "
+                       "process its own --process-id), or neither to auto-detect them.")
+    if launch["process_id"] and not 0 <= self.process_id < self.num_processes:
+      raise ValueError(f"--process-id {self.process_id} must lie in 0 … --num-processes - 1 = "
+                       f"{self.num_processes - 1}. Fix: number the processes 0, 1, … "
+                       f"{self.num_processes - 1}.")
 
 
 # Fields that may change when a run is resumed: they do not alter the trajectory (on one mesh).
 RESUMABLE = ("stop_at", "run_dir", "progress", "log_every", "eval_every", "eval_batches",
-             "checkpoint_every", "keep_checkpoints", "mesh", "distributed")
+             "checkpoint_every", "keep_checkpoints", "mesh", "distributed", "coordinator_address",
+             "num_processes", "process_id")
 
 
 class TrainState(NamedTuple):
@@ -189,6 +222,58 @@ def optimizer(tc: TrainConfig) -> optax.GradientTransformation:
                      f"{sorted(OPTIMIZERS)}.")
   tx = OPTIMIZERS[tc.optimizer](tc, schedule(tc))
   return optax.chain(optax.clip_by_global_norm(tc.grad_clip), tx) if tc.grad_clip else tx
+
+
+# ---------------------------------------------------------------------------- multi-process
+
+
+def initialize_distributed(tc: TrainConfig) -> None:
+  """Joins this process to a multi-process run (`jax.distributed.initialize`) if `tc` asks.
+
+  Does nothing unless `tc.distributed`, or when this process has already joined. Unset
+  launch fields are left to JAX: `$JAX_COORDINATOR_ADDRESS`, then the cluster auto-detection
+  of Cloud TPU, SLURM and Open MPI. On CPU the processes' collectives run over gloo (JAX's
+  default `jax_cpu_collectives_implementation`).
+
+  Args:
+    tc: the run's config (`distributed`, `coordinator_address`, `num_processes`,
+      `process_id`).
+
+  Raises:
+    ValueError: JAX was already in use in this process (the backend is initialized), or the
+      coordinator, the process count or the process id could not be determined.
+
+  Example:
+    >>> import jax
+    >>> from experiments.train import TrainConfig, initialize_distributed
+    >>> initialize_distributed(TrainConfig())  # not --distributed: nothing to join
+    >>> jax.process_count()
+    1
+  """
+  if not tc.distributed or jax.distributed.is_initialized():
+    return
+  try:
+    jax.distributed.initialize(coordinator_address=tc.coordinator_address or None,
+                               num_processes=tc.num_processes or None,
+                               process_id=None if tc.process_id < 0 else tc.process_id)
+  except (RuntimeError, ValueError) as e:
+    raise ValueError(f"--distributed: jax.distributed.initialize() failed ({e}). Fix: start "
+                     "every process before it touches JAX, and pass --coordinator-address "
+                     "HOST:PORT, --num-processes N and --process-id I unless a cluster "
+                     "(Cloud TPU, SLURM, Open MPI) provides them.") from None
+
+
+def _share_config(run_dir: str, record: dict, primary: bool) -> None:
+  """The first process writes a new run's `config.json`; the others wait until it is whole.
+
+  Without the wait another process could read the file half-written (`RunFolder` checks an
+  existing config and writes a missing one).
+  """
+  from jax.experimental import multihost_utils
+
+  if primary and not os.path.exists(os.path.join(run_dir, checkpoint.CONFIG_FILE)):
+    checkpoint.write_config(run_dir, record)
+  multihost_utils.sync_global_devices("experiments.train: config.json written")
 
 
 # ----------------------------------------------------------------------------- model, step
@@ -485,6 +570,10 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
           callback_every: int = 0) -> TrainResult:
   """Trains (or resumes) the run described by `tc`.
 
+  With `tc.distributed` this process first joins the multi-process run
+  (`initialize_distributed`); every process then calls `train` with the same config (but its
+  own `process_id`) and the mesh spans all of their devices.
+
   Args:
     tc: the run's config.
     tx: an optax transformation to use instead of `optimizer(tc)` (applied as given: no
@@ -499,7 +588,8 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
 
   Raises:
     ValueError: an impossible setting (`TrainConfig.validate`), data that do not fit the
-      model, or a mismatched run folder (`checkpoint.ConfigMismatch`).
+      model, a mismatched run folder (`checkpoint.ConfigMismatch`), or a multi-process run
+      that could not start or whose mesh leaves out devices.
     NonFiniteLoss: the loss, gradient norm or params became NaN/inf (the checkpoints hold
       only finite states).
     KeyboardInterrupt: after saving a checkpoint of the current state.
@@ -515,6 +605,7 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
     3
   """
   tc.validate()
+  initialize_distributed(tc)
   tc = tc.replace(run_dir=tc.run_dir or default_run_dir(tc))
   cfg = model_config(tc)
   src = data.source(tc.data, tc.seq_len, tc.val_fraction)
@@ -523,12 +614,19 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
     print(f"data: {note}", file=sys.stderr)
   seq_len = _check_inputs(tc, cfg, src)
   mesh = sharding.make_mesh(sharding.parse_mesh(tc.mesh))
+  if jax.process_count() > 1 and mesh.size != jax.device_count():
+    raise ValueError(f"--mesh {tc.mesh!r} covers {mesh.size} of the {jax.device_count()} devices "
+                     f"of this {jax.process_count()}-process run; every process must hold part "
+                     f"of the mesh. Fix: make data × fsdp = {jax.device_count()}, e.g. --mesh "
+                     f"data={jax.process_count()},fsdp={jax.local_device_count()}.")
   sharding.check_batch_size(tc.batch_size, mesh)
   trainer = cached_trainer(cfg, tc) if tx is None else build(cfg, tx, mesh, schedule(tc))
 
   primary = jax.process_index() == 0
   record = {"train": tc.to_dict(), "model": cfg.to_dict()}
   end = min(tc.steps, tc.stop_at or tc.steps)
+  if jax.process_count() > 1:
+    _share_config(tc.run_dir, record, primary)
   with RunFolder(tc.run_dir, record, tc.keep_checkpoints, RESUMABLE, primary) as folder:
     restored = folder.restore(
         checkpoint.abstract(trainer.abstract.params, trainer.shardings.params),
@@ -602,8 +700,6 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
   """`python -m experiments train [--flags]`; returns the exit status."""
   tc = TrainConfig(**vars(parser().parse_args(argv)))
-  if tc.distributed:
-    jax.distributed.initialize()
   try:
     result = train(tc)
   except (ValueError, FileNotFoundError) as e:
