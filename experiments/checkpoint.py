@@ -54,11 +54,17 @@ class NonFiniteState(FloatingPointError):
 
 
 def write_config(run_dir: str, config: dict[str, Any]) -> None:
-  """Writes `config` (a JSON-able dict of dicts) to `run_dir/config.json`."""
+  """Writes `config` (a JSON-able dict of dicts) to `run_dir/config.json`, atomically.
+
+  The text goes to a temporary file in `run_dir` that is then renamed over `config.json`, so a
+  reader (another process of a multi-process run, a crash mid-write) never sees half a file.
+  """
   os.makedirs(run_dir, exist_ok=True)
-  with open(os.path.join(run_dir, CONFIG_FILE), "w") as f:
-    json.dump(config, f, indent=2, sort_keys=True, allow_nan=False)
-    f.write("\n")
+  text = json.dumps(config, indent=2, sort_keys=True, allow_nan=False) + "\n"
+  tmp = os.path.join(run_dir, f".{CONFIG_FILE}.{os.getpid()}.tmp")
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, os.path.join(run_dir, CONFIG_FILE))
 
 
 def read_config(run_dir: str) -> dict[str, Any]:
