@@ -70,10 +70,15 @@ def test_tying_keys_to_queries_makes_k_equal_q():
   np.testing.assert_array_equal(inter["q"], inter["k"])
 
 
-def test_contract_measurement_quick():
+def test_contract_measurement_quick(monkeypatch):
+  """The claim's aggregation over the registry; each variant's own check is in test_contracts."""
+  for name in set(transformer.ATTENTION) - {"softmax"}:
+    monkeypatch.delitem(transformer.ATTENTION, name)
+  # A registered variant that peeks at the future is counted as not causal.
+  monkeypatch.setitem(transformer.ATTENTION, "peeking", causal_mask.mask_blind_softmax)
   out = causal_mask.contract(seed=0, quick=True)
-  assert out["variants_causal"] == 1.0 and out["control_caught"] == 1.0
-  assert out["n_variants"] == len(transformer.ATTENTION)
+  assert out["variants_causal"] == 0.5 and out["n_variants"] == 2
+  assert out["control_caught"] == 1.0
 
 
 @pytest.fixture
