@@ -129,11 +129,12 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
       and the intermediates of the first validation batch, leading axes `(n_lr, n_seeds)`.
     init_fn: `init_fn(key) -> trained leaves`; default: the model's init, as `train` does.
     eval_batches: validation batches per evaluation (0: none).
-    vectorize: True: the training step is `jax.vmap`-ed over runs. False: it loops over them
-      (`jax.lax.map`) inside the same jitted program. Use False for an optimizer that branches
-      on its step count (`lax.cond` in a periodic refresh, e.g. `optim.scale_by_condition`):
-      under `vmap` the count is batched and the branch becomes a select that pays the
-      expensive side at every step. Both give the same runs up to float rounding.
+    vectorize: True: the training step is `jax.vmap`-ed over runs. False: each run advances
+      in its own call of one unbatched jitted program (compiled once). Use False for an
+      optimizer that branches on its step count (`lax.cond` in a periodic refresh, e.g.
+      `optim.scale_by_condition`): under `vmap` the count is batched and the branch becomes a
+      select that pays the expensive side at every step. Both give the same runs up to float
+      rounding.
 
   Returns:
     A `ManyResult`.
@@ -188,31 +189,39 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     return optax.apply_updates(trained, updates), opt_state, ce
 
   # Outer axis: learning rates (batches shared); inner axis: seeds (lr shared).
-  if vectorize:
-    over_seeds = jax.vmap(step_one, in_axes=(0, 0, None, 0, 0))
-    step_all = jax.vmap(over_seeds, in_axes=(0, 0, 0, None, None))
-  else:
-    def step_all(trained_RS, opt_state_RS, lr_R, tokens_SBT1, weights_SBT):
-      def over_seeds(run):
-        trained_S, opt_state_S, lr = run
-        return jax.lax.map(lambda one: step_one(*one[:2], lr, *one[2:]),
-                           (trained_S, opt_state_S, tokens_SBT1, weights_SBT))
-
-      return jax.lax.map(over_seeds, (trained_RS, opt_state_RS, lr_R))
+  over_seeds = jax.vmap(step_one, in_axes=(0, 0, None, 0, 0))
+  step_all = jax.vmap(over_seeds, in_axes=(0, 0, 0, None, None))
   init_all = jax.jit(jax.vmap(jax.vmap(init_one, in_axes=(0, None)), in_axes=(None, 0)))
 
-  @jax.jit
+  def steps_of(step):
+    """`n ≤ eval_every` steps of `step`; returns the state, the summed losses, a non-finite flag."""
+
+    def run(trained, opt_state, lr, tokens_N, weights_N, n, zeros):
+      def body(i, carry):
+        trained, opt_state, total, bad = carry
+        trained, opt_state, ce = step(trained, opt_state, lr, tokens_N[i], weights_N[i])
+        return trained, opt_state, total + ce, bad | ~jnp.isfinite(ce)
+
+      return jax.lax.fori_loop(0, n, body, (trained, opt_state, zeros, zeros.astype(bool)))
+
+    return run
+
+  advance_all = jax.jit(steps_of(step_all))
+  advance_one = jax.jit(steps_of(step_one))
+
   def advance(trained, opt_state, lr_R, tokens_NSBT1, weights_NSBT, n):
-    """`n ≤ eval_every` steps; returns the state, the summed losses and a non-finite flag."""
-    zeros = jnp.zeros((len(lrs), len(seeds)), jnp.float32)
-
-    def body(i, carry):
-      trained, opt_state, total, bad = carry
-      trained, opt_state, ce = step_all(trained, opt_state, lr_R, tokens_NSBT1[i],
-                                        weights_NSBT[i])
-      return trained, opt_state, total + ce, bad | ~jnp.isfinite(ce)
-
-    return jax.lax.fori_loop(0, n, body, (trained, opt_state, zeros, zeros.astype(bool)))
+    if vectorize:
+      zeros = jnp.zeros((len(lrs), len(seeds)), jnp.float32)
+      return advance_all(trained, opt_state, lr_R, tokens_NSBT1, weights_NSBT, n, zeros)
+    # One unbatched program per run, called in turn: the optimizer's count stays a scalar.
+    # (Batching these runs, by `vmap` or `lax.map`, hung XLA:CPU in jax 0.10.2 for
+    # `scale_by_condition`, whose init and refresh run a QR inside loops.)
+    outs = [[advance_one(jax.tree.map(lambda x, r=r, s=s: x[r, s], trained),
+                         jax.tree.map(lambda x, r=r, s=s: x[r, s], opt_state), lr_R[r],
+                         tokens_NSBT1[:, s], weights_NSBT[:, s], n, jnp.zeros((), jnp.float32))
+             for s in range(len(seeds))] for r in range(len(lrs))]
+    return jax.tree.map(lambda *xs: jnp.stack(xs).reshape(len(lrs), len(seeds), *xs[0].shape),
+                        *[o for row in outs for o in row])
 
   def val_one(trained, tokens_EBT1, weights_EBT):
     return jax.lax.map(lambda tw: loss_fn(trained, *tw)[1], (tokens_EBT1, weights_EBT)).mean()
@@ -230,7 +239,13 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     return jax.vmap(jax.vmap(one, in_axes=(0, 0)), in_axes=(0, None))(trained, tokens_SBT1)
 
   lr_R = jnp.asarray(lrs if sweep else (0.0,), jnp.float32)
-  trained, opt_state = init_all(jnp.asarray(seeds), lr_R)
+  if vectorize:
+    trained, opt_state = init_all(jnp.asarray(seeds), lr_R)
+  else:
+    init_single = jax.jit(init_one)
+    trained, opt_state = jax.tree.map(
+        lambda *xs: jnp.stack(xs).reshape(len(lrs), len(seeds), *xs[0].shape),
+        *[init_single(seed, lr) for lr in lr_R for seed in seeds])
   if eval_batches:
     val_tokens, val_weights = _batches(src, seeds, range(eval_batches), batch_size, "val")
   ends = list(range(eval_every, steps + 1, eval_every))
