@@ -71,6 +71,7 @@ def scale_by_muon(
     n_kv_heads: int | None = None,
     mu_dtype=None,
     eps: float = 1e-8,
+    gram: bool | None = None,
 ) -> optax.GradientTransformation:
   r"""Momentum, then Newton–Schulz orthogonalization, then shape scaling, per matrix.
 
@@ -101,6 +102,9 @@ def scale_by_muon(
       `n_heads`).
     mu_dtype: dtype of the momentum; default the updates' dtype.
     eps: added to the Frobenius norm before Newton–Schulz.
+    gram: run Newton–Schulz on the short side's Gram matrix (`True`), on the matrix (`False`),
+      or where that takes fewer FLOPs in float32 (`None`, see `newton_schulz`): the `(D, 4D)`
+      feed-forward matrices then cost 56% of the direct iteration.
 
   Returns:
     An `optax.GradientTransformation` with state `MuonState`.
@@ -129,7 +133,7 @@ def scale_by_muon(
     if x.ndim < 2:
       raise ValueError(f"scale_by_muon: every leaf must be a (batch of) matrix, got {x.shape=}")
     ns = lambda G: newton_schulz(G, ns_steps=ns_steps, coeffs=coeffs,
-                                 compute_dtype=compute_dtype, eps=eps)
+                                 compute_dtype=compute_dtype, eps=eps, gram=gram)
     if layout is None:
       O, block = ns(x), x.shape[-2:]
     else:
@@ -179,6 +183,7 @@ def muon(
     adam_weight_decay=0.0,
     muon_roles: Iterable[str] = ("hidden",),
     label_fn: Callable | None = None,
+    gram: bool | None = None,
 ) -> optax.GradientTransformation:
   r"""Muon on the `hidden` matrices, AdamW (with its own hyper-parameters) on the rest.
 
@@ -195,7 +200,7 @@ def muon(
   Args:
     learning_rate: Muon's learning rate `η` (a scalar or schedule).
     beta, nesterov, ns_steps, coeffs, compute_dtype, shape_scaling, rms, n_heads, n_kv_heads,
-      mu_dtype: as in `scale_by_muon`.
+      mu_dtype, gram: as in `scale_by_muon`.
     weight_decay: decoupled weight decay `λ` of the Muon matrices.
     weight_decay_mask: optional mask (tree or callable) for that decay.
     adam_learning_rate: AdamW's learning rate (scalar or schedule).
@@ -228,7 +233,7 @@ def muon(
   muon_tx = optax.chain(
       scale_by_muon(beta, nesterov=nesterov, ns_steps=ns_steps, coeffs=coeffs,
                     compute_dtype=compute_dtype, shape_scaling=shape_scaling, rms=rms,
-                    n_heads=n_heads, n_kv_heads=n_kv_heads, mu_dtype=mu_dtype),
+                    n_heads=n_heads, n_kv_heads=n_kv_heads, mu_dtype=mu_dtype, gram=gram),
       optax.add_decayed_weights(weight_decay, weight_decay_mask),
       optax.scale_by_learning_rate(learning_rate),
   )

@@ -5,7 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.linalg.polar import newton_schulz
+from transformer.linalg.polar import (
+    NS_COEFFS,
+    gram_is_cheaper,
+    newton_schulz,
+    polar_express_coeffs,
+)
 from transformer.linalg.power import power_iteration
 
 
@@ -88,6 +93,122 @@ def test_bad_inputs_raise():
     newton_schulz(jnp.ones(4))
   with pytest.raises(ValueError, match="unknown coeffs"):
     newton_schulz(jnp.ones((4, 4)), coeffs="nope")
+
+
+def _spectrum_matrix(seed, shape, s):
+  """`U diag(s) Vᵀ` with Haar-random `U`, `V` (per leading index), and `U`, `V`."""
+  rng = np.random.default_rng(seed)
+  m, n = shape[-2:]
+  k = min(m, n)
+  U = np.linalg.qr(rng.standard_normal(shape[:-2] + (m, k)))[0]
+  V = np.linalg.qr(rng.standard_normal(shape[:-2] + (n, k)))[0]
+  return (U * s) @ np.swapaxes(V, -1, -2), U, V
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 16, 40), (2, 40, 16), (24, 24)])
+def test_gram_iteration_equals_direct_in_float64(shape):
+  G = np.random.default_rng(0).standard_normal(shape)
+  with jax.enable_x64(True):
+    for coeffs in ("standard", "polar_express"):
+      direct = jax.jit(lambda g, c=coeffs: newton_schulz(g, coeffs=c, gram=False))(G)
+      gram = jax.jit(lambda g, c=coeffs: newton_schulz(g, coeffs=c, gram=True))(G)
+      assert gram.dtype == jnp.float64 and gram.shape == shape
+      np.testing.assert_allclose(gram, direct, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("shape", [(24, 64), (2, 64, 24)])
+def test_gram_iteration_converges_to_svd_polar_factor(shape):
+  G, U, V = _matrix(4, shape, kappa=5.0)
+  with jax.enable_x64(True):
+    O = jax.jit(lambda g: newton_schulz(g, ns_steps=30, coeffs="classic", gram=True))(G)
+    assert _polar_error(O, U, V)[0] < 1e-12
+  # float32: the same band as the direct iteration (see the standard-coefficients test).
+  O = jax.jit(lambda g: newton_schulz(g, gram=True))(jnp.asarray(G, jnp.float32))
+  err, s = _polar_error(O, U, V)
+  assert O.dtype == jnp.float32 and 0.68 <= s.min() and s.max() <= 1.135 and err <= 0.33
+  O = jax.jit(lambda g: newton_schulz(g, ns_steps=20, coeffs="classic", gram=True))(
+      jnp.asarray(G, jnp.float32))
+  assert _polar_error(O, U, V)[0] < 2e-6  # as the direct iteration
+
+
+def test_gram_is_chosen_where_cheaper_in_float32_only():
+  assert gram_is_cheaper(768, 3072, 5) and gram_is_cheaper(3072, 768, 2)
+  assert not gram_is_cheaper(768, 768, 5) and not gram_is_cheaper(64, 96, 5)  # aspect 1.5
+  assert not gram_is_cheaper(32, 128, 1)  # one step: the same FLOPs
+  G = jax.random.normal(jax.random.key(0), (2, 16, 48))
+  np.testing.assert_array_equal(newton_schulz(G), newton_schulz(G, gram=True))
+  np.testing.assert_array_equal(newton_schulz(G[:, :, :16]), newton_schulz(G[:, :, :16],
+                                                                           gram=False))
+  bf16 = lambda g, **kw: newton_schulz(g, compute_dtype=jnp.bfloat16, **kw)
+  np.testing.assert_array_equal(bf16(G), bf16(G, gram=False))
+  traced = jax.jit(lambda g, k: newton_schulz(g, ns_steps=k))(G, 5)  # traced: direct
+  np.testing.assert_allclose(traced, newton_schulz(G, gram=False), rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="gram=True"):
+    jax.jit(lambda g, k: newton_schulz(g, ns_steps=k, gram=True))(G, 5)
+
+
+def _minimax_by_linear_program(lower, upper, n_grid=4000):
+  """`min_t` s.t. `|1 − (a x + b x³ + c x⁵)| ≤ t` on a grid: an independent reference."""
+  from scipy.optimize import linprog
+
+  x = np.linspace(lower, upper, n_grid)
+  basis = np.stack([x, x**3, x**5], axis=1)
+  ones = np.ones((n_grid, 1))
+  A_ub = np.concatenate([np.concatenate([basis, -ones], 1), np.concatenate([-basis, -ones], 1)])
+  b_ub = np.concatenate([np.ones(n_grid), -np.ones(n_grid)])
+  res = linprog([0, 0, 0, 1], A_ub=A_ub, b_ub=b_ub, bounds=[(None, None)] * 4, method="highs")
+  return res.x[:3], res.x[3]
+
+
+@pytest.mark.parametrize("lower,upper", [(1e-2, 1.0), (0.3, 1.7)])
+def test_polar_express_step_is_the_minimax_quintic(lower, upper):
+  (a, b, c), = polar_express_coeffs(1, lower / upper, safety=0.0)
+  # Rescale the [lower/upper, 1] solution to [lower, upper]: p(x/u) is minimax there.
+  ours = np.array([a / upper, b / upper**3, c / upper**5])
+  ref, err_ref = _minimax_by_linear_program(lower, upper)
+  x = np.linspace(lower, upper, 200_001)
+  err = np.abs(1 - np.stack([x, x**3, x**5], 1) @ ours).max()
+  assert err == pytest.approx(err_ref, rel=1e-4)
+  np.testing.assert_allclose(ours, ref, rtol=1e-3)
+
+
+def test_polar_express_schedule_meets_its_bound():
+  rows = polar_express_coeffs(5, 1e-3)
+  assert rows == NS_COEFFS["polar_express"] and len(rows) == 5
+  x = np.geomspace(1e-3, 1.0, 100_001)
+  for a, b, c in rows:
+    x = a * x + b * x**3 + c * x**5
+  assert 0.875 <= x.min() and x.max() <= 1.125
+  # Greedy: each step's error bound is the next step's interval, so the error shrinks.
+  steps = [polar_express_coeffs(k, 1e-3) for k in (3, 4, 5)]
+  assert steps[1][:3] == steps[0] and steps[2][:4] == steps[1]
+  with pytest.raises(ValueError, match="lower"):
+    polar_express_coeffs(5, 0.0)
+
+
+@pytest.mark.parametrize("gram", [False, True])
+def test_polar_express_preset_against_svd_polar_factor(gram):
+  # Singular values whose Frobenius-normalized values span [0.008, 0.77] (inside [1e-3, 1]).
+  s = np.geomspace(1.0, 1e-2, 16)
+  G, U, V = _spectrum_matrix(5, (2, 3, 16, 48), s)
+  O = jax.jit(lambda g: newton_schulz(g, coeffs="polar_express", gram=gram))(
+      jnp.asarray(G, jnp.float32))
+  err, sv = _polar_error(O, U, V)
+  assert O.shape == G.shape and 0.875 <= sv.min() and sv.max() <= 1.125 and err <= 0.126
+  standard = _polar_error(newton_schulz(jnp.asarray(G, jnp.float32), gram=gram), U, V)[0]
+  assert err < standard / 2  # the same five steps, at most half the standard schedule's error
+
+
+def test_polar_express_bfloat16_stays_finite_near_rank_one():
+  # σ_max/‖G‖_F ≈ 1: bfloat16 rounding pushes it past the interval the first step was designed
+  # for; the 1% margin keeps the iteration bounded.
+  s = np.concatenate([[1.0], np.full(31, 3e-3)])
+  G, U, V = _spectrum_matrix(6, (32, 64), s)
+  O = newton_schulz(jnp.asarray(G, jnp.float32), coeffs="polar_express",
+                    compute_dtype=jnp.bfloat16)
+  sv = np.linalg.svd(np.asarray(O, np.float64), compute_uv=False)
+  assert O.dtype == jnp.float32 and np.all(np.isfinite(sv))
+  assert 0.8 <= sv.max() <= 1.2 and sv[0] == pytest.approx(1.0, abs=0.2)
 
 
 def test_power_iteration_matches_svd_and_reports_convergence():
