@@ -135,6 +135,7 @@ def test_gram_is_chosen_where_cheaper_in_float32_only():
   assert gram_is_cheaper(768, 3072, 5) and gram_is_cheaper(3072, 768, 2)
   assert not gram_is_cheaper(768, 768, 5) and not gram_is_cheaper(64, 96, 5)  # aspect 1.5
   assert not gram_is_cheaper(32, 128, 1)  # one step: the same FLOPs
+  assert not gram_is_cheaper(32, 32, 0) and not gram_is_cheaper(32, 128, 0)
   G = jax.random.normal(jax.random.key(0), (2, 16, 48))
   np.testing.assert_array_equal(newton_schulz(G), newton_schulz(G, gram=True))
   np.testing.assert_array_equal(newton_schulz(G[:, :, :16]), newton_schulz(G[:, :, :16],
@@ -143,33 +144,38 @@ def test_gram_is_chosen_where_cheaper_in_float32_only():
   np.testing.assert_array_equal(bf16(G), bf16(G, gram=False))
   traced = jax.jit(lambda g, k: newton_schulz(g, ns_steps=k))(G, 5)  # traced: direct
   np.testing.assert_allclose(traced, newton_schulz(G, gram=False), rtol=1e-5, atol=1e-6)
+  X0 = newton_schulz(G, ns_steps=0)  # no step: just the Frobenius normalization
+  np.testing.assert_allclose(newton_schulz(G, ns_steps=0, gram=True), X0)
+  np.testing.assert_allclose(np.linalg.norm(X0, axis=(-2, -1)), 1.0, rtol=1e-6)
   with pytest.raises(ValueError, match="gram=True"):
     jax.jit(lambda g, k: newton_schulz(g, ns_steps=k, gram=True))(G, 5)
 
 
-def _minimax_by_linear_program(lower, upper, n_grid=4000):
-  """`min_t` s.t. `|1 − (a x + b x³ + c x⁵)| ≤ t` on a grid: an independent reference."""
+def _minimax_by_linear_program(lower, upper, degree, n_grid=4000):
+  """`min_t` s.t. `|1 − p(x)| ≤ t` on a grid, `p` odd of `degree`: an independent reference."""
   from scipy.optimize import linprog
 
   x = np.linspace(lower, upper, n_grid)
-  basis = np.stack([x, x**3, x**5], axis=1)
+  basis = np.stack([x**k for k in range(1, degree + 1, 2)], axis=1)
   ones = np.ones((n_grid, 1))
   A_ub = np.concatenate([np.concatenate([basis, -ones], 1), np.concatenate([-basis, -ones], 1)])
   b_ub = np.concatenate([np.ones(n_grid), -np.ones(n_grid)])
-  res = linprog([0, 0, 0, 1], A_ub=A_ub, b_ub=b_ub, bounds=[(None, None)] * 4, method="highs")
-  return res.x[:3], res.x[3]
+  n = basis.shape[1] + 1
+  res = linprog(np.eye(n)[-1], A_ub=A_ub, b_ub=b_ub, bounds=[(None, None)] * n, method="highs")
+  return res.x[:-1], res.x[-1]
 
 
-@pytest.mark.parametrize("lower,upper", [(1e-2, 1.0), (0.3, 1.7)])
-def test_polar_express_step_is_the_minimax_quintic(lower, upper):
-  (a, b, c), = polar_express_coeffs(1, lower / upper, safety=0.0)
+@pytest.mark.parametrize("lower,upper,degree", [(1e-2, 1.0, 5), (0.3, 1.7, 5), (0.05, 1.0, 3)])
+def test_polar_express_step_is_the_minimax_polynomial(lower, upper, degree):
+  (a, b, c), = polar_express_coeffs(1, lower / upper, safety=0.0, degrees=(degree,))
   # Rescale the [lower/upper, 1] solution to [lower, upper]: p(x/u) is minimax there.
   ours = np.array([a / upper, b / upper**3, c / upper**5])
-  ref, err_ref = _minimax_by_linear_program(lower, upper)
+  assert (c == 0) == (degree == 3)
+  ref, err_ref = _minimax_by_linear_program(lower, upper, degree)
   x = np.linspace(lower, upper, 200_001)
   err = np.abs(1 - np.stack([x, x**3, x**5], 1) @ ours).max()
   assert err == pytest.approx(err_ref, rel=1e-4)
-  np.testing.assert_allclose(ours, ref, rtol=1e-3)
+  np.testing.assert_allclose(ours[:len(ref)], ref, rtol=1e-3)
 
 
 def test_polar_express_schedule_meets_its_bound():
@@ -184,19 +190,31 @@ def test_polar_express_schedule_meets_its_bound():
   assert steps[1][:3] == steps[0] and steps[2][:4] == steps[1]
   with pytest.raises(ValueError, match="lower"):
     polar_express_coeffs(5, 0.0)
+  with pytest.raises(ValueError, match="degrees"):
+    polar_express_coeffs(2, 1e-3, degrees=(5, 7))
 
 
 @pytest.mark.parametrize("gram", [False, True])
-def test_polar_express_preset_against_svd_polar_factor(gram):
-  # Singular values whose Frobenius-normalized values span [0.008, 0.77] (inside [1e-3, 1]).
+@pytest.mark.parametrize("preset,band", [("polar_express", 0.125), ("polar_express_lean", 0.087)])
+def test_polar_express_presets_against_svd_polar_factor(gram, preset, band):
+  # Singular values whose Frobenius-normalized values span [0.0068, 0.68] (inside [2e-3, 1]).
   s = np.geomspace(1.0, 1e-2, 16)
   G, U, V = _spectrum_matrix(5, (2, 3, 16, 48), s)
-  O = jax.jit(lambda g: newton_schulz(g, coeffs="polar_express", gram=gram))(
-      jnp.asarray(G, jnp.float32))
+  O = jax.jit(lambda g: newton_schulz(g, coeffs=preset, gram=gram))(jnp.asarray(G, jnp.float32))
   err, sv = _polar_error(O, U, V)
-  assert O.shape == G.shape and 0.875 <= sv.min() and sv.max() <= 1.125 and err <= 0.126
+  assert O.shape == G.shape and 1 - band <= sv.min() and sv.max() <= 1 + band
+  assert err <= band + 1e-3
   standard = _polar_error(newton_schulz(jnp.asarray(G, jnp.float32), gram=gram), U, V)[0]
-  assert err < standard / 2  # the same five steps, at most half the standard schedule's error
+  assert err < standard / 2  # five steps too, at most half the standard schedule's error
+
+
+@pytest.mark.parametrize("shape,gram,products", [((16, 16), False, (15, 14)),
+                                                 ((16, 48), True, (19, 18))])
+def test_a_cubic_step_saves_one_matrix_product(shape, gram, products):
+  G = jnp.ones(shape)
+  count = lambda coeffs: str(jax.make_jaxpr(
+      lambda g: newton_schulz(g, coeffs=coeffs, gram=gram))(G)).count("dot_general")
+  assert (count("standard"), count("polar_express_lean")) == products
 
 
 def test_polar_express_bfloat16_stays_finite_near_rank_one():
