@@ -3,7 +3,9 @@
 Layered as optax does: the array function `transformer.linalg.polar.newton_schulz`,
 then `scale_by_muon` (momentum -> orthogonalize -> shape scaling), then `muon`, which adds
 decoupled weight decay and the learning rate and sends every non-`hidden` role to AdamW with
-its own hyper-parameters.
+its own hyper-parameters. Rectangular matrices (the `(D, 4D)` feed-forward ones, per-head
+blocks) are orthogonalized on their short side's Gram matrix in float32, which is where
+`muon` gains its speed over `optax.contrib.muon` at the same coefficients.
 """
 
 from __future__ import annotations
@@ -93,7 +95,10 @@ def scale_by_muon(
     beta: momentum decay `β`.
     nesterov: use the Nesterov form of `μ̂` above.
     ns_steps: Newton–Schulz iterations (default: 5, or the schedule's length).
-    coeffs: Newton–Schulz coefficients (a preset name, a triple, or a schedule).
+    coeffs: Newton–Schulz coefficients: a preset of `NS_COEFFS` — `"standard"` (Jordan's, as
+      optax's default), `"polar_express"` (a lower error at the same cost),
+      `"polar_express_lean"` (one matrix product fewer per matrix, and on every spectrum
+      measured a lower error than `"standard"`) — a triple, or a schedule.
     compute_dtype: dtype of the Newton–Schulz iteration, e.g. `jnp.bfloat16`.
     shape_scaling: `"width"`, `"rms"` or `"none"` (see `shape_scale`).
     rms: target update RMS for `shape_scaling="rms"`.

@@ -1,9 +1,9 @@
-"""Quintic Newton–Schulz iteration toward the polar factor of a batch of matrices.
+"""Newton–Schulz iteration toward the polar factor of a batch of matrices.
 
 Two ways to run the same iteration, chosen per shape by `newton_schulz`:
 
-- *direct*: `X ← a X + (b A + c A²) X` with `A = X Xᵀ`, on the `(m, n)` matrix itself
-  (`m ≤ n` after a transpose); per step `2m²n + 2m³ + 2m²n` FLOPs.
+- *direct*: `X ← a X + (b A + c A²) X` with `A = X Xᵀ` on the `(m, n)` matrix itself
+  (`m ≤ n`; a tall matrix is multiplied from the right); per step `2m²n + 2m³ + 2m²n` FLOPs.
 - *Gram*: every iterate is `X_k = Q_k X_0` with `Q_k` a polynomial in the `m × m` Gram
   `A_0 = X_0 X_0ᵀ`, so the iteration runs on `m × m` matrices (`Q`, `R = X Xᵀ`) and touches the
   long side only twice: `A_0` and the final `Q_k X_0`. Per step `8m³` FLOPs instead of
@@ -11,8 +11,9 @@ Two ways to run the same iteration, chosen per shape by `newton_schulz`:
   iteration.
 
 Coefficient schedules (`NS_COEFFS`) map every singular value `σ ↦ p(σ) = a σ + b σ³ + c σ⁵` per
-step; `polar_express_coeffs` computes the greedy minimax schedule (Amsel et al., 2025) in
-float64 instead of reading it from a table.
+step; `polar_express_coeffs` computes greedy minimax schedules (Amsel et al., 2025) in float64
+by a Remez exchange instead of reading them from a table, including ones with a cubic step
+(`c = 0`), which the iteration runs with one matrix product fewer.
 """
 
 from __future__ import annotations
