@@ -208,6 +208,16 @@ def test_polar_express_presets_against_svd_polar_factor(gram, preset, band):
   assert err < standard / 2  # five steps too, at most half the standard schedule's error
 
 
+def test_traced_coefficients_give_the_same_result():
+  # e.g. under optax.inject_hyperparams: the cubic row is not known, its c = 0 is multiplied.
+  G = jax.random.normal(jax.random.key(2), (2, 16, 48))
+  lean = jnp.asarray(NS_COEFFS["polar_express_lean"])
+  for gram in (False, True):
+    traced = jax.jit(lambda g, c, gram=gram: newton_schulz(g, coeffs=c, gram=gram))(G, lean)
+    concrete = newton_schulz(G, coeffs="polar_express_lean", gram=gram)
+    np.testing.assert_allclose(traced, concrete, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("shape,gram,products", [((16, 16), False, (15, 14)),
                                                  ((16, 48), True, (19, 18))])
 def test_a_cubic_step_saves_one_matrix_product(shape, gram, products):

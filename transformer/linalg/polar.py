@@ -140,18 +140,27 @@ NS_COEFFS = {
 }
 
 
-def _coeff_rows(coeffs) -> np.ndarray:
-  """`coeff_table` as float64 numpy, readable while tracing (to skip `c = 0` products)."""
+def _coeff_rows(coeffs) -> tuple[np.ndarray | jax.Array, np.ndarray]:
+  """The `(n, 3)` coefficients and, per row, whether the step is cubic (`c = 0`).
+
+  Concrete coefficients come back as float64 numpy, so the cubic rows are known while tracing
+  and skip a product; traced ones (e.g. under `optax.inject_hyperparams`) as they are, with no
+  row taken for cubic.
+  """
   if isinstance(coeffs, str):
     if coeffs not in NS_COEFFS:
       raise ValueError(f"newton_schulz: unknown coeffs {coeffs!r}; choose one of {list(NS_COEFFS)}")
     coeffs = NS_COEFFS[coeffs]
-  rows = np.asarray(coeffs, dtype=np.float64)
+  try:
+    rows = np.asarray(coeffs, dtype=np.float64)
+  except jax.errors.TracerArrayConversionError:
+    rows = jnp.asarray(coeffs, dtype=jnp.float32)
   if rows.ndim == 1:
     rows = rows[None]
   if rows.ndim != 2 or rows.shape[-1] != 3:
     raise ValueError(f"newton_schulz: coeffs must be (3,) or (n, 3), got {rows.shape=}")
-  return rows
+  cubic = rows[:, 2] == 0 if isinstance(rows, np.ndarray) else np.zeros(len(rows), bool)
+  return rows, cubic
 
 
 def coeff_table(coeffs) -> jax.Array:
@@ -163,7 +172,7 @@ def coeff_table(coeffs) -> jax.Array:
   Returns:
     `(n, 3)` array; iteration `i` of `newton_schulz` uses row `min(i, n - 1)`.
   """
-  return jnp.asarray(_coeff_rows(coeffs), dtype=jnp.float32)
+  return jnp.asarray(_coeff_rows(coeffs)[0], dtype=jnp.float32)
 
 
 def _prenormalize(G: jax.Array, eps: float) -> jax.Array:
@@ -212,7 +221,7 @@ def _poly(A: jax.Array, row, cubic: bool) -> jax.Array:
   return b * A if cubic else b * A + c * (A @ A)
 
 
-def _direct(X: jax.Array, table: jax.Array, rows: np.ndarray, ns_steps, tall: bool) -> jax.Array:
+def _direct(X: jax.Array, table: jax.Array, cubic: np.ndarray, ns_steps, tall: bool) -> jax.Array:
   """The iteration on `X` itself; a tall `X` is multiplied from the right."""
 
   def step(X, row, cubic=False):
@@ -223,12 +232,12 @@ def _direct(X: jax.Array, table: jax.Array, rows: np.ndarray, ns_steps, tall: bo
     return jax.lax.fori_loop(
         0, ns_steps, lambda i, X: step(X, table[jnp.minimum(i, table.shape[0] - 1)]), X)
   for i in range(ns_steps):
-    j = min(i, len(rows) - 1)
-    X = step(X, table[j], cubic=rows[j, 2] == 0)
+    j = min(i, len(cubic) - 1)
+    X = step(X, table[j], cubic=cubic[j])
   return X
 
 
-def _gram(X: jax.Array, table: jax.Array, rows: np.ndarray, ns_steps: int,
+def _gram(X: jax.Array, table: jax.Array, cubic: np.ndarray, ns_steps: int,
           tall: bool) -> jax.Array:
   r"""The same iteration on the short side's Gram: `X_k = Q_k X_0` (`X_0 Q_k` if `tall`).
 
@@ -245,8 +254,8 @@ def _gram(X: jax.Array, table: jax.Array, rows: np.ndarray, ns_steps: int,
   eye = jnp.broadcast_to(jnp.eye(R.shape[-1], dtype=R.dtype), R.shape)
   Q = None
   for i in range(ns_steps):
-    j = min(i, len(rows) - 1)
-    S = table[j, 0] * eye + _poly(R, table[j], cubic=rows[j, 2] == 0)
+    j = min(i, len(cubic) - 1)
+    S = table[j, 0] * eye + _poly(R, table[j], cubic=cubic[j])
     Q = S if Q is None else S @ Q
     if i < ns_steps - 1:
       R = S @ (S @ R)
@@ -310,7 +319,7 @@ def newton_schulz(
   """
   if G.ndim < 2:
     raise ValueError(f"newton_schulz: G must be a matrix or a batch of them, got {G.ndim=}")
-  rows = _coeff_rows(coeffs)
+  rows, cubic = _coeff_rows(coeffs)
   if ns_steps is None:
     ns_steps = 5 if len(rows) == 1 else len(rows)
   dtype = jnp.dtype(compute_dtype or G.dtype)
@@ -324,6 +333,6 @@ def newton_schulz(
   tall = G.shape[-2] > G.shape[-1]
   X = _prenormalize(G.astype(jnp.promote_types(G.dtype, jnp.float32)), eps).astype(dtype)
   table = jnp.asarray(rows, dtype)
-  X = (_gram(X, table, rows, ns_steps, tall) if gram
-       else _direct(X, table, rows, ns_steps, tall))
+  X = (_gram(X, table, cubic, ns_steps, tall) if gram
+       else _direct(X, table, cubic, ns_steps, tall))
   return X.astype(G.dtype)
