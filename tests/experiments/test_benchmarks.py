@@ -49,3 +49,41 @@ def test_optim_benchmark_times_every_optimizer_on_the_same_work():
                                atol=1e-5)
   times = optim_bench.time_updates(txs, params, repeats=2)
   assert all(np.isfinite(t) and t > 0 for t in times.values())
+
+
+def test_optim_benchmark_error_columns_against_svd():
+  G, P = optim_bench.spectrum_matrix((12, 20), "power")
+  U, s, Vt = np.linalg.svd(G, full_matrices=False)
+  np.testing.assert_allclose(s, 1 / np.arange(1, 13), rtol=1e-12)
+  np.testing.assert_allclose(P, U @ Vt, atol=1e-12)
+  # O = U diag(f) Vᵀ: rms is the RMS of f − 1, cos the normalized mean of f.
+  f = np.linspace(0.5, 1.5, 12)
+  e = optim_bench.orthogonalization_error((U * f) @ Vt, P)
+  assert e["rms"] == pytest.approx(np.sqrt(np.mean((f - 1) ** 2)), rel=1e-12)
+  assert e["cos"] == pytest.approx(f.sum() / np.sqrt(12 * (f**2).sum()), rel=1e-12)
+
+
+def test_optim_benchmark_table_orders_the_variants():
+  txs = optim_bench.orthogonalizers()
+  assert {"ours standard", "ours polar_express", "optax standard", "optax dion"} <= set(txs)
+  names = ("ours standard", "ours standard, direct", "ours polar_express", "optax standard")
+  inputs = (((16, 16), "gaussian"), ((16, 48), "power"))
+  errors = optim_bench.error_table({n: txs[n] for n in names}, inputs)
+  for ours, direct, pe, ref in zip(*(errors[n] for n in names), strict=True):
+    # Same coefficients, steps and normalization as optax's default: the same error.
+    assert ours["rms"] == pytest.approx(ref["rms"], abs=1e-5)
+    assert direct["cos"] == pytest.approx(ref["cos"], abs=1e-6)
+    assert pe["rms"] < ref["rms"] and pe["cos"] > ref["cos"]
+  matrices = optim_bench.block_matrices(transformer.preset("tiny", n_layers=1, d_model=32,
+                                                           n_heads=2))
+  assert len(matrices) == 6 and all(x.ndim == 3 for x in matrices.values())
+  times = optim_bench.time_orthogonalizers({n: txs[n] for n in names[:2]}, matrices, rounds=1)
+  assert all(np.isfinite(t) and t > 0 for t in times.values())
+
+
+@pytest.mark.slow
+def test_optim_benchmark_train_steps_run():
+  cfg = transformer.preset("tiny", n_layers=1, d_model=32, n_heads=2, max_len=16)
+  times = optim_bench.train_steps(cfg, batch=2, seq_len=8, repeats=1)
+  assert set(times) == {"muon (optim.muon)", "muon (optax.contrib)", "adamw"}
+  assert all(np.isfinite(t) and t > 0 for t in times.values())

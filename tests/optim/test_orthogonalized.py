@@ -106,3 +106,32 @@ def test_ns_steps_is_the_newton_schulz_iteration_count(ns_steps):
     A = X @ np.swapaxes(X, -1, -2)
     X = a * X + (b * A + c * A @ A) @ X
   np.testing.assert_allclose(u["w"], X, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("n_heads", [None, 4])
+def test_gram_iteration_gives_the_same_update(n_heads):
+  """The Gram iteration (feed-forward `(32, 64)`, per-head `(32, 8)` blocks) changes the
+  FLOPs, not the update; `coeffs` and `gram` reach `newton_schulz` unchanged."""
+  params, grads = _tree(0), _tree(1)
+  hidden = {"attn": grads["attn"], "ffn": grads["ffn"]}
+  u = {}
+  for gram in (None, True, False):
+    tx = optim.scale_by_muon(n_heads=n_heads, coeffs="polar_express", gram=gram)
+    u[gram], _ = jax.jit(tx.update)(hidden, tx.init(hidden))
+  for (path, a), b, c in zip(jax.tree_util.tree_leaves_with_path(u[None]),
+                            jax.tree.leaves(u[True]), jax.tree.leaves(u[False]), strict=True):
+    # Auto: the Gram iteration for rectangular blocks (w_1, w_2, and the per-head blocks).
+    square = n_heads is None and a.shape[-1] == a.shape[-2]
+    np.testing.assert_array_equal(a, c if square else b, err_msg=str(path))
+    # The Gram iteration amplifies float32 rounding by up to the slope at 0 (~1000 × 1.2e-7).
+    np.testing.assert_allclose(b, c, rtol=0, atol=1.2e-4, err_msg=str(path))
+  w_1 = grads["ffn"]["w_1"]
+  expected = newton_schulz(w_1, coeffs="polar_express", gram=False)
+  # (Momentum rescales the first gradient, which Newton–Schulz ignores up to rounding.)
+  np.testing.assert_allclose(u[False]["ffn"]["w_1"], expected * optim.shape_scale(32, 64, "width"),
+                             rtol=1e-5, atol=1e-5)
+  tx = optim.muon(0.1, coeffs="polar_express", gram=False, shape_scaling="none", nesterov=False)
+  updates, _ = tx.update(grads, tx.init(params), params)
+  np.testing.assert_allclose(updates["ffn"]["w_1"],
+                             -0.1 * newton_schulz(w_1, coeffs="polar_express", gram=False),
+                             rtol=1e-5, atol=1e-6)

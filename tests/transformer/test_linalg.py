@@ -5,7 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.linalg.polar import newton_schulz
+from transformer.linalg.polar import (
+    NS_COEFFS,
+    gram_is_cheaper,
+    newton_schulz,
+    polar_express_coeffs,
+)
 from transformer.linalg.power import power_iteration
 
 
@@ -88,6 +93,150 @@ def test_bad_inputs_raise():
     newton_schulz(jnp.ones(4))
   with pytest.raises(ValueError, match="unknown coeffs"):
     newton_schulz(jnp.ones((4, 4)), coeffs="nope")
+
+
+def _spectrum_matrix(seed, shape, s):
+  """`U diag(s) Vᵀ` with Haar-random `U`, `V` (per leading index), and `U`, `V`."""
+  rng = np.random.default_rng(seed)
+  m, n = shape[-2:]
+  k = min(m, n)
+  U = np.linalg.qr(rng.standard_normal(shape[:-2] + (m, k)))[0]
+  V = np.linalg.qr(rng.standard_normal(shape[:-2] + (n, k)))[0]
+  return (U * s) @ np.swapaxes(V, -1, -2), U, V
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 16, 40), (2, 40, 16), (24, 24)])
+def test_gram_iteration_equals_direct_in_float64(shape):
+  G = np.random.default_rng(0).standard_normal(shape)
+  with jax.enable_x64(True):
+    for coeffs in ("standard", "polar_express"):
+      direct = jax.jit(lambda g, c=coeffs: newton_schulz(g, coeffs=c, gram=False))(G)
+      gram = jax.jit(lambda g, c=coeffs: newton_schulz(g, coeffs=c, gram=True))(G)
+      assert gram.dtype == jnp.float64 and gram.shape == shape
+      np.testing.assert_allclose(gram, direct, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("shape", [(24, 64), (2, 64, 24)])
+def test_gram_iteration_converges_to_svd_polar_factor(shape):
+  G, U, V = _matrix(4, shape, kappa=5.0)
+  with jax.enable_x64(True):
+    O = jax.jit(lambda g: newton_schulz(g, ns_steps=30, coeffs="classic", gram=True))(G)
+    assert _polar_error(O, U, V)[0] < 1e-12
+  # float32: the same band as the direct iteration (see the standard-coefficients test).
+  O = jax.jit(lambda g: newton_schulz(g, gram=True))(jnp.asarray(G, jnp.float32))
+  err, s = _polar_error(O, U, V)
+  assert O.dtype == jnp.float32 and 0.68 <= s.min() and s.max() <= 1.135 and err <= 0.33
+  O = jax.jit(lambda g: newton_schulz(g, ns_steps=20, coeffs="classic", gram=True))(
+      jnp.asarray(G, jnp.float32))
+  assert _polar_error(O, U, V)[0] < 2e-6  # as the direct iteration
+
+
+def test_gram_is_chosen_where_cheaper_in_float32_only():
+  assert gram_is_cheaper(768, 3072, 5) and gram_is_cheaper(3072, 768, 2)
+  assert not gram_is_cheaper(768, 768, 5) and not gram_is_cheaper(64, 96, 5)  # aspect 1.5
+  assert not gram_is_cheaper(32, 128, 1)  # one step: the same FLOPs
+  assert not gram_is_cheaper(32, 32, 0) and not gram_is_cheaper(32, 128, 0)
+  G = jax.random.normal(jax.random.key(0), (2, 16, 48))
+  np.testing.assert_array_equal(newton_schulz(G), newton_schulz(G, gram=True))
+  np.testing.assert_array_equal(newton_schulz(G[:, :, :16]), newton_schulz(G[:, :, :16],
+                                                                           gram=False))
+  bf16 = lambda g, **kw: newton_schulz(g, compute_dtype=jnp.bfloat16, **kw)
+  np.testing.assert_array_equal(bf16(G), bf16(G, gram=False))
+  traced = jax.jit(lambda g, k: newton_schulz(g, ns_steps=k))(G, 5)  # traced: direct
+  np.testing.assert_allclose(traced, newton_schulz(G, gram=False), rtol=1e-5, atol=1e-6)
+  X0 = newton_schulz(G, ns_steps=0)  # no step: just the Frobenius normalization
+  np.testing.assert_allclose(newton_schulz(G, ns_steps=0, gram=True), X0)
+  np.testing.assert_allclose(np.linalg.norm(X0, axis=(-2, -1)), 1.0, rtol=1e-6)
+  with pytest.raises(ValueError, match="gram=True"):
+    jax.jit(lambda g, k: newton_schulz(g, ns_steps=k, gram=True))(G, 5)
+
+
+def _minimax_by_linear_program(lower, upper, degree, n_grid=4000):
+  """`min_t` s.t. `|1 − p(x)| ≤ t` on a grid, `p` odd of `degree`: an independent reference."""
+  from scipy.optimize import linprog
+
+  x = np.linspace(lower, upper, n_grid)
+  basis = np.stack([x**k for k in range(1, degree + 1, 2)], axis=1)
+  ones = np.ones((n_grid, 1))
+  A_ub = np.concatenate([np.concatenate([basis, -ones], 1), np.concatenate([-basis, -ones], 1)])
+  b_ub = np.concatenate([np.ones(n_grid), -np.ones(n_grid)])
+  n = basis.shape[1] + 1
+  res = linprog(np.eye(n)[-1], A_ub=A_ub, b_ub=b_ub, bounds=[(None, None)] * n, method="highs")
+  return res.x[:-1], res.x[-1]
+
+
+@pytest.mark.parametrize("lower,upper,degree", [(1e-2, 1.0, 5), (0.3, 1.7, 5), (0.05, 1.0, 3)])
+def test_polar_express_step_is_the_minimax_polynomial(lower, upper, degree):
+  (a, b, c), = polar_express_coeffs(1, lower / upper, safety=0.0, degrees=(degree,))
+  # Rescale the [lower/upper, 1] solution to [lower, upper]: p(x/u) is minimax there.
+  ours = np.array([a / upper, b / upper**3, c / upper**5])
+  assert (c == 0) == (degree == 3)
+  ref, err_ref = _minimax_by_linear_program(lower, upper, degree)
+  x = np.linspace(lower, upper, 200_001)
+  err = np.abs(1 - np.stack([x, x**3, x**5], 1) @ ours).max()
+  assert err == pytest.approx(err_ref, rel=1e-4)
+  np.testing.assert_allclose(ours[:len(ref)], ref, rtol=1e-3)
+
+
+def test_polar_express_schedule_meets_its_bound():
+  rows = polar_express_coeffs(5, 1e-3)
+  assert rows == NS_COEFFS["polar_express"] and len(rows) == 5
+  x = np.geomspace(1e-3, 1.0, 100_001)
+  for a, b, c in rows:
+    x = a * x + b * x**3 + c * x**5
+  assert 0.875 <= x.min() and x.max() <= 1.125
+  # Greedy: each step's error bound is the next step's interval, so the error shrinks.
+  steps = [polar_express_coeffs(k, 1e-3) for k in (3, 4, 5)]
+  assert steps[1][:3] == steps[0] and steps[2][:4] == steps[1]
+  with pytest.raises(ValueError, match="lower"):
+    polar_express_coeffs(5, 0.0)
+  with pytest.raises(ValueError, match="degrees"):
+    polar_express_coeffs(2, 1e-3, degrees=(5, 7))
+
+
+@pytest.mark.parametrize("gram", [False, True])
+@pytest.mark.parametrize("preset,band", [("polar_express", 0.125), ("polar_express_lean", 0.087)])
+def test_polar_express_presets_against_svd_polar_factor(gram, preset, band):
+  # Singular values whose Frobenius-normalized values span [0.0068, 0.68] (inside [2e-3, 1]).
+  s = np.geomspace(1.0, 1e-2, 16)
+  G, U, V = _spectrum_matrix(5, (2, 3, 16, 48), s)
+  O = jax.jit(lambda g: newton_schulz(g, coeffs=preset, gram=gram))(jnp.asarray(G, jnp.float32))
+  err, sv = _polar_error(O, U, V)
+  assert O.shape == G.shape and 1 - band <= sv.min() and sv.max() <= 1 + band
+  assert err <= band + 1e-3
+  standard = _polar_error(newton_schulz(jnp.asarray(G, jnp.float32), gram=gram), U, V)[0]
+  assert err < standard / 2  # five steps too, at most half the standard schedule's error
+
+
+def test_traced_coefficients_give_the_same_result():
+  # e.g. under optax.inject_hyperparams: the cubic row is not known, its c = 0 is multiplied.
+  G = jax.random.normal(jax.random.key(2), (2, 16, 48))
+  lean = jnp.asarray(NS_COEFFS["polar_express_lean"])
+  for gram in (False, True):
+    traced = jax.jit(lambda g, c, gram=gram: newton_schulz(g, coeffs=c, gram=gram))(G, lean)
+    concrete = newton_schulz(G, coeffs="polar_express_lean", gram=gram)
+    np.testing.assert_allclose(traced, concrete, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,gram,products", [((16, 16), False, (15, 14)),
+                                                 ((16, 48), True, (19, 18))])
+def test_a_cubic_step_saves_one_matrix_product(shape, gram, products):
+  G = jnp.ones(shape)
+  count = lambda coeffs: str(jax.make_jaxpr(
+      lambda g: newton_schulz(g, coeffs=coeffs, gram=gram))(G)).count("dot_general")
+  assert (count("standard"), count("polar_express_lean")) == products
+
+
+def test_polar_express_bfloat16_stays_finite_near_rank_one():
+  # σ_max/‖G‖_F ≈ 1: bfloat16 rounding pushes it past the interval the first step was designed
+  # for; the 1% margin keeps the iteration bounded.
+  s = np.concatenate([[1.0], np.full(31, 3e-3)])
+  G, U, V = _spectrum_matrix(6, (32, 64), s)
+  O = newton_schulz(jnp.asarray(G, jnp.float32), coeffs="polar_express",
+                    compute_dtype=jnp.bfloat16)
+  sv = np.linalg.svd(np.asarray(O, np.float64), compute_uv=False)
+  assert O.dtype == jnp.float32 and np.all(np.isfinite(sv))
+  assert 0.8 <= sv.max() <= 1.2 and sv[0] == pytest.approx(1.0, abs=0.2)
 
 
 def test_power_iteration_matches_svd_and_reports_convergence():
