@@ -36,7 +36,9 @@ from analysis.jacobians import (
     jacobian_top_eigenvalues,
     jacobian_top_singular_values,
     layer_inputs,
+    model_jacobian_top_singular_values,
     stack_fn,
+    stream_input,
     token_dependency,
 )
 from analysis.properties import (
@@ -89,9 +91,11 @@ __all__ = [
     "eigenvalues", "energy_captured", "energy_curve", "factored_singular_values",
     "head_ablation", "head_overlap", "head_redundancy", "is_block_lower_triangular", "jacobian",
     "jacobian_bytes", "jacobian_top_eigenvalues", "jacobian_top_singular_values", "kv",
-    "layer_inputs", "local_mass", "matrices", "mp_edge", "orthogonality_error",
+    "layer_inputs", "local_mass", "matrices", "model_jacobian_top_singular_values", "mp_edge",
+    "orthogonality_error",
     "pattern_similarity",
     "power_law_alpha", "principal_angles", "psd_certificate", "rank_certificate",
     "rank_for_energy", "singular_values", "softmax_kernel", "spectrum", "stable_rank",
-    "stack_fn", "symmetric_eigenvalues", "symmetry_score", "token_dependency", "top_k_mass",
+    "stack_fn", "stream_input", "symmetric_eigenvalues", "symmetry_score", "token_dependency",
+    "top_k_mass",
 ]

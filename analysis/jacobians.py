@@ -19,8 +19,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from transformer import Config, block_fn
+from transformer import Config, Transformer, block_fn
 from transformer.linalg.lanczos import DEFAULT_TOL, EigResult, SVDResult, arnoldi_eig, lanczos_svd
+from transformer.model import param_tree
 
 DEFAULT_MAX_BYTES = 2**30
 
@@ -248,6 +249,16 @@ def stack_fn(cfg: Config, part: str = "block") -> Callable:
   return g
 
 
+def stream_input(params, cfg: Config, tokens: jax.Array) -> jax.Array:
+  """The residual stream entering layer 0 (after the embeddings), read from the model's sown
+  `resid_pre`: `(T, D)` for tokens `(T,)`, `(B, T, D)` for `(B, T)`."""
+  tokens_BT = tokens if tokens.ndim == 2 else tokens[None]
+  _, state = Transformer(cfg).apply({"params": param_tree(params)}, tokens_BT,
+                                    mutable=["intermediates"])
+  x_BTD = state["intermediates"]["blocks"]["resid_pre"][0][0]
+  return x_BTD if tokens.ndim == 2 else x_BTD[0]
+
+
 def layer_inputs(cfg: Config, blocks, x: jax.Array) -> jax.Array:
   """`(L, T, d)`: the residual stream entering each layer, starting from `x (T, d)`."""
   f = block_fn(cfg)
@@ -310,3 +321,73 @@ def depth_profile(cfg: Config, blocks, x: jax.Array, k: int = 8, *, tol: float =
   e2e = jacobian_top_singular_values(lambda z: g(blocks, z), x, k, **kw)
   return {**out, "end_to_end_sv": e2e.values, "end_to_end_sv_bound": e2e.bounds,
           "end_to_end_sv_converged": e2e.converged}
+
+
+def model_jacobian_top_singular_values(params, cfg: Config, inputs: jax.Array, k: int = 8, *,
+                                       tol: float = DEFAULT_TOL, krylov_dim: int | None = None,
+                                       key: jax.Array | None = None) -> SVDResult:
+  r"""Top-`k` singular values of the whole model's Jacobian, embeddings to final residual.
+
+  The map is the stack of all `L` blocks, from the residual stream after the embeddings `x_0`
+  to the stream before the final norm `x_L` (`stack_fn`):
+
+  .. math:: J = \frac{\partial x_L}{\partial x_0} = J_{L-1} \cdots J_0, \qquad
+     J_l = \frac{\partial x_{l+1}}{\partial x_l},
+
+  a `(T·D, T·D)` matrix (token-major, block lower-triangular for a causal model) that is never
+  formed: one `jax.linearize` of the stack gives `v ↦ J v` and its transpose `u ↦ Jᵀ u`, and
+  Golub–Kahan–Lanczos grows until every value's bound is at most `tol · σ_1`
+  (`jacobian_top_singular_values`). Each Krylov vector costs one JVP and one VJP through all
+  layers; memory is the Krylov basis (`≈ 2·krylov_dim·T·D` numbers) plus one linearization.
+
+  Args:
+    params: the model's parameters (bare or as `{"params": ...}`).
+    cfg: its config.
+    inputs: tokens `(T,)` / `(B, T)` (integers; embedded by the model, including learned
+      positions), or the stream itself `(T, D)` / `(B, T, D)` (floats). A leading batch axis
+      gives one result per sequence (`jax.vmap`).
+    k: how many singular values.
+    tol: required accuracy relative to the largest value: `|σ − θ_i| ≤ bounds[i] ≤ tol·θ_1`.
+    krylov_dim: cap on the Krylov dimension (default
+      `transformer.linalg.default_krylov_dim(k)`).
+    key: PRNG key of the random start vector (default `jax.random.key(0)`).
+
+  Returns:
+    `transformer.linalg.SVDResult` (with a leading `B` axis for batched inputs): `.values`,
+    flat singular vectors `.right`/`.left (k, T·D)`, `.bounds`, `.converged`, `.krylov_dim`.
+
+  Example:
+    >>> import jax, numpy as np, transformer
+    >>> cfg = transformer.preset("tiny", d_model=32, n_layers=2, max_len=8)
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> tokens_T = jax.random.randint(jax.random.key(1), (8,), 0, cfg.vocab_size)
+    >>> top = jax.jit(model_jacobian_top_singular_values, static_argnums=(1, 3))(
+    ...     params, cfg, tokens_T, 4)
+    >>> bool(top.converged.all())
+    True
+    >>> x_TD = stream_input(params, cfg, tokens_T)
+    >>> g = lambda z: stack_fn(cfg)(params["blocks"], z)
+    >>> s = np.linalg.svd(np.asarray(jacobian(g, x_TD), np.float64), compute_uv=False)[:4]
+    >>> bool(np.all(np.abs(np.asarray(top.values) - s) <= 1e-4 * s[0]))
+    True
+  """
+  params = param_tree(params)
+  if jnp.issubdtype(inputs.dtype, jnp.integer):
+    if inputs.ndim not in (1, 2):
+      raise ValueError(f"model_jacobian_top_singular_values: tokens must be (T,) or (B, T), got "
+                       f"{inputs.shape=}.")
+    x = stream_input(params, cfg, inputs)
+  else:
+    if inputs.ndim not in (2, 3) or inputs.shape[-1] != cfg.d_model:
+      raise ValueError(f"model_jacobian_top_singular_values: a stream must be (T, D) or "
+                       f"(B, T, D) with D = d_model = {cfg.d_model}, got {inputs.shape=}. "
+                       "Fix: pass integer tokens, or the stream after the embeddings.")
+    x = inputs.astype(jnp.float32)
+  g = stack_fn(cfg)
+  blocks = params["blocks"]
+
+  def one(x_TD):
+    return jacobian_top_singular_values(lambda z: g(blocks, z), x_TD, k, tol=tol,
+                                        krylov_dim=krylov_dim, key=key)
+
+  return jax.vmap(one)(x) if x.ndim == 3 else one(x)

@@ -1,33 +1,47 @@
-"""Dense vs matrix-free Jacobian spectra of one transformer block, at converged accuracy.
+"""Jacobian spectra, dense vs matrix-free, at scale, and end to end through a whole model.
 
     python -m experiments.benchmarks.jacobian [--k 8] [--tol 1e-4] [--rounds 3]
-                                              [--scale-krylov-dim 64] [--budget 60]
+        [--scale-t 256 512 1024 2048] [--scale-krylov-dim 160] [--budget 60]
+        [--train-steps 100] [--e2e small gpt2-small] [--runs runs]
 
-Takes a few minutes on 2 idle CPU cores (longer when they are shared). Two parts, one run:
+Every matrix-free value here is converged by the library's rule: the Krylov space grows until
+every requested value's bound is at most `tol · σ_1` (`analysis.jacobian_top_singular_values`,
+`transformer.linalg.lanczos_svd`); a row that did not converge is marked `NO` and is never
+counted as a size reached. Takes 10–20 minutes on 2 busy CPU cores, most of it the `T = 2048`
+rows. Three parts, one run:
 
 1. Ratio. For one block of width `d = 64` at `T = 8, 16, 32` (`T·d` = 512 … 2048), the time
    of the top-`k` singular values of `J = ∂block/∂x` by the dense path (`jax.jacfwd`, then an
-   SVD of the `(T·d)²` matrix) and by the matrix-free path (Golub–Kahan–Lanczos on `JᵀJ`
-   through `jax.jvp`/`jax.vjp`, never forming `J`, grown until every value's bound is at most
-   `tol · σ_1`), both compiled ahead, timed in interleaved rounds
-   (`experiments.benchmarks.timing`), with the Krylov dimension the matrix-free path needed,
-   its converged flag, its largest bound and the measured agreement. At init the block is
-   near the identity and its top singular values cluster (1.040, 1.039, …), the slow case for
-   Krylov methods; a row whose values did not converge is marked and not given a ratio.
-2. Scale. For a block of width `d = 512` and `T` doubling from 256, the wall time (compile
-   plus one run) of the matrix-free top-`k` with a Krylov space capped at
-   `--scale-krylov-dim` (memory `≈ 2 · cap · T·d` floats), up to `T·d = 2²⁰ ≈ 1.05·10⁶`,
-   stopping after the first size over `--budget` seconds. Each size prints its converged flag
-   and largest bound / σ_1; the summary names the largest `T·d` that converged within budget.
+   SVD of the `(T·d)²` matrix) and by the matrix-free path (Golub–Kahan–Lanczos through one
+   `jax.linearize` and its transpose, never forming `J`), both compiled ahead, timed in
+   interleaved rounds (`experiments.benchmarks.timing`), with the Krylov dimension the
+   matrix-free path needed and the measured agreement.
+2. Scale. One block of width `d = 512` (8 heads) at `T = 256 … 2048`, up to
+   `T·d = 2²⁰ ≈ 1.05·10⁶`, at a random normal input: the compile and run seconds of the
+   converged top-`k`, the Krylov dimension used (cap `--scale-krylov-dim`; memory
+   `≈ 2 · cap · T·d` floats, 1.3 GB at the cap 160 and `T·d = 2²⁰`) and the largest bound
+   relative to `σ_1`. Two blocks: **trained**, the layer of a one-layer model after
+   `--train-steps` AdamW steps on the stdlib corpus (the block analysis is applied to), and
+   **init**, the same layer at initialization: near the identity, its top singular values
+   cluster (1.506, 1.504, 1.491, … at `T = 512`), the slow case for Krylov methods. The
+   summary gives, per block, the largest converged `T·d` within `--budget` seconds
+   (compile + run).
+3. End to end. The Jacobian of a whole model, from the residual stream after the embeddings
+   to the stream before the final norm (`analysis.model_jacobian_top_singular_values`), at
+   the `small` shared model (trained, `experiments.claims.base_model`, on stdlib validation
+   tokens) and at gpt2-small width (`transformer.preset("gpt2-small")`, at init, random
+   tokens; `--gpt2-layers` and `--gpt2-t` set its depth and length).
 
 The dense path needs `4 (T·d)²` bytes and `O((T·d)³)` time; the matrix-free path needs
-`O(krylov_dim · T·d)` memory and `krylov_dim` JVP/VJP pairs, so only it reaches `T·d ≥ 10⁶`.
+`O(krylov_dim · T·d)` memory and one JVP/VJP pair per Krylov vector, so only it reaches
+`T·d ≥ 10⁶`.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +58,20 @@ def _block(d: int, T: int, n_heads: int, key: jax.Array):
   params = transformer.layer(transformer.init(cfg, init_key, seq_len=8), 0)
   x_TD = jax.random.normal(x_key, (T, d))
   return transformer.block_fn(cfg), params, x_TD
+
+
+def trained_block(d: int, n_heads: int, steps: int, seed: int = 0) -> tuple[dict, float]:
+  """Layer 0 of a one-layer model (`tiny` family) after `steps` AdamW steps on stdlib text
+  (batch 8 × 128 tokens, warm-up 10), and its final training loss."""
+  from experiments import multirun, train
+
+  cfg = transformer.preset("tiny", d_model=d, n_heads=n_heads, n_layers=1, max_len=128)
+  tc = train.TrainConfig(steps=steps, batch_size=8, seq_len=128, warmup_steps=min(10, steps))
+  res = multirun.train_many(cfg, multirun.train_like(tc), seeds=(seed,), learning_rates=(3e-3,),
+                            steps=steps, data="stdlib", batch_size=8, seq_len=128,
+                            eval_every=steps, eval_batches=1)
+  params = jax.tree.map(lambda a: a[0, 0], res.params)
+  return transformer.layer(params, 0), float(res.loss[0, 0, -1])
 
 
 def compare(T: int, d: int, k: int, tol: float = 1e-4, krylov_dim: int | None = None,
@@ -73,32 +101,55 @@ def compare(T: int, d: int, k: int, tol: float = 1e-4, krylov_dim: int | None = 
           "krylov_dim": int(res.krylov_dim)}
 
 
-def scale(d: int, T: int, k: int, tol: float, krylov_dim: int) -> dict:
-  """Compile and run seconds, convergence and largest bound / σ_1 of the top-`k` at `T·d`."""
-  f, params, x_TD = _block(d, T, n_heads=8, key=jax.random.key(0))
-  fn = jax.jit(lambda p, x: analysis.jacobian_top_singular_values(
-      functools.partial(f, p), x, k, tol=tol, krylov_dim=krylov_dim))
+def _timed(fn, *args) -> dict:
+  """Compile `fn(*args)` ahead, run it once; seconds of each and the `SVDResult` summary."""
   compiled = None
 
   def build():
     nonlocal compiled
-    compiled = fn.lower(params, x_TD).compile()
+    compiled = jax.jit(fn).lower(*args).compile()
 
   compile_s = timing.seconds(build)
   res = None
 
   def run():
     nonlocal res
-    res = compiled(params, x_TD)
+    res = compiled(*args)
     return res
 
   run_s = timing.seconds(run)
-  values = np.asarray(res.values)
+  values = np.asarray(res.values, np.float64)
   if not np.all(np.isfinite(values)):
-    raise FloatingPointError(f"non-finite singular values at T·d={T * d}")
-  return {"compile_s": compile_s, "run_s": run_s,
+    raise FloatingPointError(f"non-finite singular values: {values}")
+  return {"compile_s": compile_s, "run_s": run_s, "values": values,
           "bound": float(np.max(np.asarray(res.bounds)) / values[0]),
-          "converged": bool(np.all(np.asarray(res.converged))), "krylov_dim": int(res.krylov_dim)}
+          "converged": bool(np.all(np.asarray(res.converged))),
+          "krylov_dim": int(res.krylov_dim)}
+
+
+def scale(block_params, d: int, T: int, k: int, tol: float, krylov_dim: int | None,
+          n_heads: int = 8) -> dict:
+  """Compile and run seconds, convergence and largest bound / σ_1 of the top-`k` of one block's
+  Jacobian at `T·d`, at a random normal input."""
+  f, init_params, x_TD = _block(d, T, n_heads, key=jax.random.key(0))
+  params = init_params if block_params is None else block_params
+  return _timed(lambda p, x: analysis.jacobian_top_singular_values(
+      functools.partial(f, p), x, k, tol=tol, krylov_dim=krylov_dim), params, x_TD)
+
+
+def end_to_end(params, cfg: transformer.Config, tokens_T, k: int, tol: float,
+               krylov_dim: int | None) -> dict:
+  """Compile and run seconds and convergence of the whole model's top-`k`."""
+  return _timed(lambda p, t: analysis.model_jacobian_top_singular_values(
+      p, cfg, t, k, tol=tol, krylov_dim=krylov_dim), params, tokens_T)
+
+
+def _row(label: str, r: dict) -> str:
+  total = r["compile_s"] + r["run_s"]
+  return (f"{label}  compile {r['compile_s']:6.1f} s  run {r['run_s']:6.1f} s  total "
+          f"{total:6.1f} s  krylov {r['krylov_dim']:>4}  converged "
+          f"{'yes' if r['converged'] else 'NO':>3}  max bound/σ1 {r['bound']:.1e}  σ "
+          + " ".join(f"{v:.4f}" for v in r["values"][:4]) + " …")
 
 
 def main(argv=None) -> int:
@@ -111,46 +162,94 @@ def main(argv=None) -> int:
   parser.add_argument("--krylov-dim", type=int, default=None,
                       help="cap on the Krylov dimension (ratio part; default: the library's)")
   parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
-  parser.add_argument("--scale-krylov-dim", type=int, default=64,
-                      help="cap on the Krylov dimension (scale part)")
-  parser.add_argument("--budget", type=float, default=60.0, help="seconds for the scale sweep")
-  parser.add_argument("--compare-t", type=int, nargs="+", default=[8, 16, 32])
+  parser.add_argument("--compare-t", type=int, nargs="*", default=[8, 16, 32])
   parser.add_argument("--scale-d", type=int, default=512)
-  parser.add_argument("--scale-t0", type=int, default=256)
-  parser.add_argument("--max-td", type=int, default=2**20)
+  parser.add_argument("--scale-t", type=int, nargs="*", default=[256, 512, 1024, 2048])
+  parser.add_argument("--scale-krylov-dim", type=int, default=160,
+                      help="cap on the Krylov dimension (scale part); each step streams the "
+                      "whole basis, so a cap far above the need costs time")
+  parser.add_argument("--blocks", nargs="*", default=["trained", "init"],
+                      choices=["trained", "init"], help="which blocks the scale part measures")
+  parser.add_argument("--train-steps", type=int, default=100,
+                      help="AdamW steps of the trained block")
+  parser.add_argument("--budget", type=float, default=60.0,
+                      help="seconds (compile + run) a converged size must fit")
+  parser.add_argument("--give-up", type=float, default=900.0,
+                      help="stop a block's sweep after a size that took longer than this")
+  parser.add_argument("--e2e", nargs="*", default=["small", "gpt2-small"],
+                      choices=["small", "gpt2-small"], help="whole models of part 3")
+  parser.add_argument("--e2e-krylov-dim", type=int, default=None,
+                      help="cap on the Krylov dimension (part 3; default: the library's)")
+  parser.add_argument("--gpt2-layers", type=int, default=12)
+  parser.add_argument("--gpt2-t", type=int, default=64)
+  parser.add_argument("--runs", default="runs", help="the runs folder holding cache/ "
+                      "(the `small` shared model is trained there if missing)")
   args = parser.parse_args(argv)
 
-  d = 64
-  print(f"top-{args.k} singular values of one block's Jacobian, d={d}, tol={args.tol:g} "
-        f"(compiled ahead, median of {args.rounds} interleaved rounds)")
-  print(f"{'T':>5} {'T·d':>7} {'dense s':>9} {'matrix-free s':>14} {'ratio':>7} "
-        f"{'krylov':>7} {'conv.':>6} {'bound/σ1':>9} {'rel err':>9}")
-  for T in args.compare_t:
-    r = compare(T, d, args.k, args.tol, args.krylov_dim, args.rounds)
-    ratio = f"{r['dense_s'] / r['matrix_free_s']:>7.1f}" if r["converged"] else f"{'-':>7}"
-    print(f"{T:>5} {T * d:>7} {r['dense_s']:>9.3f} {r['matrix_free_s']:>14.3f} {ratio} "
-          f"{r['krylov_dim']:>7} {('yes' if r['converged'] else 'NO'):>6} "
-          f"{r['bound']:>9.1e} {r['rel_err']:>9.1e}", flush=True)
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  print(f"jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} cores, "
+        f"load average {load:.2f} at start")
+  if args.compare_t:
+    d = 64
+    print(f"\n1. top-{args.k} singular values of one block's Jacobian, d={d}, tol={args.tol:g} "
+          f"(compiled ahead, median of {args.rounds} interleaved rounds)")
+    print(f"{'T':>5} {'T·d':>7} {'dense s':>9} {'matrix-free s':>14} {'ratio':>7} "
+          f"{'krylov':>7} {'conv.':>6} {'bound/σ1':>9} {'rel err':>9}")
+    for T in args.compare_t:
+      r = compare(T, d, args.k, args.tol, args.krylov_dim, args.rounds)
+      ratio = f"{r['dense_s'] / r['matrix_free_s']:>7.1f}" if r["converged"] else f"{'-':>7}"
+      print(f"{T:>5} {T * d:>7} {r['dense_s']:>9.3f} {r['matrix_free_s']:>14.3f} {ratio} "
+            f"{r['krylov_dim']:>7} {('yes' if r['converged'] else 'NO'):>6} "
+            f"{r['bound']:>9.1e} {r['rel_err']:>9.1e}", flush=True)
 
-  print(f"\nmatrix-free scaling, d={args.scale_d}, Krylov cap {args.scale_krylov_dim}, "
-        f"tol={args.tol:g}, budget {args.budget:.0f} s (compile + run)")
-  best, T = None, args.scale_t0
-  while T * args.scale_d <= args.max_td:
-    r = scale(args.scale_d, T, args.k, args.tol, args.scale_krylov_dim)
-    total = r["compile_s"] + r["run_s"]
-    print(f"  T={T:>5}  T·d={T * args.scale_d:>9,}  compile {r['compile_s']:6.1f} s  run "
-          f"{r['run_s']:6.1f} s  total {total:6.1f} s  krylov {r['krylov_dim']:>4}  "
-          f"converged {'yes' if r['converged'] else 'NO'}  max bound/σ_1 {r['bound']:.1e}",
-          flush=True)
-    if total > args.budget:
-      break
-    if r["converged"]:
-      best = T * args.scale_d
-    T *= 2
-  capped = best is not None and 2 * best > args.max_td
-  print(f"largest converged T·d within {args.budget:.0f} s: {best:,}"
-        + (" (the --max-td cap; raise it to sweep further)" if capped else "") if best else
-        f"no size converged within {args.budget:.0f} s")
+  if args.scale_t and args.blocks:
+    print(f"\n2. one block's Jacobian at scale: d={args.scale_d}, 8 heads, top-{args.k}, "
+          f"tol={args.tol:g}, Krylov cap {args.scale_krylov_dim}, random normal input")
+    summary = {}
+    for kind in args.blocks:
+      if kind == "trained":
+        params, loss = trained_block(args.scale_d, 8, args.train_steps)
+        print(f"  trained block: {args.train_steps} AdamW steps, final loss {loss:.3f}",
+              flush=True)
+      else:
+        params = None
+      best = None
+      for T in args.scale_t:
+        r = scale(params, args.scale_d, T, args.k, args.tol, args.scale_krylov_dim)
+        print(_row(f"  {kind:>7} T={T:>5} T·d={T * args.scale_d:>9,}", r), flush=True)
+        total = r["compile_s"] + r["run_s"]
+        if r["converged"] and total <= args.budget:
+          best = T * args.scale_d
+        if total > args.give_up:
+          break
+      summary[kind] = best
+    for kind, best in summary.items():
+      print(f"  {kind}: largest converged T·d within {args.budget:.0f} s: "
+            + (f"{best:,}" if best else "none"))
+
+  if args.e2e:
+    print(f"\n3. whole-model Jacobian (embedding output -> final residual), top-{args.k}, "
+          f"tol={args.tol:g}")
+    for name in args.e2e:
+      if name == "small":
+        from experiments.claims.models import RECIPES, base_model, val_tokens
+
+        params, cfg = base_model("small", 0, root=args.runs)
+        T = RECIPES["small"].seq_len
+        tokens_T = jnp.asarray(val_tokens(T, 1, 0)[0])
+        label = f"small (trained, d={cfg.d_model}, L={cfg.n_layers}, T={T})"
+      else:
+        cfg = transformer.preset("gpt2-small", n_layers=args.gpt2_layers)
+        T = args.gpt2_t
+        params = transformer.init(cfg, jax.random.key(0))
+        tokens_T = jax.random.randint(jax.random.key(1), (T,), 0, cfg.vocab_size)
+        label = f"gpt2-small width (init, d={cfg.d_model}, L={cfg.n_layers}, T={T})"
+      r = end_to_end(params, cfg, tokens_T, args.k, args.tol, args.e2e_krylov_dim)
+      print(f"  {label}: T·d={T * cfg.d_model:,}", flush=True)
+      print(_row("   ", r), flush=True)
+
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  print(f"\nload average {load:.2f} at the end")
   return 0
 
 

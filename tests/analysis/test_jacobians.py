@@ -129,3 +129,63 @@ def test_depth_profile_matches_dense_products(model):
                                rtol=1e-3)
   e2e = np.linalg.svd(Js[1] @ Js[0], compute_uv=False)[:3]
   np.testing.assert_allclose(prof["end_to_end_sv"], e2e, rtol=1e-4)
+
+
+def _dense_sv64(f, x):
+  """Singular values of the dense Jacobian of `f` at `x`, in float64."""
+  with jax.enable_x64(True):
+    J = jax.jit(jax.jacfwd(f))(x.astype(jnp.float64))
+    return np.linalg.svd(np.asarray(J).reshape(x.size, x.size), compute_uv=False)
+
+
+def test_block_top_singular_values_vmapped_over_layers_at_td_1024():
+  # Leading batch axes: two layers' Jacobians at their own inputs, one jitted vmap, against
+  # float64 SVDs of the dense Jacobians.
+  cfg = transformer.preset("tiny", d_model=64, n_layers=2, max_len=16)
+  params = transformer.init(cfg, jax.random.key(0))
+  x = jax.random.normal(jax.random.key(1), (16, 64))
+  xs = jacobians.layer_inputs(cfg, params["blocks"], x)
+  f = transformer.block_fn(cfg)
+  res = jax.jit(jax.vmap(lambda p, x: jacobians.jacobian_top_singular_values(
+      functools.partial(f, p), x, 8)))(params["blocks"], xs)
+  assert res.values.shape == (2, 8) and bool(res.converged.all())
+  for l in range(2):
+    with jax.enable_x64(True):
+      p64 = jax.tree.map(lambda a: a.astype(jnp.float64), transformer.layer(params, l))
+      s = _dense_sv64(functools.partial(f, p64), xs[l])[:8]
+    err = np.abs(np.asarray(res.values[l], np.float64) - s)
+    assert np.all(err <= np.asarray(res.bounds[l])) and np.all(err <= 1e-4 * s[0])
+
+
+def test_model_jacobian_matches_dense_end_to_end(model):
+  cfg, params, _ = model
+  tokens_BT = jax.random.randint(jax.random.key(2), (2, T), 0, cfg.vocab_size)
+  run = jax.jit(jacobians.model_jacobian_top_singular_values, static_argnums=(1, 3))
+  res = run(params, cfg, tokens_BT, 5)
+  assert res.values.shape == (2, 5) and bool(res.converged.all())
+  # The stream after the embeddings is token embedding + learned position, as in the model.
+  x_BTD = jacobians.stream_input(params, cfg, tokens_BT)
+  np.testing.assert_allclose(x_BTD, params["embed"]["embedding"][tokens_BT]
+                             + params["pos_embed"]["embedding"][None, :T], rtol=1e-6)
+  with jax.enable_x64(True):
+    p64 = jax.tree.map(lambda a: a.astype(jnp.float64), params)
+    f = transformer.block_fn(cfg)
+
+    def stack(z):  # the layers one after another, unrolled: independent of stack_fn's scan
+      for l in range(cfg.n_layers):
+        z = f(transformer.layer(p64, l), z)
+      return z
+
+    for b in range(2):
+      s = _dense_sv64(stack, x_BTD[b])[:5]
+      err = np.abs(np.asarray(res.values[b], np.float64) - s)
+      assert np.all(err <= np.asarray(res.bounds[b])) and np.all(err <= 1e-4 * s[0])
+  # The same from the stream itself, unbatched.
+  one = run(params, cfg, x_BTD[1], 5)
+  np.testing.assert_allclose(one.values, res.values[1], rtol=1e-5)
+
+
+def test_model_jacobian_rejects_a_stream_of_the_wrong_width(model):
+  cfg, params, _ = model
+  with pytest.raises(ValueError, match="d_model"):
+    jacobians.model_jacobian_top_singular_values(params, cfg, jnp.ones((T, D + 1)), 2)

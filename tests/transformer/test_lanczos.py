@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer.linalg.lanczos import arnoldi_eig, lanczos_svd
+from transformer.linalg.lanczos import arnoldi_eig, check_interval, lanczos_svd
 
 
 def _operator(W):
@@ -128,3 +128,39 @@ def test_arnoldi_bound_is_a_backward_error(x64):
 def test_arnoldi_requires_a_square_operator():
   with pytest.raises(ValueError, match="square"):
     arnoldi_eig(lambda v: jnp.concatenate([v, v]), jnp.ones(4), k=1)
+
+
+def test_lanczos_float32_clustered_spectrum_bounds_hold():
+  # A near-identity spectrum like a residual block's at init: 4096 values in [0.96, 1.04], the
+  # top twelve 1e-3 apart above a dense bulk. A diagonal operator after a fixed permutation
+  # and sign flip is as hard for Krylov methods as any operator with these singular values
+  # (they are invariant under orthogonal changes of basis), and its exact values are known.
+  rng = np.random.default_rng(8)
+  s = np.concatenate([1.04 - 1e-3 * np.arange(12), np.sort(rng.uniform(0.96, 1.028, 4084))[::-1]])
+  perm, signs = rng.permutation(4096), rng.choice([-1.0, 1.0], 4096)
+  s_j, perm_j, signs_j = (jnp.asarray(a, jnp.float32) for a in (s, perm, signs))
+  perm_j = perm_j.astype(jnp.int32)
+  inv = jnp.argsort(perm_j)
+  matvec = lambda v: (signs_j * s_j * v)[perm_j]
+  rmatvec = lambda u: signs_j * s_j * u[inv]
+  res = jax.jit(lambda v: lanczos_svd(matvec, rmatvec, v, k=8, krylov_dim=300))(
+      jax.random.normal(jax.random.key(2), (4096,)))
+  assert bool(res.converged.all()) and int(res.krylov_dim) < 300
+  err = np.abs(np.asarray(res.values, np.float64) - s[:8])
+  assert np.all(err <= np.asarray(res.bounds)) and np.all(err <= 1e-4 * s[0])
+
+
+def test_check_interval_default_and_explicit_agree(x64):
+  W = jnp.asarray(np.random.default_rng(9).standard_normal((60, 40)))
+  start = jnp.ones(40)
+  every = lanczos_svd(*_operator(W), start, k=3, tol=1e-10, check_every=1)
+  default = lanczos_svd(*_operator(W), start, k=3, tol=1e-10)
+  s = np.linalg.svd(np.asarray(W), compute_uv=False)[:3]
+  np.testing.assert_allclose(every.values, s, rtol=1e-9)
+  np.testing.assert_allclose(default.values, s, rtol=1e-9)
+  # Checking after every vector stops at the first dimension that meets tol; the default
+  # (every 8 for an operator this small) stops at most 7 vectors later.
+  assert 0 <= int(default.krylov_dim) - int(every.krylov_dim) < 8
+  assert check_interval(160, 2**20) == 1 and check_interval(160, 96) == 8
+  with pytest.raises(ValueError, match="check_every"):
+    lanczos_svd(*_operator(W), start, k=3, check_every=0)

@@ -12,6 +12,7 @@ from transformer.linalg.lanczos import (
     EigResult,
     SVDResult,
     arnoldi_eig,
+    check_interval,
     default_krylov_dim,
     lanczos_svd,
 )
@@ -19,4 +20,5 @@ from transformer.linalg.polar import NS_COEFFS, newton_schulz
 from transformer.linalg.power import PowerResult, normalize, power_iteration
 
 __all__ = ["EigResult", "NS_COEFFS", "PowerResult", "SVDResult", "arnoldi_eig",
-           "default_krylov_dim", "lanczos_svd", "newton_schulz", "normalize", "power_iteration"]
+           "check_interval", "default_krylov_dim", "lanczos_svd", "newton_schulz", "normalize",
+           "power_iteration"]

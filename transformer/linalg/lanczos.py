@@ -3,8 +3,13 @@
 Both routines see the operator `A: ℝⁿ → ℝᵖ` only through `matvec(v) = A v` (and, for the
 SVD, `rmatvec(u) = Aᵀ u`), so `A` may be a Jacobian that is never formed (`jax.jvp` /
 `jax.vjp`). They keep the whole Krylov basis and re-orthogonalize every new vector against
-it twice ("twice is enough", Giraud et al.), which removes the ghost eigenvalues of plain
-Lanczos.
+it, which removes the ghost eigenvalues of plain Lanczos: the three-term recurrence first,
+then two passes of classical Gram–Schmidt against the whole basis ("twice is enough",
+Giraud et al.). The basis is one fixed-shape buffer and each pass reads all of it, so a
+step costs `O(krylov_dim · n)` memory traffic besides the operator: at large `n` choose
+`krylov_dim` near the dimension that converges rather than far above it. (Reading only the
+filled rows would need `lax.cond` or a dynamic slice of the buffer, which XLA answers with a
+copy of the buffer per step: slower, not faster.)
 
 Converged by default: the Krylov space grows, `check_every` vectors at a time, until every
 requested value meets `tol` (relative to the largest value) or the space reaches its cap
@@ -90,25 +95,41 @@ def _safe_normalize(w: jax.Array) -> tuple[jax.Array, jax.Array]:
   return w / jnp.where(norm == 0, 1, norm), norm
 
 
-def _orthogonalize(basis: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Remove from `w` its components along the rows of `basis` (unfilled rows are zero), twice.
-
-  Returns the orthogonalized vector and the total coefficients `basis @ w_original`.
-  """
-  h1 = basis @ w
+def _orthogonalize(basis: jax.Array, w: jax.Array, count) -> tuple[jax.Array, jax.Array]:
+  """`w` made orthogonal to `basis[:count]` (two classical Gram–Schmidt passes), and the
+  coefficients removed, one per row (zero from row `count` on)."""
+  live = jnp.arange(basis.shape[0]) < count
+  h1 = jnp.where(live, basis @ w, 0)
   w = w - h1 @ basis
-  h2 = basis @ w
+  h2 = jnp.where(live, basis @ w, 0)
   return w - h2 @ basis, h1 + h2
 
 
-def _check_sizes(name: str, k: int, cap: int, limit: int, tol: float, check_every: int):
+def _check_sizes(name: str, k: int, cap: int, limit: int, tol: float,
+                 check_every: int | None):
   if not 1 <= k <= cap:
     raise ValueError(f"{name}: need 1 <= k <= krylov_dim (clipped to {limit}), got {k=} and "
                      f"krylov_dim={cap}. Fix: lower k or raise krylov_dim.")
   if isinstance(tol, (int, float)) and not tol > 0:  # a traced tol is the caller's to check
     raise ValueError(f"{name}: tol must be > 0, got {tol=}.")
-  if check_every < 1:
-    raise ValueError(f"{name}: check_every must be >= 1, got {check_every=}.")
+  if check_every is not None and check_every < 1:
+    raise ValueError(f"{name}: check_every must be >= 1 (or None), got {check_every=}.")
+
+
+def check_interval(cap: int, n: int) -> int:
+  """The default `check_every` for a Krylov cap `cap` on vectors of size `n`.
+
+  A check is a dense SVD (or eigensolve) of a `cap × cap` matrix, about `10·cap³` flops; a
+  step streams the `cap × n` basis several times, at least `cap·n` flops. Checking every
+  `⌈10·cap²/n⌉` vectors keeps the checks near a tenth of the work, so a large operator is
+  checked after every vector (no wasted operator applications past convergence) and a small
+  one every `DEFAULT_CHECK_EVERY`.
+
+  Example:
+    >>> check_interval(160, 2048 * 512), check_interval(160, 1024)
+    (1, 8)
+  """
+  return max(1, min(DEFAULT_CHECK_EVERY, -(-10 * cap * cap // n)))
 
 
 def _grow(step, ritz, carry, cap: int, k: int, check_every: int):
@@ -134,7 +155,7 @@ def _grow(step, ritz, carry, cap: int, k: int, check_every: int):
 
 def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
                 krylov_dim: int | None = None, tol: float = DEFAULT_TOL,
-                check_every: int = DEFAULT_CHECK_EVERY) -> SVDResult:
+                check_every: int | None = None) -> SVDResult:
   r"""Top-`k` singular values of a linear operator by Golub–Kahan–Lanczos bidiagonalization.
 
   Golub–Kahan is Lanczos on `AᵀA` written with both `A` and `Aᵀ`, so the singular values come
@@ -158,7 +179,8 @@ def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
       `min(n, p)` the values are exact up to rounding.
     tol: stop as soon as every `bounds[i] ≤ tol · θ_1`.
     check_every: Krylov vectors added between convergence checks (each check is an SVD of
-      a `krylov_dim²` matrix).
+      a `krylov_dim²` matrix); default `check_interval(krylov_dim, max(n, p))`: every vector
+      for large operators, every 8 for small ones.
 
   Returns:
     `SVDResult(values, right, left, bounds, converged, krylov_dim)`.
@@ -180,6 +202,7 @@ def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
   p = jax.eval_shape(matvec, v0).shape[-1]
   cap = min(n, p, default_krylov_dim(k) if krylov_dim is None else krylov_dim)
   _check_sizes("lanczos_svd", k, cap, min(n, p), tol, check_every)
+  check_every = check_interval(cap, max(n, p)) if check_every is None else check_every
   dtype = v0.dtype
   eps = jnp.finfo(dtype).eps
   v, _ = _safe_normalize(v0)
@@ -191,19 +214,20 @@ def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
 
   def step(j, carry):
     V, U, alpha, beta = carry
-    u = matvec(V[j])
-    u, _ = _orthogonalize(U, u)
+    # The three-term recurrence first (`A v_j − β_{j−1} u_{j−1}`), so that Gram–Schmidt
+    # only removes rounding drift instead of cancelling a large component.
+    u = matvec(V[j]) - jnp.where(j > 0, beta[j - 1], 0) * U[jnp.maximum(j - 1, 0)]
+    u, _ = _orthogonalize(U, u, j)
     u, alpha_j = _safe_normalize(u)
     U = U.at[j].set(u)
-    w = rmatvec(u)
-    w, _ = _orthogonalize(V, w)
+    w = rmatvec(u) - alpha_j * V[j]
+    w, _ = _orthogonalize(V, w, j + 1)
     v, beta_j = _safe_normalize(w)
     return V.at[j + 1].set(v), U, alpha.at[j].set(alpha_j), beta.at[j].set(beta_j)
 
   def ritz(j, carry):
     _, _, alpha, beta = carry
-    # Full re-orthogonalization already removed the `β_{j-1} u_{j-1}` term of the
-    # recurrence, so the coupling is read off as the superdiagonal: `B[i, i+1] = β_i`.
+    # The bidiagonal of the recurrence: `B[i, i] = α_i`, `B[i, i+1] = β_i`.
     a = jnp.where(rows < j, alpha, 0)
     b = jnp.where(rows < j - 1, beta, 0)
     P, s, QT = jnp.linalg.svd(jnp.diag(a) + jnp.diag(b[:-1], 1))
@@ -219,7 +243,7 @@ def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
 
 
 def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | None = None,
-                tol: float = DEFAULT_TOL, check_every: int = DEFAULT_CHECK_EVERY) -> EigResult:
+                tol: float = DEFAULT_TOL, check_every: int | None = None) -> EigResult:
   r"""Dominant (largest-modulus) eigenvalues of a square, non-symmetric operator by Arnoldi.
 
   .. math::
@@ -237,7 +261,8 @@ def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | No
     k: how many eigenvalues to return.
     krylov_dim: cap on the Krylov dimension (default `default_krylov_dim(k)`), clipped to `n`.
     tol: stop as soon as every `bounds[i] ≤ tol · |θ_1|`.
-    check_every: Krylov vectors added between convergence checks.
+    check_every: Krylov vectors added between convergence checks (default
+      `check_interval(krylov_dim, n)`).
 
   Returns:
     `EigResult(values, bounds, converged, krylov_dim)`: complex Ritz values sorted by
@@ -263,6 +288,7 @@ def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | No
     raise ValueError(f"arnoldi_eig: the operator must be square, it maps {n} -> {out}.")
   cap = min(n, default_krylov_dim(k) if krylov_dim is None else krylov_dim)
   _check_sizes("arnoldi_eig", k, cap, n, tol, check_every)
+  check_every = check_interval(cap, n) if check_every is None else check_every
   dtype = v0.dtype
   eps = jnp.finfo(dtype).eps
   q, _ = _safe_normalize(v0)
@@ -272,7 +298,7 @@ def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | No
 
   def step(j, carry):
     Q, H = carry
-    w, h = _orthogonalize(Q, matvec(Q[j]))
+    w, h = _orthogonalize(Q, matvec(Q[j]), j + 1)
     q, h_next = _safe_normalize(w)
     return Q.at[j + 1].set(q), H.at[:, j].set(h.at[j + 1].set(h_next))
 
