@@ -214,12 +214,14 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
       zeros = jnp.zeros((len(lrs), len(seeds)), jnp.float32)
       return advance_all(trained, opt_state, lr_R, tokens_NSBT1, weights_NSBT, n, zeros)
     # One unbatched program per run, called in turn: the optimizer's count stays a scalar.
-    # (Batching these runs, by `vmap` or `lax.map`, hung XLA:CPU in jax 0.10.2 for
-    # `scale_by_condition`, whose init and refresh run a QR inside loops.)
-    outs = [[advance_one(jax.tree.map(lambda x, r=r, s=s: x[r, s], trained),
-                         jax.tree.map(lambda x, r=r, s=s: x[r, s], opt_state), lr_R[r],
-                         tokens_NSBT1[:, s], weights_NSBT[:, s], n, jnp.zeros((), jnp.float32))
-             for s in range(len(seeds))] for r in range(len(lrs))]
+    # Each call is waited for: with several of these programs in flight at once (async
+    # dispatch), XLA:CPU 0.10.2 deadlocked on `scale_by_condition`'s QR inside loops, as it
+    # did with the runs batched by `vmap` or `lax.map` in one program.
+    outs = [[jax.block_until_ready(advance_one(
+        jax.tree.map(lambda x, r=r, s=s: x[r, s], trained),
+        jax.tree.map(lambda x, r=r, s=s: x[r, s], opt_state), lr_R[r],
+        tokens_NSBT1[:, s], weights_NSBT[:, s], n, jnp.zeros((), jnp.float32)))
+        for s in range(len(seeds))] for r in range(len(lrs))]
     return jax.tree.map(lambda *xs: jnp.stack(xs).reshape(len(lrs), len(seeds), *xs[0].shape),
                         *[o for row in outs for o in row])
 
@@ -245,7 +247,7 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     init_single = jax.jit(init_one)
     trained, opt_state = jax.tree.map(
         lambda *xs: jnp.stack(xs).reshape(len(lrs), len(seeds), *xs[0].shape),
-        *[init_single(seed, lr) for lr in lr_R for seed in seeds])
+        *[jax.block_until_ready(init_single(seed, lr)) for lr in lr_R for seed in seeds])
   if eval_batches:
     val_tokens, val_weights = _batches(src, seeds, range(eval_batches), batch_size, "val")
   ends = list(range(eval_every, steps + 1, eval_every))
