@@ -52,21 +52,12 @@ PROJECTION_INPUTS = {"attn_in": ("attn", "w_q, w_k, w_v"), "ffn_in": ("ffn", "w_
 # ----------------------------------------------------------------- eigenvalues at depth
 
 
-def stream_input(params, cfg: transformer.Config, tokens_T: jax.Array) -> jax.Array:
-  """`(T, D)`: the residual stream entering layer 0 (token embedding plus learned positions)."""
-  p = param_tree(params)
-  x_TD = jnp.take(p["embed"]["embedding"], tokens_T, axis=0).astype(cfg.jnp_dtype)
-  if cfg.positions == "learned":
-    x_TD = x_TD + p["pos_embed"]["embedding"][: tokens_T.shape[0]].astype(cfg.jnp_dtype)
-  return x_TD
-
-
 @functools.partial(jax.jit, static_argnames=("cfg", "seq_len", "full_max_size"))
 def _depth_arrays(cfg: transformer.Config, key: jax.Array, seq_len: int, full_max_size: int):
   k_init, k_tokens = jax.random.split(key)
   params = transformer.init(cfg, k_init)
   tokens_T = jax.random.randint(k_tokens, (seq_len,), 0, cfg.vocab_size)
-  x_TD = stream_input(params, cfg, tokens_T)
+  x_TD = analysis.stream_input(params, cfg, tokens_T)
   blocks = params["blocks"]
   xs_LTD = analysis.layer_inputs(cfg, blocks, x_TD)
   f = transformer.block_fn(cfg)

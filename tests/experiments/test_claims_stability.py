@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
+import analysis
 import transformer
 from experiments.claims import CLAIMS
 from experiments.claims import eigenvalue_constrained as ec
@@ -113,7 +114,7 @@ def test_depth_point_residual_eigenvalues_near_one_reference():
   out = stability.depth_point(cfg, seed=1, seq_len=4)
   k_init, k_tokens = jax.random.split(jax.random.key(1))
   params = transformer.init(cfg, k_init)
-  x = stability.stream_input(params, cfg, jax.random.randint(k_tokens, (4,), 0, 32))
+  x = analysis.stream_input(params, cfg, jax.random.randint(k_tokens, (4,), 0, 32))
   f = lambda z: transformer.block_fn(cfg)(transformer.layer(params, 0), z)
   J = np.asarray(jax.jacrev(f)(x), np.float64).reshape(x.size, x.size)
   np.testing.assert_allclose(out["max_dist_from_one"], np.abs(np.linalg.eigvals(J) - 1).max(),

@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+import analysis
 import transformer
 from experiments import stability
 
@@ -27,7 +28,7 @@ def test_depth_point_matches_dense_eig_and_svd(residual):
   # The same init and tokens, rebuilt; reference: dense jacrev per layer, numpy float64 eig/svd.
   k_init, k_tokens = jax.random.split(jax.random.key(3))
   params = transformer.init(cfg, k_init)
-  x = stability.stream_input(params, cfg, jax.random.randint(k_tokens, (4,), 0, cfg.vocab_size))
+  x = analysis.stream_input(params, cfg, jax.random.randint(k_tokens, (4,), 0, cfg.vocab_size))
   f = transformer.block_fn(cfg)
   n = x.size
   h = x
