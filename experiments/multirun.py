@@ -130,11 +130,13 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     init_fn: `init_fn(key) -> trained leaves`; default: the model's init, as `train` does.
     eval_batches: validation batches per evaluation (0: none).
     vectorize: True: the training step is `jax.vmap`-ed over runs. False: each run advances
-      in its own call of one unbatched jitted program (compiled once). Use False for an
-      optimizer that branches on its step count (`lax.cond` in a periodic refresh, e.g.
-      `optim.scale_by_condition`): under `vmap` the count is batched and the branch becomes a
-      select that pays the expensive side at every step. Both give the same runs up to float
-      rounding.
+      in its own call of one unbatched jitted program (compiled once), so that an optimizer
+      that branches on its step count (`lax.cond`) keeps the branch: under `vmap` the count is
+      batched and the branch becomes a select that pays both sides at every step. Both give
+      the same runs up to float rounding. Caveat: with `optim.scale_by_condition` (a QR-based
+      refresh in a `lax.cond`), the unbatched program hung XLA:CPU (jax 0.10.2) in the
+      `condition-lr` claim, at random points, though not in smaller reproductions; the claim
+      therefore runs vectorized, where the refresh's cost proved small.
 
   Returns:
     A `ManyResult`.

@@ -5,11 +5,12 @@
 Full run (3 seeds): the `small` shared model shape (d 128, L 4, H 4) trained from scratch on
 the stdlib corpus, batches of 8 windows of **64** tokens (half the shared models' context,
 to fit the 2-core budget), `N = 120` steps, validation loss every 12 steps: 24 runs of 120
-steps (12 tuning, 12 reported). Every arm trains with `train_many(vectorize=False)`: under
-`vmap` the refresh `lax.cond(count % every == 0, …)` of `scale_by_condition` would have a
-batched predicate and become a select, paying the QR-based κ̂ refresh of every hidden matrix
-at *every* step; looping over the runs keeps it a branch, paid every 10th step. `--quick`
-(the `quick` shape, one seed, 24 steps, one rate, no tuning) is indicative only.
+steps (12 tuning, 12 reported). Runs are vmapped by `train_many`, so the refresh
+`lax.cond(count % every == 0, …)` of `scale_by_condition` becomes a select and the QR-based κ̂
+refresh runs at every step; that costs little here (the 3-run tuning sweep of the `condition`
+arm took under 3 minutes at load average 3.5). `train_many(vectorize=False)` would keep the
+branch but hung XLA:CPU on this optimizer (see its docstring). `--quick` (the `quick` shape,
+one seed, 24 steps, one rate, no tuning) is indicative only.
 
 Expected result: not yet measured in full (see the report of the first run).
 
@@ -89,7 +90,7 @@ def run(spec: Spec) -> dict:
   cfg = models.RECIPES[z["model"]].cfg
   N, seeds = z["steps"], tuple(spec.seeds)
   kw = {"data": "stdlib", "batch_size": z["batch_size"], "seq_len": z["seq_len"],
-        "eval_batches": z["eval_batches"], "vectorize": False}
+        "eval_batches": z["eval_batches"]}
   arms = {"adamw": O.adamw_arm(),
           "condition": O.condition_arm(alpha=ALPHA, kappa_ref=KAPPA_REF, every=10),
           "frozen": O.frozen_condition_arm(alpha=ALPHA, kappa_ref=KAPPA_REF)}
