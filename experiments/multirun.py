@@ -133,10 +133,9 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
       in its own call of one unbatched jitted program (compiled once), so that an optimizer
       that branches on its step count (`lax.cond`) keeps the branch: under `vmap` the count is
       batched and the branch becomes a select that pays both sides at every step. Both give
-      the same runs up to float rounding. Caveat: with `optim.scale_by_condition` (a QR-based
-      refresh in a `lax.cond`), the unbatched program hung XLA:CPU (jax 0.10.2) in the
-      `condition-lr` claim, at random points, though not in smaller reproductions; the claim
-      therefore runs vectorized, where the refresh's cost proved small.
+      the same runs up to float rounding. Caveat: `optim.scale_by_condition` (a QR-based
+      refresh in a `lax.cond`) hangs XLA:CPU (jax 0.10.2; every thread idle) in the
+      `condition-lr` claim's seed runs, batched or not; see that claim's docstring.
 
   Returns:
     A `ManyResult`.

@@ -7,10 +7,16 @@ the stdlib corpus, batches of 8 windows of **64** tokens (half the shared models
 to fit the 2-core budget), `N = 120` steps, validation loss every 12 steps: 24 runs of 120
 steps (12 tuning, 12 reported). Runs are vmapped by `train_many`, so the refresh
 `lax.cond(count % every == 0, …)` of `scale_by_condition` becomes a select and the QR-based κ̂
-refresh runs at every step; that costs little here (the 3-run tuning sweep of the `condition`
-arm took under 3 minutes at load average 3.5). `train_many(vectorize=False)` would keep the
-branch but hung XLA:CPU on this optimizer (see its docstring). `--quick` (the `quick` shape,
-one seed, 24 steps, one rate, no tuning) is indicative only.
+refresh runs at every step; that costs little (the 3-run tuning sweep of the `condition` arm
+took under 3 minutes at load average 3.5). `--quick` (the `quick` shape, one seed, 24 steps,
+one rate, no tuning) is indicative only.
+
+**Known hang (unresolved).** On this machine's XLA:CPU (jax 0.10.2) the full run tunes every
+arm, runs AdamW on seeds 0–2, then hangs at the first chunk of the `condition` arm at rate
+3e-3 on the reported seeds: all threads idle, no CPU used. It did so five times: vmapped over
+the three seeds, with one seed per call, and with `train_many(vectorize=False)` (each run its
+own unbatched program, or a `lax.map` over runs), with or without multi-threaded Eigen. The
+same arm on the tuning seed 100, and small reproductions of the refresh inside a loop, run.
 
 Expected result: not yet measured in full (see the report of the first run).
 
