@@ -11,12 +11,13 @@ refresh runs at every step; that costs little (the 3-run tuning sweep of the `co
 took under 3 minutes at load average 3.5). `--quick` (the `quick` shape, one seed, 24 steps,
 one rate, no tuning) is indicative only.
 
-**Known hang (unresolved).** On this machine's XLA:CPU (jax 0.10.2) the full run tunes every
-arm, runs AdamW on seeds 0–2, then hangs at the first chunk of the `condition` arm at rate
-3e-3 on the reported seeds: all threads idle, no CPU used. It did so five times: vmapped over
-the three seeds, with one seed per call, and with `train_many(vectorize=False)` (each run its
-own unbatched program, or a `lax.map` over runs), with or without multi-threaded Eigen. The
-same arm on the tuning seed 100, and small reproductions of the refresh inside a loop, run.
+**Known hang (unresolved).** On this machine's XLA:CPU (jax 0.10.2) the full run hangs with
+every thread idle and no CPU used. Vmapped (as committed), it tunes every arm and runs AdamW
+on seeds 0–2, then hangs at the first chunk of the `condition` arm at rate 3e-3 on the
+reported seeds, whether the three seeds go in one call or one per call (3 of 3 attempts).
+With `train_many(vectorize=False)` it hung earlier, while tuning the `condition` arm (each
+run its own unbatched program, with or without multi-threaded Eigen; or a `lax.map` over
+runs). Small reproductions of the refresh inside a loop run.
 
 Expected result: not yet measured in full (see the report of the first run).
 
