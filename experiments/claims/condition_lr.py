@@ -14,10 +14,10 @@ one rate, no tuning) is indicative only.
 **Known hang (unresolved).** On this machine's XLA:CPU (jax 0.10.2) the full run hangs with
 every thread idle and no CPU used. Vmapped (as committed), it tunes every arm and runs AdamW
 on seeds 0–2, then hangs at the first chunk of the `condition` arm at rate 3e-3 on the
-reported seeds, whether the three seeds go in one call or one per call (3 of 3 attempts).
-With `train_many(vectorize=False)` it hung earlier, while tuning the `condition` arm (each
-run its own unbatched program, with or without multi-threaded Eigen; or a `lax.map` over
-runs). Small reproductions of the refresh inside a loop run.
+reported seeds, whether the three seeds go in one call or one per call (2 of 2 attempts);
+a `lax.map` over the runs hung at the same point. With each run its own unbatched program
+(`train_many(vectorize=False)`) it hung earlier, while tuning the `condition` arm, with or
+without multi-threaded Eigen (3 of 3). Small reproductions of the refresh in a loop run.
 
 Expected result: not yet measured in full (see the report of the first run).
 
