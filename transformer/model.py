@@ -5,6 +5,14 @@ Every weight is a named matrix used as `x @ W` with `W: (d_in, d_out)`; there is
 layer axis. Under `mutable=["intermediates"]` each block sows `attn_in, q, k, v, scores,
 weights, resid_pre, resid_mid, resid_post, ffn_in, ffn_hidden`, stacked on that same layer
 axis; `attn_in` and `ffn_in` are the (normalized) inputs of `w_q, w_k, w_v` and `w_1, w_gate`.
+
+The backward pass of the layer scan keeps, per layer, only the block's input and the values
+named in `SAVED_FOR_BACKWARD` (the outputs of the weight matmuls and of `A V`); the norms, the
+score matrix, the softmax and the activation are recomputed from them. Storing those instead
+stacks `L` copies of every `(B, H, T, S)` and `(B, T, F)` element-wise intermediate, which on
+CPU costs more memory traffic (and page faults on the large stacked buffers) than the
+recomputation (`python -m experiments.benchmarks.train_step`). `Config.remat=True` keeps only
+the block's input.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from transformer.attention import ATTENTION, attention_options, make_mask, rope
 from transformer.config import Config
@@ -26,13 +35,19 @@ ACTIVATION_FNS = {
     "swiglu": jax.nn.silu,  # the gate's non-linearity; the product with `x @ w_1` is in FFN
 }
 
+# The values of one block that its backward pass reads from memory; everything else in the
+# block is recomputed (see the module docstring). `w_2`'s output is not needed by the backward.
+SAVED_FOR_BACKWARD = ("w_q", "w_k", "w_v", "w_o", "w_gate", "w_1", "attn_out")
+
 
 def _project(module: nn.Module, name: str, x, d_out: int, std: float):
-  """`x @ w_{name} (+ b_{name})`: declares the weight `(d_in, d_out)` in `module`."""
+  """`x @ w_{name} (+ b_{name})`: declares the weight `(d_in, d_out)` in `module`.
+
+  The product is tagged `w_{name}` for the remat policy (`SAVED_FOR_BACKWARD`)."""
   cfg = module.cfg
   w = module.param(f"w_{name}", nn.initializers.normal(std), (x.shape[-1], d_out),
                    cfg.jnp_param_dtype)
-  y = x @ w.astype(cfg.jnp_dtype)
+  y = checkpoint_name(x @ w.astype(cfg.jnp_dtype), f"w_{name}")
   if cfg.use_bias:
     b = module.param(f"b_{name}", nn.initializers.zeros, (d_out,), cfg.jnp_param_dtype)
     y = y + _lead(b.astype(cfg.jnp_dtype), y.ndim)
@@ -132,6 +147,7 @@ class Attention(nn.Module):
                         **attention_options(fn, cfg, offset))
     self.sow("intermediates", "scores", aux["scores"])
     self.sow("intermediates", "weights", aux["weights"])
+    out_BTHDh = checkpoint_name(out_BTHDh, "attn_out")
     return _project(self, "o", out_BTHDh.reshape(B, T, H * dh), cfg.d_model, _out_std(cfg)), kv
 
 
@@ -183,7 +199,10 @@ class Block(nn.Module):
     return self.ffn(x_BTD if self.cfg.norm_position == "post" else self.norm_2(x_BTD))
 
   def __call__(self, x_BTD, kv, ctx):
-    pos_BT, mask_BTS, offset = ctx
+    """`ctx` is `(pos_BT, mask_BTS)` in a forward pass, `(pos_BT, mask_BTS, offset)` with a
+    KV cache; left out, `offset` is the Python int 0, so the attention's fast paths apply."""
+    pos_BT, mask_BTS, *cache_offset = ctx
+    offset = cache_offset[0] if cache_offset else 0
     self.sow("intermediates", "resid_pre", x_BTD)
     if self.cfg.norm_position == "pre":
       a_BTD, kv = self.attn(self.norm_1(x_BTD), pos_BT, mask_BTS, kv, offset)
@@ -255,11 +274,16 @@ class Transformer(nn.Module):
     mask_BTS = make_mask(positions, k_pos_BS, causal=cfg.causal, window=_mask_window(cfg),
                          k_valid_BS=k_valid_BS)
 
-    block = nn.remat(Block) if cfg.remat else Block
+    policy = (jax.checkpoint_policies.nothing_saveable if cfg.remat
+              else jax.checkpoint_policies.save_only_these_names(*SAVED_FOR_BACKWARD))
+    # Inside a scan the remat needs no CSE barrier (the loop body is not CSE'd with its copy).
+    block = nn.remat(Block, policy=policy, prevent_cse=False)
     stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
                     split_rngs={"params": True}, in_axes=(0, nn.broadcast),
                     length=cfg.n_layers)
-    x_BTD, kv = stack(cfg, name="blocks")(x_BTD, kv, (positions, mask_BTS, offset))
+    # A Python-int offset would be traced by the remat: pass it only with a cache.
+    ctx = (positions, mask_BTS) if cache is None else (positions, mask_BTS, offset)
+    x_BTD, kv = stack(cfg, name="blocks")(x_BTD, kv, ctx)
 
     if cfg.norm_position == "pre":
       x_BTD = Norm(cfg, name="norm_f")(x_BTD)
@@ -340,7 +364,7 @@ def block_fn(cfg: Config, part: str = "block"):
     mask_BTS = make_mask(pos_BT, pos_BT, causal=cfg.causal, window=_mask_window(cfg))
     variables = {"params": block_params}
     if part == "block":
-      y_BTD, _ = module.apply(variables, x_BTD, None, (pos_BT, mask_BTS, 0))
+      y_BTD, _ = module.apply(variables, x_BTD, None, (pos_BT, mask_BTS))
     elif part == "attn":
       y_BTD = module.apply(variables, x_BTD, pos_BT, mask_BTS, method=Block.attn_branch)
     else:
