@@ -5,18 +5,22 @@ Every weight is a named matrix used as `x @ W` with `W: (d_in, d_out)`; there is
 layer axis. Under `mutable=["intermediates"]` each block sows `attn_in, q, k, v, scores,
 weights, resid_pre, resid_mid, resid_post, ffn_in, ffn_hidden`, stacked on that same layer
 axis; `attn_in` and `ffn_in` are the (normalized) inputs of `w_q, w_k, w_v` and `w_1, w_gate`.
+Matrices that read the same input are applied side by side, `[Q | K | V] = X [W_Q | W_K | W_V]`
+(and `X [W_gate | W_1]`): one wider matmul, the matrices still separate parameters.
 
+Speed, measured by `python -m experiments.benchmarks.train_step` against a plain Flax GPT.
 The backward pass of the layer scan keeps, per layer, only the block's input and the values
 named in `SAVED_FOR_BACKWARD` (the outputs of the weight matmuls and of `A V`); the norms, the
-score matrix, the softmax and the activation are recomputed from them. Storing those instead
-stacks `L` copies of every `(B, H, T, S)` and `(B, T, F)` element-wise intermediate, which on
-CPU costs more memory traffic (and page faults on the large stacked buffers) than the
-recomputation (`python -m experiments.benchmarks.train_step`). `Config.remat=True` keeps only
-the block's input.
+score matrix, the softmax and the activation are recomputed from them. Storing those too
+would stack `L` copies of every `(B, H, T, S)` and `(B, T, F)` element-wise intermediate: on
+XLA:CPU every byte of a step's temporary memory is a freshly mapped page that faults on
+first touch, every step, which costs more than the recomputation. `Config.remat=True` keeps
+only the block's input.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -35,9 +39,11 @@ ACTIVATION_FNS = {
     "swiglu": jax.nn.silu,  # the gate's non-linearity; the product with `x @ w_1` is in FFN
 }
 
-# The values of one block that its backward pass reads from memory; everything else in the
-# block is recomputed (see the module docstring). `w_2`'s output is not needed by the backward.
-SAVED_FOR_BACKWARD = ("w_q", "w_k", "w_v", "w_o", "w_gate", "w_1", "attn_out")
+# The values of one block that its backward pass reads from memory, by their tags: the products
+# `X [W_Q | W_K | W_V]` (`X [W_Q | W_V]` with tied keys), `· W_O`, `X [W_gate | W_1]` (or
+# `X W_1`), and the attention's output `A V`. Everything else in the block is recomputed (see
+# the module docstring); the output of `w_2` is not needed by the backward.
+SAVED_FOR_BACKWARD = ("w_qkv", "w_qv", "w_o", "w_gate1", "w_1", "attn_out")
 
 
 def _project(module: nn.Module, name: str, x, d_out: int, std: float):
@@ -52,6 +58,29 @@ def _project(module: nn.Module, name: str, x, d_out: int, std: float):
     b = module.param(f"b_{name}", nn.initializers.zeros, (d_out,), cfg.jnp_param_dtype)
     y = y + _lead(b.astype(cfg.jnp_dtype), y.ndim)
   return y
+
+
+def _project_side_by_side(module: nn.Module, widths: dict[str, int], x, std: float):
+  """`x @ [w_a | w_b | ...] (+ [b_a | b_b | ...])`, split into one product per name.
+
+  Each `w_{name}: (d_in, width)` is its own parameter (declared in the order `_project` would
+  declare them, so the initialization is the same); side by side they are one matmul, which
+  reads `x` once and runs faster than several narrow ones. Tagged `w_{a}{b}...` for the remat
+  policy.
+  """
+  cfg = module.cfg
+  ws, bs = [], []
+  for name, width in widths.items():
+    ws.append(module.param(f"w_{name}", nn.initializers.normal(std), (x.shape[-1], width),
+                           cfg.jnp_param_dtype))
+    if cfg.use_bias:
+      bs.append(module.param(f"b_{name}", nn.initializers.zeros, (width,), cfg.jnp_param_dtype))
+  w = jnp.concatenate(ws, axis=1).astype(cfg.jnp_dtype)
+  y = checkpoint_name(x @ w, "w_" + "".join(widths))
+  if cfg.use_bias:
+    y = y + _lead(jnp.concatenate(bs).astype(cfg.jnp_dtype), y.ndim)
+  ends = list(itertools.accumulate(widths.values()))
+  return jnp.split(y, ends[:-1], axis=-1)
 
 
 def _lead(v_D, ndim: int):
@@ -119,12 +148,13 @@ class Attention(nn.Module):
     H, K, dh, std = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.init_std
     B, T, _ = x_BTD.shape
     self.sow("intermediates", "attn_in", x_BTD)
-    q_BTHDh = _project(self, "q", x_BTD, H * dh, std).reshape(B, T, H, dh)
     if cfg.qk_tied:  # K = X W_Q: the score kernel is a Gram matrix, PSD by construction
-      k_BTKDh = q_BTHDh
-    else:
-      k_BTKDh = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
-    v_BTKDh = _project(self, "v", x_BTD, K * dh, std).reshape(B, T, K, dh)
+      q, v = _project_side_by_side(self, {"q": H * dh, "v": K * dh}, x_BTD, std)
+      k = q
+    else:  # [Q | K | V] = X [W_Q | W_K | W_V]
+      q, k, v = _project_side_by_side(self, {"q": H * dh, "k": K * dh, "v": K * dh}, x_BTD, std)
+    q_BTHDh = q.reshape(B, T, H, dh)
+    k_BTKDh, v_BTKDh = k.reshape(B, T, K, dh), v.reshape(B, T, K, dh)
     if cfg.positions == "rope":
       q_BTHDh = rope(q_BTHDh, pos_BT, cfg.rope_theta)
       k_BTKDh = rope(k_BTKDh, pos_BT, cfg.rope_theta)
@@ -162,8 +192,9 @@ class FeedForward(nn.Module):
     act = ACTIVATION_FNS[cfg.activation]
     self.sow("intermediates", "ffn_in", x_BTD)
     if cfg.activation == "swiglu":
-      h_BTF = (act(_project(self, "gate", x_BTD, cfg.d_ff, cfg.init_std))
-               * _project(self, "1", x_BTD, cfg.d_ff, cfg.init_std))
+      gate_BTF, up_BTF = _project_side_by_side(self, {"gate": cfg.d_ff, "1": cfg.d_ff}, x_BTD,
+                                               cfg.init_std)
+      h_BTF = act(gate_BTF) * up_BTF
     else:
       h_BTF = act(_project(self, "1", x_BTD, cfg.d_ff, cfg.init_std))
     self.sow("intermediates", "ffn_hidden", h_BTF)

@@ -171,8 +171,9 @@ def test_backward_keeps_matmul_outputs_and_recomputes_scores(remat):
   shapes = [leaf.shape for leaf in jax.tree.leaves(vjp)]
   assert (L, B, H, T, T) not in shapes
   assert ((L, B, T, F) in shapes) == (not remat)  # the output of `w_1`
-  # Block input, `w_q`, `w_k`, `w_v`, `w_o` outputs: five (L, B, T, D); with remat the input.
-  assert shapes.count((L, B, T, D)) == (1 if remat else 5)
+  assert ((L, B, T, 3 * D) in shapes) == (not remat)  # X [W_Q | W_K | W_V]
+  # The block input and the output of `w_o`; with remat only the input.
+  assert shapes.count((L, B, T, D)) == (1 if remat else 2)
 
 
 @pytest.mark.parametrize("remat", [False, True], ids=["policy", "remat"])
