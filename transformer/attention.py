@@ -56,11 +56,23 @@ def _causal(B: int, T: int, S: int) -> jax.Array:
 
 
 def _mix(scores_BHTS, mask_BTS, v_BSHDh):
-  """Masked softmax of `scores` and the mixed values."""
+  """Masked softmax of `scores` and the mixed values `A V`, `A = softmax(scores)`.
+
+  Computed in FlashAttention's order, `A V = (E V) / (E 1)` with `E = exp(scores − max)`: the
+  row sums divide the `(T, Dh)` output, not the `(T, S)` matrix. Same values, fewer
+  divisions, and on XLA:CPU the exponentials stay out of the `A V` matmul's fusion, whose
+  per-call scratch buffers page-fault on every train step
+  (`python -m experiments.benchmarks.train_step`). `weights` is `E / (E 1)`, computed under
+  `jit` only when it is read.
+  """
   scores_BHTS = jnp.where(mask_BTS[:, None], scores_BHTS, NEG)
-  weights_BHTS = jax.nn.softmax(scores_BHTS, axis=-1)
-  out_BTHDh = jnp.einsum("bhts,bshd->bthd", weights_BHTS.astype(v_BSHDh.dtype), v_BSHDh)
-  return out_BTHDh, {"scores": scores_BHTS, "weights": weights_BHTS}
+  # The max only shifts the exponent (A does not depend on it), as in jax.nn.softmax.
+  max_BHT1 = jax.lax.stop_gradient(scores_BHTS.max(-1, keepdims=True))
+  exp_BHTS = jnp.exp(scores_BHTS - max_BHT1)
+  sum_BHT1 = exp_BHTS.sum(-1, keepdims=True)
+  mixed_BTHDh = jnp.einsum("bhts,bshd->bthd", exp_BHTS.astype(v_BSHDh.dtype), v_BSHDh)
+  out_BTHDh = (mixed_BTHDh / sum_BHT1.transpose(0, 2, 1, 3)).astype(v_BSHDh.dtype)
+  return out_BTHDh, {"scores": scores_BHTS, "weights": exp_BHTS / sum_BHT1}
 
 
 def softmax_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale):

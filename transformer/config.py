@@ -68,7 +68,9 @@ class Config:
     norm_eps: epsilon of the norms.
     init_std: standard deviation of the normal initializer of every matrix.
     init_residual_scale: divide the init of `w_o` and `w_2` by sqrt(2 L) (GPT-2).
-    remat: rematerialize each block in the backward pass (trades compute for memory).
+    remat: the backward pass recomputes each block from its input alone (least memory). When
+      False it keeps the block's matmul outputs and recomputes only the element-wise work and
+      the scores (`transformer.model.SAVED_FOR_BACKWARD`).
   """
 
   vocab_size: int = 256

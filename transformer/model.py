@@ -5,15 +5,28 @@ Every weight is a named matrix used as `x @ W` with `W: (d_in, d_out)`; there is
 layer axis. Under `mutable=["intermediates"]` each block sows `attn_in, q, k, v, scores,
 weights, resid_pre, resid_mid, resid_post, ffn_in, ffn_hidden`, stacked on that same layer
 axis; `attn_in` and `ffn_in` are the (normalized) inputs of `w_q, w_k, w_v` and `w_1, w_gate`.
+Matrices that read the same input are applied side by side, `[Q | K | V] = X [W_Q | W_K | W_V]`
+(and `X [W_gate | W_1]`): one wider matmul, the matrices still separate parameters.
+
+Speed, measured by `python -m experiments.benchmarks.train_step` against a plain Flax GPT.
+The backward pass of the layer scan keeps, per layer, only the block's input and the values
+named in `SAVED_FOR_BACKWARD` (the outputs of the weight matmuls and of `A V`); the norms, the
+score matrix, the softmax and the activation are recomputed from them. Storing those too
+would stack `L` copies of every `(B, H, T, S)` and `(B, T, F)` element-wise intermediate: on
+XLA:CPU every byte of a step's temporary memory is a freshly mapped page that faults on
+first touch, every step, which costs more than the recomputation. `Config.remat=True` keeps
+only the block's input.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from transformer.attention import ATTENTION, attention_options, make_mask, rope
 from transformer.config import Config
@@ -26,17 +39,48 @@ ACTIVATION_FNS = {
     "swiglu": jax.nn.silu,  # the gate's non-linearity; the product with `x @ w_1` is in FFN
 }
 
+# The values of one block that its backward pass reads from memory, by their tags: the products
+# `X [W_Q | W_K | W_V]` (`X [W_Q | W_V]` with tied keys), `· W_O`, `X [W_gate | W_1]` (or
+# `X W_1`), and the attention's output `A V`. Everything else in the block is recomputed (see
+# the module docstring); the output of `w_2` is not needed by the backward.
+SAVED_FOR_BACKWARD = ("w_qkv", "w_qv", "w_o", "w_gate1", "w_1", "attn_out")
+
 
 def _project(module: nn.Module, name: str, x, d_out: int, std: float):
-  """`x @ w_{name} (+ b_{name})`: declares the weight `(d_in, d_out)` in `module`."""
+  """`x @ w_{name} (+ b_{name})`: declares the weight `(d_in, d_out)` in `module`.
+
+  The product is tagged `w_{name}` for the remat policy (`SAVED_FOR_BACKWARD`)."""
   cfg = module.cfg
   w = module.param(f"w_{name}", nn.initializers.normal(std), (x.shape[-1], d_out),
                    cfg.jnp_param_dtype)
-  y = x @ w.astype(cfg.jnp_dtype)
+  y = checkpoint_name(x @ w.astype(cfg.jnp_dtype), f"w_{name}")
   if cfg.use_bias:
     b = module.param(f"b_{name}", nn.initializers.zeros, (d_out,), cfg.jnp_param_dtype)
     y = y + _lead(b.astype(cfg.jnp_dtype), y.ndim)
   return y
+
+
+def _project_side_by_side(module: nn.Module, widths: dict[str, int], x, std: float):
+  """`x @ [w_a | w_b | ...] (+ [b_a | b_b | ...])`, split into one product per name.
+
+  Each `w_{name}: (d_in, width)` is its own parameter (declared in the order `_project` would
+  declare them, so the initialization is the same); side by side they are one matmul, which
+  reads `x` once and runs faster than several narrow ones. Tagged `w_{a}{b}...` for the remat
+  policy.
+  """
+  cfg = module.cfg
+  ws, bs = [], []
+  for name, width in widths.items():
+    ws.append(module.param(f"w_{name}", nn.initializers.normal(std), (x.shape[-1], width),
+                           cfg.jnp_param_dtype))
+    if cfg.use_bias:
+      bs.append(module.param(f"b_{name}", nn.initializers.zeros, (width,), cfg.jnp_param_dtype))
+  w = jnp.concatenate(ws, axis=1).astype(cfg.jnp_dtype)
+  y = checkpoint_name(x @ w, "w_" + "".join(widths))
+  if cfg.use_bias:
+    y = y + _lead(jnp.concatenate(bs).astype(cfg.jnp_dtype), y.ndim)
+  ends = list(itertools.accumulate(widths.values()))
+  return jnp.split(y, ends[:-1], axis=-1)
 
 
 def _lead(v_D, ndim: int):
@@ -104,12 +148,13 @@ class Attention(nn.Module):
     H, K, dh, std = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.init_std
     B, T, _ = x_BTD.shape
     self.sow("intermediates", "attn_in", x_BTD)
-    q_BTHDh = _project(self, "q", x_BTD, H * dh, std).reshape(B, T, H, dh)
     if cfg.qk_tied:  # K = X W_Q: the score kernel is a Gram matrix, PSD by construction
-      k_BTKDh = q_BTHDh
-    else:
-      k_BTKDh = _project(self, "k", x_BTD, K * dh, std).reshape(B, T, K, dh)
-    v_BTKDh = _project(self, "v", x_BTD, K * dh, std).reshape(B, T, K, dh)
+      q, v = _project_side_by_side(self, {"q": H * dh, "v": K * dh}, x_BTD, std)
+      k = q
+    else:  # [Q | K | V] = X [W_Q | W_K | W_V]
+      q, k, v = _project_side_by_side(self, {"q": H * dh, "k": K * dh, "v": K * dh}, x_BTD, std)
+    q_BTHDh = q.reshape(B, T, H, dh)
+    k_BTKDh, v_BTKDh = k.reshape(B, T, K, dh), v.reshape(B, T, K, dh)
     if cfg.positions == "rope":
       q_BTHDh = rope(q_BTHDh, pos_BT, cfg.rope_theta)
       k_BTKDh = rope(k_BTKDh, pos_BT, cfg.rope_theta)
@@ -132,6 +177,7 @@ class Attention(nn.Module):
                         **attention_options(fn, cfg, offset))
     self.sow("intermediates", "scores", aux["scores"])
     self.sow("intermediates", "weights", aux["weights"])
+    out_BTHDh = checkpoint_name(out_BTHDh, "attn_out")
     return _project(self, "o", out_BTHDh.reshape(B, T, H * dh), cfg.d_model, _out_std(cfg)), kv
 
 
@@ -146,8 +192,9 @@ class FeedForward(nn.Module):
     act = ACTIVATION_FNS[cfg.activation]
     self.sow("intermediates", "ffn_in", x_BTD)
     if cfg.activation == "swiglu":
-      h_BTF = (act(_project(self, "gate", x_BTD, cfg.d_ff, cfg.init_std))
-               * _project(self, "1", x_BTD, cfg.d_ff, cfg.init_std))
+      gate_BTF, up_BTF = _project_side_by_side(self, {"gate": cfg.d_ff, "1": cfg.d_ff}, x_BTD,
+                                               cfg.init_std)
+      h_BTF = act(gate_BTF) * up_BTF
     else:
       h_BTF = act(_project(self, "1", x_BTD, cfg.d_ff, cfg.init_std))
     self.sow("intermediates", "ffn_hidden", h_BTF)
@@ -183,7 +230,10 @@ class Block(nn.Module):
     return self.ffn(x_BTD if self.cfg.norm_position == "post" else self.norm_2(x_BTD))
 
   def __call__(self, x_BTD, kv, ctx):
-    pos_BT, mask_BTS, offset = ctx
+    """`ctx` is `(pos_BT, mask_BTS)` in a forward pass, `(pos_BT, mask_BTS, offset)` with a
+    KV cache; left out, `offset` is the Python int 0, so the attention's fast paths apply."""
+    pos_BT, mask_BTS, *cache_offset = ctx
+    offset = cache_offset[0] if cache_offset else 0
     self.sow("intermediates", "resid_pre", x_BTD)
     if self.cfg.norm_position == "pre":
       a_BTD, kv = self.attn(self.norm_1(x_BTD), pos_BT, mask_BTS, kv, offset)
@@ -255,11 +305,16 @@ class Transformer(nn.Module):
     mask_BTS = make_mask(positions, k_pos_BS, causal=cfg.causal, window=_mask_window(cfg),
                          k_valid_BS=k_valid_BS)
 
-    block = nn.remat(Block) if cfg.remat else Block
+    policy = (jax.checkpoint_policies.nothing_saveable if cfg.remat
+              else jax.checkpoint_policies.save_only_these_names(*SAVED_FOR_BACKWARD))
+    # Inside a scan the remat needs no CSE barrier (the loop body is not CSE'd with its copy).
+    block = nn.remat(Block, policy=policy, prevent_cse=False)
     stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
                     split_rngs={"params": True}, in_axes=(0, nn.broadcast),
                     length=cfg.n_layers)
-    x_BTD, kv = stack(cfg, name="blocks")(x_BTD, kv, (positions, mask_BTS, offset))
+    # A Python-int offset would be traced by the remat: pass it only with a cache.
+    ctx = (positions, mask_BTS) if cache is None else (positions, mask_BTS, offset)
+    x_BTD, kv = stack(cfg, name="blocks")(x_BTD, kv, ctx)
 
     if cfg.norm_position == "pre":
       x_BTD = Norm(cfg, name="norm_f")(x_BTD)
@@ -340,7 +395,7 @@ def block_fn(cfg: Config, part: str = "block"):
     mask_BTS = make_mask(pos_BT, pos_BT, causal=cfg.causal, window=_mask_window(cfg))
     variables = {"params": block_params}
     if part == "block":
-      y_BTD, _ = module.apply(variables, x_BTD, None, (pos_BT, mask_BTS, 0))
+      y_BTD, _ = module.apply(variables, x_BTD, None, (pos_BT, mask_BTS))
     elif part == "attn":
       y_BTD = module.apply(variables, x_BTD, pos_BT, mask_BTS, method=Block.attn_branch)
     else:

@@ -87,3 +87,28 @@ def test_optim_benchmark_train_steps_run():
   times = optim_bench.train_steps(cfg, batch=2, seq_len=8, repeats=1)
   assert set(times) == {"muon (optim.muon)", "muon (optax.contrib)", "adamw"}
   assert all(np.isfinite(t) and t > 0 for t in times.values())
+
+
+def test_train_step_peer_is_our_model_in_plain_flax():
+  # Same parameters, mapped layer by layer: the plain-linen GPT computes our logits, so the
+  # benchmark compares two implementations of one model.
+  cfg = transformer.preset("tiny", d_model=32, n_layers=2, n_heads=2, max_len=16)
+  params = transformer.init(cfg, jax.random.key(0))
+  tokens = jax.random.randint(jax.random.key(1), (2, 16), 0, cfg.vocab_size)
+  ours = transformer.Transformer(cfg).apply({"params": params}, tokens)
+  mapped = train_step.peer_params(params, cfg)
+  peer = train_step.PeerGPT(cfg).apply({"params": mapped}, tokens)
+  np.testing.assert_allclose(peer, ours, atol=1e-5)
+  fresh = train_step.PeerGPT(cfg).init(jax.random.key(0), tokens)["params"]
+  assert jax.tree.structure(fresh) == jax.tree.structure(mapped)
+  assert sum(x.size for x in jax.tree.leaves(fresh)) == sum(
+      x.size for x in jax.tree.leaves(params))
+
+
+def test_train_step_compare_reports_both_steps():
+  cfg = transformer.preset("tiny", d_model=32, n_layers=1, n_heads=2, max_len=16)
+  r = train_step.compare(cfg, batch=2, seq_len=16, rounds=1, matmul_n=64)
+  assert r["ratio"] == pytest.approx(r["ours_s"] / r["peer_s"])
+  flops = train_step.model_flops_per_step(cfg, 2, 16)
+  assert r["ours_share"] == pytest.approx(flops / r["ours_s"] / r["matmul_flops_per_s"])
+  assert r["ours_s"] > 0 and r["peer_s"] > 0

@@ -121,6 +121,80 @@ def test_remat_equals_plain_forward_and_gradient():
   chex.assert_trees_all_close(g_plain, g_remat, atol=1e-6)
 
 
+def unrolled_logits(cfg, params, tokens):
+  """The model written as a Python loop of `block_fn` layers: no scan, no remat."""
+  embed = transformer.model.Embed(cfg, cfg.vocab_size)
+  x = embed.apply({"params": params["embed"]}, tokens)
+  if cfg.positions == "learned":
+    x = x + params["pos_embed"]["embedding"][None, : tokens.shape[1]]
+  f = transformer.block_fn(cfg)
+  for l in range(cfg.n_layers):
+    x = f(transformer.layer(params, l), x)
+  x = transformer.model.Norm(cfg).apply({"params": params["norm_f"]}, x)
+  if cfg.tie_embeddings:
+    return x @ params["embed"]["embedding"].T
+  return x @ params["unembed"]["w_out"]
+
+
+@pytest.mark.parametrize("cfg", [GPT, GPT.replace(remat=True), LLAMA],
+                         ids=["gpt", "gpt-remat", "llama"])
+def test_scanned_gradient_equals_unrolled_gradient(cfg):
+  # The scan with its remat policy (recompute scores, softmax, norms, activation) against
+  # autodiff of a plain loop that stores everything.
+  params = transformer.init(cfg, jax.random.key(0))
+  _, tokens = setup(GPT)
+  targets = jnp.roll(tokens, -1, axis=1)
+
+  def loss(logits_fn, p):
+    logits = logits_fn(p).astype(jnp.float32)
+    return -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1).mean()
+
+  scanned = functools.partial(loss, lambda p: transformer.Transformer(cfg).apply(
+      {"params": p}, tokens))
+  unrolled = functools.partial(loss, lambda p: unrolled_logits(cfg, p, tokens))
+  l_scan, g_scan = jax.jit(jax.value_and_grad(scanned))(params)
+  l_loop, g_loop = jax.jit(jax.value_and_grad(unrolled))(params)
+  np.testing.assert_allclose(l_scan, l_loop, rtol=1e-6)
+  chex.assert_trees_all_close(g_scan, g_loop, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("remat", [False, True], ids=["policy", "remat"])
+def test_backward_keeps_matmul_outputs_and_recomputes_scores(remat):
+  # The residuals the backward pass reads are the leaves of the VJP closure. Stacked over the
+  # layer scan, a (B, H, T, S) score or weight matrix would be (L, B, H, T, T).
+  cfg = GPT.replace(remat=remat)
+  params, tokens = setup(GPT)
+  B, T = tokens.shape
+  L, H, D, F = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_ff
+  _, vjp = jax.vjp(lambda p: transformer.Transformer(cfg).apply({"params": p}, tokens).sum(),
+                   params)
+  shapes = [leaf.shape for leaf in jax.tree.leaves(vjp)]
+  assert (L, B, H, T, T) not in shapes
+  assert ((L, B, T, F) in shapes) == (not remat)  # the output of `w_1`
+  assert ((L, B, T, 3 * D) in shapes) == (not remat)  # X [W_Q | W_K | W_V]
+  # The block input and the output of `w_o`; with remat only the input.
+  assert shapes.count((L, B, T, D)) == (1 if remat else 2)
+
+
+@pytest.mark.parametrize("remat", [False, True], ids=["policy", "remat"])
+def test_forward_pass_gives_attention_a_python_offset(remat, monkeypatch):
+  # The block-sparse fast paths run only for a Python-int offset 0; a traced one (as a remat
+  # of the whole context would make it) silently falls back to the dense form.
+  offsets = []
+  local = transformer.ATTENTION["local"]
+
+  @functools.wraps(local)
+  def spy(*args, offset=0, **kw):
+    offsets.append(offset)
+    return local(*args, offset=offset, **kw)
+
+  monkeypatch.setitem(transformer.ATTENTION, "local", spy)
+  cfg = GPT.replace(attention="local", window=4, block_size=4, remat=remat)
+  params, tokens = setup(GPT)
+  jax.grad(lambda p: transformer.Transformer(cfg).apply({"params": p}, tokens).sum())(params)
+  assert offsets and all(type(o) is int and o == 0 for o in offsets)
+
+
 def test_sown_intermediates_are_the_catalog_products():
   params, tokens = setup(LLAMA)
   _, state = transformer.Transformer(LLAMA).apply({"params": params}, tokens,
