@@ -41,6 +41,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 NEG = jnp.finfo(jnp.float32).min
 
@@ -70,7 +71,10 @@ def _mix(scores_BHTS, mask_BTS, v_BSHDh):
   max_BHT1 = jax.lax.stop_gradient(scores_BHTS.max(-1, keepdims=True))
   exp_BHTS = jnp.exp(scores_BHTS - max_BHT1)
   sum_BHT1 = exp_BHTS.sum(-1, keepdims=True)
-  mixed_BTHDh = jnp.einsum("bhts,bshd->bthd", exp_BHTS.astype(v_BSHDh.dtype), v_BSHDh)
+  # Tagged for the model's remat policy (`transformer.model.SAVED_FOR_BACKWARD`): the division's
+  # backward pass reads `E V`, and keeping it spares recomputing the product. A no-op otherwise.
+  mixed_BTHDh = checkpoint_name(
+      jnp.einsum("bhts,bshd->bthd", exp_BHTS.astype(v_BSHDh.dtype), v_BSHDh), "attn_mixed")
   out_BTHDh = (mixed_BTHDh / sum_BHT1.transpose(0, 2, 1, 3)).astype(v_BSHDh.dtype)
   return out_BTHDh, {"scores": scores_BHTS, "weights": exp_BHTS / sum_BHT1}
 

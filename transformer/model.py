@@ -41,9 +41,10 @@ ACTIVATION_FNS = {
 
 # The values of one block that its backward pass reads from memory, by their tags: the products
 # `X [W_Q | W_K | W_V]` (`X [W_Q | W_V]` with tied keys), `· W_O`, `X [W_gate | W_1]` (or
-# `X W_1`), and the attention's output `A V`. Everything else in the block is recomputed (see
-# the module docstring); the output of `w_2` is not needed by the backward.
-SAVED_FOR_BACKWARD = ("w_qkv", "w_qv", "w_o", "w_gate1", "w_1", "attn_out")
+# `X W_1`), the attention's output `A V` and, for the softmax family, its unnormalized `E V`
+# (`transformer.attention._mix`). Everything else in the block is recomputed (see the module
+# docstring); the output of `w_2` is not needed by the backward.
+SAVED_FOR_BACKWARD = ("w_qkv", "w_qv", "w_o", "w_gate1", "w_1", "attn_out", "attn_mixed")
 
 
 def _project(module: nn.Module, name: str, x, d_out: int, std: float):

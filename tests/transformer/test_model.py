@@ -174,6 +174,8 @@ def test_backward_keeps_matmul_outputs_and_recomputes_scores(remat):
   assert ((L, B, T, 3 * D) in shapes) == (not remat)  # X [W_Q | W_K | W_V]
   # The block input and the output of `w_o`; with remat only the input.
   assert shapes.count((L, B, T, D)) == (1 if remat else 2)
+  # `A V` and its unnormalized `E V` (heads split).
+  assert shapes.count((L, B, T, H, D // H)) == (0 if remat else 2)
 
 
 @pytest.mark.parametrize("remat", [False, True], ids=["policy", "remat"])
