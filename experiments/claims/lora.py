@@ -7,7 +7,8 @@ about 10–15 minutes on 2 idle CPU cores; `--quick` (the `quick` model, 2 rates
 about 20 s.
 
 **Text.** The shared models are trained on the standard library's `.py` files. The fine-tuning
-text is IDLE's plain-text documents (`idlelib/*.txt`: NEWS, HISTORY, README, TODO, ...):
+text is IDLE's plain-text documents (`idlelib/*.txt`: CREDITS, HISTORY, NEWS, NEWS2x, README,
+TODO and extend on this Python 3.11):
 English release notes and prose, never in the training corpus (which holds `.py` files only).
 Their bytes, concatenated in sorted order, are cut into fine-tuning text (the first 80%), a
 tuning part (the next 10%: picks each arm's learning rate) and a test part (the last 10%:
