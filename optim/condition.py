@@ -16,6 +16,7 @@ import optax
 
 from optim.roles import select
 from transformer.linalg.power import normalize, power_iteration
+from transformer.linalg.serial import one_at_a_time
 
 # κ resolvable in float32: a QR factor carries a backward error of a few ε·σ_max, so σ_min
 # below ~100·ε·σ_max is noise; κ is clamped there.
@@ -111,19 +112,25 @@ def estimate_condition(W: jax.Array, v_max: jax.Array, v_min: jax.Array, power_s
   top = power_iteration(W, v_max, power_steps)
   sigma, v_max = top.sigma, top.v
   M = W if W.shape[-2] >= W.shape[-1] else jnp.swapaxes(W, -1, -2)
-  R = jnp.linalg.qr(M, mode="r")
-  # Floor |R_ii| at σ_max/KAPPA_MAX (keeping its sign) so rank-deficient M stays finite.
-  diag = jnp.diagonal(R, axis1=-2, axis2=-1)
-  diag_floor = jnp.maximum(sigma, jnp.finfo(W.dtype).tiny)[..., None] / KAPPA_MAX
-  safe = jnp.where(diag < 0, -1.0, 1.0) * jnp.maximum(jnp.abs(diag), diag_floor)
-  eye = jnp.eye(R.shape[-1], dtype=bool)
-  R = jnp.where(eye, safe[..., None, :], R)
 
-  def body(_, v):
-    y = jax.scipy.linalg.solve_triangular(R, v[..., None], trans="T", lower=False)
-    return normalize(jax.scipy.linalg.solve_triangular(R, y, lower=False)[..., 0])
+  def inverse_iteration(M, v, sigma):
+    R = jnp.linalg.qr(M, mode="r")
+    # Floor |R_ii| at σ_max/KAPPA_MAX (keeping its sign) so rank-deficient M stays finite.
+    diag = jnp.diagonal(R, axis1=-2, axis2=-1)
+    diag_floor = jnp.maximum(sigma, jnp.finfo(M.dtype).tiny)[..., None] / KAPPA_MAX
+    safe = jnp.where(diag < 0, -1.0, 1.0) * jnp.maximum(jnp.abs(diag), diag_floor)
+    eye = jnp.eye(R.shape[-1], dtype=bool)
+    R = jnp.where(eye, safe[..., None, :], R)
 
-  v_min = jax.lax.fori_loop(0, power_steps, body, normalize(v_min))
+    def body(_, v):
+      y = jax.scipy.linalg.solve_triangular(R, v[..., None], trans="T", lower=False)
+      return normalize(jax.scipy.linalg.solve_triangular(R, y, lower=False)[..., 0])
+
+    return jax.lax.fori_loop(0, power_steps, body, normalize(v))
+
+  # One matrix per LAPACK call on CPU: batched QRs running side by side deadlock XLA:CPU's
+  # thread pool on small machines (see `transformer.linalg.serial`).
+  v_min = one_at_a_time(inverse_iteration, core_ndims=(2, 1, 0))(M, v_min, sigma)
   Mv = jnp.einsum("...mn,...n->...m", M, v_min)
   sigma_min = jnp.linalg.norm(Mv, axis=-1)
   r = jnp.einsum("...mn,...m->...n", M, normalize(Mv)) - sigma_min[..., None] * v_min

@@ -18,7 +18,8 @@ from transformer.linalg.lanczos import (
 )
 from transformer.linalg.polar import NS_COEFFS, newton_schulz
 from transformer.linalg.power import PowerResult, normalize, power_iteration
+from transformer.linalg.serial import one_at_a_time
 
 __all__ = ["EigResult", "NS_COEFFS", "PowerResult", "SVDResult", "arnoldi_eig",
            "check_interval", "default_krylov_dim", "lanczos_svd", "newton_schulz", "normalize",
-           "power_iteration"]
+           "one_at_a_time", "power_iteration"]
