@@ -11,15 +11,20 @@ refresh runs at every step; that costs little (the 3-run tuning sweep of the `co
 took under 3 minutes at load average 3.5). `--quick` (the `quick` shape, one seed, 24 steps,
 one rate, no tuning) is indicative only.
 
-**Known hang (unresolved).** On this machine's XLA:CPU (jax 0.10.2) the full run hangs with
-every thread idle and no CPU used. Vmapped (as committed), it tunes every arm and runs AdamW
-on seeds 0–2, then hangs at the first chunk of the `condition` arm at rate 3e-3 on the
-reported seeds, whether the three seeds go in one call or one per call (2 of 2 attempts);
-a `lax.map` over the runs hung at the same point. With each run its own unbatched program
-(`train_many(vectorize=False)`) it hung earlier, while tuning the `condition` arm, with or
-without multi-threaded Eigen (3 of 3). Small reproductions of the refresh in a loop run.
+**A deadlock, found and fixed.** Earlier full runs hung with every thread idle. gdb showed
+both threads of XLA:CPU's intra-op pool inside jaxlib's batched LAPACK QR
+(`lapack_sgeqrf_ffi` → `ParallelBatchMap` → `BlockingCounter::Wait`): each batched QR had
+split its stack of matrices into chunks queued on the same two-thread pool and waited for
+them, so neither could proceed. Vmapped runs batch the QR of every stacked weight, and the
+refresh runs at every step, so two such QRs met sooner or later. `optim.estimate_condition`
+now calls LAPACK one matrix at a time on CPU (`transformer.linalg.one_at_a_time`); the run
+that hung within 90 s (the `condition` arm at 3e-3 on seeds 0–2) finishes in 25 s.
 
-Expected result: not yet measured in full (see the report of the first run).
+Result (3 seeds: 141 s; `--seeds 0 1 2 3 4 5 6 7`: 406 s, on this 2-core machine): **inconclusive** at
+3 seeds, **refuted** at 8. Tracking κ does not beat freezing the first multipliers (final loss
+0.0073 [0.0009, 0.0137] nats worse at 8 seeds) and is not reliably faster than AdamW
+(−0.04 [−0.33, 0.25] of `N`). All arms that cut the hidden matrices' rate relative to the
+rest end below AdamW; the plain cut is the fastest (−0.14 [−0.23, −0.06] of `N`).
 
 Arms, each AdamW (`b1 = 0.9, b2 = 0.95`) with one change, each with its peak rate tuned on
 the same grid `{1e-3, 3e-3, 1e-2}` at the full budget on the spare seed 100, then run on the
