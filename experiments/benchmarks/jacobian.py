@@ -7,8 +7,8 @@
 Every matrix-free value here is converged by the library's rule: the Krylov space grows until
 every requested value's bound is at most `tol · σ_1` (`analysis.jacobian_top_singular_values`,
 `transformer.linalg.lanczos_svd`); a row that did not converge is marked `NO` and is never
-counted as a size reached. Takes 10–20 minutes on 2 busy CPU cores, most of it the `T = 2048`
-rows. Three parts, one run:
+counted as a size reached. Takes about 5 minutes on 2 idle CPU cores (15–25 on busy ones),
+most of it the `T = 2048` rows. Three parts, one run:
 
 1. Ratio. For one block of width `d = 64` at `T = 8, 16, 32` (`T·d` = 512 … 2048), the time
    of the top-`k` singular values of `J = ∂block/∂x` by the dense path (`jax.jacfwd`, then an
