@@ -417,7 +417,9 @@ def _deferred_interrupt():
 
   A `KeyboardInterrupt` raised in the middle of a step could land after the donated state
   was consumed and before the new one was bound, leaving nothing valid to save. Deferring
-  it to the step boundary means the interrupted run always saves its current step.
+  it to the step boundary means the interrupted run always saves its current step. In a
+  multi-process run the processes stop together at the next step where they log, evaluate
+  or save (`_stop_agreed`), whichever of them was interrupted.
   """
   flag = {"requested": False}
   if threading.current_thread() is not threading.main_thread():
@@ -434,6 +436,21 @@ def _deferred_interrupt():
     yield flag
   finally:
     signal.signal(signal.SIGINT, previous)
+
+
+def _stop_agreed(requested: bool) -> bool:
+  """Whether any process of the run asks to stop; every process must call it at the same step.
+
+  One process alone stops when it is asked. In a multi-process run a process that stopped by
+  itself would leave the others waiting in the next step's collectives (and itself in the
+  checkpoint's), so the processes vote at the steps where they all synchronise anyway.
+  """
+  if jax.process_count() == 1:
+    return requested
+  from jax.experimental import multihost_utils
+
+  votes = multihost_utils.process_allgather(np.array([requested]))
+  return bool(np.any(votes))
 
 
 def _due(step: int, every: int, end: int) -> bool:
@@ -537,13 +554,15 @@ def _loop(tc: TrainConfig, trainer: Trainer, src, folder: RunFolder, state: Trai
         state, metrics = trainer.step(state, *put(src.batch(tc.seed, s, tc.batch_size)))
         buffer.add(s, metrics)
         bar.update(1)
-        if interrupt["requested"]:
-          raise KeyboardInterrupt
         due = {name: _due(s, every, end) for name, every in (
             ("log", tc.log_every), ("callback", callback_every), ("eval", tc.eval_every),
             ("save", tc.checkpoint_every))}
+        if jax.process_count() == 1 and interrupt["requested"]:
+          raise KeyboardInterrupt
         if not any(due.values()):
           continue
+        if jax.process_count() > 1 and _stop_agreed(interrupt["requested"]):
+          raise KeyboardInterrupt  # every process, at this same step
         last = buffer.flush()
         bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:,.0f}")
         if callback is not None and callback_every and s % callback_every == 0:

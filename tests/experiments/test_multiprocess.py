@@ -11,7 +11,9 @@ optimizer state to resume the run there).
 import dataclasses
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -55,11 +57,8 @@ def cli_args(tc: train.TrainConfig) -> list[str]:
   return args
 
 
-def launch(commands: list[list[str]], cwd: str) -> list[tuple[int, str]]:
-  """Runs the commands concurrently (each process sees `LOCAL_DEVICES` CPU devices).
-
-  Returns `(exit status, output)` per command; all are killed at `TIMEOUT_S` (status None).
-  """
+def start(commands: list[list[str]], cwd: str) -> tuple[list[subprocess.Popen], list[str]]:
+  """Starts the commands concurrently (each process sees `LOCAL_DEVICES` CPU devices)."""
   env = {**os.environ, "JAX_PLATFORMS": "cpu",
          "XLA_FLAGS": f"--xla_force_host_platform_device_count={LOCAL_DEVICES}",
          "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
@@ -69,6 +68,16 @@ def launch(commands: list[list[str]], cwd: str) -> list[tuple[int, str]]:
     with open(log, "w") as out:
       procs.append(subprocess.Popen(command, cwd=cwd, env=env, stdout=out,
                                     stderr=subprocess.STDOUT))
+  return procs, logs
+
+
+def launch(commands: list[list[str]], cwd: str) -> list[tuple[int, str]]:
+  """Runs the commands concurrently; `(exit status, output)` per command."""
+  return collect(*start(commands, cwd))
+
+
+def collect(procs: list[subprocess.Popen], logs: list[str]) -> list[tuple[int, str]]:
+  """Waits for the processes; all are killed at `TIMEOUT_S` (status None)."""
   deadline = time.monotonic() + TIMEOUT_S
   codes = []
   for p in procs:
@@ -136,12 +145,16 @@ def assert_close(actual, expected, what: str):
                                err_msg=f"{what}: {jax.tree_util.keystr(path)}")
 
 
-def train_pair(tc: train.TrainConfig, cwd: str) -> list[tuple[int, str]]:
+def pair_commands(tc: train.TrainConfig) -> list[list[str]]:
   """`python -m experiments train` of `tc` as `PROCESSES` processes joined on localhost."""
   flags = cli_args(tc.replace(distributed=True, coordinator_address=f"localhost:{free_port()}",
                               num_processes=PROCESSES))
-  return launch([[sys.executable, "-m", "experiments", "train", *flags, "--process-id",
-                  str(i)] for i in range(PROCESSES)], cwd)
+  return [[sys.executable, "-m", "experiments", "train", *flags, "--process-id", str(i)]
+          for i in range(PROCESSES)]
+
+
+def train_pair(tc: train.TrainConfig, cwd: str) -> list[tuple[int, str]]:
+  return launch(pair_commands(tc), cwd)
 
 
 def test_two_processes_train_like_one(tmp_path):
@@ -175,6 +188,33 @@ def test_two_processes_train_like_one(tmp_path):
   assert_close(resumed.state.params, ref.state.params, "params resumed from step 2")
   assert_close(resumed.state.opt_state, ref.state.opt_state, "opt_state resumed from step 2")
   assert_rows_close(metric_rows(resumed_dir), ref_rows)
+
+
+def test_ctrl_c_in_one_process_stops_both_at_the_same_step(tmp_path):
+  """Ctrl-C reaching one process only: both stop at the next logging step and save it."""
+  pair_dir = str(tmp_path / "pair")
+  every = 5
+  tc = RUN.replace(run_dir=pair_dir, steps=1_000_000, log_every=every, checkpoint_every=0)
+  procs, logs = start(pair_commands(tc), str(tmp_path))
+  metrics = os.path.join(pair_dir, "metrics.jsonl")
+  deadline = time.monotonic() + TIMEOUT_S
+  while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+    if os.path.exists(metrics) and len(metric_rows(pair_dir)) >= 2:  # both are stepping
+      break
+    time.sleep(0.2)
+  if all(p.poll() is None for p in procs):
+    procs[1].send_signal(signal.SIGINT)
+  results = collect(procs, logs)
+  if any(code not in (130, None) for code, _ in results):
+    skip_if_no_cpu_collectives(str(tmp_path))
+  saved = []
+  for i, (code, out) in enumerate(results):
+    assert code == 130, f"process {i} exited with {code}:\n{out[-4000:]}"
+    saved.append(int(re.search(r"interrupted: saved step (\d+)", out).group(1)))
+  assert saved[0] == saved[1] and saved[0] % every == 0, saved
+  assert sorted(os.listdir(os.path.join(pair_dir, "checkpoints"))) == [str(saved[0])]
+  params, _ = checkpoint.load_run(pair_dir)
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
 
 
 def test_a_mesh_that_leaves_out_a_process_is_refused(tmp_path):
