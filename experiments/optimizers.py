@@ -48,6 +48,7 @@ from analysis.heads import head_ablation, pattern_similarity
 from analysis.properties import principal_angles
 from optim.orthogonalized import ShapeScaling
 from optim.roles import split_heads
+from transformer.linalg import serial
 from transformer.model import param_tree
 
 MakeTx = Callable[[optax.ScalarOrSchedule], optax.GradientTransformation]
@@ -355,7 +356,7 @@ def sv_entropy(W: jax.Array) -> jax.Array:
   r = min(W.shape[-2:])
   if W.ndim < 2 or r < 2:
     raise ValueError(f"sv_entropy: needs (..., m, n) matrices with min(m, n) >= 2, {W.shape=}")
-  s2 = jnp.square(jnp.linalg.svd(W, compute_uv=False))
+  s2 = jnp.square(serial.svd(W, compute_uv=False))
   total = jnp.sum(s2, -1, keepdims=True)
   p = s2 / jnp.where(total > 0, total, 1)
   plogp = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1)), 0)
@@ -399,7 +400,7 @@ def update_statistics(updates, mask=HIDDEN) -> dict[str, jax.Array]:
     if u.ndim < 2:
       raise ValueError(f"update_statistics: chosen leaves must be matrices, got {u.shape=}")
     W = u.reshape((-1,) + u.shape[-2:]).astype(jnp.float32)
-    s = jnp.linalg.svd(W, compute_uv=False)
+    s = serial.svd(W, compute_uv=False)
     kappa.append(s[:, 0] / s[:, -1])
     kappa_p90.append(s[:, 0] / s[:, math.ceil(0.9 * s.shape[-1]) - 1])
     entropy.append(sv_entropy(W))

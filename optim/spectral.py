@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import optax
 
 from optim.roles import select
+from transformer.linalg import serial
 from transformer.linalg.lanczos import lanczos_svd
 from transformer.linalg.power import power_iteration
 
@@ -73,7 +74,7 @@ def sigma_max(W: jax.Array, v: jax.Array, *, method: Method = "lanczos", tol: fl
     `transformer.linalg.SVDResult.bounds`; `0` for `"svd"`) and `bound ≤ tol · sigma`.
   """
   if method == "svd":
-    sigma = jnp.linalg.svd(W, compute_uv=False)[..., 0]
+    sigma = serial.svd(W, compute_uv=False)[..., 0]
     return sigma, v, jnp.zeros_like(sigma), jnp.ones(sigma.shape, bool)
   if method == "power":
     res = power_iteration(W, v, power_steps, tol=tol)

@@ -14,7 +14,7 @@ largest principal cosine between heads by 30–45% at no loss cost, yet *raises*
 prunable heads (AdamW 20 of 32 → 28–30); per-head Muon lowers the loss by ~11% but its heads'
 subspaces overlap more than AdamW's. Orthogonal weights are not non-redundant heads.
 
-Arms, each with its peak rate tuned on the same grid `{1e-3, 3e-3, 1e-2}` at the full budget
+Arms, each with its peak rate tuned on the same grid `{1e-3, 3e-3, 1e-2, 3e-2}` at the full budget
 on the spare seed 100 and the same schedule (10% warm-up, linear decay to 10%):
 `adamw` (the baseline); `orth-weak` and `orth-strong`: AdamW followed by
 `optim.orthogonal_heads` with strength `0.05` and `0.5` (a decoupled step `−λ∇R` with
@@ -44,7 +44,7 @@ from experiments.claims import models
 from experiments.claims.runner import Anchor, Claim, Spec, Threshold
 from experiments.multirun import train_many
 
-GRID = (1e-3, 3e-3, 1e-2)
+GRID = (1e-3, 3e-3, 1e-2, 3e-2)
 TUNE_SEED = 100
 STRENGTHS = {"orth-weak": 0.05, "orth-strong": 0.5}
 METRICS = ("max_cos", "pattern_similarity", "n_prunable")

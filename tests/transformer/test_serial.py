@@ -61,3 +61,23 @@ def test_mismatched_batch_shapes_name_the_fix():
   f = one_at_a_time(lambda a, v: a @ v, core_ndims=(2, 1))
   with pytest.raises(ValueError, match="one common batch shape"):
     f(jnp.ones((2, 3, 3)), jnp.ones((5, 3)))
+
+
+def test_vmapped_lanczos_and_arnoldi_call_lapack_per_matrix():
+  """The Ritz problems of Krylov methods vmapped over stacked layers: one matrix per call."""
+  from transformer.linalg import arnoldi_eig, lanczos_svd
+
+  A = jax.random.normal(jax.random.key(4), (3, 40, 40))
+
+  def top(a):
+    svd = lanczos_svd(lambda v: a @ v, lambda u: a.T @ u, jnp.ones(40), k=2, krylov_dim=40,
+                      check_every=4)
+    eig = arnoldi_eig(lambda v: a @ v, jnp.ones(40), k=2, krylov_dim=40, check_every=4)
+    return svd.values, eig.values
+
+  f = jax.jit(jax.vmap(top))
+  shapes = _lapack_operand_shapes(f.lower(A).compile().as_text())
+  assert shapes and all(s == "f32[40,40]" for s in shapes), shapes
+  values, _ = f(A)
+  s = np.linalg.svd(np.asarray(A, np.float64), compute_uv=False)[:, :2]
+  np.testing.assert_allclose(np.asarray(values), s, rtol=1e-3)

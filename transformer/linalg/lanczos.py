@@ -28,6 +28,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from transformer.linalg import serial
+
 Operator = Callable[[jax.Array], jax.Array]
 
 DEFAULT_TOL = 1e-4
@@ -230,7 +232,7 @@ def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
     # The bidiagonal of the recurrence: `B[i, i] = α_i`, `B[i, i+1] = β_i`.
     a = jnp.where(rows < j, alpha, 0)
     b = jnp.where(rows < j - 1, beta, 0)
-    P, s, QT = jnp.linalg.svd(jnp.diag(a) + jnp.diag(b[:-1], 1))
+    P, s, QT = serial.svd(jnp.diag(a) + jnp.diag(b[:-1], 1))
     bounds = (beta[j - 1] * jnp.abs(P[j - 1, :k]) / math.sqrt(2)
               + j.astype(dtype) * eps * s[0])
     return (P, s, QT, bounds), jnp.all(bounds <= tol * s[0])
@@ -305,7 +307,7 @@ def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | No
   def ritz(j, carry):
     _, H = carry
     active = (rows[:, None] < j) & (rows[None, :] < j)
-    lam, Y = jnp.linalg.eig(jnp.where(active, H[:cap], 0))
+    lam, Y = serial.eig(jnp.where(active, H[:cap], 0))
     order = jnp.argsort(-jnp.abs(lam))[:k]
     Y_k = Y[:, order] / jnp.linalg.norm(Y[:, order], axis=0, keepdims=True)
     lam_k = lam[order]

@@ -1,4 +1,4 @@
-"""One matrix at a time on CPU: a guard around batched LAPACK calls (QR, triangular solves).
+"""One matrix at a time on CPU: a guard around batched LAPACK calls (QR, solves, SVD, eig).
 
 Why it exists. jaxlib's CPU LAPACK kernels split a batch of matrices into chunks, hand the
 chunks to XLA's intra-op thread pool and then *block* that pool thread until the chunks are
@@ -9,10 +9,13 @@ vmapped runs of `optim.scale_by_condition` (see `experiments/claims/condition_lr
 kernel given a batch of one runs its matrix inline and never waits on the pool, so on CPU
 `one_at_a_time` loops over the batch (`lax.map`), also when the batch comes from an outer
 `jax.vmap` (through `jax.custom_batching.custom_vmap`). Other backends get the batched call.
+`svd` and `eig` are the guarded `jnp.linalg` functions the Krylov methods, `optim`'s spectral
+constraints and the update statistics use inside jitted (and vmapped) programs.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import jax
@@ -78,3 +81,29 @@ def _check(args, core_ndims):
     raise ValueError(f"one_at_a_time: arguments need one common batch shape in front of "
                      f"their core dims {core_ndims}, got shapes {shapes}. Fix: broadcast "
                      f"the arguments to one batch shape first.")
+
+
+def svd(a: jax.Array, *, full_matrices: bool = True, compute_uv: bool = True):
+  """`jnp.linalg.svd` of `a (..., m, n)`, one matrix per LAPACK call on CPU.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> a = jax.random.normal(jax.random.key(0), (3, 4, 5))
+    >>> bool(jnp.allclose(svd(a, compute_uv=False), jnp.linalg.svd(a, compute_uv=False),
+    ...                   rtol=1e-5))
+    True
+  """
+  fn = functools.partial(jnp.linalg.svd, full_matrices=full_matrices, compute_uv=compute_uv)
+  return one_at_a_time(fn, core_ndims=(2,))(a)
+
+
+def eig(a: jax.Array):
+  """`jnp.linalg.eig` of `a (..., n, n)` (CPU only, as `jnp.linalg.eig`), one matrix per call.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> w, _ = eig(jnp.stack([jnp.diag(jnp.array([2.0, 1.0]))] * 3))
+    >>> sorted(w[0].real.tolist())
+    [1.0, 2.0]
+  """
+  return one_at_a_time(jnp.linalg.eig, core_ndims=(2,))(a)
