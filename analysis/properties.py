@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.spectra import input_eps, singular_values
+from transformer.linalg import serial
 
 
 def _T(M: jax.Array) -> jax.Array:
@@ -27,7 +28,7 @@ def symmetric_eigenvalues(M: jax.Array) -> jax.Array:
   They decide the sign of the quadratic form: `xᵀ M x = xᵀ sym(M) x`, so `M` is positive
   (semi-)definite as a form iff they are all positive (non-negative).
   """
-  return jnp.linalg.eigvalsh((M + _T(M)) / 2)
+  return serial.eigvalsh((M + _T(M)) / 2)
 
 
 def symmetry_score(M: jax.Array) -> jax.Array:
@@ -151,7 +152,7 @@ def orthogonality_error(W: jax.Array, *, scale_invariant: bool = True) -> jax.Ar
 
 
 def _orthonormal_basis(A: jax.Array) -> jax.Array:
-  return jnp.linalg.qr(A)[0]
+  return serial.qr(A)[0]
 
 
 def principal_angles(A: jax.Array, B: jax.Array) -> jax.Array:

@@ -11,12 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer.linalg import serial
+
 
 def singular_values(W: jax.Array) -> jax.Array:
   """`σ_1 ≥ … ≥ σ_min(m,n)` of each matrix in the batch, `(..., min(m, n))`."""
   if W.ndim < 2:
     raise ValueError(f"singular_values: W must be a matrix or a batch of them, got {W.ndim=}.")
-  return jnp.linalg.svd(W, compute_uv=False)
+  return serial.svd(W, compute_uv=False)
 
 
 def default_rank_tol(s: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -129,7 +131,7 @@ def eigenvalues(W: jax.Array) -> jax.Array:
   """Complex eigenvalues of square matrices `(..., n, n)`, sorted by decreasing modulus."""
   if W.ndim < 2 or W.shape[-1] != W.shape[-2]:
     raise ValueError(f"eigenvalues: need square matrices, got {W.shape=}.")
-  lam = jnp.linalg.eigvals(W)
+  lam = serial.eigvals(W)
   return jnp.take_along_axis(lam, jnp.argsort(-jnp.abs(lam), axis=-1), -1)
 
 
@@ -141,8 +143,8 @@ def factored_singular_values(left: jax.Array, right: jax.Array) -> jax.Array:
   `left rightᵀ = Q_1 (R_1 R_2ᵀ) Q_2ᵀ` has the singular values of the `r × r` core. The other
   `min(m, n) − r` singular values are exactly zero and are not returned.
   """
-  R1 = jnp.linalg.qr(left, mode="r")
-  R2 = jnp.linalg.qr(right, mode="r")
+  R1 = serial.qr(left, mode="r")
+  R2 = serial.qr(right, mode="r")
   return singular_values(R1 @ jnp.swapaxes(R2, -1, -2))
 
 

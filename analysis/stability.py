@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from analysis.jacobians import jacobian_top_singular_values
 from analysis.spectra import default_rank_tol, factored_singular_values
 from transformer import Config
+from transformer.linalg import serial
 from transformer.model import param_tree
 
 # ------------------------------------------------------------------ causal Jacobian spectra
@@ -101,7 +102,7 @@ def causal_jacobian_eigenvalues(f: Callable, x: jax.Array) -> jax.Array:
     raise ValueError(f"causal_jacobian_eigenvalues: f must map (T, D) to (T, D) for eigenvalues,"
                      f" got blocks {J_TDD.shape[1:]}. Fix: use causal_jacobian_spectra's "
                      "singular values instead.")
-  return jnp.linalg.eigvals(J_TDD)
+  return serial.eigvals(J_TDD)
 
 
 def causal_jacobian_spectra(f: Callable, x: jax.Array, *,
@@ -132,11 +133,11 @@ def causal_jacobian_spectra(f: Callable, x: jax.Array, *,
     (0.0, 4.0)
   """
   J_TDD = causal_jacobian_blocks(f, x)
-  lam_TD = jnp.linalg.eigvals(J_TDD)
-  s_TD = jnp.linalg.svd(J_TDD, compute_uv=False)
+  lam_TD = serial.eigvals(J_TDD)
+  s_TD = serial.svd(J_TDD, compute_uv=False)
   if x.size <= full_max_size:
     J = jax.jacfwd(f)(x).reshape(x.size, x.size)
-    sigma_max = jnp.linalg.svd(J, compute_uv=False)[0]
+    sigma_max = serial.svd(J, compute_uv=False)[0]
   else:
     sigma_max = jacobian_top_singular_values(f, x, 1).values[0]
   return {"eigenvalues": lam_TD, "block_singular_values": s_TD,
@@ -246,8 +247,8 @@ def logit_bound(params, cfg: Config) -> jax.Array:
   bq_norm = jnp.linalg.norm(b_q, axis=-1)
   bk_norm = jnp.linalg.norm(b_k, axis=-1)
   if cfg.positions == "rope":
-    sq = jnp.linalg.svd(w_q, compute_uv=False)[..., 0]
-    sk = jnp.linalg.svd(w_k, compute_uv=False)[..., 0]
+    sq = serial.svd(w_q, compute_uv=False)[..., 0]
+    sk = serial.svd(w_k, compute_uv=False)[..., 0]
     bound = (r * sq + bq_norm) * (r * sk + bk_norm)
   else:
     s_qk = factored_singular_values(w_q, w_k)[..., 0]
@@ -320,7 +321,7 @@ def effective_condition(X: jax.Array, *, rtol: float | None = None,
     raise ValueError(f"effective_condition: X must be (..., N, D), got {X.shape=}.")
   if center:
     X = X - jnp.mean(X, axis=-2, keepdims=True)
-  s = jnp.linalg.svd(X, compute_uv=False)
+  s = serial.svd(X, compute_uv=False)
   tol = (default_rank_tol(s, X.shape) if rtol is None else rtol * s[..., 0])[..., None]
   kept = s > tol
   sigma_min = jnp.min(jnp.where(kept, s, jnp.inf), -1)

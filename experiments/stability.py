@@ -34,6 +34,7 @@ import optim
 import transformer
 from experiments import data
 from experiments.train import loss_fn
+from transformer.linalg import serial
 from transformer.model import param_tree
 
 DEPTHS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -65,8 +66,8 @@ def _depth_arrays(cfg: transformer.Config, key: jax.Array, seq_len: int, full_ma
   def per_layer(args):
     p, x = args
     J_TDD = analysis.causal_jacobian_blocks(lambda z: f(p, z), x)
-    lam_TD = jnp.linalg.eigvals(J_TDD)
-    s_TD = jnp.linalg.svd(J_TDD, compute_uv=False)
+    lam_TD = serial.eigvals(J_TDD)
+    s_TD = serial.svd(J_TDD, compute_uv=False)
     return jnp.max(jnp.abs(lam_TD - 1)), jnp.max(jnp.abs(lam_TD)), jnp.max(s_TD[:, 0])
 
   dist_L, rho_L, block_sigma_L = jax.lax.map(per_layer, (blocks, xs_LTD))
@@ -74,7 +75,7 @@ def _depth_arrays(cfg: transformer.Config, key: jax.Array, seq_len: int, full_ma
   end = lambda z: g(blocks, z)
   if x_TD.size <= full_max_size:
     J = jax.jacfwd(end)(x_TD).reshape(x_TD.size, x_TD.size)
-    e2e = jnp.linalg.svd(J, compute_uv=False)[0]
+    e2e = serial.svd(J, compute_uv=False)[0]
   else:
     e2e = analysis.jacobian_top_singular_values(end, x_TD, 1).values[0]
   out_TD = end(x_TD)

@@ -62,6 +62,7 @@ from flax import struct
 
 from transformer.attention import make_mask, rope
 from transformer.config import Config
+from transformer.linalg import serial
 from transformer.model import FeedForward, Norm, _lead, param_tree
 
 BITS = (32, 16, 8, 4, 2)
@@ -461,7 +462,7 @@ def weight_compression(params, cfg: Config, rank: int, bits: int = 32) -> Compre
 
   def bases(w):
     w_LKDDh = jnp.moveaxis(w.reshape(L, D, K, dh), 2, 1).astype(jnp.float32)
-    return jnp.swapaxes(jnp.linalg.svd(w_LKDDh, full_matrices=False)[2], -1, -2)
+    return jnp.swapaxes(serial.svd(w_LKDDh, full_matrices=False)[2], -1, -2)
 
   ranks = ((rank,) * K,) * L
   return make_compression(bases(p["w_k"]), bases(p["w_v"]), ranks, ranks, bits)

@@ -81,3 +81,19 @@ def test_vmapped_lanczos_and_arnoldi_call_lapack_per_matrix():
   values, _ = f(A)
   s = np.linalg.svd(np.asarray(A, np.float64), compute_uv=False)[:, :2]
   np.testing.assert_allclose(np.asarray(values), s, rtol=1e-3)
+
+
+def test_principal_angles_of_stacked_heads_call_lapack_per_matrix():
+  """`orthogonal-heads` measures angles between stacked heads; that deadlocked once too."""
+  from analysis.properties import principal_angles
+
+  A = jax.random.normal(jax.random.key(5), (4, 6, 32, 8))
+  B = jax.random.normal(jax.random.key(6), (4, 6, 32, 8))
+  f = jax.jit(principal_angles)
+  shapes = _lapack_operand_shapes(f.lower(A, B).compile().as_text())
+  assert shapes and all(s in ("f32[32,8]", "f32[8,8]", "f32[32,32]") for s in shapes), shapes
+  a64, b64 = np.asarray(A, np.float64), np.asarray(B, np.float64)
+  qa, qb = np.linalg.qr(a64)[0], np.linalg.qr(b64)[0]
+  cos = np.linalg.svd(np.swapaxes(qa, -1, -2) @ qb, compute_uv=False)
+  ref = np.sort(np.arccos(np.clip(cos, -1, 1)), axis=-1)
+  np.testing.assert_allclose(np.sort(np.asarray(f(A, B)), axis=-1), ref, atol=1e-4)

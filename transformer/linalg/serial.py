@@ -9,8 +9,8 @@ vmapped runs of `optim.scale_by_condition` (see `experiments/claims/condition_lr
 kernel given a batch of one runs its matrix inline and never waits on the pool, so on CPU
 `one_at_a_time` loops over the batch (`lax.map`), also when the batch comes from an outer
 `jax.vmap` (through `jax.custom_batching.custom_vmap`). Other backends get the batched call.
-`svd` and `eig` are the guarded `jnp.linalg` functions the Krylov methods, `optim`'s spectral
-constraints and the update statistics use inside jitted (and vmapped) programs.
+`svd`, `qr`, `eig`, `eigvals` and `eigvalsh` are the guarded `jnp.linalg` functions; the
+library calls them wherever a jitted (or vmapped) program decomposes a batch of matrices.
 """
 
 from __future__ import annotations
@@ -83,6 +83,11 @@ def _check(args, core_ndims):
                      f"the arguments to one batch shape first.")
 
 
+
+def _guarded(fn: Callable, **kwargs) -> Callable:
+  return one_at_a_time(functools.partial(fn, **kwargs) if kwargs else fn, core_ndims=(2,))
+
+
 def svd(a: jax.Array, *, full_matrices: bool = True, compute_uv: bool = True):
   """`jnp.linalg.svd` of `a (..., m, n)`, one matrix per LAPACK call on CPU.
 
@@ -93,8 +98,12 @@ def svd(a: jax.Array, *, full_matrices: bool = True, compute_uv: bool = True):
     ...                   rtol=1e-5))
     True
   """
-  fn = functools.partial(jnp.linalg.svd, full_matrices=full_matrices, compute_uv=compute_uv)
-  return one_at_a_time(fn, core_ndims=(2,))(a)
+  return _guarded(jnp.linalg.svd, full_matrices=full_matrices, compute_uv=compute_uv)(a)
+
+
+def qr(a: jax.Array, *, mode: str = "reduced"):
+  """`jnp.linalg.qr` of `a (..., m, n)`, one matrix per LAPACK call on CPU."""
+  return _guarded(jnp.linalg.qr, mode=mode)(a)
 
 
 def eig(a: jax.Array):
@@ -106,4 +115,14 @@ def eig(a: jax.Array):
     >>> sorted(w[0].real.tolist())
     [1.0, 2.0]
   """
-  return one_at_a_time(jnp.linalg.eig, core_ndims=(2,))(a)
+  return _guarded(jnp.linalg.eig)(a)
+
+
+def eigvals(a: jax.Array):
+  """`jnp.linalg.eigvals` of `a (..., n, n)`, one matrix per LAPACK call on CPU."""
+  return _guarded(jnp.linalg.eigvals)(a)
+
+
+def eigvalsh(a: jax.Array):
+  """`jnp.linalg.eigvalsh` of symmetric `a (..., n, n)`, one matrix per LAPACK call on CPU."""
+  return _guarded(jnp.linalg.eigvalsh)(a)
