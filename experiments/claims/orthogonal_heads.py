@@ -9,10 +9,10 @@ steps (16 tuning, 12 reported). Measured: 104 s on 2 idle CPU cores (the first r
 3-rate grid, took 1891 s at load average 14–20). `--quick` (the `tiny` shape, H 4, one seed,
 24 steps, one rate, no tuning): 70 s on a loaded machine.
 
-Expected result (full runs, 2026-11-30, 3- and 4-rate grids alike): refuted. The orthogonality pull lowers the
-largest principal cosine between heads by 30–45% at no loss cost, yet *raises* the number of
-prunable heads (AdamW 20 of 32 → 28–30); per-head Muon lowers the loss by ~11% but its heads'
-subspaces overlap more than AdamW's. Orthogonal weights are not non-redundant heads.
+Expected result (full runs, 2026-11-30, 3- and 4-rate grids alike): refuted. The orthogonality
+pull lowers the largest principal cosine between heads by 30–45% at no loss cost, yet *raises*
+the number of prunable heads (AdamW 20 of 32 → 28–30); per-head Muon lowers the loss by ~11% but
+its heads' subspaces overlap more than AdamW's. Orthogonal weights are not non-redundant heads.
 
 Arms, each with its peak rate tuned on the same grid `{1e-3, 3e-3, 1e-2, 3e-2}` at the full budget
 on the spare seed 100 and the same schedule (10% warm-up, linear decay to 10%):
