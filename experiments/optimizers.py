@@ -59,6 +59,8 @@ NEVER = 2**31 - 1
 
 HIDDEN = optim.select()  # the matrices every arm changes: w_q, w_k, w_v, w_o, w_1, w_2, w_gate
 DECAYED = optim.select(roles=("hidden", "embedding", "unembedding"))  # every matrix
+# The peak-rate grid every arm of the optimizer claims is tuned on (`small` shape, 120 steps).
+RATE_GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 
 
 # ------------------------------------------------------------------------------------- arms

@@ -4,8 +4,8 @@
 
 Full run (3 seeds): the `small` shared model shape (d 128, L 4, H 4) trained from scratch on
 the stdlib corpus, batches of 8 windows of **64** tokens (half the shared models' context,
-to fit the 2-core budget), `N = 120` steps, validation loss every 12 steps: 24 runs of 120
-steps (12 tuning, 12 reported). Runs are vmapped by `train_many`, so the refresh
+to fit the 2-core budget), `N = 120` steps, validation loss every 12 steps: 32 runs of 120
+steps (20 tuning, 12 reported). Runs are vmapped by `train_many`, so the refresh
 `lax.cond(count % every == 0, …)` of `scale_by_condition` becomes a select and the QR-based κ̂
 refresh runs at every step; that costs little (the 3-run tuning sweep of the `condition` arm
 took under 3 minutes at load average 3.5). `--quick` (the `quick` shape, one seed, 24 steps,
@@ -28,8 +28,9 @@ relative to the rest end below AdamW; the plain cut is the fastest (−0.14 [−
 `N`).
 
 Arms, each AdamW (`b1 = 0.9, b2 = 0.95`) with one change, each with its peak rate tuned on
-the same grid `{1e-3, 3e-3, 1e-2}` at the full budget on the spare seed 100, then run on the
-reported seeds with the same schedule (`budget_schedule`: 10% warm-up, linear decay to 10%):
+the same grid `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` (`experiments.optimizers.RATE_GRID`) at the full
+budget on the spare seed 100, then run on the reported seeds with the same schedule
+(`budget_schedule`: 10% warm-up, linear decay to 10%):
 
 - `adamw`: the baseline; its final validation loss (per seed) is the target;
 - `condition`: `optim.scale_by_condition` (`α = 0.5, κ_ref = 10`, κ̂ of each hidden weight
@@ -62,7 +63,7 @@ from experiments.claims import models
 from experiments.claims.runner import Anchor, Claim, Spec, Threshold
 from experiments.multirun import train_many
 
-GRID = (1e-3, 3e-3, 1e-2)
+GRID = O.RATE_GRID
 TUNE_SEED = 100
 NOT_REACHED = 1.5
 ALPHA, KAPPA_REF = 0.5, 10.0

@@ -45,7 +45,7 @@ from experiments.claims import models
 from experiments.claims.runner import Anchor, Claim, Spec, Threshold
 from experiments.multirun import train_many
 
-GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+GRID = O.RATE_GRID
 TUNE_SEED = 100
 FRACTIONS = (0.4, 0.6, 0.8, 1.0)
 NOT_REACHED = 1.5

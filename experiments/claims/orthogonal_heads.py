@@ -4,8 +4,8 @@
 
 Full run (3 seeds): the `small` shared model shape with **8 heads** (d 128, L 4, H 8,
 dh 16), trained from scratch on the stdlib corpus, batches of 8 windows of **64** tokens
-(half the shared models' context, to fit the 2-core budget), `N = 120` steps: 28 runs of 120
-steps (16 tuning, 12 reported). Measured: 104 s on 2 idle CPU cores (the first run, with a
+(half the shared models' context, to fit the 2-core budget), `N = 120` steps: 32 runs of 120
+steps (20 tuning, 12 reported). Measured: 104 s on 2 idle CPU cores (the first run, with a
 3-rate grid, took 1891 s at load average 14–20). `--quick` (the `tiny` shape, H 4, one seed,
 24 steps, one rate, no tuning): 70 s on a loaded machine.
 
@@ -14,8 +14,8 @@ pull lowers the largest principal cosine between heads by 30–45% at no loss co
 the number of prunable heads (AdamW 20 of 32 → 28–30); per-head Muon lowers the loss by ~11% but
 its heads' subspaces overlap more than AdamW's. Orthogonal weights are not non-redundant heads.
 
-Arms, each with its peak rate tuned on the same grid `{1e-3, 3e-3, 1e-2, 3e-2}` at the full budget
-on the spare seed 100 and the same schedule (10% warm-up, linear decay to 10%):
+Arms, each with its peak rate tuned on the same grid `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` at the
+full budget on the spare seed 100 and the same schedule (10% warm-up, linear decay to 10%):
 `adamw` (the baseline); `orth-weak` and `orth-strong`: AdamW followed by
 `optim.orthogonal_heads` with strength `0.05` and `0.5` (a decoupled step `−λ∇R` with
 `R = ½ Σ_{h≠g} ‖W_hᵀ W_g‖²` on `w_q, w_k, w_v` column blocks and `w_o` row blocks);
@@ -44,7 +44,7 @@ from experiments.claims import models
 from experiments.claims.runner import Anchor, Claim, Spec, Threshold
 from experiments.multirun import train_many
 
-GRID = (1e-3, 3e-3, 1e-2, 3e-2)
+GRID = O.RATE_GRID
 TUNE_SEED = 100
 STRENGTHS = {"orth-weak": 0.05, "orth-strong": 0.5}
 METRICS = ("max_cos", "pattern_similarity", "n_prunable")
