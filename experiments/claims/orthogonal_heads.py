@@ -5,11 +5,11 @@
 Full run (3 seeds): the `small` shared model shape with **8 heads** (d 128, L 4, H 8,
 dh 16), trained from scratch on the stdlib corpus, batches of 8 windows of **64** tokens
 (half the shared models' context, to fit the 2-core budget), `N = 120` steps: 32 runs of 120
-steps (20 tuning, 12 reported). Measured: 104 s on 2 idle CPU cores (the first run, with a
+steps (20 tuning, 12 reported). Measured: 115 s on 2 idle CPU cores (the first run, with a
 3-rate grid, took 1891 s at load average 14–20). `--quick` (the `tiny` shape, H 4, one seed,
 24 steps, one rate, no tuning): 70 s on a loaded machine.
 
-Expected result (full runs, 2026-11-30, 3- and 4-rate grids alike): refuted. The orthogonality
+Expected result (full runs, 2026-11-30, 3- and 5-rate grids alike): refuted. The orthogonality
 pull lowers the largest principal cosine between heads by 30–45% at no loss cost, yet *raises*
 the number of prunable heads (AdamW 20 of 32 → 28–30); per-head Muon lowers the loss by ~11% but
 its heads' subspaces overlap more than AdamW's. Orthogonal weights are not non-redundant heads.
