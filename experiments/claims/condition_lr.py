@@ -20,8 +20,9 @@ refresh runs at every step, so two such QRs met sooner or later. `optim.estimate
 now calls LAPACK one matrix at a time on CPU (`transformer.linalg.one_at_a_time`); the run
 that hung within 90 s (the `condition` arm at 3e-3 on seeds 0–2) finishes in 25 s.
 
-Result (3 seeds: 141 s; `--seeds 0 1 2 3 4 5 6 7`: 406 s, on this 2-core machine):
-**inconclusive** at 3 seeds, **refuted** at 8. Tracking κ does not beat freezing the first
+Result (3 seeds: 168 s; `--seeds 0 1 2 3 4 5 6 7`: 244 s, on 2 idle cores; the same numbers
+with the earlier 3-rate grid, whose tuned rates were the same): **inconclusive** at 3 seeds,
+**refuted** at 8. Tracking κ does not beat freezing the first
 multipliers (final loss 0.0073 [0.0009, 0.0137] nats worse at 8 seeds) and is not reliably
 faster than AdamW (−0.04 [−0.33, 0.25] of `N`). All arms that cut the hidden matrices' rate
 relative to the rest end below AdamW; the plain cut is the fastest (−0.14 [−0.23, −0.06] of
