@@ -5,12 +5,11 @@
 Full run (3 seeds): the `small` shared model shape (d 128, L 4, H 4, pre-LN, learned
 positions) trained from scratch on the stdlib corpus with batches of 8 windows of **64**
 tokens (not 128: the context is halved so that the whole claim fits the 2-core budget),
-budget `N = 120` steps: 10 tuning runs and 3 × (4 + 1) reported runs. Measured: 1667 s on 2
-CPU cores at load average 14–20 (about ten claims running at once); expect well under 10
-minutes on 2 idle cores. `--quick` (the `tiny` shape, one seed, a 24-step budget, one rate):
-62 s on the loaded machine.
+budget `N = 120` steps: 10 tuning runs and 3 × (4 + 1) reported runs. Measured: 95 s on 2
+idle CPU cores (1667 s at load average 14–20, with about ten claims running at once).
+`--quick` (the `tiny` shape, one seed, a 24-step budget, one rate): 62 s on a loaded machine.
 
-Expected result (first full run, 2026-11-30): supported. Tuned rates AdamW 1e-3, Muon 1e-2;
+Expected result (full runs, 2026-11-30): supported. Tuned rates AdamW 1e-3, Muon 1e-2;
 Muon's shortest budget (0.4 N = 48 steps) already beats AdamW's 120-step loss on every seed,
 so the ratio sits at the grid's floor 0.4 (the true ratio is at most that); Muon's last
 updates have singular-value entropy ≈ 0.96 and κ_p90 ≈ 6, AdamW's ≈ 0.30 and ≈ 4e3.
