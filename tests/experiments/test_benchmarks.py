@@ -112,3 +112,13 @@ def test_train_step_compare_reports_both_steps():
   flops = train_step.model_flops_per_step(cfg, 2, 16)
   assert r["ours_share"] == pytest.approx(flops / r["ours_s"] / r["matmul_flops_per_s"])
   assert r["ours_s"] > 0 and r["peer_s"] > 0
+
+
+def test_serial_benchmark_prints_a_ratio_per_op_and_shape(capsys):
+  from experiments.benchmarks import serial as serial_bench
+
+  assert serial_bench.main(["--rounds", "1"]) == 0
+  rows = [line.split() for line in capsys.readouterr().out.splitlines()
+          if line.split() and line.split()[0] in ("svd", "qr")]
+  assert len(rows) == 2 * len(serial_bench.SHAPES)
+  assert all(float(r[-1]) > 0 for r in rows)
