@@ -561,8 +561,8 @@ def _loop(tc: TrainConfig, trainer: Trainer, src, folder: RunFolder, state: Trai
           raise KeyboardInterrupt
         if not any(due.values()):
           continue
-        if jax.process_count() > 1 and _stop_agreed(interrupt["requested"]):
-          raise KeyboardInterrupt  # every process, at this same step
+        if _stop_agreed(interrupt["requested"]):
+          raise KeyboardInterrupt  # with several processes: every one, at this same step
         last = buffer.flush()
         bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:,.0f}")
         if callback is not None and callback_every and s % callback_every == 0:

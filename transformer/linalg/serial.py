@@ -71,7 +71,8 @@ def one_at_a_time(fn: Callable, core_ndims: Sequence[int]) -> Callable:
                       f"core_ndims entry), got {len(args)}")
     return jax.lax.platform_dependent(*args, cpu=guarded, default=fn)
 
-  return dispatch
+  # Jitted, so that eager calls of the returned function compile once per shape.
+  return jax.jit(dispatch)
 
 
 def _check(args, core_ndims):
@@ -85,7 +86,13 @@ def _check(args, core_ndims):
 
 
 def _guarded(fn: Callable, **kwargs) -> Callable:
-  return one_at_a_time(functools.partial(fn, **kwargs) if kwargs else fn, core_ndims=(2,))
+  """The guarded `fn(matrix, **kwargs)`, built once per (fn, kwargs) and reused."""
+  return _build(fn, tuple(sorted(kwargs.items())))
+
+
+@functools.cache
+def _build(fn: Callable, kwargs: tuple) -> Callable:
+  return one_at_a_time(functools.partial(fn, **dict(kwargs)) if kwargs else fn, core_ndims=(2,))
 
 
 def svd(a: jax.Array, *, full_matrices: bool = True, compute_uv: bool = True):
