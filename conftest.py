@@ -1,6 +1,6 @@
 """Set before the first `import jax` of any pytest run, the suite's and the doctests' alike.
 
-8 simulated CPU devices for the sharding tests and the `experiments.sharding` Example, and
+8 simulated CPU devices for the sharding tests and the `experiments.train.sharding` Example, and
 JAX's persistent compilation cache: many tests compile the same small programs (a tiny
 model's step, its forward pass) through different `jit` wrappers, and the cache keys on the
 program, so each compiles once per suite run (and once per checkout after that). The CLI

@@ -26,7 +26,7 @@ Example:
 
 from analysis import kv
 from analysis.contracts import check_attention
-from analysis.heads import head_ablation, pattern_similarity
+from analysis.heads import head_ablation, pattern_similarity, redundancy_summary
 from analysis.jacobians import (
     causal_leak,
     depth_profile,
@@ -92,7 +92,7 @@ __all__ = [
     "head_ablation", "head_overlap", "head_redundancy", "is_block_lower_triangular", "jacobian",
     "jacobian_bytes", "jacobian_top_eigenvalues", "jacobian_top_singular_values", "kv",
     "layer_inputs", "local_mass", "matrices", "model_jacobian_top_singular_values", "mp_edge",
-    "orthogonality_error",
+    "orthogonality_error", "redundancy_summary",
     "pattern_similarity",
     "power_law_alpha", "principal_angles", "psd_certificate", "rank_certificate",
     "rank_for_energy", "singular_values", "softmax_kernel", "spectrum", "stable_rank",

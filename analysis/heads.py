@@ -22,8 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from analysis.properties import principal_angles
 from transformer.config import Config
 from transformer.model import Transformer, param_tree
+from transformer.names import split_heads
 
 
 def _without_heads(params, cfg: Config, keep_LH: jax.Array):
@@ -174,3 +176,85 @@ def pattern_similarity(weights: jax.Array, valid: jax.Array | None = None, *,
   rho_HH = jnp.where(denom > 0, cov_HH / jnp.where(denom > 0, denom, 1), 0)
   off = jnp.broadcast_to(1 - jnp.eye(H, dtype=rho_HH.dtype), rho_HH.shape)
   return jnp.sum(rho_HH * off, (-2, -1)) / (H * (H - 1))
+
+
+# ---------------------------------------------------------------- all views of redundancy
+
+
+def _max_pair_cosine(blocks_LNdk: jax.Array) -> jax.Array:
+  """Per layer, the largest principal cosine over all pairs of the `N` head blocks, `(L,)`."""
+  N = blocks_LNdk.shape[1]
+  a, b = np.triu_indices(N, 1)
+  angles = principal_angles(blocks_LNdk[:, a], blocks_LNdk[:, b])  # (L, pairs, dh)
+  return jnp.max(jnp.cos(angles[..., 0]), -1)
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _subspace_cosines(params, cfg: Config) -> dict[str, jax.Array]:
+  attn = param_tree(params)["blocks"]["attn"]
+  out = {"q": _max_pair_cosine(split_heads(attn["w_q"].astype(jnp.float32), cfg.n_heads,
+                                           "columns")),
+         "o": _max_pair_cosine(jnp.swapaxes(split_heads(attn["w_o"].astype(jnp.float32),
+                                                        cfg.n_heads, "rows"), -1, -2))}
+  if cfg.n_kv_heads >= 2:
+    for name in ("k", "v"):
+      out[name] = _max_pair_cosine(split_heads(attn[f"w_{name}"].astype(jnp.float32),
+                                               cfg.n_kv_heads, "columns"))
+  return out
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _pattern_similarity(params, cfg: Config, tokens_BT):
+  model = Transformer(cfg)
+  _, state = model.apply({"params": param_tree(params)}, tokens_BT,
+                         mutable=["intermediates"])
+  return pattern_similarity(state["intermediates"]["blocks"]["attn"]["weights"][0])
+
+
+def redundancy_summary(params, cfg: Config, tokens, *, tol: float = 0.01) -> dict:
+  r"""How redundant a model's heads are, by weights, by patterns and by ablation.
+
+  - `max_cos`: per layer, the largest principal cosine `cos θ_1` between two heads' `W_Q^h`
+    column spaces (`analysis.principal_angles`), averaged over layers. `W_Q^h` spans the
+    column space of `W_QK^h = W_Q^h W_K^{h⊤}` (when `W_K^h` has full column rank), so this is
+    the query side of `W_QK`; `max_cos_k` is its key side, `max_cos_v` the values, `max_cos_o`
+    the row spaces of `W_O^h` (what the heads write). `1`: two heads share a direction; `0`:
+    mutually orthogonal subspaces (the target of `optim.orthogonal_heads`).
+  - `pattern_similarity`: `analysis.pattern_similarity` of each layer's attention maps on
+    `tokens[:, :-1]`, averaged over layers.
+  - `n_prunable`, `base_loss`: `analysis.head_ablation` at relative loss cost `tol`;
+    `prunable_fraction = n_prunable / (L·H)`.
+
+  Args:
+    params: one model's parameters.
+    cfg: its `Config`.
+    tokens: `(B, T+1)` int token ids.
+    tol: relative loss rise allowed for pruned heads.
+
+  Returns:
+    Python floats/ints for the scalars above, and `per_layer`: lists (length `L`) of
+    `max_cos`, `max_cos_k`, `max_cos_v`, `max_cos_o`, `pattern_similarity`. `max_cos_k` and
+    `max_cos_v` are absent when there is a single key/value head.
+
+  Example:
+    >>> import jax, transformer
+    >>> from analysis.heads import redundancy_summary
+    >>> cfg = transformer.preset("tiny")
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> tokens = jax.random.randint(jax.random.key(1), (2, 17), 0, cfg.vocab_size)
+    >>> sorted(redundancy_summary(params, cfg, tokens))[:3]
+    ['base_loss', 'max_cos', 'max_cos_k']
+  """
+  if cfg.n_heads < 2:
+    raise ValueError(f"redundancy_summary: needs n_heads >= 2, got {cfg.n_heads=}")
+  tokens = jnp.asarray(tokens)
+  cosines = {k: np.asarray(v, np.float64) for k, v in _subspace_cosines(params, cfg).items()}
+  patterns = np.asarray(_pattern_similarity(params, cfg, tokens[:, :-1]), np.float64)
+  ablation = head_ablation(params, cfg, tokens, tol=tol)
+  per_layer = {"max_cos" if k == "q" else f"max_cos_{k}": v for k, v in cosines.items()}
+  per_layer["pattern_similarity"] = patterns
+  n_prunable = int(ablation["n_prunable"])
+  return {**{k: float(v.mean()) for k, v in per_layer.items()},
+          "n_prunable": n_prunable, "prunable_fraction": n_prunable / (cfg.n_layers * cfg.n_heads),
+          "base_loss": float(ablation["base_loss"]),
+          "per_layer": {k: v.tolist() for k, v in per_layer.items()}}

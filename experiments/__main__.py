@@ -10,15 +10,15 @@ import sys
 
 
 def _demo(argv):
-  from experiments import demo
+  from experiments.commands import demo
   return demo.main(argv)
 
 
 def _catalog(argv):
   if any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in argv):
-    from experiments import sample
+    from experiments.commands import sample
     return sample.catalog_main(argv)
-  from experiments import demo
+  from experiments.commands import demo
   return demo.catalog_main(argv)
 
 
@@ -28,17 +28,17 @@ def _train(argv):
 
 
 def _atlas(argv):
-  from experiments import atlas
+  from experiments.commands import atlas
   return atlas.main(argv)
 
 
 def _eval(argv):
-  from experiments import eval as eval_
+  from experiments.commands import eval as eval_
   return eval_.main(argv)
 
 
 def _sample(argv):
-  from experiments import sample
+  from experiments.commands import sample
   return sample.main(argv)
 
 

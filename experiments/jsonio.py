@@ -1,9 +1,11 @@
-"""Strict JSON files: `null` where a number is NaN or infinite, and one metrics-log reader.
+"""Strict JSON, the one implementation: `null` where a number is NaN or infinite.
 
 `json.dump` writes `NaN`, which is not JSON (browsers, `jq` and most other languages refuse
-it). Every results file of the experiments goes through `dump_strict`; every `metrics.jsonl`
-is read by `read_jsonl`, whose one rule for a torn file is: stop at the first line that is
-unterminated or does not parse (a killed writer leaves at most one such line, at the end).
+it). Every results file of the experiments (runs, claims, the tour, the atlas) goes through
+`dump_strict`, which writes a temporary file and renames it into place, so a crash never
+leaves half a file; `load_strict` reads one back and refuses `NaN` literals; every
+`metrics.jsonl` is read by `read_jsonl`, whose one rule for a torn file is: stop at the first
+line that is unterminated or does not parse (a killed writer leaves at most one such line).
 
 Example:
   >>> import io, math
@@ -30,6 +32,8 @@ def strict(tree: Any) -> Any:
     return {str(k): strict(v) for k, v in tree.items()}
   if isinstance(tree, (list, tuple)):
     return [strict(v) for v in tree]
+  if isinstance(tree, (bool, int, str)) or tree is None:
+    return tree
   if isinstance(tree, (np.ndarray, np.generic)) or hasattr(tree, "__array__"):
     return strict(np.asarray(tree).tolist())
   if isinstance(tree, float) and not math.isfinite(tree):
@@ -38,13 +42,38 @@ def strict(tree: Any) -> Any:
 
 
 def dump_strict(obj: Any, dest: str | os.PathLike | TextIO, indent: int | None = 2) -> None:
-  """Writes `strict(obj)` as JSON to the path or open file `dest` (never `NaN`)."""
+  """Writes `strict(obj)` as JSON to the path or open file `dest` (never `NaN`).
+
+  A path is written as `dest.tmp` and renamed into place (atomic on POSIX).
+  """
   text = json.dumps(strict(obj), indent=indent, allow_nan=False) + "\n"
   if hasattr(dest, "write"):
     dest.write(text)
     return
-  with open(dest, "w") as f:
+  tmp = f"{os.fspath(dest)}.tmp"
+  with open(tmp, "w") as f:
     f.write(text)
+  os.replace(tmp, dest)
+
+
+def load_strict(path: str | os.PathLike) -> Any:
+  """Reads a JSON file, refusing `NaN`/`Infinity` literals (which `json.load` would accept).
+
+  Example:
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "bad.json")
+    >>> with open(path, "w") as f:
+    ...   _ = f.write('{"x": NaN}')
+    >>> load_strict(path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: ...bad.json: NaN is not strict JSON (write null)
+  """
+  def refuse(token):
+    raise ValueError(f"{os.fspath(path)}: {token} is not strict JSON (write null)")
+
+  with open(path) as f:
+    return json.load(f, parse_constant=refuse)
 
 
 def dumps_line(obj: Any) -> str:

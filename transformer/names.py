@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 Kind = Literal["weight", "vector", "product"]
 Update = Literal["hidden", "embedding", "unembedding", "vector"]
@@ -156,3 +157,36 @@ def decay_mask(params):
 def catalog_order() -> list[str]:
   """The keys of the catalog's matrices (weights and products), in forward order."""
   return [k for k, n in NAMES.items() if n.kind != "vector"]
+
+
+Side = Literal["columns", "rows"]
+
+
+def split_heads(W: jax.Array, n: int, side: Side) -> jax.Array:
+  """The per-head blocks of `W` as a batch of matrices, head axis before the matrix axes.
+
+  `(..., D, n·Dh) -> (..., n, D, Dh)` for `side="columns"` (`w_q`, `w_k`, `w_v`: head `h`
+  reads columns `h·Dh : (h+1)·Dh`), `(..., n·Dh, D) -> (..., n, Dh, D)` for `side="rows"`
+  (`w_o`: head `h` writes through rows `h·Dh : (h+1)·Dh`). `n` is `H` or `K`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from transformer.names import split_heads
+    >>> split_heads(jnp.zeros((3, 8, 12)), 4, "columns").shape  # (L, D, H·Dh), H = 4
+    (3, 4, 8, 3)
+  """
+  axis = W.ndim - 1 if side == "columns" else W.ndim - 2
+  if W.shape[axis] % n:
+    raise ValueError(f"split_heads: {side} of {W.shape=} do not split into {n} heads")
+  if side == "columns":
+    return jnp.moveaxis(W.reshape(W.shape[:-1] + (n, W.shape[-1] // n)), -2, -3)
+  return W.reshape(W.shape[:-2] + (n, W.shape[-2] // n, W.shape[-1]))
+
+
+def merge_heads(blocks: jax.Array, side: Side) -> jax.Array:
+  """The inverse of `split_heads`: `(..., n, D, Dh) -> (..., D, n·Dh)` or rows likewise."""
+  if side == "columns":
+    blocks = jnp.moveaxis(blocks, -3, -2)
+    return blocks.reshape(blocks.shape[:-2] + (blocks.shape[-2] * blocks.shape[-1],))
+  return blocks.reshape(blocks.shape[:-3] + (blocks.shape[-3] * blocks.shape[-2],
+                                             blocks.shape[-1]))

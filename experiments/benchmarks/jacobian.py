@@ -14,7 +14,7 @@ most of it the `T = 2048` rows. Three parts, one run:
    of the top-`k` singular values of `J = ∂block/∂x` by the dense path (`jax.jacfwd`, then an
    SVD of the `(T·d)²` matrix) and by the matrix-free path (Golub–Kahan–Lanczos through one
    `jax.linearize` and its transpose, never forming `J`), both compiled ahead, timed in
-   interleaved rounds (`experiments.benchmarks.timing`), with the Krylov dimension the
+   interleaved rounds (`experiments.lab.timing`), with the Krylov dimension the
    matrix-free path needed and the measured agreement.
 2. Scale. One block of width `d = 512` (8 heads) at `T = 256 … 2048`, up to
    `T·d = 2²⁰ ≈ 1.05·10⁶`, at a random normal input: the compile and run seconds of the
@@ -49,7 +49,7 @@ import numpy as np
 
 import analysis
 import transformer
-from experiments.benchmarks import timing
+from experiments.lab import timing
 
 
 def _block(d: int, T: int, n_heads: int, key: jax.Array):
@@ -63,11 +63,12 @@ def _block(d: int, T: int, n_heads: int, key: jax.Array):
 def trained_block(d: int, n_heads: int, steps: int, seed: int = 0) -> tuple[dict, float]:
   """Layer 0 of a one-layer model (`tiny` family) after `steps` AdamW steps on stdlib text
   (batch 8 × 128 tokens, warm-up 10), and its final training loss."""
-  from experiments import multirun, train
+  from experiments import train
+  from experiments.train import sweep
 
   cfg = transformer.preset("tiny", d_model=d, n_heads=n_heads, n_layers=1, max_len=128)
   tc = train.TrainConfig(steps=steps, batch_size=8, seq_len=128, warmup_steps=min(10, steps))
-  res = multirun.train_many(cfg, multirun.train_like(tc), seeds=(seed,), learning_rates=(3e-3,),
+  res = sweep.train_many(cfg, sweep.train_like(tc), seeds=(seed,), learning_rates=(3e-3,),
                             steps=steps, data="stdlib", batch_size=8, seq_len=128,
                             eval_every=steps, eval_batches=1)
   params = jax.tree.map(lambda a: a[0, 0], res.params)
@@ -232,7 +233,7 @@ def main(argv=None) -> int:
           f"tol={args.tol:g}")
     for name in args.e2e:
       if name == "small":
-        from experiments.claims.models import RECIPES, base_model, val_tokens
+        from experiments.models import RECIPES, base_model, val_tokens
 
         params, cfg = base_model("small", 0, root=args.runs)
         T = RECIPES["small"].seq_len

@@ -5,7 +5,7 @@
 
 A Llama-style model (RoPE, so any context length; random weights: speed does not depend on
 them) decodes one token per sequence against a cache already holding `T − 1` tokens. Four
-caches are timed in interleaved rounds (`experiments.benchmarks.timing`): the model's own
+caches are timed in interleaved rounds (`experiments.lab.timing`): the model's own
 cache in float16 and in float32 (`transformer.decode`; float16 arithmetic is emulated and slow
 on CPUs, so there the float32 cache is the fair speed baseline), and `transformer.latent`
 caches at 8× (16-bit coefficients at rank Dh/8) and 32× (4-bit coefficients at rank Dh/8,
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import transformer
-from experiments.benchmarks import timing
+from experiments.lab import timing
 from transformer import decode, latent
 
 

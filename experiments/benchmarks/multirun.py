@@ -23,8 +23,9 @@ import tempfile
 
 import jax
 
-from experiments import multirun, train
-from experiments.benchmarks import timing
+from experiments import train
+from experiments.lab import timing
+from experiments.train import sweep
 
 SEEDS = (0, 1, 2)
 RATES = (1e-3, 3e-3)
@@ -36,15 +37,15 @@ def contenders(steps: int, batch_size: int, seq_len: int, run_root: str) -> dict
                          warmup_steps=min(30, steps // 4), log_every=steps,
                          eval_every=steps, eval_batches=1, checkpoint_every=steps,
                          progress=False)
-  cfg, make_tx = train.model_config(tc), multirun.train_like(tc)
+  cfg, make_tx = train.model_config(tc), sweep.train_like(tc)
   kw = dict(steps=steps, data="stdlib", batch_size=batch_size, seq_len=seq_len,
             eval_every=steps, eval_batches=1)
 
   def vmapped():
-    return multirun.train_many(cfg, make_tx, seeds=SEEDS, learning_rates=RATES, **kw).loss
+    return sweep.train_many(cfg, make_tx, seeds=SEEDS, learning_rates=RATES, **kw).loss
 
   def one_by_one():
-    return [multirun.train_many(cfg, make_tx, seeds=(s,), learning_rates=(lr,), **kw).loss
+    return [sweep.train_many(cfg, make_tx, seeds=(s,), learning_rates=(lr,), **kw).loss
             for lr in RATES for s in SEEDS]
 
   counter = iter(range(10**6))

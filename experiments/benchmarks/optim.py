@@ -1,7 +1,7 @@
 """Muon against optax's: orthogonalization time vs error, the update, and the train step.
 
 Run: `python -m experiments.benchmarks.optim [--layers 2] [--repeats 5] [--skip SECTION ...]`.
-Three sections, each timed as medians of interleaved rounds (`experiments.benchmarks.timing`);
+Three sections, each timed as medians of interleaved rounds (`experiments.lab.timing`);
 on two shared CPU cores each takes two to four minutes at `--layers 2` (`--skip` the others to
 stay under that; `--layers 12 --repeats 3 --skip table train` times the whole of gpt2-small).
 
@@ -28,7 +28,7 @@ stay under that; `--layers 12 --repeats 3 --skip table train` times the whole of
    speed-up grows with `--layers`. Expected: ~1.35x at `--layers 2`.
 3. `train` — *the train step* (`experiments.train.build`: loss, gradients, clipping,
    optimizer) with `--optimizer muon` vs `adamw`, and `optax.contrib.muon` in the same chain,
-   at the `small` shared-model shape (`experiments.claims.models.RECIPES["small"]`, its batch
+   at the `small` shared-model shape (`experiments.models.RECIPES["small"]`, its batch
    and length) and at gpt2-small width with `--layers` blocks.
 """
 
@@ -44,8 +44,9 @@ import optax
 
 import optim
 import transformer
-from experiments import sharding, train
-from experiments.benchmarks.timing import interleaved
+from experiments import train
+from experiments.lab.timing import interleaved
+from experiments.train import sharding
 
 
 def random_params(cfg: transformer.Config, key: jax.Array | None = None):
@@ -302,7 +303,7 @@ def main(argv=None) -> int:
     print()
 
   if "train" not in args.skip:
-    from experiments.claims.models import RECIPES
+    from experiments.models import RECIPES
 
     small = RECIPES["small"]
     models = {

@@ -5,7 +5,7 @@
 On CPU the library hands LAPACK one matrix per call (`transformer.linalg.serial`), because
 two batched calls at once can deadlock XLA:CPU's thread pool. The price is the parallelism
 inside a batched call. This times both, jitted, in interleaved rounds
-(`experiments.benchmarks.timing`), for stacks of matrices the library decomposes: per-layer
+(`experiments.lab.timing`), for stacks of matrices the library decomposes: per-layer
 and per-head weights and attention matrices. It prints medians and the ratio
 serial / batched (above 1: the guard costs time).
 """
@@ -18,7 +18,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-from experiments.benchmarks import timing
+from experiments.lab import timing
 from transformer.linalg import serial
 
 SHAPES = ((48, 64, 64), (12, 256, 256), (4, 512, 128))

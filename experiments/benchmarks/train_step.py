@@ -11,7 +11,7 @@ model, same loss and same optimizer settings, one device:
   `nn.LayerNorm`, `nn.dot_product_attention`, the blocks unrolled), with the same parameter
   count (checked);
 
-and times them in interleaved rounds (`experiments.benchmarks.timing.interleaved`) together
+and times them in interleaved rounds (`experiments.lab.timing.interleaved`) together
 with a jitted float32 `(n, n) @ (n, n)`, so the matmul rate is this machine's in this run.
 It prints per shape each step's median time, ours/peer, and each one's model FLOP/s as a
 share of the measured matmul rate. Shapes: d=256, L=4, T=256, B=16 (the `tiny` family
@@ -39,8 +39,9 @@ import numpy as np
 import optax
 
 import transformer
-from experiments import sharding, train
-from experiments.benchmarks.timing import interleaved
+from experiments import train
+from experiments.lab.timing import interleaved
+from experiments.train import sharding
 
 
 def matmul_fn(n: int = 1024, count: int = 8):

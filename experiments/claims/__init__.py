@@ -16,34 +16,24 @@ Example:
 """
 
 from experiments.claims import (
-    adaptive_rank,
-    causal_mask,
-    condition_lr,
-    dynamic_sparsity,
-    eigenvalue_constrained,
-    kv_compression,
-    layernorm_condition,
-    lora,
-    muon,
-    orthogonal_heads,
-    psd_attention,
-    residual_eigenvalues,
-    sliding_window,
-    softmax_kernel,
+  adaptive_rank,
+  causal_mask,
+  condition_lr,
+  dynamic_sparsity,
+  eigenvalue_constrained,
+  kv_compression,
+  layernorm_condition,
+  lora,
+  muon,
+  orthogonal_heads,
+  psd_attention,
+  residual_eigenvalues,
+  sliding_window,
+  softmax_kernel,
 )
-from experiments.claims.models import RECIPES, base_model, base_model_info, base_models
-from experiments.claims.runner import (
-    Anchor,
-    Claim,
-    Spec,
-    Threshold,
-    run_claim,
-    validate_results,
-    validate_tour,
-)
-
-_EIGEN, _COND, _PSD = "eigenvalues", "condition number", "positive definiteness"
-_DECOMP, _ORTHO, _SPARSE = "decomposition", "orthogonality", "sparsity"
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
+from experiments.claims.runner import run_claim
+from experiments.claims.schema import validate_results, validate_tour
 
 
 def not_built(id: str, topic: str, kind: str, preface: str) -> Claim:
@@ -68,6 +58,5 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     dynamic_sparsity.CLAIM,
 )}
 
-__all__ = ["Anchor", "CLAIMS", "Claim", "RECIPES", "Spec", "Threshold", "base_model",
-           "base_model_info", "base_models", "not_built", "run_claim", "validate_results",
-           "validate_tour"]
+__all__ = ["Anchor", "CLAIMS", "Claim", "Sizes", "Spec", "Threshold", "not_built", "run_claim",
+           "validate_results", "validate_tour"]

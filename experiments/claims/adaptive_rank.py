@@ -34,9 +34,9 @@ import scipy.stats
 
 import transformer
 from analysis import kv
-from experiments.claims import models
+from experiments import models
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
 from experiments.claims.kv_compression import windows
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
 from transformer import latent
 
 

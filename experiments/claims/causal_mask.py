@@ -31,8 +31,8 @@ import numpy as np
 
 import analysis
 import transformer
-from experiments.claims import models
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+from experiments import models
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
 
 SEQ_LENS = (32, 128, 256)
 QUICK_SEQ_LENS = (32, 64, 128)

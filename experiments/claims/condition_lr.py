@@ -29,7 +29,7 @@ relative to the rest end below AdamW; the plain cut is the fastest (−0.14 [−
 `N`).
 
 Arms, each AdamW (`b1 = 0.9, b2 = 0.95`) with one change, each with its peak rate tuned on
-the same grid `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` (`experiments.optimizers.RATE_GRID`) at the full
+the same grid `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` (`experiments.lab.optimizers.RATE_GRID`) at the full
 budget on the spare seed 100, then run on the reported seeds with the same schedule
 (`budget_schedule`: 10% warm-up, linear decay to 10%):
 
@@ -59,12 +59,13 @@ import jax
 import numpy as np
 
 import transformer
-from experiments import optimizers as O
-from experiments.claims import models
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
-from experiments.multirun import train_many
+from experiments import models
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.lab import optimizers as O
+from experiments.lab import tuning
+from experiments.train.sweep import train_many
 
-GRID = O.RATE_GRID
+GRID = tuning.RATE_GRID
 TUNE_SEED = 100
 NOT_REACHED = 1.5
 ALPHA, KAPPA_REF = 0.5, 10.0
@@ -113,7 +114,7 @@ def run(spec: Spec) -> dict:
   if z["tune"]:
     seen, record = _recorder()
     spec.log(f"  condition-lr: tuning condition on {z['grid']} (seed {TUNE_SEED})")
-    tuned["condition"] = O.tune(cfg, arms["condition"], z["grid"], seed=TUNE_SEED, steps=N,
+    tuned["condition"] = tuning.tune(cfg, arms["condition"], z["grid"], seed=TUNE_SEED, steps=N,
                                 eval_every=z["eval_every"], callback=record, **kw)
     factor = float(np.mean([m[tuned["condition"]["index"], 0] for m in seen]))
     factor_from = f"condition arm's mean multiplier over its tuning run (seed {TUNE_SEED})"
@@ -128,14 +129,14 @@ def run(spec: Spec) -> dict:
       continue
     if z["tune"]:
       spec.log(f"  condition-lr: tuning {name} on {z['grid']} (seed {TUNE_SEED})")
-      tuned[name] = O.tune(cfg, make_tx, z["grid"], seed=TUNE_SEED, steps=N, **kw)
+      tuned[name] = tuning.tune(cfg, make_tx, z["grid"], seed=TUNE_SEED, steps=N, **kw)
     else:
       tuned[name] = {"learning_rate": z["grid"][0], "index": 0, "val_loss": [], "diverged": []}
   curves, mults = {}, {}
   for name, make_tx in arms.items():
     spec.log(f"  condition-lr: {name} at {tuned[name]['learning_rate']:g} on seeds {seeds}")
     seen, record = _recorder()
-    r = train_many(cfg, O.on_budget(make_tx, N), seeds=seeds,
+    r = train_many(cfg, tuning.on_budget(make_tx, N), seeds=seeds,
                    learning_rates=(tuned[name]["learning_rate"],), steps=N,
                    eval_every=z["eval_every"], callback=record, **kw)
     curves[name] = (r.steps, r.val_loss[0], r.diverged[0])
@@ -146,7 +147,7 @@ def run(spec: Spec) -> dict:
     target = float(adamw_val[i, -1])
     for name in arms:
       steps, val, div = curves[name]
-      reached = O.steps_to_loss(steps, val[i], target)
+      reached = tuning.steps_to_loss(steps, val[i], target)
       runs[name][seed] = {"val_loss": float(val[i, -1]), "diverged": float(div[i]),
                           "steps_frac": reached / N if reached is not None else NOT_REACHED,
                           "mean_multiplier": float(mults[name][i]),

@@ -34,8 +34,8 @@ import optax
 
 import transformer
 from experiments import data as data_lib
-from experiments.claims.psd_attention import LEARNING_RATES, base_config, train_arm
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm
 
 N_PAIRS, N_QUERIES = 24, 4
 RECALL_BLOCK, RECALL_TOP_K = 8, 2
@@ -105,7 +105,7 @@ def run(spec: Spec) -> dict:
   probe = recall.batch(spec.seeds[0], 99_999, 8, "val").tokens[:, :-1]
   for arm, cfg in recall_arms.items():
     spec.log(f"  dynamic-sparsity: {arm}: recall")
-    t = train_arm(cfg, spec, data=recall, steps=steps, batch_size=recall_batch,
+    t = train_arm(cfg, spec.seeds, data=recall, steps=steps, batch_size=recall_batch,
                   seq_len=probe.shape[1], learning_rates=lrs, exact_match=True, em_batches=4)
     lr_by[f"recall/{arm}"] = t["lr"]
     for s in spec.seeds:
@@ -125,7 +125,7 @@ def run(spec: Spec) -> dict:
   trained = {}
   for arm, cfg in text_arms.items():
     spec.log(f"  dynamic-sparsity: {arm}: stdlib T={seq_len}")
-    trained[arm] = train_arm(cfg, spec, data=text, steps=steps, batch_size=8 if spec.quick
+    trained[arm] = train_arm(cfg, spec.seeds, data=text, steps=steps, batch_size=8 if spec.quick
                              else 8, seq_len=seq_len, learning_rates=lrs)
     lr_by[f"stdlib/{arm}"] = trained[arm]["lr"]
   for s in spec.seeds:

@@ -19,7 +19,7 @@ ran: on the issue's grid (1e-3 … 3e-1) AdamW did not diverge at all on that se
 was extended by half a decade to 1.
 
 Per seed and arm: the final validation loss at each rate, the divergence flag of
-`experiments.multirun.train_many` (a non-finite loss or a 50-step mean above 1.5 · ln V), the
+`experiments.train.sweep.train_many` (a non-finite loss or a 50-step mean above 1.5 · ln V), the
 number of grid rates within 5% of that arm's best loss, and, every 50 steps, the largest
 measured attention logit `max |q·k|/√Dh` on a validation batch against the certified bound
 `analysis.logit_bound(params, cfg)` (computed from the spectral norms of `W_Q`, `W_K`, their
@@ -41,8 +41,9 @@ import optax
 
 import analysis
 import optim
-from experiments import multirun, stability
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.lab import stability
+from experiments.train import sweep
 
 CAP = 1.0
 ARMS: dict[str, tuple[str, ...] | None] = {
@@ -121,7 +122,7 @@ def sweep_arm(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: in
     measured.append(np.asarray(jnp.max(m_RSLH, axis=(-1, -2))))
     bounds.append(np.asarray(jnp.max(b_RSLH, axis=(-1, -2))))
 
-  r = multirun.train_many(cfg, make_tx, seeds=seeds, learning_rates=learning_rates, steps=steps,
+  r = sweep.train_many(cfg, make_tx, seeds=seeds, learning_rates=learning_rates, steps=steps,
                           data="stdlib", batch_size=batch_size, seq_len=seq_len,
                           eval_every=eval_every, callback=callback, eval_batches=4)
   final_RS = r.val_loss[:, :, -1]

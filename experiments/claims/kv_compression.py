@@ -36,9 +36,9 @@ import numpy as np
 
 import transformer
 from analysis import kv
-from experiments import data, kvcompress
-from experiments.claims import models
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+from experiments import data, models
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.lab import kvcompress
 from transformer import latent
 
 ALLOCS = ("uniform", "greedy", "loss")

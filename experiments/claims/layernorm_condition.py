@@ -19,7 +19,7 @@ singular value is an exact zero and is dropped; the count dropped is reported pe
 Per run: `κ growth` = the largest over the *normalized* inputs (`attn_in`, `ffn_in`: the ones a
 pre-norm acts on), layers and evaluations of `κ_eff(t)/κ_eff(0)` (`ffn_hidden`, which no norm
 touches, is reported beside);
-the final validation loss (diverged: `experiments.multirun`'s flag). Per seed: the largest
+the final validation loss (diverged: `experiments.train.sweep`'s flag). Per seed: the largest
 relative loss of `none` against `layernorm` over the rates where LayerNorm trains (diverged
 counts as 100%), and the Spearman rank correlation, across the seed's 9 runs (3 norms × 3
 rates), of the early `κ_eff` (largest over the normalized inputs and layers at step 25) with
@@ -41,56 +41,17 @@ import optax
 
 import analysis
 import transformer
-from experiments import data, multirun, stability
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+from experiments import data
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.stats import spearman
+from experiments.lab import stability
+from experiments.train import sweep
 
 NORMS = ("layernorm", "rmsnorm", "none")
 INPUTS = ("attn_in", "ffn_in", "ffn_hidden")
 NORMED = ("attn_in", "ffn_in")  # the inputs a norm acts on (pre-norm): the claim's
 GROWTH_BOUND = 10.0
 LOSS_MARGIN = 0.05
-
-
-def rankdata(x) -> np.ndarray:
-  """Ranks `1 … n` of `x`, ties given their average rank (`scipy.stats.rankdata`); inf ranks last.
-
-  Example:
-    >>> from experiments.claims.layernorm_condition import rankdata
-    >>> rankdata([3.0, 1.0, 3.0, float("inf")]).tolist()
-    [2.5, 1.0, 2.5, 4.0]
-  """
-  x = np.asarray(x, np.float64)
-  order = np.argsort(x, kind="mergesort")
-  ranks = np.empty(x.size, np.float64)
-  ranks[order] = np.arange(1, x.size + 1)
-  for v in np.unique(x):
-    tie = x == v
-    if tie.sum() > 1:
-      ranks[tie] = ranks[tie].mean()
-  return ranks
-
-
-def spearman(x, y) -> float:
-  """Spearman's rank correlation `ρ`: the Pearson correlation of the average ranks.
-
-  .. math:: \\rho = \\frac{\\operatorname{cov}(r_x, r_y)}{\\sigma_{r_x}\\sigma_{r_y}}
-
-  NaN when either side is constant or fewer than 3 values remain (pairs with a NaN are dropped).
-
-  Example:
-    >>> from experiments.claims.layernorm_condition import spearman
-    >>> spearman([1, 2, 3, 4], [10, 20, 30, 1000]), spearman([1, 2, 3], [3, 2, 1])
-    (1.0, -1.0)
-  """
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  keep = ~(np.isnan(x) | np.isnan(y))
-  x, y = x[keep], y[keep]
-  if x.size < 3:
-    return math.nan
-  rx, ry = rankdata(x), rankdata(y)
-  rx, ry = rx - rx.mean(), ry - ry.mean()
-  den = math.sqrt(float((rx**2).sum() * (ry**2).sum()))
-  return float((rx * ry).sum() / den) if den > 0 else math.nan
 
 
 def input_conditions(inter, center: bool = True) -> dict[str, dict[str, np.ndarray]]:
@@ -157,7 +118,7 @@ def sweep_norm(cfg, seeds, learning_rates, *, steps: int, batch_size: int, seq_l
   make_tx = lambda learning_rate: optax.adamw(lambda c: learning_rate * unit(c), b1=0.9,
                                               b2=0.95, weight_decay=0.1)
   src = data.text_source("stdlib", seq_len)
-  r = multirun.train_many(cfg, make_tx, seeds=seeds, learning_rates=learning_rates, steps=steps,
+  r = sweep.train_many(cfg, make_tx, seeds=seeds, learning_rates=learning_rates, steps=steps,
                           data=src, batch_size=batch_size, seq_len=seq_len,
                           eval_every=eval_every, callback=callback, eval_batches=4)
   # κ at init: the same init (`key(seed)`) on the same first validation batch as the callback.

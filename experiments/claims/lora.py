@@ -39,9 +39,9 @@ import optax
 
 import analysis
 import transformer
-from experiments import data, multirun
-from experiments.claims import models
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+from experiments import data, models
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.train import sweep
 from transformer import lora
 
 ARMS = {"lora-qv-r4": (4, ("w_q", "w_v")), "lora-qv-r16": (16, ("w_q", "w_v")),
@@ -123,7 +123,7 @@ def _train(base, cfg, src, seed, lrs, steps, batch_size, seq_len, arm):
     rank, targets = ARMS[arm]
     init_fn = lambda key: lora.init(key, base, rank, targets)  # noqa: E731
     params_fn = lora.params_fn(base, alpha=float(rank))
-  return multirun.train_many(cfg, make_tx(steps), seeds=(seed,), learning_rates=lrs,
+  return sweep.train_many(cfg, make_tx(steps), seeds=(seed,), learning_rates=lrs,
                              steps=steps, data=src, batch_size=batch_size, seq_len=seq_len,
                              params_fn=params_fn, init_fn=init_fn, eval_every=steps,
                              eval_batches=8)

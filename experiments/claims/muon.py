@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments import optimizers as O
-from experiments.claims import models
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
-from experiments.multirun import train_many
+from experiments import models
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.lab import optimizers as O
+from experiments.lab import tuning, updates
+from experiments.train.sweep import train_many
 
-GRID = O.RATE_GRID
+GRID = tuning.RATE_GRID
 TUNE_SEED = 100
 FRACTIONS = (0.4, 0.6, 0.8, 1.0)
 NOT_REACHED = 1.5
@@ -66,14 +67,14 @@ def budget_run(cfg, make_tx, lr: float, seeds, budget: int, z: dict, *, stats: b
   def keep(step, params, _):
     last[step] = params
 
-  r = train_many(cfg, O.on_budget(make_tx, budget), seeds=seeds, learning_rates=(lr,),
+  r = train_many(cfg, tuning.on_budget(make_tx, budget), seeds=seeds, learning_rates=(lr,),
                  steps=budget, eval_every=budget - 1 if stats else budget, data="stdlib",
                  batch_size=z["batch_size"], seq_len=z["seq_len"], eval_batches=z["eval_batches"],
                  callback=keep if stats else None)
   out = {"val_loss": r.val_loss[0, :, -1], "diverged": r.diverged[0]}
   if stats:
     before, after = last[budget - 1], last[budget]
-    out["stats"] = [O.last_update_statistics(
+    out["stats"] = [updates.last_update_statistics(
         *(jax_tree_index(p, i) for p in (before, after))) for i in range(len(seeds))]
   return out
 
@@ -99,7 +100,7 @@ def run(spec: Spec) -> dict:
   for name, make_tx in arms.items():
     if z["tune"]:
       spec.log(f"  muon: tuning {name} on {z['grid']} (seed {TUNE_SEED}, {N} steps)")
-      tuned[name] = O.tune(cfg, make_tx, z["grid"], seed=TUNE_SEED, steps=N, data="stdlib",
+      tuned[name] = tuning.tune(cfg, make_tx, z["grid"], seed=TUNE_SEED, steps=N, data="stdlib",
                            batch_size=z["batch_size"], seq_len=z["seq_len"],
                            eval_batches=z["eval_batches"])
     else:
@@ -119,7 +120,7 @@ def run(spec: Spec) -> dict:
   for i, seed in enumerate(seeds):
     target = float(full["adamw"]["val_loss"][i])
     muon_losses = [float(curve[b][i]) for b in budgets]
-    reached = O.steps_to_loss(budgets, muon_losses, target)
+    reached = tuning.steps_to_loss(budgets, muon_losses, target)
     for name in arms:
       runs[name][seed] = {"val_loss": float(full[name]["val_loss"][i]),
                           "diverged": float(full[name]["diverged"][i]),

@@ -38,13 +38,15 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+import analysis
 from experiments import data as data_lib
-from experiments import optimizers as O
-from experiments.claims import models
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
-from experiments.multirun import train_many
+from experiments import models
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.lab import optimizers as O
+from experiments.lab import tuning
+from experiments.train.sweep import train_many
 
-GRID = O.RATE_GRID
+GRID = tuning.RATE_GRID
 TUNE_SEED = 100
 STRENGTHS = {"orth-weak": 0.05, "orth-strong": 0.5}
 METRICS = ("max_cos", "pattern_similarity", "n_prunable")
@@ -89,16 +91,16 @@ def run(spec: Spec) -> dict:
   for name, make_tx in arms.items():
     if z["tune"]:
       spec.log(f"  orthogonal-heads: tuning {name} on {z['grid']} (seed {TUNE_SEED})")
-      tuned[name] = O.tune(cfg, make_tx, z["grid"], seed=TUNE_SEED, steps=N, **kw)
+      tuned[name] = tuning.tune(cfg, make_tx, z["grid"], seed=TUNE_SEED, steps=N, **kw)
     else:
       tuned[name] = {"learning_rate": z["grid"][0], "index": 0, "val_loss": [], "diverged": []}
     spec.log(f"  orthogonal-heads: {name} at {tuned[name]['learning_rate']:g} on seeds {seeds}")
-    r = train_many(cfg, O.on_budget(make_tx, N), seeds=seeds,
+    r = train_many(cfg, tuning.on_budget(make_tx, N), seeds=seeds,
                    learning_rates=(tuned[name]["learning_rate"],), steps=N, eval_every=N, **kw)
     for i, seed in enumerate(seeds):
       params = jax.tree.map(lambda x, i=i: x[0, i], r.params)
       probe = src.batch(seed, 0, z["probe_batch"], "val").tokens
-      red = O.redundancy_summary(params, cfg, probe)
+      red = analysis.redundancy_summary(params, cfg, probe)
       runs[name][seed] = {"val_loss": float(r.val_loss[0, i, -1]),
                           "diverged": float(r.diverged[0, i]),
                           "learning_rate": tuned[name]["learning_rate"],

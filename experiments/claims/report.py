@@ -1,6 +1,6 @@
 """Markdown for the claims: one `report.md` per claim run, and the tour's verdict table.
 
-Rendering only: every number comes from a `results.json` dict (`experiments.claims.runner`),
+Rendering only: every number comes from a `results.json` dict (the runner writes it),
 and the thresholds' intervals are recomputed from it, so a report can be re-made from disk.
 """
 
@@ -10,7 +10,8 @@ import os
 import re
 import shutil
 
-from experiments.claims.runner import INDICATIVE, Claim, _fmt, evaluate
+from experiments.claims.claim import INDICATIVE, Claim
+from experiments.claims.stats import evaluate, fmt
 
 
 def _row(cells) -> str:
@@ -43,15 +44,15 @@ def key_number(results: dict | None) -> str:
     return "—"
   e = results["effects"][0]
   lo, hi = e["ci95"]
-  ci = f" [{_fmt(lo)}, {_fmt(hi)}]" if lo is not None else ""
-  return f"{e['name']}: {_fmt(e['mean'])}{ci}"
+  ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else ""
+  return f"{e['name']}: {fmt(e['mean'])}{ci}"
 
 
 def anchor_text(claim: Claim) -> str:
   if not claim.anchors:
     return "—"
   a = claim.anchors[0]
-  return f"{a.what}: {_fmt(a.value)} ({a.source})"
+  return f"{a.what}: {fmt(a.value)} ({a.source})"
 
 
 def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: int = 1,
@@ -73,8 +74,8 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
     lo, hi = ev["interval"]
     quantity = f"{th.arm}.{th.metric}" + (f" − {th.baseline}.{th.metric}" if th.baseline else "")
     rows.append([("control: " if th.control else "") + th.name, quantity,
-                 ev["what"], _fmt(ev["mean"]),
-                 f"[{_fmt(lo)}, {_fmt(hi)}]",
+                 ev["what"], fmt(ev["mean"]),
+                 f"[{fmt(lo)}, {fmt(hi)}]",
                  f"{th.supports or '—'}: {'yes' if ev['supports'] else 'no'}",
                  f"{th.refutes or '—'}: {'yes' if ev['refutes'] else 'no'}"
                  if th.refutes else "—"])
@@ -84,21 +85,21 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
   rows = []
   for arm, body in results["arms"].items():
     for metric, m in body["mean"].items():
-      per_seed = ", ".join(_fmt(body["runs"][s].get(metric)) for s in body["runs"])
-      rows.append([arm, metric, _fmt(m), _fmt(body["std"][metric]), per_seed])
+      per_seed = ", ".join(fmt(body["runs"][s].get(metric)) for s in body["runs"])
+      rows.append([arm, metric, fmt(m), fmt(body["std"][metric]), per_seed])
   lines += table(["arm", "metric", "mean", "std", "per seed"], rows)
   lines += [f"{h}# Effects (paired over seeds)", ""]
   rows = []
   for e in results["effects"]:
     lo, hi = e["ci95"]
     rows.append([e["name"], e["arm"] + (f" − {e['baseline']}" if e["baseline"] else ""),
-                 e["metric"], _fmt(e["mean"]),
-                 f"[{_fmt(lo)}, {_fmt(hi)}]" if lo is not None else "n/a (one seed)"])
+                 e["metric"], fmt(e["mean"]),
+                 f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None else "n/a (one seed)"])
   lines += table(["effect", "arm − baseline", "metric", "mean", "95% CI"], rows)
   if claim.anchors:
     lines += [f"{h}# Published anchors", ""]
     lines += table(["what", "value", "source"],
-                   [[a.what, _fmt(a.value), a.source] for a in claim.anchors])
+                   [[a.what, fmt(a.value), a.source] for a in claim.anchors])
   if notes:
     lines += [f"{h}# Notes", "", *notes, ""]
   if figures:

@@ -12,7 +12,7 @@ Two measurements, both at the default init (`init_residual_scale`: `w_o`, `w_2` 
 * **Eigenvalues at depth.** For every depth and every layer `l`, the Jacobian
   `J_l = ∂x_{l+1}/∂x_l` of the block at its own input (a stream of 8 random tokens) is causal,
   so its eigenvalues are exactly those of its `T` diagonal `(D, D)` blocks
-  (`analysis.causal_jacobian_eigenvalues`, via `experiments.stability.depth_point`). We report
+  (`analysis.causal_jacobian_eigenvalues`, via `experiments.lab.stability.depth_point`). We report
   `max_l max |λ(J_l) − 1|` and, separately, the largest singular value of the end-to-end
   Jacobian `J_{L−1} ⋯ J_0` (dense SVD): eigenvalues near 1 say nothing about the norm of a
   non-normal product. Arms: pre-norm with residuals (`pre`), pre-norm with each block
@@ -37,8 +37,10 @@ import numpy as np
 import optax
 
 import transformer
-from experiments import data, multirun, stability
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+from experiments import data
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.lab import stability
+from experiments.train import sweep
 
 SWEEP_ARMS = {**stability.ARMS,
               "pre-unscaled": dict(norm_position="pre", residual=True, init_residual_scale=False)}
@@ -94,7 +96,7 @@ def make_adamw(steps: int, warmup_steps: int):
 def train_depth(cfg: transformer.Config, seeds, learning_rates, *, steps: int, batch_size: int,
                 seq_len: int) -> dict[int, dict[str, float]]:
   """Trains `cfg` at every rate and seed; per seed, the best rate's final validation loss."""
-  r = multirun.train_many(cfg, make_adamw(steps, max(1, steps // 10)), seeds=seeds,
+  r = sweep.train_many(cfg, make_adamw(steps, max(1, steps // 10)), seeds=seeds,
                           learning_rates=learning_rates, steps=steps, data="stdlib",
                           batch_size=batch_size, seq_len=seq_len, eval_every=steps,
                           eval_batches=8)

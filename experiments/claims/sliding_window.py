@@ -31,10 +31,10 @@ import numpy as np
 
 import analysis
 import transformer
-from experiments.benchmarks import attention as bench
-from experiments.claims import models
-from experiments.claims.psd_attention import LEARNING_RATES, base_config, train_arm
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+from experiments import models
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.lab import attention_timing
+from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm
 
 WINDOW = 32
 
@@ -82,8 +82,9 @@ def window_mass(params, cfg: transformer.Config, tokens_BT, window: int) -> dict
 
 def timing(ts, rounds: int) -> dict:
   """`softmax` vs `local` (window 32, blocks of 16, 4 heads of 16) fwd and fwd+bwd."""
-  res = bench.run(max(ts), min_t=min(ts), rounds=rounds, heads=4, d_head=16, block_size=16,
-                  variants=("softmax", "local"))
+  res = attention_timing.run(max(ts), min_t=min(ts), rounds=rounds, heads=4, d_head=16,
+                             block_size=16,
+                             variants=("softmax", "local"))
   out = {"T": res["T"]}
   for name, row in res["variants"].items():
     out[name] = {k: row.get(k) for k in ("fwd", "bwd", "slope_fwd", "slope_bwd",
@@ -104,7 +105,7 @@ def run(spec: Spec) -> dict:
   trained, runs = {}, {}
   for arm, cfg in arms.items():
     spec.log(f"  sliding-window: {arm}: stdlib T={seq_len}")
-    trained[arm] = train_arm(cfg, spec, data="stdlib", steps=steps, batch_size=batch_size,
+    trained[arm] = train_arm(cfg, spec.seeds, data="stdlib", steps=steps, batch_size=batch_size,
                              seq_len=seq_len, learning_rates=lrs)
     runs[arm] = {s: {"loss": m["loss"]} for s, m in trained[arm]["per_seed"].items()}
   for s in spec.seeds:

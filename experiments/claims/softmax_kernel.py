@@ -28,8 +28,8 @@ import numpy as np
 
 import analysis
 import transformer
-from experiments.claims import models
-from experiments.claims.runner import Anchor, Claim, Spec, Threshold
+from experiments import models
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold
 
 
 def tie_keys_to_queries(params) -> dict:

@@ -22,13 +22,15 @@ import sys
 import time
 import traceback
 
+from experiments import jsonio
 from experiments.claims import CLAIMS, report
-from experiments.claims.runner import run_claim, validate_tour, write_json
+from experiments.claims.runner import run_claim
+from experiments.claims.schema import validate_tour
 
 
 def _opening(log) -> list[str]:
   """The old demo's checks, captured as markdown."""
-  from experiments import demo
+  from experiments.commands import demo
 
   buf = io.StringIO()
   with contextlib.redirect_stdout(buf):
@@ -94,7 +96,7 @@ def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print) -
   runtime = time.perf_counter() - start
   tour = {"quick": quick, "runtime_s": runtime, "claims": entries}
   validate_tour(tour, list(CLAIMS))
-  write_json(os.path.join(tour_dir, "results.json"), tour)
+  jsonio.dump_strict(tour, os.path.join(tour_dir, "results.json"))
   lines = report.tour_markdown(claims, entries, results_by_id, quick=quick, runtime_s=runtime,
                                opening=opening, tour_dir=tour_dir)
   with open(os.path.join(tour_dir, "report.md"), "w") as f:

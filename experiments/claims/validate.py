@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import sys
 
-from experiments.claims.runner import validate_runs
+from experiments.claims import CLAIMS
+from experiments.claims.schema import validate_runs
 
 
 def main(argv=None) -> int:
   argv = sys.argv[1:] if argv is None else argv
   root = argv[0] if argv else "runs"
   try:
-    n = validate_runs(root)
+    n = validate_runs(list(CLAIMS), root)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 1

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 
 import transformer
-from experiments import atlas
+from experiments.commands import atlas
 
 
 def test_atlas_cli_writes_a_report_with_correct_numbers(tmp_path):
@@ -53,7 +53,7 @@ def test_atlas_loads_a_hugging_face_checkpoint(tmp_path):
 
 def test_atlas_reads_a_chosen_checkpoint_step_and_refuses_long_inputs(tiny_run, tmp_path,
                                                                       capsys):
-  from experiments import checkpoint
+  from experiments.train import checkpoint
   got_cfg, got, source = atlas.load_model(atlas.AtlasConfig(checkpoint=tiny_run, step=5))
   params, cfg = checkpoint.load_run(tiny_run, step=5)
   assert got_cfg == cfg and "step 5" in source

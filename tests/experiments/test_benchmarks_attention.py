@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments.benchmarks.attention import crossover, options, score_bytes, slope
+from experiments.lab.attention_timing import crossover, options, score_bytes, slope
 from transformer.attention import LINEAR_CHUNK
 
 TS = [512, 1024, 2048, 4096]

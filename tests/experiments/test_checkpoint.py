@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from experiments import checkpoint
+from experiments.train import checkpoint
 
 
 def test_config_round_trip_and_mismatch(tmp_path):

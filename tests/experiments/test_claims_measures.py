@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import transformer
-from experiments import multirun
-from experiments.claims import causal_mask, models, softmax_kernel
+from experiments import models
+from experiments.claims import causal_mask, softmax_kernel
+from experiments.train import sweep
 
 
 def _masked_scores(s_TT):
@@ -87,8 +88,8 @@ def tiny_recipe(monkeypatch):
   monkeypatch.setitem(models.RECIPES, "quick",
                       models.Recipe(cfg, steps=3, batch_size=2, seq_len=8, warmup_steps=1))
   calls = []
-  real = multirun.train_many
-  monkeypatch.setattr(multirun, "train_many",
+  real = sweep.train_many
+  monkeypatch.setattr(sweep, "train_many",
                       lambda *a, **kw: calls.append(kw["seeds"]) or real(*a, **kw))
   models._load.cache_clear()
   yield calls
@@ -104,7 +105,7 @@ def test_base_model_trains_once_then_loads(tmp_path, tiny_recipe):
   jax.tree.map(np.testing.assert_array_equal, params, again)
   # Equal to training the same recipe directly: the cache holds the trained model.
   tc = models.RECIPES["quick"].train_config(3)
-  direct = multirun.train_many(cfg, multirun.train_like(tc), seeds=(3,), learning_rates=(3e-3,),
+  direct = sweep.train_many(cfg, sweep.train_like(tc), seeds=(3,), learning_rates=(3e-3,),
                                steps=3, data="stdlib", batch_size=2, seq_len=8, eval_every=3,
                                eval_batches=0)
   np.testing.assert_allclose(again["blocks"]["attn"]["w_q"],

@@ -8,9 +8,10 @@ import optax
 import pytest
 
 import transformer
-from experiments import optimizers as O
 from experiments.claims import condition_lr, muon, orthogonal_heads
 from experiments.claims.runner import verdict
+from experiments.lab import optimizers as O
+from experiments.lab import tuning, updates
 
 CFG = transformer.Config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
 
@@ -24,20 +25,20 @@ def _hidden(params):
 
 def test_budget_schedule_matches_formula():
   steps, w = 21, 2
-  s = O.budget_schedule(steps, warmup=0.1, final=0.1)
+  s = tuning.budget_schedule(steps, warmup=0.1, final=0.1)
   got = np.array([float(s(c)) for c in range(steps)])
   ref = np.array([(c + 1) / w if c < w else 1 - 0.9 * (c - w) / (steps - 1 - w)
                   for c in range(steps)])
   np.testing.assert_allclose(got, ref, rtol=1e-6)
   assert got[-1] == pytest.approx(0.1) and got.max() == pytest.approx(1.0)
   with pytest.raises(ValueError, match="steps"):
-    O.budget_schedule(1)
+    tuning.budget_schedule(1)
 
 
 def test_on_budget_adamw_is_optax_adamw_with_the_schedule():
   params = transformer.init(CFG, jax.random.key(0))
-  unit = O.budget_schedule(6)
-  ours = O.on_budget(O.adamw_arm(), 6)(3e-3)
+  unit = tuning.budget_schedule(6)
+  ours = tuning.on_budget(O.adamw_arm(), 6)(3e-3)
   ref = optax.adamw(lambda c: 3e-3 * unit(c), b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0)
   s1, s2 = ours.init(params), ref.init(params)
   for t in range(3):
@@ -48,16 +49,16 @@ def test_on_budget_adamw_is_optax_adamw_with_the_schedule():
 
 
 def test_tuned_rate_skips_diverged_and_nan():
-  assert O.tuned_rate([3.0, 2.5, 2.0], [False, False, True], (1, 2, 3)) == (2.0, 1)
-  assert O.tuned_rate([np.nan, 2.9, 3.1], [False] * 3, (1, 2, 3)) == (2.0, 1)
+  assert tuning.tuned_rate([3.0, 2.5, 2.0], [False, False, True], (1, 2, 3)) == (2.0, 1)
+  assert tuning.tuned_rate([np.nan, 2.9, 3.1], [False] * 3, (1, 2, 3)) == (2.0, 1)
   with pytest.raises(ValueError, match="diverged"):
-    O.tuned_rate([1.0, 2.0], [True, True], (1, 2))
+    tuning.tuned_rate([1.0, 2.0], [True, True], (1, 2))
 
 
 def test_last_update_statistics_match_numpy_svd():
   before = transformer.init(CFG, jax.random.key(0))
   after = transformer.init(CFG, jax.random.key(1))
-  out = O.last_update_statistics(before, after)
+  out = updates.last_update_statistics(before, after)
   s = np.concatenate([np.linalg.svd(b - a, compute_uv=False)
                       for a, b in zip(_hidden(before), _hidden(after), strict=True)])
   r = s.shape[-1]

@@ -109,7 +109,7 @@ def test_sweep_metrics_ratios():
 def test_depth_point_residual_eigenvalues_near_one_reference():
   # Independent reference for one pre-norm residual block: dense jacrev, numpy eig.
   cfg = re_.base_config(8, 4).replace(n_layers=1, vocab_size=32)
-  from experiments import stability
+  from experiments.lab import stability
 
   out = stability.depth_point(cfg, seed=1, seq_len=4)
   k_init, k_tokens = jax.random.split(jax.random.key(1))

@@ -3,7 +3,7 @@
 import math
 
 from experiments import __main__ as cli
-from experiments import demo
+from experiments.commands import demo
 
 
 def test_demo_runs_and_its_cache_check_holds(capsys):

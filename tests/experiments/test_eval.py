@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import transformer
-from experiments import checkpoint
-from experiments import eval as eval_
+from experiments.commands import eval as eval_
+from experiments.train import checkpoint
 from tests.experiments.conftest import corrupt
 
 TEXT = b"def f(x):\n    return x * 2  # doubles\n" * 3

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import transformer
-from experiments import kvcompress
+from experiments.lab import kvcompress
 
 CFG = transformer.gpt2_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
 

@@ -24,7 +24,8 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import checkpoint, train
+from experiments import train
+from experiments.train import checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROCESSES, LOCAL_DEVICES = 2, 2

@@ -10,7 +10,8 @@ import optax
 import pytest
 
 import transformer
-from experiments import multirun, train
+from experiments import train
+from experiments.train import sweep
 
 
 def _train_losses(tc: train.TrainConfig) -> np.ndarray:
@@ -25,7 +26,7 @@ def test_each_run_equals_train_over_20_steps(tmp_path):
                            seq_len=32, warmup_steps=5, log_every=1, eval_every=1000,
                            checkpoint_every=1000, progress=False)
   seeds, rates = (0, 3), (3e-3, 1e-2)
-  result = multirun.train_many(train.model_config(base), multirun.train_like(base), seeds=seeds,
+  result = sweep.train_many(train.model_config(base), sweep.train_like(base), seeds=seeds,
                                learning_rates=rates, steps=20, data="stdlib", batch_size=4,
                                seq_len=32, eval_every=1, eval_batches=0)
   assert result.loss.shape == (2, 2, 20) and not result.diverged.any()
@@ -45,8 +46,8 @@ def _tiny():
 def test_divergence_is_recorded_not_fatal_and_other_runs_unharmed():
   kw = dict(seeds=(0,), steps=6, data="task:modadd", batch_size=4, seq_len=8, eval_every=3,
             eval_batches=1)
-  both = multirun.train_many(_tiny(), optax.sgd, learning_rates=(1e-2, 1e12), **kw)
-  alone = multirun.train_many(_tiny(), optax.sgd, learning_rates=(1e-2,), **kw)
+  both = sweep.train_many(_tiny(), optax.sgd, learning_rates=(1e-2, 1e12), **kw)
+  alone = sweep.train_many(_tiny(), optax.sgd, learning_rates=(1e-2,), **kw)
   assert both.diverged.tolist() == [[False], [True]]
   np.testing.assert_array_equal(both.loss[0], alone.loss[0])
 
@@ -63,7 +64,7 @@ def test_params_fn_aux_loss_and_callback():
     w = intermediates["blocks"]["attn"]["weights"][0]
     return 0.0 * jnp.sum(w) + jnp.sum(jnp.square(params["norm_f"]["bias"]))
 
-  r = multirun.train_many(
+  r = sweep.train_many(
       cfg, lambda: optax.adam(1e-2), seeds=(0, 1), steps=4, data="task:modadd", batch_size=4,
       seq_len=8, eval_every=2, eval_batches=1, params_fn=params_fn, aux_loss=aux_loss,
       init_fn=lambda key: {"bias": jax.random.normal(key, (cfg.d_model,))},
@@ -83,7 +84,7 @@ def test_params_fn_aux_loss_and_callback():
 
 def test_bad_arguments():
   with pytest.raises(ValueError, match="seeds"):
-    multirun.train_many(_tiny(), optax.sgd, seeds=(), learning_rates=(1.0,), steps=1,
+    sweep.train_many(_tiny(), optax.sgd, seeds=(), learning_rates=(1.0,), steps=1,
                         data="task:modadd", batch_size=2, seq_len=8, eval_every=1)
 
 
@@ -117,7 +118,7 @@ def test_vectorize_false_keeps_the_count_branch_and_the_runs():
     def make_tx(learning_rate, vec=vec):
       return optax.chain(_counting_refresh(calls[vec], every=8), optax.sgd(learning_rate))
 
-    runs[vec] = multirun.train_many(_tiny(), make_tx, vectorize=vec, **kw)
+    runs[vec] = sweep.train_many(_tiny(), make_tx, vectorize=vec, **kw)
   jax.effects_barrier()
   # 4 runs × 8 steps; the refresh is due at count 0 of each run only. Under vmap the branch
   # runs at every step (the callback fires at least once per step, for the batch).

@@ -8,10 +8,12 @@ import optax
 import pytest
 import scipy.linalg
 
+import analysis
 import optim
 import transformer
 from analysis.heads import head_ablation, pattern_similarity
-from experiments import optimizers as O
+from experiments.lab import optimizers as O
+from experiments.lab import tuning, updates
 
 CFG = transformer.Config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
 LR = 3e-3
@@ -77,24 +79,24 @@ def test_sv_entropy_known_values():
   rng = np.random.default_rng(0)
   Q = np.linalg.qr(rng.standard_normal((9, 5)))[0]
   with jax.enable_x64(True):
-    assert float(O.sv_entropy(jnp.asarray(3 * Q))) == pytest.approx(1.0, abs=1e-12)
-    assert float(O.sv_entropy(jnp.asarray(3 * Q.T))) == pytest.approx(1.0, abs=1e-12)
+    assert float(updates.sv_entropy(jnp.asarray(3 * Q))) == pytest.approx(1.0, abs=1e-12)
+    assert float(updates.sv_entropy(jnp.asarray(3 * Q.T))) == pytest.approx(1.0, abs=1e-12)
     rank1 = np.outer(rng.standard_normal(6), rng.standard_normal(4))
-    assert float(O.sv_entropy(jnp.asarray(rank1))) == pytest.approx(0.0, abs=1e-12)
+    assert float(updates.sv_entropy(jnp.asarray(rank1))) == pytest.approx(0.0, abs=1e-12)
     s = np.array([3.0, 2.0, 1.0])
     W = np.linalg.qr(rng.standard_normal((7, 3)))[0] * s @ np.linalg.qr(
         rng.standard_normal((3, 3)))[0]
     p = s**2 / np.sum(s**2)
-    assert float(O.sv_entropy(jnp.asarray(W))) == pytest.approx(
+    assert float(updates.sv_entropy(jnp.asarray(W))) == pytest.approx(
         -np.sum(p * np.log(p)) / np.log(3), rel=1e-12)
-  assert float(O.sv_entropy(jnp.asarray(Q, jnp.float32))) == pytest.approx(1.0, abs=1e-6)
-  assert float(O.sv_entropy(jnp.zeros((4, 4)))) == 0.0
+  assert float(updates.sv_entropy(jnp.asarray(Q, jnp.float32))) == pytest.approx(1.0, abs=1e-6)
+  assert float(updates.sv_entropy(jnp.zeros((4, 4)))) == 0.0
   with pytest.raises(ValueError, match="min"):
-    O.sv_entropy(jnp.ones((5, 1)))
+    updates.sv_entropy(jnp.ones((5, 1)))
 
 
 def test_update_statistics_matches_numpy_svd(params):
-  stats = jax.jit(O.update_statistics)(params)
+  stats = jax.jit(updates.update_statistics)(params)
   attn, ffn = params["blocks"]["attn"], params["blocks"]["ffn"]
   # Tree order: attn/{w_k, w_o, w_q, w_v}, then ffn/{w_1, w_2}; each contributes L matrices.
   mats = [np.asarray(m[l], np.float64) for m in (attn["w_k"], attn["w_o"], attn["w_q"],
@@ -107,15 +109,15 @@ def test_update_statistics_matches_numpy_svd(params):
   p = [x**2 / np.sum(x**2) for x in s]
   np.testing.assert_allclose(stats["sv_entropy"],
                              [-np.sum(q * np.log(q)) / np.log(q.size) for q in p], rtol=1e-5)
-  ffn_only = O.update_statistics(params, optim.select(names=("w_1",)))
+  ffn_only = updates.update_statistics(params, optim.select(names=("w_1",)))
   np.testing.assert_allclose(ffn_only["sv_entropy"], stats["sv_entropy"][8:10], rtol=1e-6)
   with pytest.raises(ValueError, match="no leaf"):
-    O.update_statistics(params, optim.select(names=("nothing",)))
+    updates.update_statistics(params, optim.select(names=("nothing",)))
 
 
 def test_muon_updates_are_near_orthogonal_and_adamw_updates_are_not(direct):
-  muon = O.update_statistics(direct("muon")[0][0])
-  adamw = O.update_statistics(direct("adamw")[0][0])
+  muon = updates.update_statistics(direct("muon")[0][0])
+  adamw = updates.update_statistics(direct("adamw")[0][0])
   assert np.all(np.asarray(muon["sv_entropy"]) > 0.97)
   assert np.all(np.asarray(muon["sv_entropy"]) > np.asarray(adamw["sv_entropy"]))
   assert np.all(np.asarray(muon["condition_number_p90"]) < 2.5)
@@ -125,19 +127,19 @@ def test_muon_updates_are_near_orthogonal_and_adamw_updates_are_not(direct):
 
 
 def test_steps_to_loss():
-  assert O.steps_to_loss([0, 100, 200], [5.0, 3.0, 2.0], 2.5) == 150.0
-  assert O.steps_to_loss([0, 100, 200], [5.0, 3.0, 2.0], 3.0) == 100.0
-  assert O.steps_to_loss([10, 20], [1.0, 0.5], 2.0) == 10.0
-  assert O.steps_to_loss([0, 1, 2], [3.0, 2.9, 2.8], 2.0) is None
-  assert O.steps_to_loss([0, 1, 2, 3], [3.0, np.nan, 1.0, 0.0], 2.0) == 2.0
+  assert tuning.steps_to_loss([0, 100, 200], [5.0, 3.0, 2.0], 2.5) == 150.0
+  assert tuning.steps_to_loss([0, 100, 200], [5.0, 3.0, 2.0], 3.0) == 100.0
+  assert tuning.steps_to_loss([10, 20], [1.0, 0.5], 2.0) == 10.0
+  assert tuning.steps_to_loss([0, 1, 2], [3.0, 2.9, 2.8], 2.0) is None
+  assert tuning.steps_to_loss([0, 1, 2, 3], [3.0, np.nan, 1.0, 0.0], 2.0) == 2.0
   # First crossing, even if the curve goes back up.
-  assert O.steps_to_loss([0, 10, 20, 30], [4.0, 2.0, 3.0, 1.0], 3.0) == 5.0
+  assert tuning.steps_to_loss([0, 10, 20, 30], [4.0, 2.0, 3.0, 1.0], 3.0) == 5.0
   # Budgets: final losses of separate runs.
-  assert O.steps_to_loss([100, 200, 400], [3.6, 3.3, 3.1], 3.2) == pytest.approx(300.0)
+  assert tuning.steps_to_loss([100, 200, 400], [3.6, 3.3, 3.1], 3.2) == pytest.approx(300.0)
   with pytest.raises(ValueError, match="increasing"):
-    O.steps_to_loss([0, 0], [1.0, 2.0], 1.5)
+    tuning.steps_to_loss([0, 0], [1.0, 2.0], 1.5)
   with pytest.raises(ValueError, match="equal-length"):
-    O.steps_to_loss([0, 1], [1.0], 1.5)
+    tuning.steps_to_loss([0, 1], [1.0], 1.5)
 
 
 # ------------------------------------------------------------------------------------- arms
@@ -232,7 +234,7 @@ def test_arms_take_a_schedule(params):
 
 def test_redundancy_summary_matches_references(params):
   tokens = jax.random.randint(jax.random.key(3), (2, 17), 0, CFG.vocab_size)
-  out = O.redundancy_summary(params, CFG, tokens)
+  out = analysis.redundancy_summary(params, CFG, tokens)
   L, H, dh = CFG.n_layers, CFG.n_heads, CFG.d_head
   w_q = np.asarray(params["blocks"]["attn"]["w_q"], np.float64)
   w_o = np.asarray(params["blocks"]["attn"]["w_o"], np.float64)
@@ -264,6 +266,6 @@ def test_redundancy_summary_sees_orthogonal_heads(params):
   orth = jax.tree.map(lambda x: x, params)
   orth["blocks"]["attn"]["w_q"] = jnp.asarray(0.02 * Q, jnp.float32)
   tokens = jax.random.randint(jax.random.key(3), (2, 17), 0, CFG.vocab_size)
-  out = O.redundancy_summary(orth, CFG, tokens)
+  out = analysis.redundancy_summary(orth, CFG, tokens)
   assert out["max_cos"] < 1e-4
   assert out["max_cos_k"] > 0.5  # random subspaces of width 8 in 32 overlap

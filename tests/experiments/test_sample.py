@@ -6,7 +6,8 @@ import numpy as np
 
 import transformer
 from experiments import __main__ as cli
-from experiments import checkpoint, sample
+from experiments.commands import sample
+from experiments.train import checkpoint
 from tests.experiments.conftest import corrupt
 
 

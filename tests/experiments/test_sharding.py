@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, PartitionSpec
 
-from experiments import data, sharding, train
+from experiments import data, train
+from experiments.train import sharding
 
 CFG = train.model_config(train.TrainConfig(model_overrides="d_model=32,n_heads=2,max_len=32"))
 TC = train.TrainConfig(learning_rate=1e-2, warmup_steps=1, steps=10)

@@ -1,4 +1,4 @@
-"""Tests for experiments.stability: the measurement cores against independent references."""
+"""Tests for experiments.lab.stability: the measurement cores against independent references."""
 
 import functools
 
@@ -8,7 +8,7 @@ import pytest
 
 import analysis
 import transformer
-from experiments import stability
+from experiments.lab import stability
 
 
 def _cfg(**kw):

@@ -14,7 +14,8 @@ import numpy as np
 import optax
 import pytest
 
-from experiments import checkpoint, data, train
+from experiments import data, train
+from experiments.train import checkpoint
 from transformer import names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -51,7 +52,7 @@ def test_exact_resume_is_bit_identical(tmp_path):
   assert cfg == train.model_config(SMALL)
   assert_trees_equal(params, straight.state.params)
   # ... and so is what `python -m experiments atlas --checkpoint RUN_DIR` analyses.
-  from experiments import atlas
+  from experiments.commands import atlas
   atlas_cfg, atlas_params, _ = atlas.load_model(atlas.AtlasConfig(checkpoint=resumed.run_dir))
   assert atlas_cfg == cfg
   assert_trees_equal(atlas_params, params)
@@ -257,7 +258,7 @@ def test_huge_learning_rate_stops_without_saving_a_non_finite_checkpoint(tmp_pat
 
 
 def test_a_non_finite_gradient_norm_stops_the_run(tmp_path):
-  from experiments.run_folder import RunFolder
+  from experiments.train.run_folder import RunFolder
 
   with RunFolder(str(tmp_path), {"train": {}, "model": {}}) as folder:
     folder.open_log(0)
@@ -306,7 +307,7 @@ def test_a_finished_run_says_so_and_every_results_file_is_strict_json(tmp_path, 
   with open(os.path.join(run_dir, "results.json")) as f:
     assert f.read() == before
   # A report of a log with no validation rows has nulls, never NaN.
-  from experiments import train_report
+  from experiments.train import report as train_report
   with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
     f.write('{"step": 1, "loss": 2.0, "grad_norm": 1.0, "tokens_per_s": 5.0}\n')
   results = train_report.write(run_dir, checkpoint.read_config(run_dir))

@@ -294,7 +294,7 @@ def test_to_hf_names_the_params_cfg_order(tmp_path):
 
 
 def test_catalog_cli_reads_checkpoint(saved, capsys):
-  from experiments import demo
+  from experiments.commands import demo
 
   folder, params = saved
   assert demo.catalog_main(["--hf", str(folder), "--seq-len", "8"]) == 0

@@ -29,7 +29,8 @@ import jax
 import numpy as np
 
 import transformer
-from experiments import multirun, train
+from experiments import train
+from experiments.train import sweep
 
 CACHE_VERSION = 1
 
@@ -106,7 +107,7 @@ def _train_and_write(name: str, seeds: tuple[int, ...], root: str) -> None:
   """Trains the missing `seeds` of `name` together (one vmapped program) and caches each."""
   recipe = RECIPES[name]
   tc = recipe.train_config(seeds[0])
-  result = multirun.train_many(recipe.cfg, multirun.train_like(tc), seeds=seeds,
+  result = sweep.train_many(recipe.cfg, sweep.train_like(tc), seeds=seeds,
                                learning_rates=(recipe.learning_rate,), steps=recipe.steps,
                                data=recipe.data, batch_size=recipe.batch_size,
                                seq_len=recipe.seq_len, eval_every=recipe.steps, eval_batches=4)
@@ -150,7 +151,7 @@ def base_model(name: str, seed: int, *, root: str = "runs") -> tuple[dict, trans
 
   Example:
     >>> import tempfile
-    >>> from experiments.claims import base_model
+    >>> from experiments.models import base_model
     >>> params, cfg = base_model("quick", 0, root=tempfile.mkdtemp())  # trains: ~10 s
     >>> cfg.d_model
     64

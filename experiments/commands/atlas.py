@@ -37,8 +37,9 @@ import numpy as np
 import analysis
 import transformer
 from analysis import report
-from experiments import checkpoint, console, jsonio
-from experiments.demo import sample_text
+from experiments import console, jsonio
+from experiments.commands.demo import sample_text
+from experiments.train import checkpoint
 from transformer.model import param_tree
 
 
@@ -48,7 +49,7 @@ class AtlasConfig:
 
   Attributes:
     model: preset name (random init) when neither `checkpoint` nor `hf` is given.
-    checkpoint: a training run directory (`experiments.checkpoint.load_run`).
+    checkpoint: a training run directory (`experiments.train.checkpoint.load_run`).
     step: its checkpoint step (`None`: the latest intact one).
     hf: a Hugging Face checkpoint directory (`transformer.from_hf`).
     seed: init seed and Lanczos start-vector seed.

@@ -29,6 +29,7 @@ import optax
 
 import transformer
 from experiments import data as data_lib
+from experiments.train.step import OPTIMIZERS, TrainState, loss_fn, schedule, train_step
 
 DIVERGENCE_FACTOR = 1.5  # a loss above this × ln(vocab) is worse than guessing: diverged
 
@@ -75,12 +76,10 @@ def train_like(tc) -> Callable[..., optax.GradientTransformation]:
     >>> from experiments import multirun, train
     >>> tx = multirun.train_like(train.TrainConfig(steps=20))(learning_rate=3e-3)
   """
-  from experiments import train
-
-  unit = train.schedule(tc.replace(learning_rate=1.0))
+  unit = schedule(tc.replace(learning_rate=1.0))
 
   def make_tx(learning_rate):
-    tx = train.OPTIMIZERS[tc.optimizer](tc, lambda count: learning_rate * unit(count))
+    tx = OPTIMIZERS[tc.optimizer](tc, lambda count: learning_rate * unit(count))
     return optax.chain(optax.clip_by_global_norm(tc.grad_clip), tx) if tc.grad_clip else tx
 
   return make_tx
@@ -142,7 +141,7 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
 
   Example:
     >>> import optax, transformer
-    >>> from experiments.multirun import train_many
+    >>> from experiments.train.sweep import train_many
     >>> r = train_many(transformer.preset("tiny", d_model=32), optax.adam, seeds=(0, 1),
     ...                learning_rates=(1e-3, 1e-2), steps=4, data="task:modadd",
     ...                batch_size=4, seq_len=8, eval_every=2, eval_batches=1)
@@ -163,31 +162,19 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
   to_params = params_fn or (lambda trained: trained)
   init_trained = init_fn or (lambda key: model.init(
       key, jnp.zeros((1, min(8, cfg.max_len)), jnp.int32))["params"])
-  want_intermediates = aux_loss is not None
 
   def tx_for(lr):
     return optax.inject_hyperparams(make_tx)(learning_rate=lr) if sweep else make_tx()
-
-  def loss_fn(trained, tokens_BT1, weights_BT):
-    params = to_params(trained)
-    if want_intermediates:
-      logits_BTV, state = model.apply({"params": params}, tokens_BT1[:, :-1],
-                                      mutable=["intermediates"])
-    else:
-      logits_BTV = model.apply({"params": params}, tokens_BT1[:, :-1])
-    nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
-    ce = (nll_BT * weights_BT).sum() / weights_BT.sum()
-    total = ce + aux_loss(params, state["intermediates"]) if want_intermediates else ce
-    return total, ce
 
   def init_one(seed, lr):
     trained = init_trained(jax.random.key(seed))
     return trained, tx_for(lr).init(trained)
 
   def step_one(trained, opt_state, lr, tokens_BT1, weights_BT):
-    (_, ce), grads = jax.value_and_grad(loss_fn, has_aux=True)(trained, tokens_BT1, weights_BT)
-    updates, opt_state = tx_for(lr).update(grads, opt_state, trained)
-    return optax.apply_updates(trained, updates), opt_state, ce
+    state = TrainState(jnp.zeros((), jnp.int32), trained, opt_state)
+    state, metrics = train_step(state, tokens_BT1, weights_BT, model=model, tx=tx_for(lr),
+                                params_fn=params_fn, aux_loss=aux_loss)
+    return state.params, state.opt_state, metrics["loss"]
 
   # Outer axis: learning rates (batches shared); inner axis: seeds (lr shared).
   over_seeds = jax.vmap(step_one, in_axes=(0, 0, None, 0, 0))
@@ -197,10 +184,10 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
   def steps_of(step):
     """`n ≤ eval_every` steps of `step`; returns the state, the summed losses, a non-finite flag."""
 
-    def run(trained, opt_state, lr, tokens_N, weights_N, n, zeros):
+    def run(trained, opt_state, lr, tokens, weights, n, zeros):
       def body(i, carry):
         trained, opt_state, total, bad = carry
-        trained, opt_state, ce = step(trained, opt_state, lr, tokens_N[i], weights_N[i])
+        trained, opt_state, ce = step(trained, opt_state, lr, tokens[i], weights[i])
         return trained, opt_state, total + ce, bad | ~jnp.isfinite(ce)
 
       return jax.lax.fori_loop(0, n, body, (trained, opt_state, zeros, zeros.astype(bool)))
@@ -210,45 +197,46 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
   advance_all = jax.jit(steps_of(step_all))
   advance_one = jax.jit(steps_of(step_one))
 
-  def advance(trained, opt_state, lr_R, tokens_NSBT1, weights_NSBT, n):
+  def advance(trained, opt_state, rates, tokens, weights, n):
     if vectorize:
       zeros = jnp.zeros((len(lrs), len(seeds)), jnp.float32)
-      return advance_all(trained, opt_state, lr_R, tokens_NSBT1, weights_NSBT, n, zeros)
+      return advance_all(trained, opt_state, rates, tokens, weights, n, zeros)
     # One unbatched program per run, called in turn: the optimizer's count stays a scalar.
     # Each call is waited for: with several of these programs in flight at once (async
     # dispatch), XLA:CPU 0.10.2 deadlocked on `scale_by_condition`'s QR inside loops, as it
     # did with the runs batched by `vmap` or `lax.map` in one program.
     outs = [[jax.block_until_ready(advance_one(
         jax.tree.map(lambda x, r=r, s=s: x[r, s], trained),
-        jax.tree.map(lambda x, r=r, s=s: x[r, s], opt_state), lr_R[r],
-        tokens_NSBT1[:, s], weights_NSBT[:, s], n, jnp.zeros((), jnp.float32)))
+        jax.tree.map(lambda x, r=r, s=s: x[r, s], opt_state), rates[r],
+        tokens[:, s], weights[:, s], n, jnp.zeros((), jnp.float32)))
         for s in range(len(seeds))] for r in range(len(lrs))]
     return jax.tree.map(lambda *xs: jnp.stack(xs).reshape(len(lrs), len(seeds), *xs[0].shape),
                         *[o for row in outs for o in row])
 
-  def val_one(trained, tokens_EBT1, weights_EBT):
-    return jax.lax.map(lambda tw: loss_fn(trained, *tw)[1], (tokens_EBT1, weights_EBT)).mean()
+  def val_one(trained, tokens, weights):
+    params = to_params(trained)
+    return jax.lax.map(lambda tw: loss_fn(params, model, *tw), (tokens, weights)).mean()
 
   evaluate = jax.jit(jax.vmap(jax.vmap(val_one, in_axes=(0, 1, 1)), in_axes=(0, None, None)))
   params_of = jax.jit(jax.vmap(jax.vmap(to_params)))
 
   @jax.jit
-  def intermediates_of(trained, tokens_SBT1):
+  def intermediates_of(trained, seed_tokens):
     def one(trained, tokens_BT1):
       _, state = model.apply({"params": to_params(trained)}, tokens_BT1[:, :-1],
                              mutable=["intermediates"])
       return state["intermediates"]
 
-    return jax.vmap(jax.vmap(one, in_axes=(0, 0)), in_axes=(0, None))(trained, tokens_SBT1)
+    return jax.vmap(jax.vmap(one, in_axes=(0, 0)), in_axes=(0, None))(trained, seed_tokens)
 
-  lr_R = jnp.asarray(lrs if sweep else (0.0,), jnp.float32)
+  rates = jnp.asarray(lrs if sweep else (0.0,), jnp.float32)
   if vectorize:
-    trained, opt_state = init_all(jnp.asarray(seeds), lr_R)
+    trained, opt_state = init_all(jnp.asarray(seeds), rates)
   else:
     init_single = jax.jit(init_one)
     trained, opt_state = jax.tree.map(
         lambda *xs: jnp.stack(xs).reshape(len(lrs), len(seeds), *xs[0].shape),
-        *[jax.block_until_ready(init_single(seed, lr)) for lr in lr_R for seed in seeds])
+        *[jax.block_until_ready(init_single(seed, lr)) for lr in rates for seed in seeds])
   if eval_batches:
     val_tokens, val_weights = _batches(src, seeds, range(eval_batches), batch_size, "val")
   ends = list(range(eval_every, steps + 1, eval_every))
@@ -262,7 +250,7 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     if n < eval_every:  # pad to the compiled chunk length; the loop stops at n
       pad = ((0, eval_every - n),) + ((0, 0),) * (tokens.ndim - 1)
       tokens, weights = np.pad(tokens, pad), np.pad(weights, pad)
-    trained, opt_state, total, bad = advance(trained, opt_state, lr_R, tokens, weights, n)
+    trained, opt_state, total, bad = advance(trained, opt_state, rates, tokens, weights, n)
     mean = np.asarray(total) / n
     diverged |= np.asarray(bad) | ~(mean <= DIVERGENCE_FACTOR * math.log(cfg.vocab_size))
     loss.append(mean)

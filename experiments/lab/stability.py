@@ -13,7 +13,7 @@ floats and lists (JSON-ready).
 * `logit_certificate`: `analysis.logit_bound` against the measured largest attention logit;
   `logit_bound_run` tracks both through training with `optim.spectral_cap` on `W_Q`, `W_K`.
 
-Quick numbers (about a minute on 2 CPU cores): `python -m experiments.stability`.
+Quick numbers (about a minute on 2 CPU cores): `python -m experiments.lab.stability`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import analysis
 import optim
 import transformer
 from experiments import data
-from experiments.train import loss_fn
+from experiments.train.step import TrainState, loss_fn, train_step
 from transformer.linalg import serial
 from transformer.model import param_tree
 
@@ -104,7 +104,7 @@ def depth_point(cfg: transformer.Config, seed: int, *, seq_len: int = 8,
 
   Example:
     >>> import transformer
-    >>> from experiments.stability import depth_point
+    >>> from experiments.lab.stability import depth_point
     >>> cfg = transformer.Config(vocab_size=32, d_model=8, n_layers=2, n_heads=2, max_len=8)
     >>> out = depth_point(cfg, seed=0, seq_len=4)
     >>> len(out["dist_from_one"]), 0 < out["max_dist_from_one"] < 1  # one value per layer
@@ -123,7 +123,7 @@ def depth_sweep(base: transformer.Config, seed: int, *, depths=DEPTHS, arms=None
 
   Example:
     >>> import transformer
-    >>> from experiments.stability import depth_sweep
+    >>> from experiments.lab.stability import depth_sweep
     >>> base = transformer.Config(vocab_size=32, d_model=8, n_layers=1, n_heads=2, max_len=8)
     >>> out = depth_sweep(base, 0, depths=(1, 2), arms={"pre": {}}, seq_len=4)
     >>> sorted(out["pre"])
@@ -164,7 +164,7 @@ def condition_profile(params, cfg: transformer.Config, tokens_BT: jax.Array, *,
 
   Example:
     >>> import jax, transformer
-    >>> from experiments.stability import condition_profile
+    >>> from experiments.lab.stability import condition_profile
     >>> cfg = transformer.Config(vocab_size=32, d_model=8, n_layers=2, n_heads=2, max_len=16)
     >>> params = transformer.init(cfg, jax.random.key(0))
     >>> tokens = jax.random.randint(jax.random.key(1), (4, 16), 0, 32)
@@ -192,7 +192,7 @@ def logit_certificate(params, cfg: transformer.Config, tokens_BT: jax.Array) -> 
 
   Example:
     >>> import jax, transformer
-    >>> from experiments.stability import logit_certificate
+    >>> from experiments.lab.stability import logit_certificate
     >>> cfg = transformer.Config(vocab_size=32, d_model=8, n_layers=2, n_heads=2, max_len=16)
     >>> params = transformer.init(cfg, jax.random.key(0))
     >>> tokens = jax.random.randint(jax.random.key(1), (4, 16), 0, 32)
@@ -251,9 +251,9 @@ def train_tracked(cfg: transformer.Config, tx: optax.GradientTransformation, see
   @jax.jit
   def step_fn(params, opt_state, tokens_BT1):
     weights_BT = jnp.ones((tokens_BT1.shape[0], tokens_BT1.shape[1] - 1))
-    loss, grads = jax.value_and_grad(loss_fn)(params, model, tokens_BT1, weights_BT)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    state = TrainState(jnp.zeros((), jnp.int32), params, opt_state)
+    state, metrics = train_step(state, tokens_BT1, weights_BT, model=model, tx=tx)
+    return state.params, state.opt_state, metrics["loss"]
 
   eval_tokens = jnp.asarray(eval_tokens)
   measure_jit = jax.jit(measure)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import transformer
-from experiments import checkpoint
+from experiments.train import checkpoint
 
 
 def continue_bytes(params, cfg: transformer.Config, prompt: bytes, max_new_tokens: int, *,
@@ -28,7 +28,7 @@ def continue_bytes(params, cfg: transformer.Config, prompt: bytes, max_new_token
 
   Example:
     >>> import jax, transformer
-    >>> from experiments.sample import continue_bytes
+    >>> from experiments.commands.sample import continue_bytes
     >>> cfg = transformer.preset("tiny", d_model=32, n_heads=2)
     >>> params = transformer.init(cfg, jax.random.key(0))
     >>> len(continue_bytes(params, cfg, b"Hi", 4, temperature=0))
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
 
 def catalog_main(argv=None) -> int:
   """`python -m experiments catalog --checkpoint RUN_DIR [--step N]`: a trained run's matrices."""
-  from experiments.demo import format_catalog
+  from experiments.commands.demo import format_catalog
 
   p = argparse.ArgumentParser(prog="python -m experiments catalog",
                               description="Print the matrix catalog of a training run's "

@@ -5,11 +5,11 @@
 About 15 s on 2 CPU cores: the `tiny` model's validation loss falls from ln 256 = 5.55
 nats to about 2.36, well below the unigram entropy of the bytes (3.21 nats). A run writes
 `runs/train/<run-id>/{config.json, metrics.jsonl, checkpoints/, events.out.tfevents.*,
-results.json, report.md, loss.png}` (`experiments.run_folder`).
+results.json, report.md, loss.png}` (`experiments.train.run_folder`).
 
 The state is `TrainState(step, params, opt_state)`; the step function is
 `jax.jit(..., donate_argnums=0)` with `NamedSharding`s on state and batch over a
-`("data", "fsdp")` mesh (`experiments.sharding`). The loss is the mean cross-entropy over the
+`("data", "fsdp")` mesh (`experiments.train.sharding`). The loss is the mean cross-entropy over the
 scored targets; the optimizer is any `optax.GradientTransformation` (the CLI offers those in
 `OPTIMIZERS`, each after global-norm clipping, with a warm-up + cosine schedule). On the
 synthetic tasks (`--data task:NAME`) each evaluation also reports exact-match accuracy.
@@ -27,9 +27,7 @@ tested with two local processes in `tests/experiments/test_multiprocess.py`).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import dataclasses
 import math
 import os
 import signal
@@ -45,121 +43,12 @@ import numpy as np
 import optax
 
 import transformer
-from experiments import checkpoint, console, data, sharding, train_report
-from experiments.run_folder import RunFolder
-from transformer import names
-
-EXAMPLES = """examples:
-  python -m experiments train --steps 300                     # tiny model on stdlib text
-  python -m experiments train --data task:recall --steps 2000 # a synthetic task, exact match
-  python -m experiments train --optimizer muon --muon-learning-rate 0.02
-  python -m experiments train --run-dir runs/train/my-run     # resume (or extend) a run
-  python -m experiments train --model-overrides d_model=32,n_layers=2 --data 'docs/**/*.md'
-"""
-
-
-def _field(default, help: str, **kw):
-  return dataclasses.field(default=default, metadata={"help": help, **kw})
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-  """Everything that defines a training run; each field is a `--flag` of the CLI."""
-
-  model: str = _field("tiny", "model preset", choices=sorted(transformer.PRESETS))
-  model_overrides: str = _field("", "Config overrides, e.g. 'd_model=32,n_layers=2'")
-  data: str = _field("stdlib", "'stdlib', a text file, folder or glob, or task:NAME "
-                     f"({', '.join(data.TASKS)})")
-  val_fraction: float = _field(0.05, "fraction of files held out for validation")
-  seq_len: int = _field(64, "tokens per training sequence (text data)")
-  batch_size: int = _field(16, "sequences per step (global, over all devices)")
-  optimizer: str = _field("adamw", "optimizer", choices=("adamw", "sgd", "muon"))
-  steps: int = _field(300, "total steps; the schedule decays to the end of these")
-  learning_rate: float = _field(3e-3, "peak learning rate (AdamW, SGD; with --optimizer muon "
-                                "the rate of the embedding, output and vectors)")
-  muon_learning_rate: float = _field(0.02, "peak learning rate of Muon on the hidden matrices "
-                                     "(--optimizer muon only)")
-  warmup_steps: int = _field(30, "linear warm-up steps")
-  final_lr_fraction: float = _field(0.1, "cosine decay ends at this fraction of the peak")
-  weight_decay: float = _field(0.1, "decoupled weight decay on matrices (adamw, muon)")
-  grad_clip: float = _field(1.0, "clip the global gradient norm to this (0: no clipping)")
-  dtype: str = _field("float32", "matmul compute dtype", choices=("float32", "bfloat16"))
-  seed: int = _field(0, "seed of the init and of the batch stream")
-  mesh: str = _field("data=1", "device mesh, e.g. 'data=8' or 'data=2,fsdp=4'")
-  eval_every: int = _field(100, "validation loss every this many steps (and at the end)")
-  eval_batches: int = _field(8, "validation batches per evaluation (the same every time)")
-  log_every: int = _field(10, "fetch metrics from the device every this many steps")
-  checkpoint_every: int = _field(100, "save a checkpoint every this many steps (and at the end)")
-  keep_checkpoints: int = _field(3, "checkpoints kept on disk")
-  stop_at: int = _field(0, "stop after this step (0: run to --steps); resume later")
-  run_dir: str = _field("", "run folder; an existing one is resumed (default "
-                        "runs/train/<time>-<model>-<optimizer>)")
-  progress: bool = _field(True, "show progress (a bar on a terminal, else periodic lines)")
-  distributed: bool = _field(False, "join a multi-process run: jax.distributed.initialize() "
-                             "before anything else (see --coordinator-address)")
-  coordinator_address: str = _field("", "host:port of process 0's coordinator, the same on "
-                                    "every process (--distributed; default: "
-                                    "$JAX_COORDINATOR_ADDRESS, or auto-detected on Cloud TPU, "
-                                    "SLURM, Open MPI)")
-  num_processes: int = _field(0, "processes in the run (--distributed; 0: auto-detect)")
-  process_id: int = _field(-1, "this process's index, 0 … num_processes-1 (--distributed; "
-                           "-1: auto-detect)")
-
-  def replace(self, **changes) -> TrainConfig:
-    return dataclasses.replace(self, **changes)
-
-  def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  def validate(self) -> None:
-    """Raises `ValueError` naming the first flag with an impossible value, and the fix."""
-    at_least = {"steps": 1, "batch_size": 1, "seq_len": 1, "eval_batches": 1,
-                "keep_checkpoints": 1, "warmup_steps": 0, "eval_every": 0, "log_every": 0,
-                "checkpoint_every": 0, "stop_at": 0}
-    for name, low in at_least.items():
-      if getattr(self, name) < low:
-        raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} must be at least "
-                         f"{low}.")
-    for name in ("learning_rate", "muon_learning_rate", "weight_decay", "grad_clip"):
-      value = getattr(self, name)
-      if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"--{name.replace('_', '-')} {value} must be a finite number >= 0.")
-    if not 0 <= self.final_lr_fraction <= 1:
-      raise ValueError(f"--final-lr-fraction {self.final_lr_fraction} must lie in [0, 1].")
-    launch = {"coordinator_address": self.coordinator_address != "",
-              "num_processes": self.num_processes != 0, "process_id": self.process_id != -1}
-    if not self.distributed and any(launch.values()):
-      name = next(k for k, given in launch.items() if given).replace("_", "-")
-      raise ValueError(f"--{name} only applies to a multi-process run. Fix: add --distributed, "
-                       f"or drop --{name}.")
-    if self.num_processes < 0:
-      raise ValueError(f"--num-processes {self.num_processes} must be a count of processes, "
-                       "or 0 to auto-detect it.")
-    if self.distributed and not self.run_dir:
-      raise ValueError("--distributed needs --run-dir: every process must write the same "
-                       "folder (the default name holds each process's own start time). Fix: "
-                       "pass --run-dir on a filesystem all processes share.")
-    if launch["num_processes"] != launch["process_id"]:
-      raise ValueError("--num-processes and --process-id go together. Fix: pass both (each "
-                       "process its own --process-id), or neither to auto-detect them.")
-    if launch["process_id"] and not 0 <= self.process_id < self.num_processes:
-      raise ValueError(f"--process-id {self.process_id} must lie in 0 … --num-processes - 1 = "
-                       f"{self.num_processes - 1}. Fix: number the processes 0, 1, … "
-                       f"{self.num_processes - 1}.")
-
-
-# Fields that may change when a run is resumed: they do not alter the trajectory (on one mesh).
-RESUMABLE = ("stop_at", "run_dir", "progress", "log_every", "eval_every", "eval_batches",
-             "checkpoint_every", "keep_checkpoints", "mesh", "distributed", "coordinator_address",
-             "num_processes", "process_id")
-
-
-class TrainState(NamedTuple):
-  """What a step reads and writes: the step count, the params and the optimizer state."""
-
-  step: jax.Array
-  params: Any
-  opt_state: Any
+from experiments import console, data
+from experiments.train import checkpoint, sharding
+from experiments.train import report as train_report
+from experiments.train.config import RESUMABLE, TrainConfig, model_config
+from experiments.train.run_folder import RunFolder
+from experiments.train.step import Trainer, TrainState, build, cached_trainer, schedule
 
 
 class TrainResult(NamedTuple):
@@ -172,56 +61,6 @@ class TrainResult(NamedTuple):
 
 class NonFiniteLoss(FloatingPointError):
   """The training loss, the gradient norm or the parameters became NaN or infinite."""
-
-
-# ------------------------------------------------------------------------------ optimizers
-
-
-def _adamw(tc: TrainConfig, lr_schedule):
-  return optax.adamw(lr_schedule, b1=0.9, b2=0.95, weight_decay=tc.weight_decay,
-                     mask=names.decay_mask)
-
-
-def _sgd(tc: TrainConfig, lr_schedule):
-  del tc
-  return optax.sgd(lr_schedule, momentum=0.9, nesterov=True)
-
-
-def _muon(tc: TrainConfig, lr_schedule):
-  """Muon on the hidden matrices (`optim.labels`) at `muon_learning_rate`, AdamW on the rest.
-
-  Both rates follow the same warm-up and cosine shape; Muon's updates have unit spectral
-  norm per matrix, so its good rates (~0.02) are an order above AdamW's.
-  """
-  import optim  # imported only when asked for: `train` does not otherwise need it
-
-  return optim.muon(learning_rate=schedule(tc, peak=tc.muon_learning_rate),
-                    adam_learning_rate=lr_schedule, label_fn=optim.labels,
-                    weight_decay=tc.weight_decay)
-
-
-OPTIMIZERS: dict[str, Callable[[TrainConfig, optax.Schedule], optax.GradientTransformation]] = {
-    "adamw": _adamw,
-    "sgd": _sgd,
-    "muon": _muon,
-}
-
-
-def schedule(tc: TrainConfig, peak: float | None = None) -> optax.Schedule:
-  """Linear warm-up to `peak` (default `learning_rate`), then cosine decay to
-  `final_lr_fraction` of it."""
-  peak = tc.learning_rate if peak is None else peak
-  return optax.warmup_cosine_decay_schedule(
-      0.0, peak, tc.warmup_steps, max(tc.steps, tc.warmup_steps + 1), peak * tc.final_lr_fraction)
-
-
-def optimizer(tc: TrainConfig) -> optax.GradientTransformation:
-  """Global-norm clipping, then `OPTIMIZERS[tc.optimizer]` on the schedule."""
-  if tc.optimizer not in OPTIMIZERS:
-    raise ValueError(f"--optimizer {tc.optimizer!r} is unknown. Fix: use one of "
-                     f"{sorted(OPTIMIZERS)}.")
-  tx = OPTIMIZERS[tc.optimizer](tc, schedule(tc))
-  return optax.chain(optax.clip_by_global_norm(tc.grad_clip), tx) if tc.grad_clip else tx
 
 
 # ---------------------------------------------------------------------------- multi-process
@@ -274,133 +113,6 @@ def _share_config(run_dir: str, record: dict, primary: bool) -> None:
   if primary and not os.path.exists(os.path.join(run_dir, checkpoint.CONFIG_FILE)):
     checkpoint.write_config(run_dir, record)
   multihost_utils.sync_global_devices("experiments.train: config.json written")
-
-
-# ----------------------------------------------------------------------------- model, step
-
-
-def _parse_value(text: str):
-  for cast in (int, float):
-    try:
-      return cast(text)
-    except ValueError:
-      pass
-  return {"true": True, "false": False, "none": None}.get(text.lower(), text)
-
-
-def model_config(tc: TrainConfig) -> transformer.Config:
-  """The model's `Config`: the preset, the overrides, and the compute dtype."""
-  known = {f.name for f in dataclasses.fields(transformer.Config)}
-  overrides = {}
-  for part in filter(None, (p.strip() for p in tc.model_overrides.split(","))):
-    name, eq, value = part.partition("=")
-    if not eq:
-      raise ValueError(f"--model-overrides: cannot read {part!r}. Fix: write name=value pairs.")
-    name = name.strip()
-    if name not in known:
-      raise ValueError(f"--model-overrides: unknown field {name!r}. Fix: use fields of "
-                       f"transformer.Config: {', '.join(sorted(known))}.")
-    overrides[name] = _parse_value(value.strip())
-  return transformer.preset(tc.model, dtype=tc.dtype, **overrides)
-
-
-def loss_fn(params, model: transformer.Transformer, tokens_BT1, weights_BT):
-  """Mean cross-entropy (nats) of the scored next tokens.
-
-  .. math:: \\mathcal L = \\frac{\\sum_{bt} w_{bt}\\,(-\\log p(y_{bt} | y_{b,<t}))}
-     {\\sum_{bt} w_{bt}}, \\quad y = \\text{tokens}[:, 1:]
-  """
-  logits_BTV = model.apply({"params": params}, tokens_BT1[:, :-1])
-  nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
-  return (nll_BT * weights_BT).sum() / weights_BT.sum()
-
-
-def exact_match(logits_BTV, tokens_BT1, weights_BT):
-  """Fraction of sequences whose every scored target is the arg-max (`data.exact_match`)."""
-  wrong_BT = (logits_BTV.argmax(-1) != tokens_BT1[:, 1:]) & (weights_BT > 0)
-  return jnp.mean(~wrong_BT.any(-1))
-
-
-def eval_metrics(params, model: transformer.Transformer, tokens_BT1, weights_BT):
-  """`{loss, exact_match}` of one validation batch (see `loss_fn`, `exact_match`)."""
-  logits_BTV = model.apply({"params": params}, tokens_BT1[:, :-1])
-  nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
-  return {"loss": (nll_BT * weights_BT).sum() / weights_BT.sum(),
-          "exact_match": exact_match(logits_BTV, tokens_BT1, weights_BT)}
-
-
-def train_step(state: TrainState, tokens_BT1, weights_BT, *, model, tx, lr_schedule):
-  """One optimizer step. Returns the new state and `{loss, grad_norm, lr}` of this step."""
-  loss, grads = jax.value_and_grad(loss_fn)(state.params, model, tokens_BT1, weights_BT)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": lr_schedule(state.step)}
-  return TrainState(state.step + 1, optax.apply_updates(state.params, updates), opt_state), metrics
-
-
-class Trainer(NamedTuple):
-  """The compiled pieces of a run on one mesh (built by `build`)."""
-
-  init: Callable  # key -> TrainState, placed on `shardings`
-  step: Callable  # (state, tokens, weights) -> (state, metrics), donates `state`
-  evaluate: Callable  # (params, tokens, weights) -> {loss, exact_match}
-  shardings: TrainState
-  abstract: TrainState
-  batch_sharding: Any
-
-
-def build(cfg: transformer.Config, tx: optax.GradientTransformation, mesh,
-          lr_schedule: optax.Schedule = lambda step: 0.0) -> Trainer:
-  """Jits init, step and evaluation with the state sharded over `mesh` (see `sharding`).
-
-  Args:
-    cfg: model config.
-    tx: any optax transformation.
-    mesh: a `("data", "fsdp")` mesh from `sharding.make_mesh`.
-    lr_schedule: reported as the `lr` metric (the schedule inside `tx` is what acts).
-
-  Returns:
-    A `Trainer`.
-  """
-  model = transformer.Transformer(cfg)
-
-  def init(key):
-    params = transformer.init(cfg, key)
-    return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
-
-  abstract = jax.eval_shape(init, jax.random.key(0))
-  shardings = TrainState(sharding.replicated(mesh),
-                         sharding.param_shardings(mesh, abstract.params),
-                         sharding.param_shardings(mesh, abstract.opt_state))
-  batch = sharding.batch_sharding(mesh)
-  step = jax.jit(lambda s, t, w: train_step(s, t, w, model=model, tx=tx, lr_schedule=lr_schedule),
-                 in_shardings=(shardings, batch, batch),
-                 out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
-  evaluate = jax.jit(lambda p, t, w: eval_metrics(p, model, t, w),
-                     in_shardings=(shardings.params, batch, batch))
-  return Trainer(jax.jit(init, out_shardings=shardings), step, evaluate, shardings, abstract,
-                 batch)
-
-
-# The fields that define the compiled step; runs that agree on them share one executable.
-STEP_FIELDS = ("optimizer", "steps", "learning_rate", "muon_learning_rate", "warmup_steps",
-               "final_lr_fraction", "weight_decay", "grad_clip", "mesh")
-
-# Compiled trainers of this process, keyed by `(cfg, STEP_FIELDS values)`: a sweep of runs that
-# differ only in seed or data compiles once. Oldest evicted beyond `TRAINER_CACHE_SIZE`;
-# `TRAINERS.clear()` frees them.
-TRAINERS: dict[tuple, Trainer] = {}
-TRAINER_CACHE_SIZE = 8
-
-
-def cached_trainer(cfg: transformer.Config, tc: TrainConfig) -> Trainer:
-  """`build(cfg, optimizer(tc), mesh, schedule(tc))`, reused from `TRAINERS` when it exists."""
-  key = (cfg, tuple(getattr(tc, f) for f in STEP_FIELDS))
-  if key not in TRAINERS:
-    while len(TRAINERS) >= TRAINER_CACHE_SIZE:
-      TRAINERS.pop(next(iter(TRAINERS)))
-    mesh = sharding.make_mesh(sharding.parse_mesh(tc.mesh))
-    TRAINERS[key] = build(cfg, optimizer(tc), mesh, schedule(tc))
-  return TRAINERS[key]
 
 
 # ------------------------------------------------------------------------------- the loop
@@ -553,18 +265,22 @@ def _loop(tc: TrainConfig, trainer: Trainer, src, folder: RunFolder, state: Trai
       for s in range(start + 1, end + 1):
         state, metrics = trainer.step(state, *put(src.batch(tc.seed, s, tc.batch_size)))
         buffer.add(s, metrics)
-        bar.update(1)
         due = {name: _due(s, every, end) for name, every in (
             ("log", tc.log_every), ("callback", callback_every), ("eval", tc.eval_every),
             ("save", tc.checkpoint_every))}
         if jax.process_count() == 1 and interrupt["requested"]:
+          bar.update(1)
           raise KeyboardInterrupt
         if not any(due.values()):
+          bar.update(1)
           continue
         if _stop_agreed(interrupt["requested"]):
+          bar.update(1)
           raise KeyboardInterrupt  # with several processes: every one, at this same step
         last = buffer.flush()
+        # The postfix first, then the count: a printed progress line shows this step's numbers.
         bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:,.0f}")
+        bar.update(1)
         if callback is not None and callback_every and s % callback_every == 0:
           callback(s, state, last)
         if due["eval"]:
@@ -685,50 +401,3 @@ def load_checkpoint(run_dir: str, step: int | None = None) -> tuple[transformer.
   params, cfg = checkpoint.load_run(run_dir, step)
   return cfg, params
 
-
-# ------------------------------------------------------------------------------------ CLI
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-  """Keeps the description's layout; appends each option's default once (none for flags)."""
-
-  def _get_help_string(self, action):
-    help = action.help or ""
-    if "%(default)" in help or action.default in (None, argparse.SUPPRESS):
-      return help
-    return help + " (default: %(default)s)"
-
-
-def parser() -> argparse.ArgumentParser:
-  """`--flag` per `TrainConfig` field, with its type, choices, help and default."""
-  intro = __doc__.split("\n\n")
-  p = argparse.ArgumentParser(prog="python -m experiments train",
-                              description=intro[0] + "\n\n" + intro[2].strip(),
-                              epilog=EXAMPLES, formatter_class=_HelpFormatter)
-  for f in dataclasses.fields(TrainConfig):
-    flag = "--" + f.name.replace("_", "-")
-    if isinstance(f.default, bool):
-      p.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
-                     help=f.metadata["help"] + " (default: %(default)s)")
-    else:
-      p.add_argument(flag, type=type(f.default), default=f.default, help=f.metadata["help"],
-                     choices=f.metadata.get("choices"))
-  return p
-
-
-def main(argv=None) -> int:
-  """`python -m experiments train [--flags]`; returns the exit status."""
-  tc = TrainConfig(**vars(parser().parse_args(argv)))
-  try:
-    result = train(tc)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  except NonFiniteLoss as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
-  except KeyboardInterrupt:
-    return 130
-  val = "" if math.isnan(result.val_loss) else f": validation loss {result.val_loss:.4f} nats"
-  print(f"step {int(result.state.step)}{val}; run folder {result.run_dir}")
-  return 0

@@ -13,7 +13,7 @@ has no repeated or missing steps.
 
 Example:
   >>> import tempfile
-  >>> from experiments.run_folder import RunFolder
+  >>> from experiments.train.run_folder import RunFolder
   >>> folder = RunFolder(tempfile.mkdtemp(), {"train": {"steps": 2}, "model": {}})
   >>> folder.open_log(start=0)
   >>> folder.log({"step": 1, "loss": 2.5}); folder.log({"step": 1, "val_loss": float("nan")})
@@ -28,7 +28,8 @@ import math
 import os
 from typing import Any
 
-from experiments import checkpoint, jsonio
+from experiments import jsonio
+from experiments.train import checkpoint
 
 METRICS_FILE = "metrics.jsonl"
 

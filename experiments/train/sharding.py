@@ -11,7 +11,7 @@ linen modules do not support (`ShardingTypeError` inside `nn.Embed`, even on one
 
 Example:
   >>> import jax, transformer
-  >>> from experiments.sharding import make_mesh, param_shardings, parse_mesh
+  >>> from experiments.train.sharding import make_mesh, param_shardings, parse_mesh
   >>> params = transformer.init(transformer.preset("tiny"), jax.random.key(0))
   >>> mesh = make_mesh(parse_mesh("data=2,fsdp=4"))   # 8 devices (simulated on CPU)
   >>> shardings = param_shardings(mesh, params)     # a pytree of NamedSharding

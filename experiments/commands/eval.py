@@ -46,7 +46,8 @@ import numpy as np
 import optax
 
 import transformer
-from experiments import checkpoint, console, data, jsonio
+from experiments import console, data, jsonio
+from experiments.train import checkpoint
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "tokenizer_config.json")
 
@@ -89,7 +90,7 @@ def latent_logits_fn(comp) -> Callable:
   Example:
     >>> import jax, numpy as np, transformer
     >>> from transformer import latent
-    >>> from experiments.eval import evaluate, latent_logits_fn
+    >>> from experiments.commands.eval import evaluate, latent_logits_fn
     >>> cfg = transformer.preset("tiny", d_model=32, n_heads=2, max_len=16)
     >>> params = transformer.init(cfg, jax.random.key(0))
     >>> comp = latent.weight_compression(params, cfg, rank=cfg.d_head)  # full rank, float32
@@ -114,7 +115,7 @@ def calibration_windows(raw: bytes | np.ndarray, seq_len: int, n: int = 32) -> n
 
   Example:
     >>> import numpy as np
-    >>> from experiments.eval import calibration_windows
+    >>> from experiments.commands.eval import calibration_windows
     >>> calibration_windows(np.arange(10, dtype=np.uint8), 3, n=2).tolist()
     [[0, 1, 2, 3], [6, 7, 8, 9]]
   """
@@ -134,7 +135,7 @@ def windows(tokens: np.ndarray, seq_len: int) -> data.Batch:
 
   Example:
     >>> import numpy as np
-    >>> from experiments.eval import windows
+    >>> from experiments.commands.eval import windows
     >>> b = windows(np.arange(6), seq_len=3)
     >>> b.tokens.tolist(), b.weights.tolist()
     ([[0, 1, 2, 3], [3, 4, 5, 0]], [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -174,7 +175,7 @@ def evaluate(params, cfg: transformer.Config, tokens, *, n_bytes: int | None = N
 
   Example:
     >>> import jax, numpy as np, transformer
-    >>> from experiments.eval import evaluate
+    >>> from experiments.commands.eval import evaluate
     >>> cfg = transformer.preset("tiny", d_model=32, n_heads=2, max_len=16)
     >>> params = transformer.init(cfg, jax.random.key(0))
     >>> r = evaluate(params, cfg, np.frombuffer(b"hello, world! " * 4, np.uint8))

@@ -1,0 +1,143 @@
+"""The schema of `results.json` (a claim's run and the tour's): validators that raise.
+
+They never look at which verdict was reached, only that the file has the shape DESIGN.md
+states, strict JSON (`null`, never `NaN`) included.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+from experiments.claims.claim import VERDICTS
+from experiments.jsonio import load_strict
+
+RESULT_KEYS = ("claim", "quick", "seeds", "config", "arms", "effects", "verdict", "reason",
+               "thresholds", "anchors", "runtime_s", "env", "git")
+EFFECT_KEYS = ("name", "arm", "baseline", "metric", "mean", "ci95")
+TOUR_KEYS = ("quick", "runtime_s", "claims")
+TOUR_ENTRY_KEYS = ("claim", "verdict", "reason", "results")
+
+
+def _is_num(x) -> bool:
+  return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)
+                       and math.isfinite(x))
+
+
+def _need(ok: bool, where: str, what: str) -> None:
+  if not ok:
+    raise ValueError(f"results.json schema: {where}: {what}")
+
+
+def _keys(obj, keys, where: str) -> None:
+  _need(isinstance(obj, dict), where, "must be an object")
+  _need(set(obj) == set(keys), where,
+        f"keys {sorted(obj)} must be exactly {sorted(keys)}")
+
+
+def _finite_tree(tree, where: str) -> None:
+  if isinstance(tree, dict):
+    for k, v in tree.items():
+      _finite_tree(v, f"{where}.{k}")
+  elif isinstance(tree, list):
+    for i, v in enumerate(tree):
+      _finite_tree(v, f"{where}[{i}]")
+  elif isinstance(tree, float):
+    _need(math.isfinite(tree), where, f"{tree} is not finite (write null)")
+
+
+def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
+  """Checks a claim's `results.json` dict against the DESIGN.md schema; raises `ValueError`.
+
+  Never looks at which verdict was reached, only that it is one of `VERDICTS`.
+
+  Example:
+    >>> from experiments.claims.schema import validate_results
+    >>> validate_results({"claim": "x"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: results.json schema: results: keys ['claim'] must be exactly [...]
+  """
+  _keys(obj, RESULT_KEYS, "results")
+  _finite_tree(obj, "results")
+  _need(isinstance(obj["claim"], str), "claim", "must be a string")
+  if claim_ids is not None:
+    _need(obj["claim"] in claim_ids, "claim", f"{obj['claim']!r} is not a claim id")
+  _need(isinstance(obj["quick"], bool), "quick", "must be true or false")
+  _need(isinstance(obj["seeds"], list) and obj["seeds"]
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in obj["seeds"]),
+        "seeds", "must be a non-empty list of integers")
+  _need(isinstance(obj["config"], dict), "config", "must be an object")
+  _need(isinstance(obj["arms"], dict) and obj["arms"], "arms", "must be a non-empty object")
+  seeds = {str(s) for s in obj["seeds"]}
+  for arm, body in obj["arms"].items():
+    _keys(body, ("runs", "mean", "std"), f"arms.{arm}")
+    _need(set(body["runs"]) == seeds, f"arms.{arm}.runs", f"keys must be the seeds {sorted(seeds)}")
+    for seed, metrics in body["runs"].items():
+      _need(isinstance(metrics, dict) and all(_is_num(v) for v in metrics.values()),
+            f"arms.{arm}.runs.{seed}", "must map metric names to numbers or null")
+    for part in ("mean", "std"):
+      _need(isinstance(body[part], dict) and all(_is_num(v) for v in body[part].values()),
+            f"arms.{arm}.{part}", "must map metric names to numbers or null")
+  _need(isinstance(obj["effects"], list), "effects", "must be a list")
+  for i, e in enumerate(obj["effects"]):
+    _keys(e, EFFECT_KEYS, f"effects[{i}]")
+    _need(all(isinstance(e[k], str) for k in ("name", "arm", "metric")), f"effects[{i}]",
+          "name, arm and metric must be strings")
+    _need(e["baseline"] is None or isinstance(e["baseline"], str), f"effects[{i}].baseline",
+          "must be a string or null")
+    _need(_is_num(e["mean"]), f"effects[{i}].mean", "must be a number or null")
+    _need(isinstance(e["ci95"], list) and len(e["ci95"]) == 2 and all(map(_is_num, e["ci95"])),
+          f"effects[{i}].ci95", "must be [lo, hi] of numbers or nulls")
+  _need(obj["verdict"] in VERDICTS, "verdict", f"must be one of {VERDICTS}")
+  _need(isinstance(obj["reason"], str) and obj["reason"], "reason", "must be a non-empty string")
+  _need(isinstance(obj["thresholds"], list), "thresholds", "must be a list")
+  _need(isinstance(obj["anchors"], list), "anchors", "must be a list")
+  _need(_is_num(obj["runtime_s"]) and obj["runtime_s"] is not None, "runtime_s",
+        "must be a number")
+  _keys(obj["env"], ("jax", "backend", "device"), "env")
+  _need(all(isinstance(v, str) for v in obj["env"].values()), "env", "values must be strings")
+  _need(obj["git"] is None or isinstance(obj["git"], str), "git", "must be a string or null")
+
+
+def validate_tour(obj: dict, claim_ids: Sequence[str]) -> None:
+  """Checks a tour's `results.json` dict: `quick`, `runtime_s`, and one entry per claim in order."""
+  _keys(obj, TOUR_KEYS, "tour")
+  _finite_tree(obj, "tour")
+  _need(isinstance(obj["quick"], bool), "tour.quick", "must be true or false")
+  _need(_is_num(obj["runtime_s"]) and obj["runtime_s"] is not None, "tour.runtime_s",
+        "must be a number")
+  _need(isinstance(obj["claims"], list), "tour.claims", "must be a list")
+  _need([c.get("claim") for c in obj["claims"]] == list(claim_ids), "tour.claims",
+        f"must list the claims {list(claim_ids)} in this order")
+  for c in obj["claims"]:
+    _keys(c, TOUR_ENTRY_KEYS, f"tour.claims[{c['claim']}]")
+    _need(c["verdict"] in VERDICTS, f"tour.claims[{c['claim']}].verdict",
+          f"must be one of {VERDICTS}")
+    _need(isinstance(c["reason"], str), f"tour.claims[{c['claim']}].reason", "must be a string")
+    _need(c["results"] is None or isinstance(c["results"], str),
+          f"tour.claims[{c['claim']}].results", "must be a path or null")
+
+
+def validate_runs(claim_ids: Sequence[str], root: str = "runs") -> int:
+  """Validates every `results.json` under `root/claims` and `root/tour`; returns how many.
+
+  Run as `python -m experiments.claims.validate [ROOT]` (CI does, after `tour --quick`).
+  """
+  count = 0
+  for kind in ("claims", "tour"):
+    for folder, _, names in sorted(os.walk(os.path.join(root, kind))):
+      if "results.json" not in names:
+        continue
+      obj = load_strict(os.path.join(folder, "results.json"))
+      try:
+        if kind == "tour":
+          validate_tour(obj, claim_ids)
+        else:
+          validate_results(obj, claim_ids)
+      except ValueError as e:
+        raise ValueError(f"{folder}/results.json: {e}") from None
+      count += 1
+  return count
+

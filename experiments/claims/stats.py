@@ -1,0 +1,190 @@
+"""The arithmetic of a verdict: t-quantiles, intervals, paired effects, rank correlations.
+
+Arms with the same seed share initialisation and data stream, so an effect is the paired
+difference `arm − baseline`, seed by seed; its interval is the 95% t-interval of the mean
+over seeds. `evaluate` gives the interval a `Threshold` is decided on and whether its
+conditions hold (the whole interval must satisfy a condition). `fmt` is how every number in
+a report is written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from experiments.claims.claim import Threshold, parse_condition
+
+# t_{0.975, ν} for ν = 1 … 30 (scipy.stats.t.ppf, 6 decimals); beyond, a Cornish–Fisher series.
+_T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
+         2.262157, 2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905,
+         2.109816, 2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899,
+         2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272)
+_Z975 = 1.959963984540054
+
+
+def t_quantile_975(dof: int) -> float:
+  """The 0.975 quantile of Student's t with `dof` degrees of freedom (two-sided 95%).
+
+  .. math:: t_\\nu \\approx z + \\frac{g_1(z)}{\\nu} + \\frac{g_2(z)}{\\nu^2}
+     + \\frac{g_3(z)}{\\nu^3} + \\frac{g_4(z)}{\\nu^4}, \\quad z = \\Phi^{-1}(0.975)
+
+  A table for `ν ≤ 30`, the Cornish–Fisher expansion above it (error below 1e-7).
+
+  Args:
+    dof: degrees of freedom, `n − 1` for `n` seeds; at least 1.
+
+  Returns:
+    The quantile.
+
+  Example:
+    >>> from experiments.claims.stats import t_quantile_975
+    >>> round(t_quantile_975(2), 4)
+    4.3027
+  """
+  if dof < 1:
+    raise ValueError(f"t_quantile_975: {dof=} must be >= 1 (two seeds or more).")
+  if dof <= len(_T975):
+    return _T975[dof - 1]
+  z = _Z975
+  g = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+       (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+       (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)
+  return z + sum(gi / dof ** (i + 1) for i, gi in enumerate(g))
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
+  """Mean and 95% t-interval `mean ± t_{n−1} s / √n` of `values` (None below two values).
+
+  Example:
+    >>> from experiments.claims.stats import mean_ci95
+    >>> m, (lo, hi) = mean_ci95([1.0, 2.0, 3.0])
+    >>> m, round(lo, 3), round(hi, 3)
+    (2.0, -0.484, 4.484)
+  """
+  x = np.asarray(values, np.float64)
+  if x.size == 0:
+    return math.nan, None
+  m = float(x.mean())
+  if x.size < 2:
+    return m, None
+  half = t_quantile_975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+  return m, (m - half, m + half)
+
+
+def holds(condition: str, interval: tuple[float, float]) -> bool:
+  """Whether every value of `interval = (lo, hi)` satisfies `condition` (False on NaN).
+
+  Example:
+    >>> from experiments.claims.stats import holds
+    >>> holds(">= 0.9", (0.92, 0.99)), holds(">= 0.9", (0.85, 0.99))
+    (True, False)
+  """
+  op, v = parse_condition(condition)
+  lo, hi = interval
+  if math.isnan(lo) or math.isnan(hi):
+    return False
+  return {"<": hi < v, "<=": hi <= v, ">": lo > v, ">=": lo >= v,
+          "==": lo == v and hi == v}[op]
+
+
+def _num(x) -> float:
+  return math.nan if x is None else float(x)
+
+
+def arm_summary(runs: dict) -> dict:
+  """`{seed: {metric: v}}` -> `{"runs", "mean", "std"}` (std with ddof 1; 0 for one seed)."""
+  metrics = sorted({m for per_seed in runs.values() for m in per_seed})
+  mean, std = {}, {}
+  for m in metrics:
+    x = np.array([_num(per_seed.get(m)) for per_seed in runs.values()], np.float64)
+    mean[m] = float(x.mean())
+    std[m] = float(x.std(ddof=1)) if x.size > 1 else 0.0
+  return {"runs": {str(s): dict(v) for s, v in runs.items()}, "mean": mean, "std": std}
+
+
+def _values(runs: dict, arm: str, metric: str, baseline: str | None, seeds) -> np.ndarray:
+  """Per-seed values of `metric` in `arm`, minus `baseline`'s for the same seed when given."""
+  def get(a):
+    if a not in runs:
+      raise KeyError(f"arm {a!r} is not among the measured arms {sorted(runs)}")
+    return np.array([_num(runs[a][s].get(metric)) for s in seeds], np.float64)
+
+  x = get(arm)
+  return x - get(baseline) if baseline is not None else x
+
+
+def effect(runs: dict, seeds, name: str, arm: str, baseline: str | None, metric: str) -> dict:
+  """One `effects` entry: the mean of the (paired) quantity and its 95% t-interval."""
+  m, ci = mean_ci95(_values(runs, arm, metric, baseline, seeds))
+  return {"name": name, "arm": arm, "baseline": baseline, "metric": metric, "mean": m,
+          "ci95": list(ci) if ci is not None else [None, None]}
+
+
+def evaluate(th: Threshold, runs: dict, seeds) -> dict:
+  """The interval a threshold is decided on, and whether its conditions hold."""
+  x = _values(runs, th.arm, th.metric, th.baseline, seeds)
+  m, ci = mean_ci95(x)
+  if th.stat == "range" or ci is None:
+    interval = (float(x.min()), float(x.max())) if not np.isnan(x).any() else (math.nan,) * 2
+  else:
+    interval = ci
+  what = "range" if th.stat == "range" else ("95% CI" if ci is not None else "one seed")
+  return {"mean": m, "interval": interval, "what": what,
+          "supports": th.supports is not None and holds(th.supports, interval),
+          "refutes": th.refutes is not None and holds(th.refutes, interval)}
+
+
+def fmt(x) -> str:
+  """A number as reports write it: 4 significant digits, `n/a` for None or NaN."""
+  if x is None or (isinstance(x, float) and math.isnan(x)):
+    return "n/a"
+  if isinstance(x, str):
+    return x
+  x = float(x)
+  if x == 0 or 1e-3 <= abs(x) < 1e4:
+    return f"{x:.4g}"
+  return f"{x:.3e}"
+
+
+def rankdata(x) -> np.ndarray:
+  """Ranks `1 … n` of `x`, ties given their average rank (`scipy.stats.rankdata`); inf ranks last.
+
+  Example:
+    >>> from experiments.claims.stats import rankdata
+    >>> rankdata([3.0, 1.0, 3.0, float("inf")]).tolist()
+    [2.5, 1.0, 2.5, 4.0]
+  """
+  x = np.asarray(x, np.float64)
+  order = np.argsort(x, kind="mergesort")
+  ranks = np.empty(x.size, np.float64)
+  ranks[order] = np.arange(1, x.size + 1)
+  for v in np.unique(x):
+    tie = x == v
+    if tie.sum() > 1:
+      ranks[tie] = ranks[tie].mean()
+  return ranks
+
+
+def spearman(x, y) -> float:
+  """Spearman's rank correlation `ρ`: the Pearson correlation of the average ranks.
+
+  .. math:: \\rho = \\frac{\\operatorname{cov}(r_x, r_y)}{\\sigma_{r_x}\\sigma_{r_y}}
+
+  NaN when either side is constant or fewer than 3 values remain (pairs with a NaN are dropped).
+
+  Example:
+    >>> from experiments.claims.stats import spearman
+    >>> spearman([1, 2, 3, 4], [10, 20, 30, 1000]), spearman([1, 2, 3], [3, 2, 1])
+    (1.0, -1.0)
+  """
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  keep = ~(np.isnan(x) | np.isnan(y))
+  x, y = x[keep], y[keep]
+  if x.size < 3:
+    return math.nan
+  rx, ry = rankdata(x), rankdata(y)
+  rx, ry = rx - rx.mean(), ry - ry.mean()
+  den = math.sqrt(float((rx**2).sum() * (ry**2).sum()))
+  return float((rx * ry).sum() / den) if den > 0 else math.nan

@@ -1,0 +1,179 @@
+"""Tuning and budgets for the claims that compare optimizers: one grid, one rule, one schedule.
+
+- `RATE_GRID`: the peak-rate grid every arm of the optimizer claims is tuned on;
+- `tune` / `tuned_rate`: the best rate of a grid on a tuning seed (a diverged run never wins);
+- `budget_schedule` / `on_budget`: an arm trained for a fixed step budget, warm-up + cosine;
+- `steps_to_loss`: when a loss curve (or a curve of final losses over budgets) first
+  reaches a target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+import transformer
+from experiments.lab.optimizers import MakeTx
+
+# The peak-rate grid every arm of the optimizer claims is tuned on (`small` shape, 120 steps).
+RATE_GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+
+
+def steps_to_loss(steps, losses, target: float) -> float | None:
+  r"""The first step at which a loss curve reaches `target`, linearly interpolated.
+
+  With `i` the first index where `losses[i] ≤ target`:
+
+  .. math::
+    s^* = s_{i-1} + (s_i - s_{i-1}) \frac{\ell_{i-1} - \text{target}}{\ell_{i-1} - \ell_i}
+
+  (`s^* = s_0` when the first point already reaches it). The same function gives the smallest
+  *budget* that reaches a target when `steps` are training budgets and `losses` the final
+  losses of separate runs with those budgets (the form the `muon` claim uses, since the
+  learning-rate schedule depends on the budget).
+
+  Args:
+    steps: `(N,)` increasing steps (or budgets).
+    losses: `(N,)` losses at those steps; NaN counts as not reached.
+    target: the loss to reach.
+
+  Returns:
+    The interpolated step as a float, or `None` when the curve never reaches `target`.
+
+  Example:
+    >>> from experiments.lab.tuning import steps_to_loss
+    >>> steps_to_loss([0, 100, 200], [5.0, 3.0, 2.0], 2.5)
+    150.0
+  """
+  s = np.asarray(steps, np.float64)
+  y = np.asarray(losses, np.float64)
+  if s.ndim != 1 or s.shape != y.shape or s.size == 0:
+    raise ValueError(f"steps_to_loss: steps and losses must be equal-length 1-D, got "
+                     f"{s.shape=} {y.shape=}")
+  if np.any(np.diff(s) <= 0):
+    raise ValueError("steps_to_loss: steps must be strictly increasing")
+  hit = np.flatnonzero(y <= target)
+  if hit.size == 0:
+    return None
+  i = int(hit[0])
+  if i == 0 or not np.isfinite(y[i - 1]):
+    return float(s[i])
+  return float(s[i - 1] + (s[i] - s[i - 1]) * (y[i - 1] - target) / (y[i - 1] - y[i]))
+
+
+# ------------------------------------------------------------------ budgets, tuning, sweeps
+
+
+def budget_schedule(steps: int, *, warmup: float = 0.1, final: float = 0.1):
+  r"""Unit learning-rate schedule of a run of `steps` updates: linear warm-up, linear decay.
+
+  .. math::
+    s(c) = \begin{cases} (c + 1)/w & c < w \\
+      1 - (1 - f)\,\frac{c - w}{\max(1,\ \text{steps} - 1 - w)} & c \ge w \end{cases},
+    \qquad w = \max(1, \lfloor \text{warmup} \cdot \text{steps} \rceil)
+
+  for update `c = 0 … steps − 1`: the last update runs at `f = final` of the peak, so that
+  the schedule (and the final loss) depends on the budget, as in modded-nanogpt's optimizer
+  track, and the last update is still large enough to measure (`update_statistics`).
+
+  Args:
+    steps: the budget, in updates (≥ 2).
+    warmup: fraction of the budget spent warming up.
+    final: the last update's rate, as a fraction of the peak.
+
+  Returns:
+    `schedule(count) -> multiplier`, jit-able.
+
+  Example:
+    >>> from experiments.lab.tuning import budget_schedule
+    >>> s = budget_schedule(11, warmup=0.1, final=0.1)
+    >>> [round(float(s(c)), 2) for c in (0, 1, 10)]
+    [1.0, 1.0, 0.1]
+  """
+  if steps < 2:
+    raise ValueError(f"budget_schedule: {steps=} must be >= 2")
+  w = max(1, round(warmup * steps))
+  span = max(1, steps - 1 - w)
+
+  def schedule(count):
+    c = jnp.asarray(count, jnp.float32)
+    return jnp.where(c < w, (c + 1) / w, 1 - (1 - final) * jnp.clip((c - w) / span, 0, 1))
+
+  return schedule
+
+
+def on_budget(make_tx: MakeTx, steps: int, **schedule_kwargs) -> MakeTx:
+  """`make_tx` whose learning rate `η` becomes the schedule `η · budget_schedule(steps)`.
+
+  Example:
+    >>> from experiments.lab.optimizers import adamw_arm
+    >>> from experiments.lab.tuning import on_budget
+    >>> tx = on_budget(adamw_arm(), 100)(3e-3)
+  """
+  unit = budget_schedule(steps, **schedule_kwargs)
+  return lambda learning_rate: make_tx(lambda count: learning_rate * unit(count))
+
+
+def tuned_rate(val_loss, diverged, grid) -> tuple[float, int]:
+  """The rate of `grid` with the lowest final validation loss among runs that did not diverge.
+
+  Args:
+    val_loss: `(n_rates,)` final validation losses (NaN: failed).
+    diverged: `(n_rates,)` bool.
+    grid: the rates.
+
+  Returns:
+    `(rate, index)`; raises `ValueError` when every run diverged.
+
+  Example:
+    >>> from experiments.lab.tuning import tuned_rate
+    >>> tuned_rate([3.0, 2.5, 2.0], [False, False, True], (1e-3, 3e-3, 1e-2))
+    (0.003, 1)
+  """
+  loss = np.where(np.asarray(diverged, bool), np.inf, np.asarray(val_loss, np.float64))
+  loss = np.where(np.isfinite(loss), loss, np.inf)
+  if not np.isfinite(loss).any():
+    raise ValueError(f"tuned_rate: every rate of {tuple(grid)} diverged. Fix: lower the grid.")
+  i = int(np.argmin(loss))
+  return float(grid[i]), i
+
+
+def tune(cfg: transformer.Config, make_tx: MakeTx, grid, *, seed: int, steps: int,
+         callback=None, eval_every: int | None = None, **train_kwargs) -> dict[str, Any]:
+  """Tunes an arm's peak rate on `grid` with one (spare) seed and the full budget schedule.
+
+  Runs `train_many(cfg, on_budget(make_tx, steps), seeds=(seed,), learning_rates=grid, ...)`
+  and picks `tuned_rate` of the final validation losses.
+
+  Args:
+    cfg: the model.
+    make_tx: the arm.
+    grid: peak rates.
+    seed: the tuning seed (never a reported one).
+    steps: the budget.
+    callback: passed to `train_many`.
+    eval_every: passed to `train_many` (default: only the end).
+    **train_kwargs: `data`, `batch_size`, `seq_len`, `eval_batches` of `train_many`.
+
+  Returns:
+    `{"learning_rate", "index", "val_loss": per rate, "diverged": per rate}`.
+
+  Example:
+    >>> import transformer
+    >>> from experiments.lab.optimizers import adamw_arm
+    >>> from experiments.lab.tuning import tune
+    >>> t = tune(transformer.preset("tiny", d_model=32), adamw_arm(), (1e-3, 1e-2), seed=100,
+    ...          steps=4, data="task:modadd", batch_size=2, seq_len=8, eval_batches=1)
+    >>> t["learning_rate"] in (1e-3, 1e-2)
+    True
+  """
+  from experiments.train.sweep import train_many
+
+  r = train_many(cfg, on_budget(make_tx, steps), seeds=(seed,), learning_rates=tuple(grid),
+                 steps=steps, eval_every=eval_every or steps, callback=callback, **train_kwargs)
+  val, div = r.val_loss[:, 0, -1], r.diverged[:, 0]
+  lr, i = tuned_rate(val, div, grid)
+  return {"learning_rate": lr, "index": i, "val_loss": [float(v) for v in val],
+          "diverged": [bool(d) for d in div]}
