@@ -25,6 +25,8 @@ part of the verdict.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,10 +34,29 @@ import numpy as np
 import analysis
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 
-SEQ_LENS = (32, 128, 256)
-QUICK_SEQ_LENS = (32, 64, 128)
+
+@dataclasses.dataclass(frozen=True)
+class CausalMaskSizes(Sizes):
+  """What a run of `causal-mask` reads about its size.
+
+  Attributes:
+    model: the shared base model (`experiments.models`), one per seed.
+    seq_lens: the lengths `T` at which every head's rank is certified.
+    batch_size: validation windows per `T`.
+    small_contract: check the attention contract on a 1-layer, d = 16 model at T = 8
+      (`analysis.check_attention`'s default model otherwise).
+  """
+
+  model: str
+  seq_lens: tuple[int, ...]
+  batch_size: int
+  small_contract: bool
+
+
+QUICK = CausalMaskSizes(model="quick", seq_lens=(32, 64, 128), batch_size=2, small_contract=True)
+FULL = CausalMaskSizes(model="small", seq_lens=(32, 128, 256), batch_size=4, small_contract=False)
 
 
 def mask_blind_softmax(q_BTHD, k_BSHD, v_BSHD, mask_BTS, *, scale):
@@ -44,10 +65,10 @@ def mask_blind_softmax(q_BTHD, k_BSHD, v_BSHD, mask_BTS, *, scale):
                                        scale=scale)
 
 
-def contract(seed: int, quick: bool) -> dict:
+def contract(seed: int, small: bool) -> dict:
   """Fraction of registry variants passing `check_attention`, and whether the control fails."""
   kw = {"seed": seed}
-  if quick:
+  if small:
     kw.update(cfg=transformer.preset("tiny", d_model=16, n_layers=1, n_heads=2, init_std=0.1,
                                      max_len=16), seq_len=8)
   passed = []
@@ -147,16 +168,15 @@ def _figure(per_T: dict, heads: dict, seq_lens, run_dir: str) -> str:
 
 def run(spec: Spec) -> dict:
   """Measures both halves of the claim for every seed; see the module docstring."""
-  name = "quick" if spec.quick else "small"
-  seq_lens = QUICK_SEQ_LENS if spec.quick else SEQ_LENS
-  batch_size = 2 if spec.quick else 4
+  z = spec.sizes
+  name, seq_lens, batch_size = z.model, z.seq_lens, z.batch_size
   runs = {"contract": {}, "init": {}, "trained": {}}
   per_T = {"init": {}, "trained": {}}
   heads = {"init": {}, "trained": {}}
   trained = models.base_models(name, spec.seeds)
   for seed, (params, cfg) in zip(spec.seeds, trained, strict=True):
     spec.log(f"  causal-mask: seed {seed}: attention contract")
-    runs["contract"][seed] = contract(seed, spec.quick)
+    runs["contract"][seed] = contract(seed, z.small_contract)
     spec.log(f"  causal-mask: seed {seed}: head ranks at T={list(seq_lens)}")
     init = transformer.init(cfg, jax.random.key(seed))
     for arm, p in (("init", init), ("trained", params)):
@@ -184,11 +204,10 @@ def run(spec: Spec) -> dict:
       + "; at init: " + ", ".join(
           f"T={t}: {np.median(per_T['init'][f'log10_cond_median_T{t}']):.1f}" for t in seq_lens)
       + ".",
-      f"- Models: the shared `{name}` models (`experiments.claims.base_model`), one per seed; "
+      f"- Models: the shared `{name}` models (`experiments.models.base_model`), one per seed; "
       f"{batch_size} validation windows of the stdlib corpus per T; every head of every layer.",
   ]
-  return {"config": {"model": name, "seq_lens": list(seq_lens), "batch_size": batch_size,
-                     "variants": sorted(transformer.ATTENTION),
+  return {"models": {"variants": sorted(transformer.ATTENTION),
                      "model_config": trained[0][1].to_dict()},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("trained heads numerically rank deficient in float32 (largest T)",
@@ -227,4 +246,6 @@ CLAIM = Claim(
                "Computations, 4th ed.)"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

@@ -77,7 +77,7 @@ def test_contract_measurement_quick(monkeypatch):
     monkeypatch.delitem(transformer.ATTENTION, name)
   # A registered variant that peeks at the future is counted as not causal.
   monkeypatch.setitem(transformer.ATTENTION, "peeking", causal_mask.mask_blind_softmax)
-  out = causal_mask.contract(seed=0, quick=True)
+  out = causal_mask.contract(seed=0, small=True)
   assert out["variants_causal"] == 0.5 and out["n_variants"] == 2
   assert out["control_caught"] == 1.0
 
