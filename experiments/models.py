@@ -177,6 +177,17 @@ def base_model_info(name: str, seed: int, *, root: str = "runs") -> dict:
   return dict(_load(name, seed, root)[1])
 
 
+def windows(seed: int, seq_len: int, n: int, split: str, step: int = 10_000) -> np.ndarray:
+  """`(n, seq_len + 1)` windows of the stdlib `split`, pure in `(seed, step)`.
+
+  Step 10 000 lies beyond every shared model's training steps, so calibration windows of the
+  training split are not the batches the model was trained on.
+  """
+  from experiments import data
+
+  return data.text_source("stdlib", seq_len).batch(seed, step, n, split).tokens
+
+
 def val_tokens(seq_len: int, batch_size: int, seed: int) -> np.ndarray:
   """`(B, seq_len)` token ids: validation windows of the stdlib corpus (pure in `seed`)."""
   from experiments import data

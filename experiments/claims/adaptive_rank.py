@@ -36,7 +36,6 @@ import transformer
 from analysis import kv
 from experiments import models
 from experiments.claims.claim import Anchor, Claim, Spec, Threshold
-from experiments.claims.kv_compression import windows
 from transformer import latent
 
 
@@ -174,8 +173,8 @@ def run(spec: Spec) -> dict:
     dh = cfg.d_head
     ranks = sorted({r for r in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32) if r <= dh} | {dh})
     budgets = {"budget-eighth": dh // 8, "budget-quarter": dh // 4, "budget-half": dh // 2}
-    comp = full_bases(params, cfg, windows(seed, seq_len, n_cal, "train")[:, :-1])
-    ev = windows(seed, seq_len, n_seq, "val")
+    comp = full_bases(params, cfg, models.windows(seed, seq_len, n_cal, "train")[:, :-1])
+    ev = models.windows(seed, seq_len, n_seq, "val")
     losses = batched_rank_losses(params, cfg, comp, ev, ranks)
     prefix = batched_rank_losses(params, cfg, comp, ev[:, :prefix_len], ranks)
     for arm, m in measure(losses, prefix, ranks, budgets, dh).items():

@@ -36,21 +36,12 @@ import numpy as np
 
 import transformer
 from analysis import kv
-from experiments import data, models
+from experiments import models
 from experiments.claims.claim import Anchor, Claim, Spec, Threshold
 from experiments.lab import kvcompress
 from transformer import latent
 
 ALLOCS = ("uniform", "greedy", "loss")
-
-
-def windows(seed: int, seq_len: int, n: int, split: str, step: int = 10_000) -> np.ndarray:
-  """`(n, seq_len + 1)` windows of the stdlib `split`, pure in `(seed, step)`.
-
-  Step 10 000 lies beyond every shared model's training steps, so calibration windows of the
-  training split are not the batches the model was trained on.
-  """
-  return data.text_source("stdlib", seq_len).batch(seed, step, n, split).tokens
 
 
 def full_rank_error(params, cfg: transformer.Config, tokens_BT) -> float:
@@ -88,8 +79,8 @@ def measure_seed(params, cfg, seed: int, *, seq_lens, n_cal: int, n_eval: int, l
   """
   runs, ranks = {}, {}
   main_T = seq_lens[-1]
-  cal = {T: windows(seed, T, n_cal, "train") for T in seq_lens}
-  ev = {T: windows(seed, T, n_eval, "val") for T in seq_lens}
+  cal = {T: models.windows(seed, T, n_cal, "train") for T in seq_lens}
+  ev = {T: models.windows(seed, T, n_eval, "val") for T in seq_lens}
 
   def comp_eval(name, T, **kw):
     out = kvcompress.evaluate_compressed(params, cfg, ev[T], calibration_tokens=cal[T],

@@ -39,7 +39,6 @@ import jax
 import numpy as np
 import optax
 
-import analysis
 import transformer
 from experiments import data
 from experiments.claims.claim import Anchor, Claim, Spec, Threshold
@@ -55,7 +54,7 @@ LOSS_MARGIN = 0.05
 
 
 def input_conditions(inter, center: bool = True) -> dict[str, dict[str, np.ndarray]]:
-  """`κ_eff` and zeros dropped of each projection input in sown `intermediates`, per layer.
+  """`stability.input_conditions` of sown `intermediates`, per layer, as numpy arrays.
 
   Args:
     inter: the model's `intermediates` collection (leading axes, e.g. `(R, S)` from
@@ -63,32 +62,12 @@ def input_conditions(inter, center: bool = True) -> dict[str, dict[str, np.ndarr
     center: centre the rows first (`analysis.effective_condition`).
 
   Returns:
-    `{input: {"kappa": (..., L), "n_dropped": (..., L)}}` as numpy arrays.
+    `{input: {"kappa": (..., L), "n_dropped": (..., L)}}` for each of `INPUTS`.
   """
-  blocks = inter["blocks"]
-  out = {}
-  for name in INPUTS:
-    sub = "attn" if name == "attn_in" else "ffn"
-    X = blocks[sub][name][0].astype(np.float32)
-    X = X.reshape(*X.shape[:-3], -1, X.shape[-1])
-    cond = jax.device_get(_condition(X, center))
-    out[name] = {"kappa": np.asarray(cond["kappa_eff"], np.float64),
-                 "n_dropped": np.asarray(cond["n_dropped"])}
-  return out
-
-
-@jax.jit
-def _condition_centered(X):
-  return analysis.effective_condition(X, center=True)
-
-
-@jax.jit
-def _condition_raw(X):
-  return analysis.effective_condition(X, center=False)
-
-
-def _condition(X, center: bool):
-  return _condition_centered(X) if center else _condition_raw(X)
+  blocks = jax.tree.map(lambda x: x[0], inter["blocks"], is_leaf=lambda x: isinstance(x, tuple))
+  conds = jax.device_get(stability.input_conditions(blocks, center=center))
+  return {name: {"kappa": np.asarray(conds[name]["kappa_eff"], np.float64),
+                 "n_dropped": np.asarray(conds[name]["n_dropped"])} for name in INPUTS}
 
 
 def kappa_growth(kappa_E_L: np.ndarray, kappa0_L: np.ndarray) -> float:

@@ -2,7 +2,7 @@
 
 | module | command |
 | --- | --- |
-| `demo` | `demo` (catalog, forward pass, cached generation) and `catalog` of a preset or HF folder |
+| `demo` | `demo` (catalog, forward pass, cached generation); `catalog` of a preset or HF |
 | `atlas` | `atlas`: spectra, Jacobians and the seven properties of a model, as a report |
 | `eval` | `eval`: loss, bits per byte and perplexity of a run or HF model on any text |
 | `sample` | `sample`: continue a prompt with a trained run; `catalog --checkpoint` |

@@ -148,16 +148,41 @@ def intermediates(params, cfg: transformer.Config, tokens_BT: jax.Array) -> dict
   return unwrap(state["intermediates"]["blocks"])
 
 
-def condition_profile(params, cfg: transformer.Config, tokens_BT: jax.Array, *,
-                      rtol: float | None = None, center: bool | None = None
-                      ) -> dict[str, jax.Array]:
-  """Effective condition number of each projection's input, per layer (jit- and vmap-able).
+@functools.partial(jax.jit, static_argnames="center")
+def _effective_condition(X, center: bool):
+  return analysis.effective_condition(X, center=center)
 
-  The `B·T` rows of each sown input (`PROJECTION_INPUTS`) form `X (B·T, width)`; its
-  `analysis.effective_condition` is reported with the number of dropped zero singular values
-  (one for LayerNorm with zero bias: the all-ones direction). `center` (default
-  `cfg.use_bias`: the projections then have biases that absorb the mean row) centres `X` over
-  its rows first; see `analysis.effective_condition`.
+
+def input_conditions(blocks, *, center: bool) -> dict[str, dict[str, jax.Array]]:
+  """Effective condition number of each projection's input, per layer: the one measure.
+
+  The `B·T` rows of each sown input (`PROJECTION_INPUTS`) form `X (B·T, width)`, and
+  `analysis.effective_condition(X, center=center)` gives `κ_eff` with the number of dropped
+  zero singular values (one for LayerNorm with zero bias: the all-ones direction).
+
+  Args:
+    blocks: the sown `intermediates["blocks"]` with `sow`'s tuples unwrapped; any leading
+      axes (runs of a sweep) come before `(L, B, T, width)`.
+    center: centre the rows of `X` first (see `analysis.effective_condition`).
+
+  Returns:
+    `{NAME: {"kappa_eff": (..., L), "n_dropped": (..., L)}}` for NAME in `PROJECTION_INPUTS`.
+  """
+  out = {}
+  for name, (sub, _) in PROJECTION_INPUTS.items():
+    X = blocks[sub][name].astype(jnp.float32)
+    X = X.reshape(*X.shape[:-3], -1, X.shape[-1])
+    cond = _effective_condition(X, center)
+    out[name] = {"kappa_eff": cond["kappa_eff"], "n_dropped": cond["n_dropped"]}
+  return out
+
+
+def condition_profile(params, cfg: transformer.Config, tokens_BT: jax.Array, *,
+                      center: bool | None = None) -> dict[str, jax.Array]:
+  """`input_conditions` of one forward pass of `params` on `tokens_BT` (jit- and vmap-able).
+
+  `center` defaults to `cfg.use_bias`: the projections then have biases that absorb the mean
+  row.
 
   Returns:
     `{NAME/kappa_eff: (L,), NAME/n_dropped: (L,)}` for NAME in `PROJECTION_INPUTS`.
@@ -171,16 +196,9 @@ def condition_profile(params, cfg: transformer.Config, tokens_BT: jax.Array, *,
     >>> condition_profile(params, cfg, tokens)["attn_in/n_dropped"].tolist()  # LayerNorm
     [1, 1]
   """
-  inter = intermediates(params, cfg, tokens_BT)
-  out = {}
-  for name, (sub, _) in PROJECTION_INPUTS.items():
-    X = inter[sub][name].astype(jnp.float32)
-    X_LND = X.reshape(X.shape[0], -1, X.shape[-1])
-    cond = analysis.effective_condition(X_LND, rtol=rtol,
-                                        center=cfg.use_bias if center is None else center)
-    out[f"{name}/kappa_eff"] = cond["kappa_eff"]
-    out[f"{name}/n_dropped"] = cond["n_dropped"]
-  return out
+  conds = input_conditions(intermediates(params, cfg, tokens_BT),
+                           center=cfg.use_bias if center is None else center)
+  return {f"{name}/{k}": v for name, c in conds.items() for k, v in c.items()}
 
 
 def logit_certificate(params, cfg: transformer.Config, tokens_BT: jax.Array) -> dict:
