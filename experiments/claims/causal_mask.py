@@ -207,8 +207,8 @@ def run(spec: Spec) -> dict:
       f"- Models: the shared `{name}` models (`experiments.models.base_model`), one per seed; "
       f"{batch_size} validation windows of the stdlib corpus per T; every head of every layer.",
   ]
-  return {"models": {"variants": sorted(transformer.ATTENTION),
-                     "model_config": trained[0][1].to_dict()},
+  return {"setup": {"variants": sorted(transformer.ATTENTION),
+                    "model_config": trained[0][1].to_dict()},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("trained heads numerically rank deficient in float32 (largest T)",
                        "trained", None, "deficient_f32"),

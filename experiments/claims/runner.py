@@ -138,7 +138,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   if "config" in findings:
     raise ValueError(f"claim {claim.id!r}: run() returned a 'config'; the runner writes the "
                      "config from the claim's sizes. Fix: declare what the run reads in its "
-                     "Sizes dataclass, and return measured facts under 'models'.")
+                     "Sizes dataclass; return facts about the setup (model configs, tuned "
+                     "rates) under 'setup'.")
   runtime = time.perf_counter() - start
   runs = {arm: {s: per_seed[s] for s in seeds} for arm, per_seed in findings["runs"].items()}
   indicative = quick or len(seeds) < 3
@@ -151,7 +152,7 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
       effects.append(effect(runs, seeds, name, arm, baseline, metric))
   results = {
       "claim": claim.id, "quick": quick, "seeds": list(seeds),
-      "config": {"sizes": sizes.to_dict(), "models": findings.get("models", {})},
+      "config": {"sizes": sizes.to_dict(), "setup": findings.get("setup", {})},
       "arms": {arm: arm_summary(per_seed) for arm, per_seed in runs.items()},
       "effects": effects, "verdict": v, "reason": reason,
       "thresholds": [th.to_dict() for th in claim.thresholds],
