@@ -1,8 +1,8 @@
 """The atlas report: markdown tables and PNG figures from the measured results.
 
 The only rendering code of `analysis`. `write_report(results, run_dir)` takes the dict that
-`experiments.atlas.run` measures (arrays and numbers, grouped by topic) and writes
-`report.md` plus one PNG per figure; `to_json` makes the same dict JSON-serializable.
+`experiments.commands.atlas.run` measures (arrays and numbers, grouped by topic) and writes
+`report.md` plus one PNG per figure (experiments.jsonio writes the dict as strict JSON).
 Matplotlib runs with the non-interactive Agg backend.
 """
 
@@ -15,17 +15,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-
-
-def to_json(tree):
-  """Arrays to (nested) lists and numpy scalars to Python numbers, recursively."""
-  if isinstance(tree, dict):
-    return {str(k): to_json(v) for k, v in tree.items()}
-  if isinstance(tree, (list, tuple)):
-    return [to_json(v) for v in tree]
-  if hasattr(tree, "tolist"):
-    return np.asarray(tree).tolist()
-  return tree
 
 
 def _fmt(x) -> str:

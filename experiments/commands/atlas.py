@@ -252,7 +252,7 @@ def run(acfg: AtlasConfig) -> tuple[dict, str]:
     bar.update()
   jsonio.dump_strict({"atlas": dataclasses.asdict(acfg), "model": cfg.to_dict()},
                      os.path.join(run_dir, "config.json"))
-  jsonio.dump_strict(report.to_json(results), os.path.join(run_dir, "results.json"), indent=None)
+  jsonio.dump_strict(results, os.path.join(run_dir, "results.json"), indent=None)
   return results, run_dir
 
 

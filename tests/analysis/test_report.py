@@ -1,17 +1,9 @@
-"""Rendering helpers: JSON conversion, markdown tables, figures."""
+"""Rendering helpers: markdown tables, figures."""
 
-import json
 
 import numpy as np
 
 from analysis import report
-
-
-def test_to_json_converts_arrays_and_scalars():
-  tree = {"a": np.arange(3), "b": {"c": np.float32(1.5), "d": (np.int64(2), 3)}, 4: "x"}
-  out = report.to_json(tree)
-  assert out == {"a": [0, 1, 2], "b": {"c": 1.5, "d": [2, 3]}, "4": "x"}
-  json.dumps(out)
 
 
 def test_table_escapes_pipes_and_aligns_columns():

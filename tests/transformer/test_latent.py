@@ -79,7 +79,7 @@ def test_decode_with_latent_cache_equals_own_forward(bits):
   tokens = jax.random.randint(jax.random.key(1), (2, 12), 0, cfg.vocab_size)
   kb, vb = _random_bases(jax.random.key(2), cfg), _random_bases(jax.random.key(3), cfg)
   kr, vr = ((3, 5), (8, 1)), ((2, 3), (4, 6))
-  step = lambda ranks: [jnp.full((sum(r),), 0.3) for r in ranks]  # noqa: E731
+  step = lambda ranks: [jnp.full((sum(r),), 0.3) for r in ranks]
   comp = latent.make_compression(kb, vb, kr, vr, bits, step(kr), step(vr))
   full = _fwd(cfg)(params, tokens, comp)
   fwd = jax.jit(lambda t, c: latent.forward(params, cfg, t, comp, cache=c))

@@ -1,0 +1,171 @@
+"""The house's import rules, read from the source with `ast` (nothing is imported).
+
+- no import cycle among the modules of `transformer`, `analysis`, `optim`, `experiments`;
+- `transformer` imports no other package of ours; `analysis` and `optim` import only
+  `transformer` (never each other, never `experiments`);
+- inside `experiments`: no claim imports another claim, no claim imports a benchmark, no
+  benchmark imports a claim, and nothing below the claims (`lab`, `train`, `models`, `data`,
+  `commands` aside) imports `experiments.claims`.
+
+Every import counts, also those inside functions: a deferred import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("transformer", "analysis", "optim", "experiments")
+CLAIM_SUPPORT = {"experiments.claims", "experiments.claims.claim", "experiments.claims.stats",
+                 "experiments.claims.schema", "experiments.claims.runner",
+                 "experiments.claims.report", "experiments.claims.tour",
+                 "experiments.claims.validate", "experiments.claims.table"}
+
+
+def modules() -> dict[str, str]:
+  """`{dotted module name: path}` of every `.py` file of the four packages."""
+  out = {}
+  for pkg in PACKAGES:
+    for folder, _, names in os.walk(os.path.join(ROOT, pkg)):
+      for name in names:
+        if name.endswith(".py"):
+          rel = os.path.relpath(os.path.join(folder, name), ROOT)[:-3].replace(os.sep, ".")
+          out[rel.removesuffix(".__init__")] = os.path.join(folder, name)
+  return out
+
+
+def imports_of(path: str, module: str, known: set[str]) -> set[str]:
+  """The modules of ours that `module` imports (`from a import b` counts `a.b` if a module)."""
+  tree = ast.parse(open(path).read(), path)
+  package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        parts = package.split(".")
+        base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+      names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    else:
+      continue
+    for name in names:
+      while name and name not in known:  # `import a.b.c` of a module: count it
+        name = name.rpartition(".")[0]
+      if name and name != module:
+        found.add(name)
+  return found
+
+
+def graph() -> dict[str, set[str]]:
+  mods = modules()
+  known = set(mods)
+  return {m: imports_of(p, m, known) for m, p in mods.items()}
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+  """One cycle of `g` as a list of modules, or None. A package importing its own submodules
+  (its `__init__` re-exporting) is not a cycle unless a submodule imports the package back."""
+  WHITE, GREY, BLACK = 0, 1, 2
+  color = dict.fromkeys(g, WHITE)
+  stack: list[str] = []
+
+  def visit(u):
+    color[u] = GREY
+    stack.append(u)
+    for v in sorted(g[u]):
+      if color[v] == GREY:
+        return stack[stack.index(v):] + [v]
+      if color[v] == WHITE:
+        found = visit(v)
+        if found:
+          return found
+    stack.pop()
+    color[u] = BLACK
+    return None
+
+  for u in sorted(g):
+    if color[u] == WHITE:
+      found = visit(u)
+      if found:
+        return found
+  return None
+
+
+def top(module: str) -> str:
+  return module.split(".")[0]
+
+
+def is_claim(module: str) -> bool:
+  return module.startswith("experiments.claims.") and module not in CLAIM_SUPPORT
+
+
+def is_benchmark(module: str) -> bool:
+  return module.startswith("experiments.benchmarks")
+
+
+def violations(g: dict[str, set[str]]) -> list[str]:
+  """Every broken rule of the house, one line each."""
+  out = []
+  allowed = {"transformer": {"transformer"}, "analysis": {"analysis", "transformer"},
+             "optim": {"optim", "transformer"}, "experiments": set(PACKAGES)}
+  for m, deps in sorted(g.items()):
+    for d in sorted(deps):
+      if top(d) not in allowed[top(m)]:
+        out.append(f"{m} imports {d}: {top(m)} may import only {sorted(allowed[top(m)])}")
+      if is_claim(m) and is_claim(d):
+        out.append(f"claim {m} imports claim {d}: move the shared part to experiments.lab")
+      if is_claim(m) and is_benchmark(d):
+        out.append(f"claim {m} imports benchmark {d}: move the measurement to experiments.lab")
+      if is_benchmark(m) and d.startswith("experiments.claims"):
+        out.append(f"benchmark {m} imports {d}: benchmarks sit beside the claims, not above")
+      below_claims = (m.startswith(("experiments.lab", "experiments.train"))
+                      or m in ("experiments.models", "experiments.data", "experiments.jsonio",
+                               "experiments.console"))
+      if below_claims and d.startswith("experiments.claims"):
+        out.append(f"{m} imports {d}: the claims' support must not depend on the claims")
+  return out
+
+
+def test_the_real_house_has_no_cycle_and_keeps_every_rule():
+  g = graph()
+  assert len(g) > 80, f"only {len(g)} modules found: is ROOT={ROOT} right?"
+  assert "experiments.claims.causal_mask" in g and "experiments.lab.stability" in g
+  assert find_cycle(g) is None, " -> ".join(find_cycle(g))
+  assert violations(g) == []
+
+
+def test_the_checks_catch_what_they_claim_to():
+  g = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "b": set()}
+  assert find_cycle(g) == ["a.x", "a.y", "a.z", "a.x"]
+  bad = {"transformer.model": {"analysis.spectra"},
+         "analysis.spectra": {"optim.roles"},
+         "experiments.claims.muon": {"experiments.claims.lora", "experiments.benchmarks.optim"},
+         "experiments.benchmarks.optim": {"experiments.claims.muon"},
+         "experiments.lab.arms": {"experiments.claims.claim"},
+         "experiments.claims.lora": set(), "analysis.x": set(), "optim.roles": set()}
+  lines = violations(bad)
+  assert any(line.startswith("transformer.model imports analysis.spectra") for line in lines)
+  assert any(line.startswith("analysis.spectra imports optim.roles") for line in lines)
+  assert any("claim experiments.claims.muon imports claim" in line for line in lines)
+  assert any("imports benchmark experiments.benchmarks.optim" in line for line in lines)
+  assert any(line.startswith("benchmark experiments.benchmarks.optim imports") for line in lines)
+  assert any(line.startswith("experiments.lab.arms imports") for line in lines)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from experiments.lab import stability\n", {"experiments.lab.stability"}),
+    ("import analysis\n", {"analysis"}),
+    ("def f():\n  from experiments.claims import lora\n", {"experiments.claims.lora"}),
+    ("from . import claim\n", {"experiments.claims.claim"}),
+])
+def test_imports_are_read_also_inside_functions_and_relative(tmp_path, source, expected):
+  path = tmp_path / "mod.py"
+  path.write_text(source)
+  known = {"experiments.lab.stability", "experiments.lab", "analysis", "experiments.claims",
+           "experiments.claims.lora", "experiments.claims.claim", "experiments.claims.muon"}
+  assert imports_of(str(path), "experiments.claims.muon", known) == expected
