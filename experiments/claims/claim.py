@@ -18,8 +18,8 @@ from typing import Any, Literal
 VERDICTS = ("supported", "refuted", "inconclusive", "not built")
 KINDS = ("existing", "new")
 INDICATIVE = "indicative (quick)"
-FULL_SEEDS = (0, 1, 2)
-QUICK_SEEDS = (0,)
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)  # pre-registered seeds unless a claim declares its own
+MIN_TRAINING_SEEDS = 5  # a claim that trains reports at least this many seeds
 
 _CONDITION = re.compile(r"^\s*(<=|>=|<|>|==)\s*([-+0-9.eE]+|inf|-inf)\s*$")
 
@@ -45,8 +45,15 @@ class Threshold:
     stat: `"ci"`: the 95% t-interval of the mean over seeds; `"range"`: min to max over seeds.
     supports: condition (e.g. `">= 0.9"`) that the whole interval must meet to support.
     refutes: condition that, met by the whole interval, refutes the claim.
-    control: a sanity check of the instrument: if its `supports` fails, the verdict is
-      `inconclusive` whatever else holds.
+    control: a sanity check of the instrument: if its `supports` fails, every threshold that
+      `needs` it is blocked (decides nothing), so its group cannot be supported or refuted
+      through it.
+    margin: the practical margin of a comparison, stated in the claim (e.g. 0.005 for half a
+      percent of loss); set by `Threshold.beyond`, which writes the two conditions from it.
+    needs: the names of the controls this threshold depends on; None: every control of its
+      group (the primary question or its extension).
+    unit: the unit of the quantity, as reports print it (e.g. `"nats"`, `"% of loss"`,
+      `"fraction of heads"`).
   """
 
   name: str
@@ -57,6 +64,38 @@ class Threshold:
   supports: str | None = None
   refutes: str | None = None
   control: bool = False
+  margin: float | None = None
+  needs: tuple[str, ...] | None = None
+  unit: str = ""
+
+  @classmethod
+  def beyond(cls, name: str, arm: str, metric: str, *, margin: float,
+             direction: Literal[">", "<"] = ">", reference: float = 0.0,
+             baseline: str | None = None, **kw) -> Threshold:
+    """A comparison with a practical margin: the verdict rule of every claim, in one place.
+
+    With `direction=">"` the claim is that the quantity exceeds `reference` by more than
+    `margin`: supported when the whole 95% interval lies above `reference + margin`; refuted
+    when it lies below it (inside the margin, or on the other side); otherwise (the interval
+    straddles `reference + margin`) inconclusive. `"<"` mirrors it below `reference − margin`.
+
+    Example:
+      >>> from experiments.claims.claim import Threshold
+      >>> th = Threshold.beyond("loss drop", "muon", "loss", baseline="adamw", direction="<",
+      ...                       margin=0.01)
+      >>> th.supports, th.refutes
+      ('< -0.01', '> -0.01')
+    """
+    if not (margin >= 0):
+      raise ValueError(f"Threshold {name!r}: margin={margin} must be >= 0. Fix: state the "
+                       "smallest effect that matters in practice, e.g. margin=0.005.")
+    if direction not in (">", "<"):
+      raise ValueError(f"Threshold {name!r}: direction={direction!r} is unknown. Fix: '>' or "
+                       "'<', the direction the claim predicts.")
+    edge = reference + margin if direction == ">" else reference - margin
+    other = "<" if direction == ">" else ">"
+    return cls(name, arm, metric, baseline=baseline, supports=f"{direction} {edge:.12g}",
+               refutes=f"{other} {edge:.12g}", margin=float(margin), **kw)
 
   def __post_init__(self):
     if self.stat not in ("ci", "range"):
@@ -72,7 +111,32 @@ class Threshold:
         parse_condition(cond)
 
   def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    d = dataclasses.asdict(self)
+    d["needs"] = None if self.needs is None else list(self.needs)
+    return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Extension:
+  """A question we add to probe a mechanism: its own thresholds and verdict, never the headline.
+
+  Attributes:
+    name: short, e.g. `"the gain is the split, not κ"`.
+    question: the question in one sentence.
+    thresholds: decided by the same rule as the primary question's (`Threshold`).
+  """
+
+  name: str
+  question: str
+  thresholds: tuple[Threshold, ...]
+
+  def __post_init__(self):
+    if not self.thresholds:
+      raise ValueError(f"Extension {self.name!r} has no thresholds. Fix: give at least one.")
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"name": self.name, "question": self.question,
+            "thresholds": [t.to_dict() for t in self.thresholds]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,9 +209,18 @@ class Claim:
     preface: the sentence tested, quoted from the preface.
     hypothesis: ours, precise enough to fail.
     refuted_if: the result that would refute it, in words.
-    thresholds: the numbers the verdict is computed from (frozen before the real run); the
-      first is the claim's key number.
+    thresholds: the numbers the primary verdict (the headline: the preface's own question) is
+      computed from, frozen before the real run; the first is the claim's key number.
     anchors: published numbers the key number is compared with.
+    theorem: where mathematics fixes part of the outcome, the argument in words (a float64
+      test confirms it; the report says "settled by proof"); None otherwise.
+    extensions: questions we add to probe a mechanism, each with its own verdict, reported
+      beneath the headline and never changing it.
+    seeds: the pre-registered seeds of the full run (at least 5 for a claim that trains).
+      A run on other seeds is an addendum under the registered verdict.
+    tuning_seeds: the seeds every rate, grid and arm choice is made on; disjoint from `seeds`
+      (the runner refuses overlap).
+    trains: whether the claim trains models (then it needs at least 5 seeds).
     run: `run(spec) -> findings`, a dict with `config` (JSON-able), `runs`
       (`{arm: {seed: {metric: float}}}`), and optionally `figures` (PNG names in
       `spec.run_dir`), `notes` (markdown lines) and `effects` (extra `(name, arm, baseline,
@@ -167,6 +240,11 @@ class Claim:
   run: Callable[[Spec], dict] | None = None
   QUICK: Sizes | None = None
   FULL: Sizes | None = None
+  theorem: str | None = None
+  extensions: tuple[Extension, ...] = ()
+  seeds: tuple[int, ...] = DEFAULT_SEEDS
+  tuning_seeds: tuple[int, ...] = ()
+  trains: bool = True
 
   def __post_init__(self):
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", self.id):
@@ -176,6 +254,18 @@ class Claim:
     if self.built and not (self.hypothesis and self.refuted_if and self.thresholds):
       raise ValueError(f"Claim {self.id!r} has a `run` but no hypothesis, refuted_if or "
                        "thresholds. Fix: freeze all three before the claim can run.")
+    if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
+      raise ValueError(f"Claim {self.id!r}: seeds={self.seeds} must be distinct and non-empty.")
+    overlap = sorted(set(self.seeds) & set(self.tuning_seeds))
+    if overlap:
+      raise ValueError(f"Claim {self.id!r}: seeds {overlap} are both reported and tuning seeds. "
+                       "Fix: choose rates, grids and arms on seeds that are never reported.")
+    if self.built and self.trains and len(self.seeds) < MIN_TRAINING_SEEDS:
+      raise ValueError(f"Claim {self.id!r} trains but pre-registers {len(self.seeds)} seeds. "
+                       f"Fix: register at least {MIN_TRAINING_SEEDS} (default {DEFAULT_SEEDS}).")
+    names = [e.name for e in self.extensions]
+    if len(set(names)) != len(names):
+      raise ValueError(f"Claim {self.id!r}: extension names {names} repeat. Fix: name each once.")
 
   def sizes(self, quick: bool) -> Sizes:
     """`QUICK` or `FULL`; raises `ValueError` naming the claim if it declares none."""
@@ -192,8 +282,12 @@ class Claim:
   def to_dict(self) -> dict[str, Any]:
     """The frozen definition (everything but `run`), as written to `claim.json`."""
     return {"id": self.id, "topic": self.topic, "kind": self.kind, "preface": self.preface,
-            "hypothesis": self.hypothesis, "refuted_if": self.refuted_if,
+            "theorem": self.theorem, "hypothesis": self.hypothesis,
+            "refuted_if": self.refuted_if,
             "thresholds": [t.to_dict() for t in self.thresholds],
-            "anchors": [a.to_dict() for a in self.anchors], "built": self.built}
+            "extensions": [e.to_dict() for e in self.extensions],
+            "anchors": [a.to_dict() for a in self.anchors], "seeds": list(self.seeds),
+            "tuning_seeds": list(self.tuning_seeds), "trains": self.trains,
+            "built": self.built}
 
 

@@ -7,8 +7,6 @@ and the thresholds' intervals are recomputed from it, so a report can be re-made
 from __future__ import annotations
 
 import os
-import re
-import shutil
 
 from experiments.claims.claim import INDICATIVE, Claim
 from experiments.claims.stats import evaluate, fmt
@@ -38,14 +36,17 @@ def evaluations(claim: Claim, results: dict) -> list[dict]:
   return [evaluate(th, runs, seeds) for th in claim.thresholds]
 
 
-def key_number(results: dict | None) -> str:
-  """The claim's key number: its first effect, `mean [lo, hi]`."""
+def key_number(results: dict | None, claim: Claim | None = None) -> str:
+  """The claim's key number: its first effect, `mean [lo, hi] unit` (95% CI, or one seed)."""
   if not results or not results["effects"]:
     return "—"
   e = results["effects"][0]
   lo, hi = e["ci95"]
-  ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else ""
-  return f"{e['name']}: {fmt(e['mean'])}{ci}"
+  ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (one seed)"
+  unit = ""
+  if claim is not None and claim.thresholds and claim.thresholds[0].unit:
+    unit = f" {claim.thresholds[0].unit}"
+  return f"{e['name']}: {fmt(e['mean'])}{unit}{ci}"
 
 
 def anchor_text(claim: Claim) -> str:
@@ -60,27 +61,47 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
   """The body of a claim's report: verdict, thresholds, arms, effects, anchors, figures."""
   h = "#" * level
   evals = evaluations(claim, results)
+  sizes = results["config"].get("sizes", {}) if isinstance(results["config"], dict) else {}
   lines = [f"{h} Claim `{claim.id}` — {claim.topic} ({claim.kind} application)", "",
-           f"> {claim.preface}", "> — the preface", "",
-           f"**Hypothesis.** {claim.hypothesis}", "",
-           f"**Refuted if.** {claim.refuted_if}", "",
-           f"**Verdict: {verdict_label(results, results['verdict'])}.** {results['reason']}", "",
-           f"Seeds {results['seeds']}, {'quick' if results['quick'] else 'full'} sizes, "
-           f"{results['runtime_s']:.1f} s on {results['env']['backend']} "
-           f"({results['env']['device']}), git `{results['git']}`.", "",
-           f"{h}# Thresholds (frozen before the run)", ""]
-  rows = []
-  for th, ev in zip(claim.thresholds, evals, strict=True):
-    lo, hi = ev["interval"]
-    quantity = f"{th.arm}.{th.metric}" + (f" − {th.baseline}.{th.metric}" if th.baseline else "")
-    rows.append([("control: " if th.control else "") + th.name, quantity,
-                 ev["what"], fmt(ev["mean"]),
-                 f"[{fmt(lo)}, {fmt(hi)}]",
-                 f"{th.supports or '—'}: {'yes' if ev['supports'] else 'no'}",
-                 f"{th.refutes or '—'}: {'yes' if ev['refutes'] else 'no'}"
-                 if th.refutes else "—"])
-  lines += table(["threshold", "quantity", "interval of", "mean", "interval", "supports",
-                  "refutes"], rows)
+           f"> {claim.preface}", "> — the preface", ""]
+  if claim.theorem:
+    lines += [f"**Settled by proof.** {claim.theorem}", ""]
+  lines += [f"**Primary question (the preface's sentence).** {claim.hypothesis}", "",
+            f"**Refuted if.** {claim.refuted_if}", "",
+            f"**Verdict: {verdict_label(results, results['verdict'])}.** {results['reason']}", ""]
+  for ext in results.get("extensions", ()):
+    lines += [f"- Extension *{ext['name']}*: **{verdict_label(results, ext['verdict'])}**. "
+              f"{ext['reason']}"]
+  if results.get("extensions"):
+    lines += ["", "Extensions probe a mechanism; they never change the verdict above.", ""]
+  lines += [f"Seeds {results['seeds']} (tuning seeds {results.get('tuning_seeds', [])}), "
+            f"{'quick' if results['quick'] else 'full'} sizes "
+            + ", ".join(f"{k} = {v}" for k, v in sizes.items())
+            + f"; {results['runtime_s']:.1f} s on {results['env']['backend']} "
+            f"({results['env']['device']}), git `{results['git']}`.", ""]
+  groups = [("Thresholds of the primary question (frozen before the run)", claim.thresholds,
+             evals)]
+  seeds = [str(s) for s in results["seeds"]]
+  runs = {arm: body["runs"] for arm, body in results["arms"].items()}
+  for ext in claim.extensions:
+    groups.append((f"Thresholds of the extension *{ext.name}*: {ext.question}", ext.thresholds,
+                   [evaluate(th, runs, seeds) for th in ext.thresholds]))
+  for title, thresholds, group_evals in groups:
+    lines += [f"{h}# {title}", ""]
+    rows = []
+    for th, ev in zip(thresholds, group_evals, strict=True):
+      lo, hi = ev["interval"]
+      quantity = (f"{th.arm}.{th.metric}" + (f" − {th.baseline}.{th.metric}" if th.baseline
+                                              else "") + (f" ({th.unit})" if th.unit else ""))
+      rows.append([("control: " if th.control else "") + th.name, quantity,
+                   ev["what"], fmt(ev["mean"]),
+                   f"[{fmt(lo)}, {fmt(hi)}]",
+                   "—" if th.margin is None else fmt(th.margin),
+                   f"{th.supports or '—'}: {'yes' if ev['supports'] else 'no'}",
+                   f"{th.refutes or '—'}: {'yes' if ev['refutes'] else 'no'}"
+                   if th.refutes else "—"])
+    lines += table(["threshold", "quantity", "interval of", "mean", "interval", "margin",
+                    "supports", "refutes"], rows)
   lines += [f"{h}# Arms (mean ± std over {len(results['seeds'])} seed(s))", ""]
   rows = []
   for arm, body in results["arms"].items():
@@ -118,41 +139,58 @@ def write_claim_report(claim: Claim, results: dict, evals, findings: dict, run_d
   return path
 
 
-def _shift_headings(text: str, by: int) -> str:
-  return re.sub(r"^(#+) ", lambda m: "#" * (len(m.group(1)) + by) + " ", text, flags=re.M)
+def _trend(results: dict | None) -> str:
+  scale = (results or {}).get("scale")
+  return scale["trend"] if scale else "—"
 
 
 def tour_markdown(claims, entries, results_by_id: dict, *, quick: bool, runtime_s: float,
-                  opening: list[str], tour_dir: str) -> list[str]:
-  """The tour's report: opening checks, the verdict table of every claim, one section each.
+                  opening: list[str], tour_dir: str, committed: dict | None = None) -> list[str]:
+  """The tour's report, a few screens: one verdict table, then a short paragraph per claim.
 
-  Each built claim's section is its own `report.md` (headings shifted one level down), and
-  its figures are copied into `tour_dir` as `<claim-id>-<name>.png`.
+  Each paragraph links the claim's own `report.md` (its thresholds, arms, figures). With
+  `committed` (`{claim id: results.json of the committed full run}`, from `results/`), a
+  quick tour shows the committed verdict beside its indicative one and says where they
+  differ.
   """
-  intro = f"Quick sizes and one seed: every verdict is {INDICATIVE}. " if quick else ""
+  committed = committed or {}
+  intro = (f"Quick sizes and one seed: every verdict here is {INDICATIVE}; the committed "
+           "column is the pre-registered full run kept in `results/`. " if quick else "")
   lines = ["# The preface, tested: the tour", "",
-           f"{intro}Runtime {runtime_s:.0f} s. The verdicts are computed by code from thresholds "
+           f"{intro}Runtime {runtime_s:.0f} s. Verdicts are computed by code from thresholds "
            "frozen in each claim before it ran (`experiments/claims/`).", "",
            "## Verdicts", ""]
   rows = []
   for i, (claim, entry) in enumerate(zip(claims, entries, strict=True), 1):
     res = results_by_id.get(claim.id)
-    rows.append([i, claim.topic, f"`{claim.id}`", claim.kind, claim.preface,
-                 claim.hypothesis or "—", verdict_label(res, entry["verdict"]),
-                 key_number(res), anchor_text(claim) if claim.built else "—"])
-  lines += table(["#", "topic", "claim", "kind", "the preface says", "our hypothesis",
-                  "verdict", "key number", "published anchor"], rows)
+    full = committed.get(claim.id)
+    row = [i, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem else ""),
+           verdict_label(res, entry["verdict"])]
+    if quick:
+      row.append(full["verdict"] if full else "no committed run")
+    row += [key_number(res, claim), _trend(res), anchor_text(claim) if claim.built else "—"]
+    rows.append(row)
+  header = ["#", "claim", "kind", "primary verdict"] + (["committed full verdict"] if quick
+                                                        else [])
+  lines += table(header + ["key number", "trend with size", "published anchor"], rows)
   lines += ["## Opening checks", "", *opening, ""]
   for claim, entry in zip(claims, entries, strict=True):
+    res = results_by_id.get(claim.id)
+    lines += [f"## `{claim.id}` — {claim.topic}", "", f"> {claim.preface}", ""]
     if entry["results"] is None:
-      lines += [f"## Claim `{claim.id}` — {entry['verdict']}", "", entry["reason"], ""]
+      lines += [f"{entry['verdict']}: {entry['reason']}", ""]
       continue
     claim_dir = os.path.dirname(entry["results"])
-    with open(os.path.join(claim_dir, "report.md")) as f:
-      text = _shift_headings(f.read(), 1)
-    for name in sorted(os.listdir(claim_dir)):
-      if name.endswith(".png"):
-        shutil.copyfile(os.path.join(claim_dir, name), os.path.join(tour_dir, f"{claim.id}-{name}"))
-        text = text.replace(f"]({name})", f"]({claim.id}-{name})")
-    lines += [text, f"Run folder: `{claim_dir}`.", ""]
+    rel = os.path.relpath(os.path.join(claim_dir, "report.md"), tour_dir)
+    text = [f"**{verdict_label(res, entry['verdict'])}** (primary question)."]
+    for ext in res.get("extensions", ()):
+      text.append(f"Extension *{ext['name']}*: {ext['verdict']}.")
+    text.append(f"Seeds {res['seeds']}, tuning seeds {res.get('tuning_seeds', [])}.")
+    full = committed.get(claim.id)
+    if quick and full:
+      same = "agrees with" if full["verdict"] == res["verdict"] else "differs from"
+      text.append(f"This indicative verdict {same} the committed full run's "
+                  f"({full['verdict']}, seeds {full['seeds']}).")
+    text.append(f"[Its report]({rel}).")
+    lines += [" ".join(text), ""]
   return lines

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 from experiments import jsonio
 from experiments.claims import report
-from experiments.claims.claim import FULL_SEEDS, INDICATIVE, QUICK_SEEDS, Claim, Spec, Threshold
+from experiments.claims.claim import INDICATIVE, Claim, Spec, Threshold
 from experiments.claims.schema import validate_results
 from experiments.claims.stats import arm_summary, effect, evaluate, fmt
 
@@ -51,29 +51,59 @@ def describe(th: Threshold, ev: dict) -> str:
           + "; ".join(parts) + ")")
 
 
-def verdict(claim: Claim, runs: dict, seeds, *, indicative: bool) -> tuple[str, str, list]:
-  """The verdict from the frozen thresholds; returns `(verdict, reason, evaluations)`."""
-  evals = [evaluate(th, runs, seeds) for th in claim.thresholds]
-  failed_controls = [th for th, ev in zip(claim.thresholds, evals, strict=True)
-                     if th.control and not ev["supports"]]
-  refuting = [th for th, ev in zip(claim.thresholds, evals, strict=True) if ev["refutes"]]
-  needed = [(th, ev) for th, ev in zip(claim.thresholds, evals, strict=True) if not th.control]
-  if failed_controls:
-    v = "inconclusive"
-    why = "a control failed, so the instrument cannot be trusted: " + ", ".join(
-        th.name for th in failed_controls)
-  elif refuting:
-    v = "refuted"
-    why = "refuted by: " + ", ".join(th.name for th in refuting)
-  elif needed and all(ev["supports"] for _, ev in needed):
-    v = "supported"
-    why = "every support condition holds"
+def decide(thresholds, runs: dict, seeds) -> tuple[str, str, list[dict]]:
+  """The verdict of one group of thresholds (the primary question, or one extension).
+
+  The rule, written once: a control whose `supports` fails blocks every threshold that
+  `needs` it (default: every threshold of the group), and a blocked threshold decides
+  nothing; then any unblocked threshold whose `refutes` holds refutes the group; it is
+  supported when every non-control threshold is unblocked and its `supports` holds;
+  otherwise inconclusive.
+
+  Returns:
+    `(verdict, why, evaluations)`, one evaluation per threshold, with `blocked` added.
+  """
+  evals = [evaluate(th, runs, seeds) for th in thresholds]
+  failed = {th.name for th, ev in zip(thresholds, evals, strict=True)
+            if th.control and not ev["supports"]}
+  for th, ev in zip(thresholds, evals, strict=True):
+    needs = set(th.needs) if th.needs is not None else {t.name for t in thresholds if t.control}
+    ev["blocked"] = (not th.control) and bool(needs & failed)
+  refuting = [th.name for th, ev in zip(thresholds, evals, strict=True)
+              if not th.control and ev["refutes"] and not ev["blocked"]]
+  needed = [ev for th, ev in zip(thresholds, evals, strict=True) if not th.control]
+  blocked = [th.name for th, ev in zip(thresholds, evals, strict=True) if ev["blocked"]]
+  if refuting:
+    v, why = "refuted", "refuted by: " + ", ".join(refuting)
+  elif needed and all(ev["supports"] and not ev["blocked"] for ev in needed):
+    v, why = "supported", "every support condition holds"
+  elif blocked:
+    v, why = "inconclusive", ("a control failed (" + ", ".join(sorted(failed)) + "), so these "
+                              "cannot be read: " + ", ".join(blocked))
   else:
-    v = "inconclusive"
-    why = "not every support condition holds, and no refutation condition does"
-  lines = "; ".join(describe(th, ev) for th, ev in zip(claim.thresholds, evals, strict=True))
+    v, why = "inconclusive", "not every support condition holds, and no refutation does"
+  if failed and not blocked:
+    why += "; failed controls block nothing here: " + ", ".join(sorted(failed))
+  lines = "; ".join(describe(th, ev) for th, ev in zip(thresholds, evals, strict=True))
+  return v, f"{why}. {lines}", evals
+
+
+def verdict(claim: Claim, runs: dict, seeds, *, indicative: bool) -> tuple[str, str, list]:
+  """The primary verdict (the headline) from the frozen thresholds: `(verdict, reason, evals)`."""
+  v, why, evals = decide(claim.thresholds, runs, seeds)
   prefix = f"{INDICATIVE}: " if indicative else ""
-  return v, f"{prefix}{why}. {lines}", evals
+  return v, prefix + why, evals
+
+
+def extension_verdicts(claim: Claim, runs: dict, seeds, *, indicative: bool) -> list[dict]:
+  """Each extension's `{"name", "verdict", "reason", "thresholds"}`, by the same rule."""
+  out = []
+  prefix = f"{INDICATIVE}: " if indicative else ""
+  for ext in claim.extensions:
+    v, why, _ = decide(ext.thresholds, runs, seeds)
+    out.append({"name": ext.name, "verdict": v, "reason": prefix + why,
+                "thresholds": [th.to_dict() for th in ext.thresholds]})
+  return out
 
 
 def environment() -> dict:
@@ -116,7 +146,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   Args:
     claim: a built `Claim`.
     quick: small sizes and one seed; the verdict is labelled indicative.
-    seeds: the seeds (default: `(0,)` quick, `(0, 1, 2)` full).
+    seeds: the seeds (default: the claim's pre-registered `seeds`; quick: the first of them).
+      Other seeds make an addendum: its verdict is reported, the registered one stays.
     root: the `runs` folder.
     log: where progress lines go.
 
@@ -126,9 +157,14 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   if not claim.built:
     raise ValueError(f"claim {claim.id!r} is not built yet; nothing to run. Fix: choose a built "
                      "claim (python -m experiments tour lists them).")
-  seeds = tuple(int(s) for s in (seeds if seeds else (QUICK_SEEDS if quick else FULL_SEEDS)))
+  seeds = tuple(int(s) for s in (seeds if seeds else (claim.seeds[:1] if quick
+                                                      else claim.seeds)))
   if len(set(seeds)) != len(seeds):
     raise ValueError(f"--seeds {list(seeds)} repeats a seed. Fix: give distinct seeds.")
+  tuning = sorted(set(seeds) & set(claim.tuning_seeds))
+  if tuning:
+    raise ValueError(f"--seeds {tuning}: tuning seeds of {claim.id!r} {list(claim.tuning_seeds)} "
+                     "are never reported. Fix: report other seeds.")
   sizes = claim.sizes(quick)
   run_dir = new_run_dir(root, claim.id, quick)
   jsonio.dump_strict({**claim.to_dict(), "quick": quick, "seeds": list(seeds)},
@@ -144,18 +180,21 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   runs = {arm: {s: per_seed[s] for s in seeds} for arm, per_seed in findings["runs"].items()}
   indicative = quick or len(seeds) < 3
   v, reason, evals = verdict(claim, runs, seeds, indicative=indicative)
+  extensions = extension_verdicts(claim, runs, seeds, indicative=indicative)
   effects = [effect(runs, seeds, th.name, th.arm, th.baseline, th.metric)
-             for th in claim.thresholds]
+             for th in claim.thresholds + tuple(t for e in claim.extensions for t in e.thresholds)]
   names = {e["name"] for e in effects}
   for name, arm, baseline, metric in findings.get("effects", ()):
     if name not in names:
       effects.append(effect(runs, seeds, name, arm, baseline, metric))
   results = {
       "claim": claim.id, "quick": quick, "seeds": list(seeds),
+      "tuning_seeds": list(claim.tuning_seeds),
       "config": {"sizes": sizes.to_dict(), "setup": findings.get("setup", {})},
       "arms": {arm: arm_summary(per_seed) for arm, per_seed in runs.items()},
       "effects": effects, "verdict": v, "reason": reason,
-      "thresholds": [th.to_dict() for th in claim.thresholds],
+      "thresholds": [th.to_dict() for th in claim.thresholds], "extensions": extensions,
+      "scale": findings.get("scale"), "context": findings.get("context"),
       "anchors": [a.to_dict() for a in claim.anchors], "runtime_s": runtime,
       "env": environment(), "git": git_revision(),
   }

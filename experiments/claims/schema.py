@@ -13,8 +13,14 @@ from collections.abc import Sequence
 from experiments.claims.claim import VERDICTS
 from experiments.jsonio import load_strict
 
-RESULT_KEYS = ("claim", "quick", "seeds", "config", "arms", "effects", "verdict", "reason",
-               "thresholds", "anchors", "runtime_s", "env", "git")
+RESULT_KEYS = ("claim", "quick", "seeds", "tuning_seeds", "config", "arms", "effects", "verdict",
+               "reason", "thresholds", "extensions", "scale", "context", "anchors", "runtime_s",
+               "env", "git")
+EXTENSION_KEYS = ("name", "verdict", "reason", "thresholds")
+SCALE_KEYS = ("sizes", "slope", "slope_ci", "trend")
+SCALE_SIZE_KEYS = ("family", "params", "effect", "ci")
+TRENDS = ("grows", "shrinks", "no trend")
+CONTEXT_KEYS = ("T", "effect", "ci")
 EFFECT_KEYS = ("name", "arm", "baseline", "metric", "mean", "ci95")
 TOUR_KEYS = ("quick", "runtime_s", "claims")
 TOUR_ENTRY_KEYS = ("claim", "verdict", "reason", "results")
@@ -68,6 +74,11 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
   _need(isinstance(obj["seeds"], list) and obj["seeds"]
         and all(isinstance(s, int) and not isinstance(s, bool) for s in obj["seeds"]),
         "seeds", "must be a non-empty list of integers")
+  _need(isinstance(obj["tuning_seeds"], list)
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in obj["tuning_seeds"]),
+        "tuning_seeds", "must be a list of integers")
+  _need(not set(obj["seeds"]) & set(obj["tuning_seeds"]), "tuning_seeds",
+        "must be disjoint from seeds (a tuning seed is never reported)")
   _need(isinstance(obj["config"], dict), "config", "must be an object")
   _need(isinstance(obj["arms"], dict) and obj["arms"], "arms", "must be a non-empty object")
   seeds = {str(s) for s in obj["seeds"]}
@@ -93,6 +104,24 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
   _need(obj["verdict"] in VERDICTS, "verdict", f"must be one of {VERDICTS}")
   _need(isinstance(obj["reason"], str) and obj["reason"], "reason", "must be a non-empty string")
   _need(isinstance(obj["thresholds"], list), "thresholds", "must be a list")
+  _need(isinstance(obj["extensions"], list), "extensions", "must be a list")
+  for i, e in enumerate(obj["extensions"]):
+    _keys(e, EXTENSION_KEYS, f"extensions[{i}]")
+    _need(isinstance(e["name"], str) and e["name"], f"extensions[{i}].name", "must be a string")
+    _need(e["verdict"] in VERDICTS, f"extensions[{i}].verdict", f"must be one of {VERDICTS}")
+    _need(isinstance(e["reason"], str), f"extensions[{i}].reason", "must be a string")
+    _need(isinstance(e["thresholds"], list), f"extensions[{i}].thresholds", "must be a list")
+  if obj["scale"] is not None:
+    sc = obj["scale"]
+    _keys(sc, SCALE_KEYS, "scale")
+    _need(isinstance(sc["sizes"], list), "scale.sizes", "must be a list")
+    for i, row in enumerate(sc["sizes"]):
+      _keys(row, SCALE_SIZE_KEYS, f"scale.sizes[{i}]")
+    _need(sc["trend"] in TRENDS, "scale.trend", f"must be one of {TRENDS}")
+  if obj["context"] is not None:
+    _need(isinstance(obj["context"], list), "context", "must be a list or null")
+    for i, row in enumerate(obj["context"]):
+      _keys(row, CONTEXT_KEYS, f"context[{i}]")
   _need(isinstance(obj["anchors"], list), "anchors", "must be a list")
   _need(_is_num(obj["runtime_s"]) and obj["runtime_s"] is not None, "runtime_s",
         "must be a number")

@@ -10,7 +10,7 @@ energy grows with context length.
 
 Example:
   >>> import jax, transformer
-  >>> from experiments import kvcompress
+  >>> from experiments.lab import kvcompress
   >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
   >>> tokens = jax.random.randint(jax.random.key(1), (4, 33), 0, 256)
   >>> out = kvcompress.evaluate_compressed(params, cfg, tokens, kv_ratio=8, kv_alloc="uniform",

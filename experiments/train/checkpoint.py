@@ -10,7 +10,7 @@ checkpoint that cannot be read is reported in one line and the next older intact
 
 Example:
   >>> import tempfile, jax, jax.numpy as jnp
-  >>> from experiments import checkpoint
+  >>> from experiments.train import checkpoint
   >>> run_dir = tempfile.mkdtemp()
   >>> params, opt_state = {"w": jnp.ones((2, 3))}, {"count": jnp.zeros((), jnp.int32)}
   >>> mgr = checkpoint.open_manager(run_dir, keep=3)
@@ -287,7 +287,7 @@ def load_run(run_dir: str, step: int | None = None):
 
   Example:
     >>> import tempfile, jax, transformer
-    >>> from experiments import checkpoint
+    >>> from experiments.train import checkpoint
     >>> cfg = transformer.preset("tiny", d_model=32, n_heads=2)
     >>> run_dir = tempfile.mkdtemp()
     >>> checkpoint.write_config(run_dir, {"model": cfg.to_dict()})

@@ -73,8 +73,8 @@ def train_like(tc) -> Callable[..., optax.GradientTransformation]:
     `make_tx(learning_rate) -> optax.GradientTransformation`, for `train_many`.
 
   Example:
-    >>> from experiments import multirun, train
-    >>> tx = multirun.train_like(train.TrainConfig(steps=20))(learning_rate=3e-3)
+    >>> from experiments import train
+    >>> tx = train.train_like(train.TrainConfig(steps=20))(learning_rate=3e-3)
   """
   unit = schedule(tc.replace(learning_rate=1.0))
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from experiments.claims import CLAIMS, not_built, runner, tour
-from experiments.claims.runner import Claim, Threshold
+from experiments import jsonio
+from experiments.claims import CLAIMS, not_built, runner, schema, stats, tour
+from experiments.claims.claim import VERDICTS, Claim, Extension, Sizes, Threshold
 
 DESIGN_ORDER = [
     "causal-mask", "kv-compression", "residual-eigenvalues", "eigenvalue-constrained",
@@ -32,15 +33,15 @@ def test_registry_has_the_14_design_ids_in_order():
 
 @pytest.mark.parametrize("dof", [1, 2, 3, 7, 29, 30, 31, 45, 200, 10_000])
 def test_t_quantile_matches_scipy(dof):
-  assert runner.t_quantile_975(dof) == pytest.approx(scipy.stats.t.ppf(0.975, dof), rel=2e-6)
+  assert stats.t_quantile_975(dof) == pytest.approx(scipy.stats.t.ppf(0.975, dof), rel=2e-6)
 
 
 def test_mean_ci95_matches_scipy():
   x = np.array([0.3, 0.9, 0.4, 1.7])
-  m, (lo, hi) = runner.mean_ci95(x)
+  m, (lo, hi) = stats.mean_ci95(x)
   ref = scipy.stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=scipy.stats.sem(x))
   assert m == pytest.approx(x.mean()) and (lo, hi) == pytest.approx(ref, rel=1e-6)
-  assert runner.mean_ci95([2.0]) == (2.0, None)
+  assert stats.mean_ci95([2.0]) == (2.0, None)
 
 
 @pytest.mark.parametrize("cond, interval, expected", [
@@ -48,7 +49,7 @@ def test_mean_ci95_matches_scipy():
     ("< 1", (0.2, 0.99), True), ("<= 1", (0.2, 1.0), True), ("== 1", (1.0, 1.0), True),
     ("== 1", (0.99, 1.0), False), (">= 0", (math.nan, math.nan), False)])
 def test_condition_holds_only_for_the_whole_interval(cond, interval, expected):
-  assert runner.holds(cond, interval) is expected
+  assert stats.holds(cond, interval) is expected
 
 
 def test_bad_condition_and_bad_claim_are_value_errors():
@@ -62,9 +63,16 @@ def test_bad_condition_and_bad_claim_are_value_errors():
     Claim(id="x", topic="t", kind="new", preface="p", run=lambda spec: {})
 
 
-def _claim(thresholds, run=None):
+@dataclasses.dataclass(frozen=True)
+class ToySizes(Sizes):
+  n: int
+
+
+def _claim(thresholds, run=None, **kw):
+  kw = {"seeds": (0, 1, 2), "trains": False, **kw}
   return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
-               thresholds=tuple(thresholds), run=run or (lambda spec: {}))
+               thresholds=tuple(thresholds), run=run or (lambda spec: {}), QUICK=ToySizes(1),
+               FULL=ToySizes(3), **kw)
 
 
 RUNS = {"a": {0: {"m": 1.0}, 1: {"m": 1.2}, 2: {"m": 1.1}},
@@ -88,7 +96,7 @@ def test_verdict_from_thresholds(thresholds, expected):
 def _toy_run(spec):
   runs = {"treated": {s: {"score": 1.0 + 0.1 * s, "maybe": math.nan} for s in spec.seeds},
           "control": {s: {"score": 0.5, "maybe": 1.0} for s in spec.seeds}}
-  return {"config": {"size": 3}, "runs": runs, "notes": ["- a note"], "figures": [],
+  return {"setup": {"n": spec.sizes.n}, "runs": runs, "notes": ["- a note"], "figures": [],
           "effects": [("maybe diff", "treated", "control", "maybe")]}
 
 
@@ -97,8 +105,8 @@ def test_run_claim_writes_folder_and_strict_json(tmp_path):
                             refutes="< 0")], run=_toy_run)
   results, run_dir = runner.run_claim(claim, seeds=(0, 1, 2), root=str(tmp_path), log=lambda s: 0)
   assert sorted(os.listdir(run_dir)) == ["claim.json", "report.md", "results.json"]
-  on_disk = runner.load_strict(os.path.join(run_dir, "results.json"))
-  runner.validate_results(on_disk, claim_ids=["toy"])
+  on_disk = jsonio.load_strict(os.path.join(run_dir, "results.json"))
+  schema.validate_results(on_disk, claim_ids=["toy"])
   assert on_disk["verdict"] == "supported" and on_disk["seeds"] == [0, 1, 2]
   assert on_disk["arms"]["treated"]["runs"]["2"]["maybe"] is None  # NaN -> null
   gain = on_disk["effects"][0]
@@ -120,11 +128,13 @@ def test_quick_run_is_labelled_indicative(tmp_path):
 
 
 def _valid():
-  return {"claim": "toy", "quick": False, "seeds": [0], "config": {},
+  return {"claim": "toy", "quick": False, "seeds": [0], "tuning_seeds": [100], "config": {},
           "arms": {"a": {"runs": {"0": {"m": 1.0}}, "mean": {"m": 1.0}, "std": {"m": 0.0}}},
           "effects": [{"name": "e", "arm": "a", "baseline": None, "metric": "m", "mean": 1.0,
                        "ci95": [None, None]}],
-          "verdict": "supported", "reason": "r", "thresholds": [], "anchors": [],
+          "verdict": "supported", "reason": "r", "thresholds": [],
+          "extensions": [{"name": "x", "verdict": "refuted", "reason": "r", "thresholds": []}],
+          "scale": None, "context": None, "anchors": [],
           "runtime_s": 1.0, "env": {"jax": "0", "backend": "cpu", "device": "cpu"}, "git": None}
 
 
@@ -136,22 +146,26 @@ def _valid():
     (lambda r: r["arms"]["a"]["runs"].update({"1": {}}), "seeds"),
     (lambda r: r["effects"][0].update(ci95=[0.0]), "ci95"),
     (lambda r: r.update(seeds=[]), "seeds"),
+    (lambda r: r.update(tuning_seeds=[0]), "disjoint"),
+    (lambda r: r["extensions"][0].update(verdict="maybe"), "extensions"),
+    (lambda r: r.update(scale={"sizes": [], "slope": 0, "slope_ci": [0, 0], "trend": "up"}),
+     "trend"),
 ])
 def test_validator_rejects_schema_breaks_but_not_verdict_values(breakage, message):
-  runner.validate_results(_valid())
-  for v in runner.VERDICTS:
-    runner.validate_results({**_valid(), "verdict": v})
+  schema.validate_results(_valid())
+  for v in VERDICTS:
+    schema.validate_results({**_valid(), "verdict": v})
   broken = _valid()
   breakage(broken)
   with pytest.raises(ValueError, match=message):
-    runner.validate_results(broken)
+    schema.validate_results(broken)
 
 
 def test_load_strict_refuses_nan(tmp_path):
   path = tmp_path / "r.json"
   path.write_text('{"x": NaN}')
   with pytest.raises(ValueError, match="strict JSON"):
-    runner.load_strict(str(path))
+    jsonio.load_strict(str(path))
 
 
 def test_tour_lists_all_14_and_not_built_are_never_verdicts(tmp_path, monkeypatch):
@@ -165,7 +179,7 @@ def test_tour_lists_all_14_and_not_built_are_never_verdicts(tmp_path, monkeypatc
   lines = []
   res, tour_dir = tour.run_tour(quick=True, only=["causal-mask"], root=str(tmp_path),
                                 log=lines.append)
-  runner.validate_tour(runner.load_strict(os.path.join(tour_dir, "results.json")),
+  schema.validate_tour(jsonio.load_strict(os.path.join(tour_dir, "results.json")),
                        list(CLAIMS))
   by_id = {c["claim"]: c for c in res["claims"]}
   assert [c["claim"] for c in res["claims"]] == DESIGN_ORDER
@@ -175,7 +189,7 @@ def test_tour_lists_all_14_and_not_built_are_never_verdicts(tmp_path, monkeypatc
     if not tour.CLAIMS[c["claim"]].built:
       assert c["verdict"] == "not built" and c["results"] is None
   assert by_id["dynamic-sparsity"]["verdict"] == "not built"
-  runner.validate_results(runner.load_strict(by_id["causal-mask"]["results"]))
+  schema.validate_results(jsonio.load_strict(by_id["causal-mask"]["results"]))
   assert len(lines) == 15 and lines[-1].endswith("report.md")
   text = open(os.path.join(tour_dir, "report.md")).read()
   assert text.count("| `") >= 14 and "not built" in text
@@ -187,3 +201,75 @@ def test_claim_cli_rejects_unbuilt_and_unknown(capsys):
     assert tour.claim_main([unbuilt[0]]) == 2
   with pytest.raises(SystemExit):
     tour.claim_main(["no-such-claim"])
+
+
+# ------------------------------------------------------------ the pre-registered contract
+
+
+@pytest.mark.parametrize("effects, expected", [
+    ((0.050, 0.055, 0.060), "supported"),    # the whole interval beyond the margin
+    ((0.001, 0.002, 0.0015), "refuted"),     # inside the margin: too small to matter
+    ((-0.05, -0.04, -0.06), "refuted"),      # the other side
+    ((0.005, 0.04, 0.015), "inconclusive"),  # straddles the margin
+])
+def test_margin_rule_decides_both_ways(effects, expected):
+  runs = {"new": {s: {"m": e} for s, e in enumerate(effects)},
+          "old": {s: {"m": 0.0} for s in range(3)}}
+  th = Threshold.beyond("gain", "new", "m", baseline="old", margin=0.01)
+  v, _, _ = runner.decide((th,), runs, (0, 1, 2))
+  assert v == expected
+  # Mirrored: a claimed drop below −margin.
+  flipped = {arm: {s: {"m": -m["m"]} for s, m in per.items()} for arm, per in runs.items()}
+  th_down = Threshold.beyond("drop", "new", "m", baseline="old", margin=0.01, direction="<")
+  assert runner.decide((th_down,), flipped, (0, 1, 2))[0] == expected
+
+
+def test_a_failed_control_blocks_only_what_needs_it():
+  runs = {"a": {s: {"m": 1.0, "ok": 0.0, "n": 5.0} for s in range(3)}}
+  ctl = Threshold("recall works", "a", "ok", stat="range", supports="== 1", control=True)
+  dependent = Threshold("sparse recall", "a", "m", supports="> 0.5", needs=("recall works",))
+  independent = Threshold("text loss", "a", "n", supports="> 1", needs=())
+  v, why, evals = runner.decide((dependent, independent, ctl), runs, (0, 1, 2))
+  assert v == "inconclusive" and "sparse recall" in why
+  assert [e["blocked"] for e in evals] == [True, False, False]
+  # Without the dependent one, the failed control blocks nothing and the group is read.
+  v, why, _ = runner.decide((independent, ctl), runs, (0, 1, 2))
+  assert v == "supported" and "block nothing" in why
+  # Old default (needs=None): every threshold of the group depends on its controls.
+  assert runner.decide((Threshold("x", "a", "n", supports="> 1"), ctl), runs,
+                       (0, 1, 2))[0] == "inconclusive"
+
+
+def test_extensions_have_their_own_verdict_and_never_change_the_headline(tmp_path):
+  ext = Extension("mechanism", "is it the split?",
+                  (Threshold("split", "treated", "score", supports="> 5", refutes="< 5"),))
+  claim = _claim([Threshold("gain", "treated", "score", baseline="control", supports="> 0.2")],
+                 run=_toy_run, extensions=(ext,))
+  results, run_dir = runner.run_claim(claim, root=str(tmp_path), log=lambda s: 0)
+  assert results["verdict"] == "supported"
+  assert results["extensions"][0]["name"] == "mechanism"
+  assert results["extensions"][0]["verdict"] == "refuted"
+  assert results["config"]["sizes"] == {"n": 3} and results["config"]["setup"] == {"n": 3}
+  text = open(os.path.join(run_dir, "report.md")).read()
+  assert "Extension *mechanism*: **refuted**" in text
+
+
+def test_seeds_are_preregistered_and_tuning_seeds_never_reported(tmp_path):
+  with pytest.raises(ValueError, match="both reported and tuning"):
+    _claim([Threshold("g", "a", "m", supports="> 0")], seeds=(0, 1, 2), tuning_seeds=(2, 9))
+  with pytest.raises(ValueError, match="at least 5"):
+    _claim([Threshold("g", "a", "m", supports="> 0")], seeds=(0, 1, 2), trains=True)
+  claim = _claim([Threshold("gain", "treated", "score", supports="> 0.2")], run=_toy_run,
+                 tuning_seeds=(100,))
+  with pytest.raises(ValueError, match="tuning seeds"):
+    runner.run_claim(claim, seeds=(0, 100), root=str(tmp_path), log=lambda s: 0)
+  results, _ = runner.run_claim(claim, root=str(tmp_path), log=lambda s: 0)
+  assert results["seeds"] == [0, 1, 2] and results["tuning_seeds"] == [100]
+  assert Claim(id="y", topic="t", kind="new", preface="p").seeds == (0, 1, 2, 3, 4)
+
+
+def test_a_claim_may_not_write_its_config_by_hand(tmp_path):
+  claim = _claim([Threshold("gain", "treated", "score", supports="> 0.2")],
+                 run=lambda spec: {**_toy_run(spec), "config": {"steps": 3}})
+  with pytest.raises(ValueError, match="sizes"):
+    runner.run_claim(claim, root=str(tmp_path), log=lambda s: 0)

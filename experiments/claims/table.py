@@ -1,0 +1,118 @@
+"""The README's verdict table, generated from the committed full runs in `results/`.
+
+    python -m experiments.claims.table                 # print the table (markdown)
+    python -m experiments.claims.table --check README.md   # exit 1 if README's table differs
+
+`results/<claim-id>/` holds the latest full run of each claim under the pre-registered
+contract (`claim.json`, `results.json`, `report.md`, figures). The table has one row per
+claim of `experiments.claims.CLAIMS`, in tour order: the primary verdict (the preface's own
+question), the extensions' verdicts, the key number with its unit and 95% interval, the
+trend with model size, and the published anchor. A claim with no committed run says so.
+In the README the table sits between `<!-- claims-table:start -->` and
+`<!-- claims-table:end -->`; `--check` names the first row that differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from experiments import jsonio
+from experiments.claims import CLAIMS, report
+from experiments.claims.schema import validate_results
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "results")
+START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
+
+
+def load_committed(claim_id: str, root: str = RESULTS_DIR) -> dict | None:
+  """The committed full run of `claim_id` (schema-checked), or None when there is none."""
+  path = os.path.join(root, claim_id, "results.json")
+  if not os.path.exists(path):
+    return None
+  obj = jsonio.load_strict(path)
+  try:
+    validate_results(obj, list(CLAIMS))
+  except ValueError as e:
+    raise ValueError(f"{path}: {e}") from None
+  if obj["claim"] != claim_id or obj["quick"]:
+    raise ValueError(f"{path}: holds claim {obj['claim']!r} (quick={obj['quick']}); a committed "
+                     f"result must be the full run of {claim_id!r}.")
+  return obj
+
+
+def committed_runs(root: str = RESULTS_DIR) -> dict[str, dict]:
+  """`{claim id: results.json}` of every claim with a committed full run."""
+  return {cid: r for cid in CLAIMS if (r := load_committed(cid, root)) is not None}
+
+
+def table_lines(root: str = RESULTS_DIR) -> list[str]:
+  """The verdict table as markdown lines (no trailing blank line)."""
+  rows = []
+  for i, claim in enumerate(CLAIMS.values(), 1):
+    res = load_committed(claim.id, root)
+    if res is None:
+      rows.append([i, claim.topic, f"`{claim.id}`", claim.kind, claim.preface,
+                   "no committed run", "—", "—", "—", report.anchor_text(claim)])
+      continue
+    registered = res["seeds"] == list(claim.seeds)
+    verdict = res["verdict"] + ("" if registered else " (addendum seeds)")
+    ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
+    trend = res["scale"]["trend"] if res["scale"] else "—"
+    rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
+                                                                 else ""),
+                 claim.preface, verdict, ext, report.key_number(res, claim), trend,
+                 report.anchor_text(claim)])
+  header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict",
+            "extensions", "key number (95% CI)", "trend with size", "published anchor"]
+  return report.table(header, rows)[:-1]
+
+
+def readme_table(text: str, path: str = "README.md") -> list[str]:
+  """The lines between the markers of `text`; raises `ValueError` naming what is missing."""
+  if START not in text or END not in text:
+    raise ValueError(f"{path}: no verdict table between {START} and {END}. Fix: paste the "
+                     "output of `python -m experiments.claims.table` between those markers.")
+  inner = text.split(START, 1)[1].split(END, 1)[0]
+  return [line for line in inner.strip("\n").split("\n")]
+
+
+def first_difference(expected: list[str], found: list[str]) -> str | None:
+  """A one-line description of the first differing row, or None when equal."""
+  for i in range(max(len(expected), len(found))):
+    e = expected[i] if i < len(expected) else "(no row)"
+    f = found[i] if i < len(found) else "(no row)"
+    if e != f:
+      return f"row {i + 1} differs:\n  results/ says: {e}\n  README has:    {f}"
+  return None
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(prog="python -m experiments.claims.table", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--check", metavar="README", help="compare with the table in this file")
+  p.add_argument("--results", default=RESULTS_DIR, help="the results folder")
+  args = p.parse_args(argv)
+  try:
+    lines = table_lines(args.results)
+    if args.check is None:
+      print("\n".join(lines))
+      return 0
+    with open(args.check) as f:
+      found = readme_table(f.read(), args.check)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  diff = first_difference(lines, found)
+  if diff:
+    print(f"{args.check}: the verdict table does not match {args.results}: {diff}\nFix: paste "
+          "the output of `python -m experiments.claims.table`.", file=sys.stderr)
+    return 1
+  print(f"{args.check}: the verdict table matches {args.results}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
