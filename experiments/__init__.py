@@ -1,1 +1,16 @@
-"""Runnable experiments: `python -m experiments NAME [--flags]` (see `experiments.__main__`)."""
+"""What happens when we shape the matrices: the CLI, training, the preface's claims, benchmarks.
+
+    python -m experiments NAME [--flags]      # NAME --help for each command
+
+Grouped by role, top of the house first (imports only point down this list):
+
+- `__main__`: the CLI, dispatching to the modules below;
+- `commands/`: `demo`, `catalog`, `atlas`, `eval`, `sample`;
+- `claims/`: the 14 claims of the preface and their machinery (`claim`, `stats`, `schema`,
+  `runner`, `report`, `tour`, `table`); `benchmarks/`: timing scripts that print ratios;
+- `lab/`: the parts several claims share (arms, tuning, measurements), below every claim;
+- `models`: the shared base models, trained once and cached;
+- `train/`: the one loss and step, the loop, vmapped sweeps, checkpoints, sharding;
+- `data`, `jsonio`, `console`: text and tasks as pure functions of `(seed, step)`, strict
+  JSON, progress lines.
+"""

@@ -1,7 +1,22 @@
 """The preface's fourteen claims, each a `Claim` that can fail, run by one runner.
 
-    python -m experiments claim causal-mask [--quick] [--seeds 0 1 2]
+    python -m experiments claim causal-mask [--quick] [--seeds 0 1 2 3 4]
     python -m experiments tour [--quick] [--only causal-mask softmax-kernel]
+    python -m experiments.claims.table [--check README.md]
+
+One module per claim (`causal_mask.py`, ...: its `Sizes`, `QUICK`, `FULL`, `run`, `CLAIM`),
+and the machinery every claim shares, each module one concern:
+
+| module | concern |
+| --- | --- |
+| `claim` | the frozen declarations: `Claim`, `Threshold`, `Extension`, `Anchor`, `Sizes`, `Spec` |
+| `stats` | t-quantiles, 95% intervals, paired effects, rank correlations, number formatting |
+| `schema` | the validators of `results.json` (a claim's and the tour's) |
+| `runner` | running a claim and its verdict (`decide`: the one rule, margins and controls) |
+| `report` | markdown: a claim's `report.md` and the tour's (imports `claim`, `stats` only) |
+| `tour` | `python -m experiments tour` and `claim` |
+| `table` | the README's verdict table from the committed runs in `results/` |
+| `validate` | `python -m experiments.claims.validate ROOT` (CI, after the quick tour) |
 
 `CLAIMS` maps the ids of DESIGN.md, in tour order (per topic: the existing application, then
 the new one), to their `Claim`. A claim whose module is not written yet is registered with

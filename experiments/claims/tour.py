@@ -8,8 +8,9 @@ on real text, KV-cache decoding = full forward), then runs each built claim (a p
 per claim, ending with its report's path) and writes `runs/tour/<run-id>/{results.json,
 report.md}`: one table of all 14 claims (kind, primary verdict, key number with its unit and
 interval, trend with size, published anchor; a quick tour also shows the committed full
-verdict from `results/`), then one short paragraph per claim linking its own report. `--quick` takes about 5 minutes for all 14 claims on 2 idle CPU cores (279 s
-measured, training the shared `quick` models included).
+verdict from `results/`), then one short paragraph per claim linking its own report.
+`--quick` takes about 5 minutes for all 14 claims on 2 idle CPU cores (279 s measured,
+training the shared `quick` models included).
 """
 
 from __future__ import annotations
