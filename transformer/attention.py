@@ -255,8 +255,10 @@ def _bigbird_pattern(t_BT, s_BS, *, window, block_size, n_global, n_random):
   t, s = t_BT[:, :, None], s_BS[:, None, :]
   pattern = (s <= t) & ((t - s < window) | (s < n_global))
   if n_random:
-    blocks_BTR, valid_BTR = jax.vmap(lambda i: _random_blocks(i, n_random))(t_BT // block_size)
-    hit = (blocks_BTR[:, :, None, :] == (s // block_size)[..., None]) & valid_BTR[:, :, None]
+    # (B, T, n_random) block indices of each query's random blocks, and which are real.
+    random_blocks, random_valid = jax.vmap(lambda i: _random_blocks(i, n_random))(
+        t_BT // block_size)
+    hit = (random_blocks[:, :, None, :] == (s // block_size)[..., None]) & random_valid[:, :, None]
     pattern |= (s <= t) & hit.any(-1)
   return pattern
 
@@ -264,8 +266,8 @@ def _bigbird_pattern(t_BT, s_BS, *, window, block_size, n_global, n_random):
 def _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale, k_valid_BS=None):
   """MoBA gate: each query picks the `top_k_blocks` complete past blocks `j < t // bs` with
   the largest `q_t · mean(k in block j)`, the mean over the block's real keys (`k_valid_BS`:
-  padding is left out; a block with no real key is never picked). Returns
-  `(blocks_BHTR, valid_BHTR)`."""
+  padding is left out; a block with no real key is never picked). Returns the picked block
+  indices and whether each pick is real, both `(B, H, T, min(top_k_blocks, n_blocks))`."""
   B, S, H, Dh = k_BSHDh.shape
   n_blocks = -(-S // block_size)
   if k_valid_BS is None:
@@ -282,8 +284,8 @@ def _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale, k_valid_
   past_BTN &= (count_BN > 0)[:, None, :]
   gate_BHTN = jnp.where(past_BTN[:, None], gate_BHTN, -jnp.inf)
   k = min(top_k_blocks, n_blocks)
-  top_BHTR, blocks_BHTR = jax.lax.top_k(gate_BHTN, k)
-  return blocks_BHTR, top_BHTR > -jnp.inf
+  top_gates, picked_blocks = jax.lax.top_k(gate_BHTN, k)
+  return picked_blocks, top_gates > -jnp.inf
 
 
 def _gather(x_BHnDh, idx):
@@ -522,13 +524,13 @@ def moba_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, to
   S = k_BSHDh.shape[1]
   t_BT, s_BS = _slots(B, T, S, offset)
   k_valid_BS = None if mask_BTS is None else mask_BTS.any(axis=1)  # padding: not in the gate
-  blocks_BHTR, picked_BHTR = _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale,
+  moba_blocks, moba_picked = _moba_gate(q_BTHDh, k_BSHDh, t_BT, block_size, top_k_blocks, scale,
                                         k_valid_BS)
-  extra = {"blocks": blocks_BHTR, "picked": picked_BHTR}
+  extra = {"blocks": moba_blocks, "picked": moba_picked}
   if not _fast(T, S, offset):
     mask_BTS = _causal(B, T, S) if mask_BTS is None else mask_BTS
     t, s = t_BT[:, None, :, None], s_BS[:, None, None, :]
-    hit = (blocks_BHTR[..., None, :] == (s // block_size)[..., None]) & picked_BHTR[..., None, :]
+    hit = (moba_blocks[..., None, :] == (s // block_size)[..., None]) & moba_picked[..., None, :]
     pattern_BHTS = (s <= t) & ((s // block_size == t // block_size) | hit.any(-1))
     scores_BHTS = jnp.einsum("bthd,bshd->bhts", q_BTHDh, k_BSHDh).astype(jnp.float32) * scale
     scores_BHTS = jnp.where(mask_BTS[:, None] & pattern_BHTS, scores_BHTS, NEG)
@@ -543,8 +545,8 @@ def moba_attention(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, block_size, to
                             (B, H, nb, block_size, block_size))
   own = (jnp.broadcast_to(jnp.arange(nb)[:, None], (B, H, nb, 1)), own_ok, block_size)
   Tp = nb * block_size
-  blocks = _pad_to(blocks_BHTR, 2, Tp).reshape(B, H, nb, block_size, -1)
-  picked = _pad_to(picked_BHTR, 2, Tp, False).reshape(B, H, nb, block_size, -1)
+  blocks = _pad_to(moba_blocks, 2, Tp).reshape(B, H, nb, block_size, -1)
+  picked = _pad_to(moba_picked, 2, Tp, False).reshape(B, H, nb, block_size, -1)
   selected = (blocks, jnp.repeat(picked, block_size, axis=-1), block_size)
   out, aux = _block_sparse(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=scale,
                            block_size=block_size, parts=[own, selected])

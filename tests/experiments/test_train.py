@@ -258,12 +258,13 @@ def test_huge_learning_rate_stops_without_saving_a_non_finite_checkpoint(tmp_pat
 
 
 def test_a_non_finite_gradient_norm_stops_the_run(tmp_path):
+  from experiments.train import loop
   from experiments.train.run_folder import RunFolder
 
   with RunFolder(str(tmp_path), {"train": {}, "model": {}}) as folder:
     folder.open_log(0)
     folder.last_saved = 4
-    buffer = train._MetricsBuffer(folder, tokens_per_step=8)
+    buffer = loop._MetricsBuffer(folder, tokens_per_step=8)
     buffer.add(5, {"loss": np.float32(2.0), "grad_norm": np.float32(1.0)})
     buffer.add(6, {"loss": np.float32(2.0), "grad_norm": np.float32(np.inf)})
     with pytest.raises(train.NonFiniteLoss, match="grad norm is inf at step 6") as err:
@@ -405,3 +406,20 @@ def test_muon_entry_orthogonalizes_hidden_matrices_only():
   raw = np.linalg.svd(np.asarray(grads["blocks"]["attn"]["w_q"]), compute_uv=False)
   assert (raw.min(-1) / raw.max(-1) < 0.3).all()  # the gradient itself is far from orthogonal
   assert (sigma.min(-1) / sigma.max(-1) > 0.5).all() and sigma.min() > 0
+
+
+def test_progress_lines_show_the_logged_step_numbers_not_the_previous_ones(tmp_path, capsys):
+  """A printed progress line carries the loss of its own step, as `metrics.jsonl` logs it."""
+  from experiments import jsonio
+
+  tc = train.TrainConfig(model_overrides="d_model=16,n_heads=2,n_layers=1,max_len=32",
+                         seq_len=16, batch_size=4, steps=20, warmup_steps=2, eval_every=0,
+                         log_every=10, checkpoint_every=0, progress=True,
+                         run_dir=str(tmp_path / "run"))
+  train.train(tc)
+  err = capsys.readouterr().err
+  line = [x for x in err.splitlines() if x.startswith("train: 20/20")][-1]
+  logged = {r["step"]: r for r in jsonio.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+            if "loss" in r}
+  assert f"loss={logged[20]['loss']:.3f}" in line
+  assert f"tok_s={logged[20]['tokens_per_s']:,.0f}" in line
