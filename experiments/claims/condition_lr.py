@@ -55,12 +55,14 @@ below 1 in every run), or nothing can be read.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.lab import optimizers as O
 from experiments.lab import tuning
 from experiments.train.sweep import train_many
@@ -71,13 +73,37 @@ NOT_REACHED = 1.5
 ALPHA, KAPPA_REF = 0.5, 10.0
 
 
-def sizes(quick: bool) -> dict:
-  """The claim's sizes: model, budget, batches, grid."""
-  if quick:
-    return {"model": "quick", "steps": 24, "batch_size": 4, "seq_len": 32, "grid": (3e-3,),
-            "eval_every": 6, "eval_batches": 2, "tune": False}
-  return {"model": "small", "steps": 120, "batch_size": 8, "seq_len": 64, "grid": GRID,
-          "eval_every": 12, "eval_batches": 4, "tune": True}
+@dataclasses.dataclass(frozen=True)
+class ConditionLrSizes(Sizes):
+  """What a run of `condition-lr` reads about its size.
+
+  Attributes:
+    model: the shared model whose shape is trained from scratch (`experiments.models.RECIPES`).
+    steps: the budget `N` of every run (tuning and reported).
+    batch_size: training windows per step.
+    seq_len: training and validation window length.
+    grid: the peak rates each arm is tuned on (without tuning, every arm runs at the first).
+    eval_every: steps between validation losses of the reported runs (and of the condition
+      arm's tuning run, whose multipliers fix the lr-cut factor).
+    eval_batches: validation batches per evaluation.
+    tune: tune every arm's rate on `grid` with seed `TUNE_SEED`; otherwise the lr-cut factor
+      is the mean multiplier at initialisation.
+  """
+
+  model: str
+  steps: int
+  batch_size: int
+  seq_len: int
+  grid: tuple[float, ...]
+  eval_every: int
+  eval_batches: int
+  tune: bool
+
+
+QUICK = ConditionLrSizes(model="quick", steps=24, batch_size=4, seq_len=32, grid=(3e-3,),
+                         eval_every=6, eval_batches=2, tune=False)
+FULL = ConditionLrSizes(model="small", steps=120, batch_size=8, seq_len=64, grid=GRID,
+                        eval_every=12, eval_batches=4, tune=True)
 
 
 def mean_multipliers(params_RS) -> np.ndarray:
@@ -102,20 +128,20 @@ def _recorder():
 
 def run(spec: Spec) -> dict:
   """Tunes every arm, fixes the lr-cut factor, runs the seeds; see the module docstring."""
-  z = sizes(spec.quick)
-  cfg = models.RECIPES[z["model"]].cfg
-  N, seeds = z["steps"], tuple(spec.seeds)
-  kw = {"data": "stdlib", "batch_size": z["batch_size"], "seq_len": z["seq_len"],
-        "eval_batches": z["eval_batches"]}
+  z = spec.sizes
+  cfg = models.RECIPES[z.model].cfg
+  N, seeds = z.steps, tuple(spec.seeds)
+  kw = {"data": "stdlib", "batch_size": z.batch_size, "seq_len": z.seq_len,
+        "eval_batches": z.eval_batches}
   arms = {"adamw": O.adamw_arm(),
           "condition": O.condition_arm(alpha=ALPHA, kappa_ref=KAPPA_REF, every=10),
           "frozen": O.frozen_condition_arm(alpha=ALPHA, kappa_ref=KAPPA_REF)}
   tuned = {}
-  if z["tune"]:
+  if z.tune:
     seen, record = _recorder()
-    spec.log(f"  condition-lr: tuning condition on {z['grid']} (seed {TUNE_SEED})")
-    tuned["condition"] = tuning.tune(cfg, arms["condition"], z["grid"], seed=TUNE_SEED, steps=N,
-                                eval_every=z["eval_every"], callback=record, **kw)
+    spec.log(f"  condition-lr: tuning condition on {z.grid} (seed {TUNE_SEED})")
+    tuned["condition"] = tuning.tune(cfg, arms["condition"], z.grid, seed=TUNE_SEED, steps=N,
+                                eval_every=z.eval_every, callback=record, **kw)
     factor = float(np.mean([m[tuned["condition"]["index"], 0] for m in seen]))
     factor_from = f"condition arm's mean multiplier over its tuning run (seed {TUNE_SEED})"
   else:
@@ -127,18 +153,18 @@ def run(spec: Spec) -> dict:
   for name, make_tx in arms.items():
     if name in tuned:
       continue
-    if z["tune"]:
-      spec.log(f"  condition-lr: tuning {name} on {z['grid']} (seed {TUNE_SEED})")
-      tuned[name] = tuning.tune(cfg, make_tx, z["grid"], seed=TUNE_SEED, steps=N, **kw)
+    if z.tune:
+      spec.log(f"  condition-lr: tuning {name} on {z.grid} (seed {TUNE_SEED})")
+      tuned[name] = tuning.tune(cfg, make_tx, z.grid, seed=TUNE_SEED, steps=N, **kw)
     else:
-      tuned[name] = {"learning_rate": z["grid"][0], "index": 0, "val_loss": [], "diverged": []}
+      tuned[name] = {"learning_rate": z.grid[0], "index": 0, "val_loss": [], "diverged": []}
   curves, mults = {}, {}
   for name, make_tx in arms.items():
     spec.log(f"  condition-lr: {name} at {tuned[name]['learning_rate']:g} on seeds {seeds}")
     seen, record = _recorder()
     r = train_many(cfg, tuning.on_budget(make_tx, N), seeds=seeds,
                    learning_rates=(tuned[name]["learning_rate"],), steps=N,
-                   eval_every=z["eval_every"], callback=record, **kw)
+                   eval_every=z.eval_every, callback=record, **kw)
     curves[name] = (r.steps, r.val_loss[0], r.diverged[0])
     mults[name] = np.mean([m[0] for m in seen], axis=0)  # (n_seeds,)
   runs: dict = {name: {} for name in arms}
@@ -155,7 +181,8 @@ def run(spec: Spec) -> dict:
   mean = {a: {m: np.mean([runs[a][s][m] for s in seeds]) for m in ("val_loss", "steps_frac")}
           for a in arms}
   notes = [
-      f"- Tuned peak rates (grid {list(z['grid'])}, seed {TUNE_SEED}, {N} steps): "
+      (f"- Tuned peak rates (grid {list(z.grid)}, seed {TUNE_SEED}, {N} steps): " if z.tune
+       else f"- Peak rates, not tuned (the first of the grid {list(z.grid)}): ")
       + ", ".join(f"{a} {t['learning_rate']:g}" for a, t in tuned.items()) + ".",
       f"- lr-cut factor c = {factor:.4f}: the {factor_from}; fixed before the reported runs.",
       "- Mean final val loss: " + ", ".join(f"{a} {mean[a]['val_loss']:.4f}" for a in arms)
@@ -165,13 +192,12 @@ def run(spec: Spec) -> dict:
       "rule would apply): " + ", ".join(
           f"{a} {np.mean([runs[a][s]['mean_multiplier'] for s in seeds]):.3f}" for a in arms)
       + ".",
-      f"- Model: `{z['model']}` shape from scratch, batches {z['batch_size']} × {z['seq_len']} "
+      f"- Model: `{z.model}` shape from scratch, batches {z.batch_size} × {z.seq_len} "
       "tokens, 10% warm-up then linear decay to 10% of the peak.",
   ]
-  return {"config": {**{k: list(v) if isinstance(v, tuple) else v for k, v in z.items()},
-                     "alpha": ALPHA, "kappa_ref": KAPPA_REF, "lr_cut_factor": factor,
-                     "lr_cut_factor_from": factor_from, "tune_seed": TUNE_SEED,
-                     "tuned": tuned, "model_config": cfg.to_dict()},
+  return {"setup": {"alpha": ALPHA, "kappa_ref": KAPPA_REF, "lr_cut_factor": factor,
+                    "lr_cut_factor_from": factor_from, "tune_seed": TUNE_SEED,
+                    "tuned": tuned, "model_config": cfg.to_dict()},
           "runs": runs, "notes": notes,
           "effects": [("final val loss: condition − AdamW", "condition", "adamw", "val_loss"),
                       ("steps fraction: frozen − AdamW", "frozen", "adamw", "steps_frac"),
@@ -211,4 +237,6 @@ CLAIM = Claim(
                "Vyas et al. 2024, SOAP: Improving and Stabilizing Shampoo using Adam"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

@@ -32,6 +32,7 @@ diverges in ≥ 2 of 3 seeds, keeps a ≥ 2× wider set of rates within 5% of it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -41,7 +42,7 @@ import optax
 
 import analysis
 import optim
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.lab import stability
 from experiments.train import sweep
 
@@ -52,6 +53,40 @@ ARMS: dict[str, tuple[str, ...] | None] = {
 }
 WITHIN = 0.05  # a rate is "good" when its loss is within 5% of the arm's best
 CERT_RTOL = 1e-4  # float32 rounding allowed when comparing measured logits with the bound
+
+
+@dataclasses.dataclass(frozen=True)
+class EigenvalueConstrainedSizes(Sizes):
+  """What a run of `eigenvalue-constrained` reads about its size.
+
+  Attributes:
+    lr_range: the smallest and largest peak learning rate of the grid.
+    n_rates: rates in the grid, log-spaced over `lr_range` (`np.geomspace`).
+    steps: optimizer steps per run.
+    seq_len: training and validation window length (also the model's `max_len`).
+    batch_size: training windows per step.
+    eval_every: steps between validation losses and logit certificates.
+    eval_batches: validation batches per evaluation.
+  """
+
+  lr_range: tuple[float, float]
+  n_rates: int
+  steps: int
+  seq_len: int
+  batch_size: int
+  eval_every: int
+  eval_batches: int
+
+  @property
+  def learning_rates(self) -> tuple[float, ...]:
+    """The peak-rate grid."""
+    return tuple(float(x) for x in np.geomspace(*self.lr_range, self.n_rates))
+
+
+QUICK = EigenvalueConstrainedSizes(lr_range=(1e-3, 1.0), n_rates=4, steps=100, seq_len=64,
+                                   batch_size=16, eval_every=50, eval_batches=4)
+FULL = EigenvalueConstrainedSizes(lr_range=(1e-3, 1.0), n_rates=7, steps=200, seq_len=64,
+                                  batch_size=16, eval_every=50, eval_batches=4)
 
 
 def make_tx_factory(steps: int, cap_names: tuple[str, ...] | None, cap: float = CAP):
@@ -109,7 +144,7 @@ def adamw_divergent_rates(diverged_RS: np.ndarray) -> np.ndarray:
 
 
 def sweep_arm(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: int,
-              seq_len: int, eval_every: int) -> dict:
+              seq_len: int, eval_every: int, eval_batches: int) -> dict:
   """One arm's sweep: final losses, divergence, and the logit certificate at every eval."""
   ratios, measured, bounds = [], [], []
   bound_fn = jax.jit(jax.vmap(jax.vmap(lambda p: analysis.logit_bound(p, cfg))))
@@ -124,7 +159,7 @@ def sweep_arm(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: in
 
   r = sweep.train_many(cfg, make_tx, seeds=seeds, learning_rates=learning_rates, steps=steps,
                           data="stdlib", batch_size=batch_size, seq_len=seq_len,
-                          eval_every=eval_every, callback=callback, eval_batches=4)
+                          eval_every=eval_every, callback=callback, eval_batches=eval_batches)
   final_RS = r.val_loss[:, :, -1]
   ratio_ERS = np.stack(ratios)
   return {"final": np.where(np.isfinite(final_RS), final_RS, np.inf), "diverged": r.diverged,
@@ -161,12 +196,9 @@ def arm_metrics(sw: dict) -> dict[int, dict[str, float]]:
 
 def run(spec: Spec) -> dict:
   """The learning-rate sweep of every arm over all seeds; see the module docstring."""
-  if spec.quick:
-    n_rates, steps = 4, 100
-  else:
-    n_rates, steps = 7, 200
-  seq_len, batch_size, eval_every = 64, 16, 50
-  learning_rates = tuple(float(x) for x in np.geomspace(1e-3, 1.0, n_rates))
+  z = spec.sizes
+  steps, seq_len, batch_size = z.steps, z.seq_len, z.batch_size
+  learning_rates = z.learning_rates
   cfg = stability._tiny(max_len=seq_len)
   sweeps, runs = {}, {}
   for arm, names in ARMS.items():
@@ -174,7 +206,7 @@ def run(spec: Spec) -> dict:
              f"{len(spec.seeds)} seeds, {steps} steps")
     sweeps[arm] = sweep_arm(cfg, make_tx_factory(steps, names), spec.seeds, learning_rates,
                             steps=steps, batch_size=batch_size, seq_len=seq_len,
-                            eval_every=eval_every)
+                            eval_every=z.eval_every, eval_batches=z.eval_batches)
     runs[arm] = arm_metrics(sweeps[arm])
   base = sweeps["adamw"]
   a_star = adamw_divergent_rates(base["diverged"])
@@ -212,11 +244,10 @@ def run(spec: Spec) -> dict:
       "step). Divergence = `train_many`'s flag (a 50-step mean loss above 1.5 ln V or "
       "non-finite), so a run can be flagged and still end at a finite loss.",
   ]
-  return {"config": {"model_config": cfg.to_dict(), "learning_rates": list(learning_rates),
-                     "steps": steps, "seq_len": seq_len, "batch_size": batch_size,
-                     "cap": CAP, "arms": {a: list(n) if n else None for a, n in ARMS.items()},
-                     "within": WITHIN, "adamw_divergent_rates":
-                     [lr for lr, x in zip(learning_rates, a_star, strict=True) if x]},
+  return {"setup": {"model_config": cfg.to_dict(), "learning_rates": list(learning_rates),
+                    "cap": CAP, "arms": {a: list(n) if n else None for a, n in ARMS.items()},
+                    "within": WITHIN, "adamw_divergent_rates":
+                    [lr for lr, x in zip(learning_rates, a_star, strict=True) if x]},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("largest stable rate, cap-hidden − AdamW", "cap-hidden", "adamw",
                        "max_stable_lr")]}
@@ -284,4 +315,6 @@ CLAIM = Claim(
                "spikes over 15.5T tokens", "Kimi Team 2025, Kimi K2 (MuonClip)"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

@@ -31,17 +31,57 @@ numbers: a loss rise above 1% at 8× (2% at 32×) refutes the sentence as the is
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 
 import transformer
 from analysis import kv
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.lab import kvcompress
 from transformer import latent
 
 ALLOCS = ("uniform", "greedy", "loss")
+
+
+@dataclasses.dataclass(frozen=True)
+class KvCompressionSizes(Sizes):
+  """What a run of `kv-compression` reads about its size.
+
+  Attributes:
+    model: the shared base model (`experiments.models`), one per seed.
+    seq_lens: the lengths `T` of the calibration and evaluation windows; the last is the main
+      `T` of every arm, the others get the `T{T}-…` arms (when `extras`).
+    context_lengths: the prefix lengths at which the 99%-energy rank is measured (`context`).
+    n_calibration: calibration windows (training split) per `T`.
+    n_eval: evaluation windows (validation files) per `T`.
+    exact_windows: evaluation windows the full-rank control (`exact`) runs on.
+    loss_grid: ranks measured per head for the loss-aware allocation's sensitivity table.
+    allocs: the rank allocations measured at 8× and 32×.
+    kivi_bits: the bit widths of the KIVI-style arms (each with its equal-bytes rank arm).
+    extras: also the data-free weight bases (`r8-weights`) and the shorter-`T` arms.
+  """
+
+  model: str
+  seq_lens: tuple[int, ...]
+  context_lengths: tuple[int, ...]
+  n_calibration: int
+  n_eval: int
+  exact_windows: int
+  loss_grid: int
+  allocs: tuple[str, ...]
+  kivi_bits: tuple[int, ...]
+  extras: bool
+
+
+QUICK = KvCompressionSizes(model="quick", seq_lens=(32, 64), context_lengths=(16, 32, 64),
+                           n_calibration=8, n_eval=8, exact_windows=4, loss_grid=3,
+                           allocs=("uniform", "loss"), kivi_bits=(2,), extras=False)
+FULL = KvCompressionSizes(model="small", seq_lens=(64, 128), context_lengths=(16, 32, 64, 128),
+                          n_calibration=32, n_eval=64, exact_windows=4, loss_grid=8,
+                          allocs=ALLOCS, kivi_bits=(8, 4, 2), extras=True)
 
 
 def full_rank_error(params, cfg: transformer.Config, tokens_BT) -> float:
@@ -69,41 +109,41 @@ def _metrics(out: dict) -> dict:
           "loss": out["loss"], "loss_full": out["loss_full"]}
 
 
-def measure_seed(params, cfg, seed: int, *, seq_lens, n_cal: int, n_eval: int, lengths,
-                 grid: int, log, allocs=ALLOCS, kivi_bits=(8, 4, 2),
-                 extras: bool = True) -> tuple[dict, dict]:
+def measure_seed(params, cfg, seed: int, z: KvCompressionSizes, *, log) -> tuple[dict, dict]:
   """Every arm's metrics for one model (see the module docstring) and the ranks chosen.
 
-  `allocs`, `kivi_bits` and `extras` (the data-free bases and the shorter lengths) narrow
-  the arms for `--quick`.
+  `z.allocs`, `z.kivi_bits` and `z.extras` (the data-free bases and the shorter lengths)
+  choose the arms.
   """
   runs, ranks = {}, {}
+  seq_lens, lengths = z.seq_lens, z.context_lengths
   main_T = seq_lens[-1]
-  cal = {T: models.windows(seed, T, n_cal, "train") for T in seq_lens}
-  ev = {T: models.windows(seed, T, n_eval, "val") for T in seq_lens}
+  cal = {T: models.windows(seed, T, z.n_calibration, "train") for T in seq_lens}
+  ev = {T: models.windows(seed, T, z.n_eval, "val") for T in seq_lens}
 
   def comp_eval(name, T, **kw):
     out = kvcompress.evaluate_compressed(params, cfg, ev[T], calibration_tokens=cal[T],
-                                         grid=grid, **kw)
+                                         grid=z.loss_grid, **kw)
     runs[name] = _metrics(out)
     ranks[name] = {"key": out["key_ranks"], "value": out["value_ranks"],
                    "payoff_tokens": out["payoff_tokens"], "basis_bytes": out["basis_bytes"]}
     log(f"    {name}: ratio {out['kv_compression']:.2f}, loss rise {out['loss_rise']:+.3%}")
 
-  runs["exact"] = {"max_logit_error": full_rank_error(params, cfg, ev[main_T][:4, :-1])}
-  for alloc in allocs:
+  runs["exact"] = {"max_logit_error": full_rank_error(params, cfg,
+                                                     ev[main_T][:z.exact_windows, :-1])}
+  for alloc in z.allocs:
     comp_eval(f"r8-{alloc}", main_T, kv_ratio=8, kv_alloc=alloc, kv_bits=16)
     comp_eval(f"r32q4-{alloc}", main_T, kv_ratio=32, kv_alloc=alloc, kv_bits=4)
-  if extras:
+  if z.extras:
     comp_eval("r8-weights", main_T, kv_ratio=8, kv_alloc="uniform", kv_bits=16,
               source="weights")
-  for bits in kivi_bits:
+  for bits in z.kivi_bits:
     k = kvcompress.evaluate_kivi(params, cfg, ev[main_T], bits)
     runs[f"kivi{bits}"] = _metrics(k)
     log(f"    kivi{bits}: ratio {k['kv_compression']:.2f}, loss rise {k['loss_rise']:+.3%}")
     comp_eval(f"rank@kivi{bits}", main_T, kv_ratio=k["kv_compression"], kv_alloc="loss",
               kv_bits=16)
-  for T in seq_lens[:-1] if extras else ():
+  for T in seq_lens[:-1] if z.extras else ():
     comp_eval(f"T{T}-r8-loss", T, kv_ratio=8, kv_alloc="loss", kv_bits=16)
     comp_eval(f"T{T}-r32q4-loss", T, kv_ratio=32, kv_alloc="loss", kv_bits=4)
   ctx = kvcompress.rank_vs_context(params, cfg, cal[main_T][:, :-1], lengths)
@@ -147,20 +187,14 @@ def _figure(runs: dict, seeds, lengths, run_dir: str) -> str:
 
 def run(spec: Spec) -> dict:
   """Measures every arm for every seed; see the module docstring."""
-  name = "quick" if spec.quick else "small"
-  seq_lens = (32, 64) if spec.quick else (64, 128)
-  lengths = (16, 32, 64) if spec.quick else (16, 32, 64, 128)
-  n_cal, n_eval, grid = (8, 8, 3) if spec.quick else (32, 64, 8)
-  narrow = {"allocs": ("uniform", "loss"), "kivi_bits": (2,), "extras": False} if spec.quick \
-      else {}
+  z = spec.sizes
+  name, seq_lens, lengths = z.model, z.seq_lens, z.context_lengths
   runs: dict = {}
   chosen: dict = {}
   cfg = None
   for seed, (params, cfg) in zip(spec.seeds, models.base_models(name, spec.seeds), strict=True):
     spec.log(f"  kv-compression: seed {seed}")
-    per_arm, ranks = measure_seed(params, cfg, seed, seq_lens=seq_lens, n_cal=n_cal,
-                                  n_eval=n_eval, lengths=lengths, grid=grid, log=spec.log,
-                                  **narrow)
+    per_arm, ranks = measure_seed(params, cfg, seed, z, log=spec.log)
     for arm, m in per_arm.items():
       runs.setdefault(arm, {})[seed] = m
     chosen[seed] = ranks
@@ -176,11 +210,13 @@ def run(spec: Spec) -> dict:
   def have(*arms):
     return all(a in runs for a in arms)
 
+  trained_T = models.RECIPES[name].seq_len
   notes = [
-      f"- Models: the shared `{name}` models; calibration {n_cal} training-split windows, "
-      f"evaluation {n_eval} validation-file windows, T = {seq_lens[-1]} unless the arm says "
-      f"T{seq_lens[0]}. The `small` models have max_len 256 but were trained at T = 128, so "
-      "T = 512 (asked by the issue) cannot be measured on them.",
+      f"- Models: the shared `{name}` models; calibration {z.n_calibration} training-split "
+      f"windows, evaluation {z.n_eval} validation-file windows, T = {seq_lens[-1]}"
+      + (f" unless the arm says T{seq_lens[0]}" if have(f"T{seq_lens[0]}-r8-loss") else "")
+      + f". The `{name}` models have max_len {cfg.max_len} but were trained at T = "
+      f"{trained_T}, so T = 512 (asked by the issue) cannot be measured on them.",
       "- Allocations at 8× (16-bit): " + ", ".join(
           f"{a} {mean(f'r8-{a}', 'loss_rise'):+.2%}" for a in ALLOCS if have(f"r8-{a}"))
       + (f"; data-free weight bases {mean('r8-weights', 'loss_rise'):+.2%}."
@@ -204,9 +240,7 @@ def run(spec: Spec) -> dict:
       f"{chosen[s0]['r8-loss']['payoff_tokens']:.0f} tokens of one sequence.",
       *table,
   ]
-  return {"config": {"model": name, "seq_lens": list(seq_lens), "lengths": list(lengths),
-                     "n_calibration": n_cal, "n_eval": n_eval, "loss_grid": grid,
-                     "model_config": cfg.to_dict(), "ranks": chosen},
+  return {"setup": {"model_config": cfg.to_dict(), "ranks": chosen},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [e for e in [
               ("8×: uniform − loss-aware (loss rise)", "r8-uniform", "r8-loss", "loss_rise"),
@@ -262,4 +296,6 @@ CLAIM = Claim(
                "accuracy loss", "Liu et al. 2024, KIVI"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

@@ -33,6 +33,7 @@ mechanism is refuted, not the practice.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -41,7 +42,7 @@ import optax
 
 import transformer
 from experiments import data
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.claims.stats import spearman
 from experiments.lab import stability
 from experiments.train import sweep
@@ -51,6 +52,33 @@ INPUTS = ("attn_in", "ffn_in", "ffn_hidden")
 NORMED = ("attn_in", "ffn_in")  # the inputs a norm acts on (pre-norm): the claim's
 GROWTH_BOUND = 10.0
 LOSS_MARGIN = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class LayernormConditionSizes(Sizes):
+  """What a run of `layernorm-condition` reads about its size.
+
+  Attributes:
+    learning_rates: the peak-rate grid every norm is trained on.
+    steps: optimizer steps per run.
+    seq_len: training and validation window length (also the model's `max_len`).
+    batch_size: training windows per step (and rows of the batch `κ_eff` is read on).
+    eval_every: steps between readings of `κ_eff` (the first is the "early" one).
+    eval_batches: validation batches per evaluation of the loss.
+  """
+
+  learning_rates: tuple[float, ...]
+  steps: int
+  seq_len: int
+  batch_size: int
+  eval_every: int
+  eval_batches: int
+
+
+QUICK = LayernormConditionSizes(learning_rates=(1e-3, 1e-2, 1e-1), steps=100, seq_len=32,
+                                batch_size=16, eval_every=25, eval_batches=4)
+FULL = LayernormConditionSizes(learning_rates=(1e-3, 1e-2, 1e-1), steps=200, seq_len=32,
+                               batch_size=16, eval_every=25, eval_batches=4)
 
 
 def input_conditions(inter, center: bool = True) -> dict[str, dict[str, np.ndarray]]:
@@ -85,7 +113,7 @@ def kappa_growth(kappa_E_L: np.ndarray, kappa0_L: np.ndarray) -> float:
 
 
 def sweep_norm(cfg, seeds, learning_rates, *, steps: int, batch_size: int, seq_len: int,
-               eval_every: int) -> dict:
+               eval_every: int, eval_batches: int) -> dict:
   """Trains one norm at every rate and seed, tracking `input_conditions` every eval."""
   history: list[dict] = []
 
@@ -99,7 +127,7 @@ def sweep_norm(cfg, seeds, learning_rates, *, steps: int, batch_size: int, seq_l
   src = data.text_source("stdlib", seq_len)
   r = sweep.train_many(cfg, make_tx, seeds=seeds, learning_rates=learning_rates, steps=steps,
                           data=src, batch_size=batch_size, seq_len=seq_len,
-                          eval_every=eval_every, callback=callback, eval_batches=4)
+                          eval_every=eval_every, callback=callback, eval_batches=eval_batches)
   # κ at init: the same init (`key(seed)`) on the same first validation batch as the callback.
   model = transformer.Transformer(cfg)
   init = []
@@ -149,18 +177,17 @@ def run_metrics(sw: dict) -> dict[int, dict[str, float]]:
 
 def run(spec: Spec) -> dict:
   """The learning-rate sweep of every norm over all seeds; see the module docstring."""
-  if spec.quick:
-    learning_rates, steps = (1e-3, 1e-2, 1e-1), 100
-  else:
-    learning_rates, steps = (1e-3, 1e-2, 1e-1), 200
-  seq_len, batch_size, eval_every = 32, 16, 25
+  z = spec.sizes
+  learning_rates, steps, eval_every = z.learning_rates, z.steps, z.eval_every
+  seq_len, batch_size = z.seq_len, z.batch_size
   base = stability._tiny(max_len=seq_len)
   sweeps, runs = {}, {}
   for norm in NORMS:
     spec.log(f"  layernorm-condition: norm {norm}, {len(learning_rates)} rates × "
              f"{len(spec.seeds)} seeds, {steps} steps")
     sweeps[norm] = sweep_norm(base.replace(norm=norm), spec.seeds, learning_rates, steps=steps,
-                              batch_size=batch_size, seq_len=seq_len, eval_every=eval_every)
+                              batch_size=batch_size, seq_len=seq_len, eval_every=eval_every,
+                              eval_batches=z.eval_batches)
     runs[norm] = run_metrics(sweeps[norm])
   early_all, final_all = [], []
   for j, seed in enumerate(spec.seeds):
@@ -206,9 +233,7 @@ def run(spec: Spec) -> dict:
       + ", ".join(f"{runs['layernorm'][s]['spearman_early_kappa_loss']:.3f}" for s in spec.seeds)
       + f"; pooled over all {sum(len(e) for e in early_all)} runs {rho_pooled:.3f}.",
   ]
-  return {"config": {"model_config": base.to_dict(), "norms": list(NORMS),
-                     "learning_rates": list(learning_rates), "steps": steps, "seq_len": seq_len,
-                     "batch_size": batch_size, "eval_every": eval_every, "center": True},
+  return {"setup": {"model_config": base.to_dict(), "norms": list(NORMS), "center": True},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("rmsnorm: loss gap vs LayerNorm", "rmsnorm", None,
                        "loss_gap_vs_layernorm"),
@@ -278,4 +303,6 @@ CLAIM = Claim(
                "(Dynamic Tanh, DyT)", "Zhu et al. 2025, Transformers without Normalization"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

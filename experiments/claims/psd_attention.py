@@ -22,14 +22,41 @@ comparison reads nothing.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm
 
 ARMS = {"softmax": {}, "softmax-tied": dict(qk_tied=True),
         "rbf-tied": dict(attention="rbf", qk_tied=True),
         "linear-tied": dict(attention="linear", qk_tied=True)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PsdAttentionSizes(Sizes):
+  """What a run of `psd-attention` reads about its size.
+
+  Attributes:
+    steps: AdamW steps per run (stdlib and copy alike).
+    batch_size: training windows per step (and sequences per exact-match batch).
+    seq_len: the stdlib window length.
+    learning_rates: the rate grid every arm is trained on (best by mean validation loss).
+    exact_match_batches: held-out copy batches the exact match is averaged over.
+  """
+
+  steps: int
+  batch_size: int
+  seq_len: int
+  learning_rates: tuple[float, ...]
+  exact_match_batches: int
+
+
+QUICK = PsdAttentionSizes(steps=30, batch_size=8, seq_len=64, learning_rates=(3e-3,),
+                          exact_match_batches=4)
+FULL = PsdAttentionSizes(steps=300, batch_size=16, seq_len=128, learning_rates=LEARNING_RATES,
+                         exact_match_batches=4)
 
 
 def price(per_seed_arm: dict, per_seed_base: dict) -> dict:
@@ -45,8 +72,8 @@ def price(per_seed_arm: dict, per_seed_base: dict) -> dict:
 
 def run(spec: Spec) -> dict:
   """Trains every arm on stdlib and on `copy`; see the module docstring."""
-  steps, batch_size, seq_len = (30, 8, 64) if spec.quick else (300, 16, 128)
-  lrs = (3e-3,) if spec.quick else LEARNING_RATES
+  z = spec.sizes
+  steps, batch_size, seq_len, lrs = z.steps, z.batch_size, z.seq_len, z.learning_rates
   runs: dict = {}
   lr_by = {}
   for arm, over in ARMS.items():
@@ -56,7 +83,8 @@ def run(spec: Spec) -> dict:
                      seq_len=seq_len, learning_rates=lrs)
     spec.log(f"  psd-attention: {arm}: copy")
     copy = train_arm(cfg, spec.seeds, data="task:copy", steps=steps, batch_size=batch_size,
-                     seq_len=seq_len, learning_rates=lrs, exact_match=True)
+                     seq_len=seq_len, learning_rates=lrs, exact_match=True,
+                     em_batches=z.exact_match_batches)
     lr_by[arm] = {"stdlib": text["lr"], "copy": copy["lr"]}
     runs[arm] = {s: {"loss": text["per_seed"][s]["loss"],
                      "copy_loss": copy["per_seed"][s]["loss"],
@@ -84,9 +112,8 @@ def run(spec: Spec) -> dict:
       f"- Models: `tiny` (d 64, L 2, H 4), {steps} AdamW steps, batch {batch_size}, stdlib "
       f"windows of {seq_len} tokens; copy: 16 symbols then their copy.",
   ]
-  return {"config": {"steps": steps, "batch_size": batch_size, "seq_len": seq_len,
-                     "learning_rates": list(lrs), "arms": {a: dict(o) for a, o in ARMS.items()},
-                     "chosen_lr": lr_by, "model_config": base_config().to_dict()},
+  return {"setup": {"arms": {a: dict(o) for a, o in ARMS.items()}, "chosen_lr": lr_by,
+                    "model_config": base_config().to_dict()},
           "runs": runs, "notes": notes,
           "effects": [(f"{arm} − softmax: stdlib loss", arm, "softmax", "loss")
                       for arm in ARMS if arm != "softmax"]}
@@ -125,4 +152,6 @@ CLAIM = Claim(
                "Tay et al. 2021, Long Range Arena, Table 1"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

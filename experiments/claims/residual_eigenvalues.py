@@ -31,6 +31,7 @@ the residual 64-layer model goes below the unigram entropy and the residual-free
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -38,13 +39,48 @@ import optax
 
 import transformer
 from experiments import data
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.lab import stability
 from experiments.train import sweep
 
 SWEEP_ARMS = {**stability.ARMS,
               "pre-unscaled": dict(norm_position="pre", residual=True, init_residual_scale=False)}
 TRAIN_ARMS = ("pre", "pre-no-residual", "post")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResidualEigenvaluesSizes(Sizes):
+  """What a run of `residual-eigenvalues` reads about its size.
+
+  Attributes:
+    width: the model width `D` (the Jacobians are `(D, D)` blocks).
+    jacobian_seq_len: the tokens `T` of the random stream each Jacobian is taken at.
+    depths: the depths `L` of the eigenvalue sweep (the first and last give the ratios).
+    train_layers: the depth of the trained models.
+    train_steps: AdamW steps per training run (10% of them warm-up).
+    train_seq_len: training and validation window length.
+    batch_size: training windows per step.
+    learning_rates: the peak-rate grid (best rate per arm and seed kept).
+    eval_batches: validation batches of the final loss.
+  """
+
+  width: int
+  jacobian_seq_len: int
+  depths: tuple[int, ...]
+  train_layers: int
+  train_steps: int
+  train_seq_len: int
+  batch_size: int
+  learning_rates: tuple[float, ...]
+  eval_batches: int
+
+
+QUICK = ResidualEigenvaluesSizes(width=16, jacobian_seq_len=8, depths=(1, 8), train_layers=8,
+                                 train_steps=100, train_seq_len=32, batch_size=8,
+                                 learning_rates=(3e-3, 1e-2), eval_batches=8)
+FULL = ResidualEigenvaluesSizes(width=16, jacobian_seq_len=8, depths=(1, 4, 16, 64, 128),
+                                train_layers=64, train_steps=250, train_seq_len=32, batch_size=8,
+                                learning_rates=(3e-3, 1e-2), eval_batches=8)
 
 
 def base_config(width: int, seq_len: int) -> transformer.Config:
@@ -94,12 +130,12 @@ def make_adamw(steps: int, warmup_steps: int):
 
 
 def train_depth(cfg: transformer.Config, seeds, learning_rates, *, steps: int, batch_size: int,
-                seq_len: int) -> dict[int, dict[str, float]]:
+                seq_len: int, eval_batches: int) -> dict[int, dict[str, float]]:
   """Trains `cfg` at every rate and seed; per seed, the best rate's final validation loss."""
   r = sweep.train_many(cfg, make_adamw(steps, max(1, steps // 10)), seeds=seeds,
                           learning_rates=learning_rates, steps=steps, data="stdlib",
                           batch_size=batch_size, seq_len=seq_len, eval_every=steps,
-                          eval_batches=8)
+                          eval_batches=eval_batches)
   final_RS = np.where(r.diverged, np.inf, r.val_loss[:, :, -1])
   final_RS = np.where(np.isfinite(final_RS), final_RS, np.inf)
   out = {}
@@ -115,12 +151,10 @@ def train_depth(cfg: transformer.Config, seeds, learning_rates, *, steps: int, b
 
 def run(spec: Spec) -> dict:
   """The depth sweep and the deep training for every seed; see the module docstring."""
-  width, seq_len = 16, 8
-  if spec.quick:
-    depths, train_layers, steps, train_seq, batch = (1, 8), 8, 100, 32, 8
-  else:
-    depths, train_layers, steps, train_seq, batch = (1, 4, 16, 64, 128), 64, 250, 32, 8
-  learning_rates = (3e-3, 1e-2)
+  z = spec.sizes
+  width, seq_len, depths, learning_rates = z.width, z.jacobian_seq_len, z.depths, z.learning_rates
+  train_layers, steps, train_seq, batch = (z.train_layers, z.train_steps, z.train_seq_len,
+                                           z.batch_size)
   base = base_config(width, max(seq_len, train_seq))
   runs: dict = {arm: {} for arm in SWEEP_ARMS}
   sweeps: dict = {}
@@ -136,7 +170,7 @@ def run(spec: Spec) -> dict:
     spec.log(f"  residual-eigenvalues: training {train_layers} layers, arm {arm}")
     cfg = base.replace(n_layers=train_layers, **SWEEP_ARMS[arm])
     trained = train_depth(cfg, spec.seeds, learning_rates, steps=steps, batch_size=batch,
-                          seq_len=train_seq)
+                          seq_len=train_seq, eval_batches=z.eval_batches)
     for seed, m in trained.items():
       runs[arm][seed].update(m)
       runs[arm][seed]["gap_to_unigram"] = m["val_loss"] - unigram
@@ -160,11 +194,7 @@ def run(spec: Spec) -> dict:
       "the arm in which the end-to-end σ_max can grow with depth; it is reported, not part "
       "of the verdict.",
   ]
-  return {"config": {"width": width, "seq_len_jacobian": seq_len, "depths": list(depths),
-                     "model_config": base.to_dict(), "train_layers": train_layers,
-                     "train_steps": steps, "train_seq_len": train_seq, "batch_size": batch,
-                     "learning_rates": list(learning_rates), "unigram_entropy": unigram,
-                     "deepest_layers": deepest},
+  return {"setup": {"model_config": base.to_dict(), "unigram_entropy": unigram},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("end-to-end σ_max growth, pre-unscaled", "pre-unscaled", None,
                        "e2e_growth"),
@@ -235,4 +265,6 @@ CLAIM = Claim(
                "with depth", "Dong, Cordonnier & Loukas 2021, Attention is Not All You Need"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

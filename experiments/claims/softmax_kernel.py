@@ -23,13 +23,34 @@ would make it right.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 
 import analysis
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
+
+
+@dataclasses.dataclass(frozen=True)
+class SoftmaxKernelSizes(Sizes):
+  """What a run of `softmax-kernel` reads about its size.
+
+  Attributes:
+    model: the shared base model (`experiments.models`), one per seed.
+    seq_len: the length `T` of the validation windows (each kernel is `T × T`).
+    batch_size: validation windows per seed.
+  """
+
+  model: str
+  seq_len: int
+  batch_size: int
+
+
+QUICK = SoftmaxKernelSizes(model="quick", seq_len=32, batch_size=2)
+FULL = SoftmaxKernelSizes(model="small", seq_len=64, batch_size=4)
 
 
 def tie_keys_to_queries(params) -> dict:
@@ -98,8 +119,8 @@ def _figure(eigs: dict, run_dir: str) -> str:
 
 def run(spec: Spec) -> dict:
   """Measures every arm for every seed; see the module docstring."""
-  name = "quick" if spec.quick else "small"
-  seq_len, batch_size = (32, 2) if spec.quick else (64, 4)
+  z = spec.sizes
+  name, seq_len, batch_size = z.model, z.seq_len, z.batch_size
   runs: dict = {}
   figure_data: dict = {}
   for seed, (params, cfg) in zip(spec.seeds, models.base_models(name, spec.seeds), strict=True):
@@ -128,8 +149,7 @@ def run(spec: Spec) -> dict:
       "tokens per seed, every head of every layer; figure: seed "
       f"{spec.seeds[0]}, bidirectional kernels.",
   ]
-  return {"config": {"model": name, "seq_len": seq_len, "batch_size": batch_size,
-                     "model_config": cfg.to_dict()},
+  return {"setup": {"model_config": cfg.to_dict()},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("valid-kernel fraction: trained − init (bidirectional)",
                        "trained-bidirectional", "init-bidirectional", "frac_kernel"),
@@ -169,4 +189,6 @@ CLAIM = Claim(
                "Understanding of Transformer's Attention via the Lens of Kernel"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

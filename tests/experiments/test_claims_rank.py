@@ -10,7 +10,7 @@ import scipy.linalg
 import scipy.stats
 
 import transformer
-from experiments import data
+from experiments import data, models
 from experiments.claims import adaptive_rank, kv_compression
 from experiments.claims import lora as lora_claim
 
@@ -96,9 +96,16 @@ def test_make_tx_takes_a_traced_learning_rate():
   assert np.abs(u1["w"]).max() > 0
 
 
+@pytest.mark.parametrize("arms", [("lora-all-r16",), ("lora-qv-r4", "lora-qv-r8")])
+def test_lora_sizes_refuse_arms_the_run_cannot_measure(arms):
+  assert set(lora_claim.QUICK.arms) <= set(lora_claim.FULL.arms) == set(lora_claim.ARMS)
+  with pytest.raises(ValueError, match="lora-qv-r4"):
+    lora_claim.LoraSizes(**{**lora_claim.QUICK.to_dict(), "arms": arms})
+
+
 def test_full_rank_error_and_windows():
   cfg = transformer.preset("tiny", d_model=32, n_heads=2)
   params = transformer.init(cfg, jax.random.key(0))
-  w = kv_compression.windows(0, 16, 3, "val")
-  assert w.shape == (3, 17) and np.array_equal(w, kv_compression.windows(0, 16, 3, "val"))
+  w = models.windows(0, 16, 3, "val")
+  assert w.shape == (3, 17) and np.array_equal(w, models.windows(0, 16, 3, "val"))
   assert kv_compression.full_rank_error(params, cfg, w[:, :-1]) < 1e-4
