@@ -14,7 +14,8 @@ Modules:
   jacobians:   dense and matrix-free (Lanczos, Arnoldi) Jacobian spectra, depth, causality.
   curvature:   loss Hessian: top eigenvalues (Lanczos), spectral density (stochastic Lanczos
                quadrature) of it or any symmetric operator, Gauss–Newton products.
-  sharpness:   top (preconditioned) Hessian eigenvalue against the optimizer's threshold 2/η.
+  edge_of_stability: sharpness, the top (preconditioned) Hessian eigenvalue, against the
+               optimizer's stability threshold (2/η for gradient descent).
   properties:  definiteness, decomposition, orthogonality, sparsity.
   stability:   causal Jacobian eigenvalues, certified attention-logit bound, effective κ.
   heads:       head ablation (loss rise, prunable heads) and attention-pattern similarity.
@@ -39,6 +40,14 @@ from analysis.curvature import (
     spectral_density,
     spectral_moments,
     split_params,
+)
+from analysis.edge_of_stability import (
+    Sharpness,
+    SharpnessTracker,
+    adam_preconditioner,
+    adam_second_moment,
+    sharpness,
+    stability_threshold,
 )
 from analysis.heads import head_ablation, pattern_similarity
 from analysis.jacobians import (
@@ -73,14 +82,6 @@ from analysis.properties import (
     symmetric_eigenvalues,
     symmetry_score,
     top_k_mass,
-)
-from analysis.sharpness import (
-    Sharpness,
-    SharpnessTracker,
-    adam_preconditioner,
-    adam_second_moment,
-    sharpness,
-    stability_threshold,
 )
 from analysis.spectra import (
     causal_logdet,

@@ -13,6 +13,7 @@ Everything is jit-able and treats leading axes as a batch of spectra.
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import jax
@@ -143,16 +144,18 @@ def power_law_fit(eigs: jax.Array, method: Method = "clauset", *, tail: float = 
   if eigs.ndim < 1 or eigs.shape[-1] < 2:
     raise ValueError(f"power_law_fit: need eigs of shape (..., N) with N >= 2, got "
                      f"{eigs.shape=}.")
-  if method == "clauset":
-    one = lambda x: _clauset(x, chunk)
-  elif method == "hill":
-    one = lambda x: _hill(x, tail)
-  else:
+  if method not in ("clauset", "hill"):
     raise ValueError(f"power_law_fit: method={method!r} is unknown. Fix: use 'clauset' or "
                      "'hill'.")
   x = jnp.asarray(eigs)
   if not jnp.issubdtype(x.dtype, jnp.floating):
     x = x.astype(jnp.float32)
-  lead = x.shape[:-1]
+  return _fit(x, method, tail, chunk)
+
+
+@functools.partial(jax.jit, static_argnames=("method", "tail", "chunk"))
+def _fit(x: jax.Array, method: Method, tail: float, chunk: int) -> dict[str, jax.Array]:
+  """`power_law_fit`, compiled once per shape (eager calls would dispatch op by op)."""
+  one = (lambda v: _clauset(v, chunk)) if method == "clauset" else (lambda v: _hill(v, tail))
   out = jax.vmap(one)(x.reshape((-1, x.shape[-1])))
-  return {k: v.reshape(lead) for k, v in out.items()}
+  return {k: v.reshape(x.shape[:-1]) for k, v in out.items()}
