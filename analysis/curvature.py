@@ -1,7 +1,7 @@
 """Curvature of the loss: Hessian eigenvalues, spectral densities and sharpness, matrix-free.
 
 The Hessian `H = ∇²_θ L(θ)` of a loss over `n` parameters is an `n × n` matrix that is never
-formed: forward-over-reverse differentiation (`jax.linearize` of `jax.grad`) gives
+formed: forward-over-reverse differentiation (`jax.jvp` of `jax.grad`) gives
 `v ↦ H v` for the cost of a few gradients (Pearlmutter's trick), and the Krylov methods of
 `transformer.linalg` turn that product into
 
@@ -98,7 +98,7 @@ def split_params(params, wrt: PathFilter | None = None):
 
 
 def hessian_operator(loss_fn: Loss, params, batch, *, wrt: PathFilter | None = None,
-                     linearize: bool = True):
+                     linearize: bool = False):
   r"""`v ↦ H v` for the Hessian of `loss_fn(·, batch)` at `params`, on flat vectors.
 
   .. math:: H v = \frac{\partial}{\partial \epsilon} \nabla_\theta
@@ -111,9 +111,11 @@ def hessian_operator(loss_fn: Loss, params, batch, *, wrt: PathFilter | None = N
     params: the point (any pytree).
     batch: the data, passed through to `loss_fn`.
     wrt: restrict to the leaves whose path name it accepts (see `split_params`).
-    linearize: linearize the gradient once and reuse it for every product (each product
-      then costs about one backward pass, and the linearization keeps the backward pass's
-      intermediates in memory); `False` recomputes the gradient inside every product.
+    linearize: linearize the gradient once (`jax.linearize`) and reuse it for every product,
+      keeping the gradient's intermediates in memory; `False` (default) recomputes the
+      gradient inside every product (`jax.jvp` of `jax.grad`). On the `small` model (0.86M
+      parameters, 16 × 128 tokens, CPU) both cost the same per product (2.87 s vs 2.92 s,
+      interleaved, busy machine), so the default keeps memory at one gradient's.
 
   Returns:
     `(matvec, theta, unravel)`: `matvec(v (n,)) -> H v (n,)`, `theta (n,)` the chosen
@@ -149,7 +151,7 @@ def hessian_top_eigenvalues(loss_fn: Loss, params, batch, k: int = 1, *,
                             wrt: PathFilter | None = None, which: Which = "largest",
                             tol: float = DEFAULT_TOL, krylov_dim: int | None = None,
                             key: jax.Array | None = None, v0: jax.Array | None = None,
-                            linearize: bool = True) -> SymEigResult:
+                            linearize: bool = False) -> SymEigResult:
   """Top-`k` eigenvalues of the loss Hessian, matrix-free (symmetric Lanczos), converged.
 
   The Krylov space grows until every value's bound is at most `tol · max|θ|` (see
