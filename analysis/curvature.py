@@ -24,8 +24,11 @@ Why our own Lanczos rather than `matfree` (the maintained JAX library for stocha
 quadrature): the top-eigenvalue problem needs a tolerance, a bound per value and a
 `converged` flag, which `transformer.linalg` already gives (adaptive Krylov size, full
 re-orthogonalization, breakdown restarts) and matfree's fixed-depth decompositions do not;
-the quadrature itself is twenty lines on the same recurrence; and a dependency for both would
-pin us to matfree's API, which has changed between minor versions.
+the quadrature itself is twenty lines on the same recurrence; on a cheap operator (`n = 20,000`,
+8 probes × 60 steps, CPU) it ran 2.0× faster than matfree 0.6.3's `tridiag_sym` with
+`custom_vjp=False` and 12× faster with its default, with the same moments to 1e-6; and a
+dependency would pin us to matfree's API, which has renamed its quadrature entry points
+between versions. What matfree has and we lack: gradients through Lanczos (its custom VJP).
 
 References:
   Pearlmutter, "Fast exact multiplication by the Hessian" (1994); Ubaru, Chen & Saad, "Fast
