@@ -10,7 +10,12 @@ Modules:
   weights:     every named weight matrix and the per-head circuits `W_QK^h`, `W_OV^h`.
   spectra:     singular values, condition number, stable/effective/numerical rank, power-law
                exponent, Marchenko–Pastur edge, float64 certificates.
+  powerlaw:    power-law tail fits: Clauset–Shalizi–Newman (WeightWatcher's alpha) and Hill.
   jacobians:   dense and matrix-free (Lanczos, Arnoldi) Jacobian spectra, depth, causality.
+  curvature:   loss Hessian: top eigenvalues (Lanczos), spectral density (stochastic Lanczos
+               quadrature) of it or any symmetric operator, Gauss–Newton products.
+  edge_of_stability: sharpness, the top (preconditioned) Hessian eigenvalue, against the
+               optimizer's stability threshold (2/η for gradient descent).
   properties:  definiteness, decomposition, orthogonality, sparsity.
   stability:   causal Jacobian eigenvalues, certified attention-logit bound, effective κ.
   heads:       head ablation (loss rise, prunable heads) and attention-pattern similarity.
@@ -26,6 +31,24 @@ Example:
 
 from analysis import kv
 from analysis.contracts import check_attention
+from analysis.curvature import (
+    SpectralDensity,
+    gauss_newton_operator,
+    hessian_operator,
+    hessian_spectral_density,
+    hessian_top_eigenvalues,
+    spectral_density,
+    spectral_moments,
+    split_params,
+)
+from analysis.edge_of_stability import (
+    Sharpness,
+    SharpnessTracker,
+    adam_preconditioner,
+    adam_second_moment,
+    sharpness,
+    stability_threshold,
+)
 from analysis.heads import head_ablation, pattern_similarity, redundancy_summary
 from analysis.jacobians import (
     causal_leak,
@@ -41,6 +64,7 @@ from analysis.jacobians import (
     stream_input,
     token_dependency,
 )
+from analysis.powerlaw import power_law_fit
 from analysis.properties import (
     activation_sparsity,
     attention_entropy,
@@ -83,6 +107,10 @@ from analysis.stability import (
 from analysis.weights import Factored, Matrix, circuits, matrices
 
 __all__ = [
+    "Sharpness", "SharpnessTracker", "SpectralDensity", "adam_preconditioner",
+    "adam_second_moment", "gauss_newton_operator", "hessian_operator",
+    "hessian_spectral_density", "hessian_top_eigenvalues", "power_law_fit", "sharpness",
+    "spectral_density", "spectral_moments", "split_params", "stability_threshold",
     "attention_input_bound", "causal_jacobian_blocks", "causal_jacobian_eigenvalues",
     "causal_jacobian_spectra", "effective_condition", "logit_bound", "max_logit",
     "Factored", "Matrix", "activation_sparsity", "attention_entropy", "cache_rank",

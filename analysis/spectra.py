@@ -1,5 +1,7 @@
 """Spectra of weight matrices: singular values, ranks, heavy tails, the Marchenko–Pastur edge.
 
+The power-law fits of the heavy tails live in `analysis.powerlaw` and are re-exported here.
+
 Every function takes `W: (..., m, n)` and treats the leading axes as a batch (stacked layers,
 heads). `spectrum` is jit-able and computes in the input dtype; the `*_certificate` functions
 decide a yes/no property, so they run in float64 and return the tolerance that decided it.
@@ -11,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.powerlaw import power_law_alpha, power_law_fit
 from transformer.linalg import serial
 
 
@@ -43,37 +46,6 @@ def effective_rank(s: jax.Array) -> jax.Array:
   return jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1)), 0), -1))
 
 
-def power_law_alpha(eigs: jax.Array, tail: float = 0.5) -> jax.Array:
-  """Exponent `α` of a power-law density `ρ(λ) ∝ λ^{-α}` fitted to the largest eigenvalues.
-
-  The estimator is Hill's maximum-likelihood estimator on the top `k = ⌈tail · N⌉` values
-  `λ_(1) ≥ … ≥ λ_(k)` (threshold `λ_min = λ_(k)`):
-
-  .. math::
-    \\hat\\alpha = 1 + \\frac{k - 1}{\\sum_{i<k} \\ln(\\lambda_{(i)} / \\lambda_{(k)})}.
-
-  Heavy-tailed self-regularization (Martin & Mahoney) reads `α ≲ 4` as a heavy tail; random
-  (Marchenko–Pastur) matrices give large `α`.
-
-  Args:
-    eigs: `(..., N)` positive eigenvalues (any order), e.g. `σ²` of a weight matrix.
-    tail: fraction of the largest values used for the fit.
-
-  Returns:
-    `(...,)` the estimated exponent `α`.
-
-  References:
-    Hill, "A simple general approach to inference about the tail of a distribution" (1975);
-    Martin & Mahoney, "Implicit self-regularization in deep neural networks" (2021).
-  """
-  N = eigs.shape[-1]
-  k = max(2, int(np.ceil(tail * N)))
-  top = jnp.sort(eigs, axis=-1)[..., ::-1][..., :k]
-  tiny = jnp.finfo(top.dtype).tiny
-  logs = jnp.log(jnp.maximum(top[..., :-1], tiny)) - jnp.log(jnp.maximum(top[..., -1:], tiny))
-  return 1 + (k - 1) / jnp.maximum(jnp.sum(logs, -1), tiny)
-
-
 def mp_edge(W: jax.Array) -> jax.Array:
   """Marchenko–Pastur bulk edge of the singular values for `W`'s shape and energy.
 
@@ -102,7 +74,9 @@ def spectrum(W: jax.Array, *, tol: float | None = None) -> dict[str, jax.Array]:
     A dict of arrays with leading shape `W.shape[:-2]`: `singular_values (..., min(m,n))`,
     `condition_number` `σ_1/σ_min` (inf when `σ_min = 0`), `stable_rank`, `effective_rank`,
     `numerical_rank`, `rank_tol`, `alpha` (`power_law_alpha` of the eigenvalues `σ²` of
-    `WᵀW`), `mp_edge`, and `n_outliers` (singular values above `mp_edge`).
+    `WᵀW`: Hill's estimator on the top half), `alpha_clauset` (`power_law_fit` of the same
+    eigenvalues: the Clauset–Shalizi–Newman fit, WeightWatcher's `alpha`), `mp_edge`, and
+    `n_outliers` (singular values above `mp_edge`).
 
   Example:
     >>> import jax, transformer
@@ -122,6 +96,7 @@ def spectrum(W: jax.Array, *, tol: float | None = None) -> dict[str, jax.Array]:
       "numerical_rank": jnp.sum(s > rank_tol[..., None], -1),
       "rank_tol": rank_tol,
       "alpha": power_law_alpha(s * s),
+      "alpha_clauset": power_law_fit(s * s)["alpha"],
       "mp_edge": edge,
       "n_outliers": jnp.sum(s > edge[..., None], -1),
   }

@@ -11,15 +11,19 @@ and a `converged` flag.
 from transformer.linalg.lanczos import (
     EigResult,
     SVDResult,
+    SymEigResult,
     arnoldi_eig,
     check_interval,
     default_krylov_dim,
+    lanczos_eigh,
+    lanczos_quadrature,
     lanczos_svd,
 )
 from transformer.linalg.polar import NS_COEFFS, newton_schulz
 from transformer.linalg.power import PowerResult, normalize, power_iteration
 from transformer.linalg.serial import one_at_a_time
 
-__all__ = ["EigResult", "NS_COEFFS", "PowerResult", "SVDResult", "arnoldi_eig",
-           "check_interval", "default_krylov_dim", "lanczos_svd", "newton_schulz", "normalize",
+__all__ = ["EigResult", "NS_COEFFS", "PowerResult", "SVDResult", "SymEigResult", "arnoldi_eig",
+           "check_interval", "default_krylov_dim", "lanczos_eigh", "lanczos_quadrature",
+           "lanczos_svd", "newton_schulz", "normalize",
            "one_at_a_time", "power_iteration"]

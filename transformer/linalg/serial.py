@@ -9,7 +9,7 @@ vmapped runs of `optim.scale_by_condition` (see `experiments/claims/condition_lr
 kernel given a batch of one runs its matrix inline and never waits on the pool, so on CPU
 `one_at_a_time` loops over the batch (`lax.map`), also when the batch comes from an outer
 `jax.vmap` (through `jax.custom_batching.custom_vmap`). Other backends get the batched call.
-`svd`, `qr`, `eig`, `eigvals` and `eigvalsh` are the guarded `jnp.linalg` functions; the
+`svd`, `qr`, `eig`, `eigvals`, `eigh` and `eigvalsh` are the guarded `jnp.linalg` functions; the
 library calls them wherever a jitted (or vmapped) program decomposes a batch of matrices.
 """
 
@@ -133,3 +133,15 @@ def eigvals(a: jax.Array):
 def eigvalsh(a: jax.Array):
   """`jnp.linalg.eigvalsh` of symmetric `a (..., n, n)`, one matrix per LAPACK call on CPU."""
   return _guarded(jnp.linalg.eigvalsh)(a)
+
+
+def eigh(a: jax.Array):
+  """`jnp.linalg.eigh` of symmetric `a (..., n, n)`, one matrix per LAPACK call on CPU.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> w, v = eigh(jnp.stack([jnp.diag(jnp.array([2.0, 1.0]))] * 3))
+    >>> w[0].tolist()
+    [1.0, 2.0]
+  """
+  return _guarded(jnp.linalg.eigh)(a)
