@@ -31,7 +31,6 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 import analysis
 import transformer
@@ -39,11 +38,12 @@ from experiments.benchmarks import timing
 
 
 def next_token_loss(model: transformer.Transformer):
-  """`loss(params, tokens_BT1)`: mean next-token cross-entropy (the training loss)."""
+  """`loss(params, tokens_BT1)`: the training loss (`experiments.train.loss_fn`), all targets."""
+  from experiments.train import loss_fn
 
   def loss(params, tokens_BT1):
-    logits_BTV = model.apply({"params": params}, tokens_BT1[:, :-1])
-    return optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:]).mean()
+    weights_BT = jnp.ones(tokens_BT1[:, 1:].shape, jnp.float32)
+    return loss_fn(params, model, tokens_BT1, weights_BT)
 
   return loss
 
