@@ -43,6 +43,10 @@ class TrainConfig:
   dtype: str = _field("float32", "matmul compute dtype", choices=("float32", "bfloat16"))
   seed: int = _field(0, "seed of the init and of the batch stream")
   mesh: str = _field("data=1", "device mesh, e.g. 'data=8' or 'data=2,fsdp=4'")
+  track_sharpness: int = _field(0, "every this many steps, log the top Hessian eigenvalue of "
+                                "the loss on that step's batch next to the optimizer's "
+                                "stability threshold (2/lr for plain SGD; for AdamW the "
+                                "preconditioned sharpness against 38/lr); 0: never")
   eval_every: int = _field(100, "validation loss every this many steps (and at the end)")
   eval_batches: int = _field(8, "validation batches per evaluation (the same every time)")
   log_every: int = _field(10, "fetch metrics from the device every this many steps")
@@ -72,7 +76,7 @@ class TrainConfig:
     """Raises `ValueError` naming the first flag with an impossible value, and the fix."""
     at_least = {"steps": 1, "batch_size": 1, "seq_len": 1, "eval_batches": 1,
                 "keep_checkpoints": 1, "warmup_steps": 0, "eval_every": 0, "log_every": 0,
-                "checkpoint_every": 0, "stop_at": 0}
+                "checkpoint_every": 0, "stop_at": 0, "track_sharpness": 0}
     for name, low in at_least.items():
       if getattr(self, name) < low:
         raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} must be at least "
@@ -81,6 +85,11 @@ class TrainConfig:
       value = getattr(self, name)
       if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"--{name.replace('_', '-')} {value} must be a finite number >= 0.")
+    if self.track_sharpness and self.optimizer == "muon":
+      raise ValueError("--track-sharpness needs an optimizer with a known stability threshold "
+                       "(adamw: the Adam-preconditioned sharpness; sgd: 2/lr with momentum's "
+                       "correction); Muon has none. Fix: drop --track-sharpness or use "
+                       "--optimizer adamw or sgd.")
     if not 0 <= self.final_lr_fraction <= 1:
       raise ValueError(f"--final-lr-fraction {self.final_lr_fraction} must lie in [0, 1].")
     launch = {"coordinator_address": self.coordinator_address != "",
@@ -108,7 +117,7 @@ class TrainConfig:
 # Fields that may change when a run is resumed: they do not alter the trajectory (on one mesh).
 RESUMABLE = ("stop_at", "run_dir", "progress", "log_every", "eval_every", "eval_batches",
              "checkpoint_every", "keep_checkpoints", "mesh", "distributed", "coordinator_address",
-             "num_processes", "process_id")
+             "num_processes", "process_id", "track_sharpness")
 
 def _parse_value(text: str):
   for cast in (int, float):

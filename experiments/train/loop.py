@@ -48,7 +48,14 @@ from experiments.train import checkpoint, sharding
 from experiments.train import report as train_report
 from experiments.train.config import RESUMABLE, TrainConfig, model_config
 from experiments.train.run_folder import RunFolder
-from experiments.train.step import Trainer, TrainState, build, cached_trainer, schedule
+from experiments.train.step import (
+    Trainer,
+    TrainState,
+    build,
+    cached_trainer,
+    loss_fn,
+    schedule,
+)
 
 
 class TrainResult(NamedTuple):
@@ -242,8 +249,30 @@ def _evaluate(trainer: Trainer, params, src, tc: TrainConfig, put) -> dict:
   return out
 
 
+def sharpness_tracker(tc: TrainConfig, cfg: transformer.Config):
+  """The `analysis.SharpnessTracker` of `--track-sharpness` for `tc.optimizer`, or None.
+
+  AdamW (`b1 = 0.9, b2 = 0.95`, as `OPTIMIZERS["adamw"]`) is read through its second moments:
+  the preconditioned sharpness `λ_max(P^{-1/2} H P^{-1/2})` against `(2 + 2β₁)/((1 − β₁)η)`,
+  plus the raw `λ_max(H)` against `2/η`; SGD with Nesterov momentum 0.9 against its own
+  threshold (Cohen et al. 2021 and 2022). Gradient clipping and weight decay are ignored by
+  the thresholds.
+  """
+  if not tc.track_sharpness:
+    return None
+  import analysis  # only when asked for: `train` does not otherwise need it
+
+  model = transformer.Transformer(cfg)
+  loss = lambda p, batch: loss_fn(p, model, *batch)
+  if tc.optimizer == "adamw":
+    return analysis.SharpnessTracker(loss, optimizer="adam", raw=True, b1=0.9, b2=0.95,
+                                     eps=1e-8, seed=tc.seed)
+  return analysis.SharpnessTracker(loss, optimizer="sgd", momentum=0.9, nesterov=True,
+                                   seed=tc.seed)
+
+
 def _loop(tc: TrainConfig, trainer: Trainer, src, folder: RunFolder, state: TrainState,
-          start: int, end: int, seq_len: int, callback, callback_every: int):
+          start: int, end: int, seq_len: int, callback, callback_every: int, tracker=None):
   """Steps `start + 1 … end`: log, evaluate, checkpoint, callback. Returns `(state, val_loss)`."""
   def put(batch: data.Batch):
     return (sharding.put_batch(batch.tokens, trainer.batch_sharding),
@@ -257,6 +286,7 @@ def _loop(tc: TrainConfig, trainer: Trainer, src, folder: RunFolder, state: Trai
                                         f"{int(state.step)}", folder)) from None
 
   buffer = _MetricsBuffer(folder, tc.batch_size * seq_len)
+  lr = schedule(tc)
   bar = console.progress(end, start, "train",
                           disable=not (tc.progress and jax.process_index() == 0))
   val_loss = math.nan
@@ -268,6 +298,7 @@ def _loop(tc: TrainConfig, trainer: Trainer, src, folder: RunFolder, state: Trai
         due = {name: _due(s, every, end) for name, every in (
             ("log", tc.log_every), ("callback", callback_every), ("eval", tc.eval_every),
             ("save", tc.checkpoint_every))}
+        due["sharpness"] = bool(tracker is not None and s % tc.track_sharpness == 0)
         if jax.process_count() == 1 and interrupt["requested"]:
           bar.update(1)
           raise KeyboardInterrupt
@@ -283,6 +314,10 @@ def _loop(tc: TrainConfig, trainer: Trainer, src, folder: RunFolder, state: Trai
         bar.update(1)
         if callback is not None and callback_every and s % callback_every == 0:
           callback(s, state, last)
+        if due["sharpness"]:
+          row = tracker(state.params, put(src.batch(tc.seed, s, tc.batch_size)), lr(s),
+                        state.opt_state)
+          folder.log({"step": s, **row})
         if due["eval"]:
           row = _evaluate(trainer, state.params, src, tc, put)
           folder.log({"step": s, **row})
@@ -386,7 +421,7 @@ def train(tc: TrainConfig, *, tx: optax.GradientTransformation | None = None,
       print(f"resumed from step {start} of {tc.run_dir}", file=sys.stderr)
     folder.open_log(start)
     state, val_loss = _loop(tc, trainer, src, folder, state, start, end, seq_len, callback,
-                            callback_every)
+                            callback_every, sharpness_tracker(tc, cfg))
   if primary:
     train_report.write(tc.run_dir, record)
   return TrainResult(state, tc.run_dir, val_loss)

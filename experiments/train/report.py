@@ -19,16 +19,38 @@ from experiments import jsonio  # noqa: E402
 RESULTS_FILE = "results.json"
 
 
-def read_metrics(run_dir: str) -> tuple[list[dict], list[dict]]:
-  """`(train rows, validation rows)` of `metrics.jsonl`, up to a torn last line
-  (`jsonio.read_jsonl`, the one reader of the log)."""
+def read_metrics(run_dir: str) -> tuple[list[dict], list[dict], list[dict]]:
+  """`(train rows, validation rows, sharpness rows)` of `metrics.jsonl`, up to a torn last
+  line (`jsonio.read_jsonl`, the one reader of the log)."""
   rows = jsonio.read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
-  return ([r for r in rows if "val_loss" not in r], [r for r in rows if "val_loss" in r])
+  return ([r for r in rows if "loss" in r], [r for r in rows if "val_loss" in r],
+          [r for r in rows if "sharpness" in r])
+
+
+def plot_sharpness(rows: list[dict], path: str) -> None:
+  """Sharpness against its stability threshold over the run (log y): the edge of stability."""
+  steps = [r["step"] for r in rows]
+  nan = lambda v: math.nan if v is None else v
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  ax.plot(steps, [nan(r["sharpness"]) for r in rows], "o-", color="C0",
+          label="sharpness (preconditioned for Adam)")
+  ax.plot(steps, [nan(r["sharpness_threshold"]) for r in rows], "--", color="C0",
+          label="its stability threshold")
+  if any("sharpness_raw" in r for r in rows):
+    ax.plot(steps, [nan(r.get("sharpness_raw")) for r in rows], "s-", color="C1",
+            label="λ_max(H), not preconditioned")
+    ax.plot(steps, [nan(r["two_over_lr"]) for r in rows], ":", color="C1", label="2 / lr")
+  ax.set(xlabel="step", ylabel="top Hessian eigenvalue", yscale="log",
+         title="sharpness vs the edge of stability")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
 
 
 def write(run_dir: str, record: dict) -> dict:
   """Writes the summary of the run in `run_dir`; `record` is its saved config. Returns it."""
-  train, val = read_metrics(run_dir)
+  train, val, sharp = read_metrics(run_dir)
   tail = [r["loss"] for r in train[-20:] if r.get("loss") is not None]
   speeds = sorted(r["tokens_per_s"] for r in train if "tokens_per_s" in r)
   results = {
@@ -41,6 +63,9 @@ def write(run_dir: str, record: dict) -> dict:
   }
   if val and "val_exact_match" in val[-1]:
     results["final_val_exact_match"] = val[-1]["val_exact_match"]
+  if sharp:
+    results["final_sharpness"] = sharp[-1]["sharpness"]
+    results["final_sharpness_threshold"] = sharp[-1]["sharpness_threshold"]
   results = jsonio.strict(results)
   jsonio.dump_strict(results, os.path.join(run_dir, RESULTS_FILE))
 
@@ -68,6 +93,12 @@ def write(run_dir: str, record: dict) -> dict:
         for k, v in results.items()), "",
       "![loss](loss.png)", "",
   ]
+  if sharp:
+    plot_sharpness(sharp, os.path.join(run_dir, "sharpness.png"))
+    lines += ["Sharpness (`--track-sharpness`): the top eigenvalue of the loss's Hessian on the "
+              "step's batch, preconditioned by Adam's second moments for AdamW, against the "
+              "step size's stability threshold; training at the edge of stability hovers at "
+              "the threshold.", "", "![sharpness](sharpness.png)", ""]
   with open(os.path.join(run_dir, "report.md"), "w") as f:
     f.write("\n".join(lines))
   return results

@@ -423,3 +423,24 @@ def test_progress_lines_show_the_logged_step_numbers_not_the_previous_ones(tmp_p
             if "loss" in r}
   assert f"loss={logged[20]['loss']:.3f}" in line
   assert f"tok_s={logged[20]['tokens_per_s']:,.0f}" in line
+
+
+def test_track_sharpness_logs_the_top_hessian_eigenvalue_beside_its_threshold(tmp_path):
+  """`--track-sharpness`: rows with the sharpness and 38/lr (Adam, β₁ = 0.9), and the plot."""
+  from experiments import jsonio
+
+  tc = train.TrainConfig(model_overrides="d_model=16,n_heads=2,n_layers=1,max_len=32",
+                         seq_len=16, batch_size=4, steps=12, warmup_steps=2, eval_every=0,
+                         log_every=6, checkpoint_every=0, progress=False, track_sharpness=6,
+                         run_dir=str(tmp_path / "run"))
+  train.train(tc)
+  rows = [r for r in jsonio.read_jsonl(tmp_path / "run" / "metrics.jsonl") if "sharpness" in r]
+  assert [r["step"] for r in rows] == [6, 12]
+  lr = train.schedule(tc)
+  for r in rows:
+    assert r["sharpness"] > 0 and r["sharpness_raw"] > 0
+    assert r["two_over_lr"] == pytest.approx(2 / float(lr(r["step"])), rel=1e-5)
+    assert r["sharpness_threshold"] == pytest.approx(38 / float(lr(r["step"])), rel=1e-5)
+  assert os.path.exists(tmp_path / "run" / "sharpness.png")
+  with pytest.raises(ValueError, match="track-sharpness"):
+    train.TrainConfig(optimizer="muon", track_sharpness=5).validate()
