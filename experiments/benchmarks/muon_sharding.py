@@ -24,6 +24,13 @@ collective-permute `buffer`, for `g` devices per replica group. Expected: `owner
 collective inside the iterations and moves no more bytes than `replicate`; `gspmd` has
 reductions inside. The three updates agree to float32 rounding (`max_abs_diff_vs_gspmd`).
 The last line printed is JSON: `{"gspmd": {...}, "replicate": {...}, "owner": {...}}`.
+
+Measured (default sizes, `data=2,fsdp=4`, 8 simulated CPU devices): `gspmd` 14 all-reduces
+inside the iterations, 36 MiB; `replicate` 4 all-gathers outside, 15 MiB; `owner` 12
+all-to-alls outside, 11.25 MiB. The floor for `owner` is 7.5 MiB (one all-to-all in and one
+out per matrix): GSPMD moves the momentum and the gradient to the owners separately, before
+their Nesterov combination, instead of the combination once (an optimization barrier before
+the constraint did not change that).
 """
 
 from __future__ import annotations
