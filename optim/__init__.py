@@ -12,7 +12,8 @@ works under `jax.jit`:
 - `labels` / `select`: parameter roles (`hidden`, `embedding`, `unembedding`, `vector`)
   from parameter paths, and masks built from them;
 - `newton_schulz`, `scale_by_muon`, `muon`: Muon on the hidden matrices, AdamW elsewhere
-  (orthogonality topic);
+  (orthogonality topic); under a device mesh `shard="owner"` orthogonalizes each stacked
+  layer on the device that owns it (`owner_spec`);
 - `spectral_cap`, `spectral_normalize`: bound or fix `σ_max` (eigenvalue topic);
 - `scale_by_condition`: per-matrix rates from `κ = σ_max/σ_min` (condition-number topic);
 - `orthogonal_heads`: a decoupled pull toward mutually orthogonal head subspaces
@@ -35,7 +36,7 @@ from optim.condition import (
     scale_by_condition,
 )
 from optim.heads import head_overlap, orthogonal_heads
-from optim.orthogonalized import MuonState, muon, scale_by_muon, shape_scale
+from optim.orthogonalized import MuonState, muon, owner_spec, scale_by_muon, shape_scale
 from optim.roles import ROLES, head_layout, labels, select
 from optim.spectral import SpectralState, spectral_cap, spectral_normalize
 from transformer.linalg.polar import NS_COEFFS, newton_schulz
@@ -44,6 +45,7 @@ __all__ = [
     "ConditionEstimate", "ConditionState", "MuonState", "NS_COEFFS", "ROLES", "SpectralState",
     "condition_multiplier", "estimate_condition", "head_layout", "head_overlap", "labels", "muon",
     "newton_schulz",
-    "orthogonal_heads", "scale_by_condition", "scale_by_muon", "select", "shape_scale",
+    "orthogonal_heads", "owner_spec",
+    "scale_by_condition", "scale_by_muon", "select", "shape_scale",
     "spectral_cap", "spectral_normalize",
 ]

@@ -135,3 +135,39 @@ def test_gram_iteration_gives_the_same_update(n_heads):
   np.testing.assert_allclose(updates["ffn"]["w_1"],
                              -0.1 * newton_schulz(w_1, coeffs="polar_express", gram=False),
                              rtol=1e-5, atol=1e-6)
+
+
+def _spectrum(seed, shape, kappa):
+  """`U diag(s) Vᵀ` with `s` log-spaced in `[1/kappa, 1]`, Haar `U`, `V`; and `U Vᵀ` (float64)."""
+  rng = np.random.default_rng(seed)
+  m, n = shape[-2:]
+  k = min(m, n)
+  U = np.linalg.qr(rng.standard_normal(shape[:-2] + (m, k)))[0]
+  V = np.linalg.qr(rng.standard_normal(shape[:-2] + (n, k)))[0]
+  return (U * np.geomspace(1, 1 / kappa, k)) @ np.swapaxes(V, -1, -2), U @ np.swapaxes(V, -1, -2)
+
+
+def test_bfloat16_newton_schulz_with_polar_express_against_svd():
+  # The float32 band of "polar_express" is E = 0.125 (every σ in [1e-3, 1] ends in [1-E, 1+E]).
+  E, ulp = 0.125, float(jnp.finfo(jnp.bfloat16).eps)  # ulp = 2^-7, bfloat16's spacing at 1
+  worst = {}
+  for seed, shape in [(0, (4, 64, 64)), (1, (4, 32, 96)), (2, (4, 64, 64))]:
+    G, P = _spectrum(seed, shape, kappa=10.0)
+    for dtype in (jnp.float32, jnp.bfloat16):
+      tx = optim.scale_by_muon(coeffs="polar_express", compute_dtype=dtype, nesterov=False,
+                               shape_scaling="none")
+      u, _ = jax.jit(tx.update)({"w": jnp.asarray(G, jnp.float32)},
+                                tx.init({"w": jnp.zeros(shape)}))
+      O = np.asarray(u["w"], np.float64)
+      s = np.linalg.svd(O, compute_uv=False)
+      polar = np.linalg.norm(O - P, ord=2, axis=(-2, -1)).max()
+      lo, hi, err = worst.get(dtype, (1.0, 1.0, 0.0))
+      worst[dtype] = (min(lo, s.min()), max(hi, s.max()), max(err, polar))
+  lo, hi, err = worst[jnp.float32]
+  assert 1 - E <= lo and hi <= 1 + E and err <= E + 1e-3
+  # bfloat16 keeps the top of the band to one ulp (the schedule's 1% margin), not its bottom:
+  # rounding in the second and third steps, amplified by the later ones, leaves σ_min as low
+  # as 0.77 on these spectra (measured; running those two steps in float32 keeps it within
+  # E + ulp). This asserts what holds, so a regression past it shows.
+  lo, hi, err = worst[jnp.bfloat16]
+  assert hi <= 1 + E + ulp and 0.72 <= lo and err <= 0.28
