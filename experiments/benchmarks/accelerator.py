@@ -36,9 +36,10 @@ import optax
 
 import optim
 import transformer
-from experiments import sharding, train
-from experiments.benchmarks.timing import interleaved
+from experiments import train
 from experiments.benchmarks.train_step import matmul_fn, model_flops_per_step
+from experiments.lab.timing import interleaved
+from experiments.train import sharding
 
 # Peak dense bfloat16 TFLOP/s per device, matched by substring of `device.device_kind`
 # (first match wins, so the more specific names come first).

@@ -6,7 +6,8 @@ About half a minute on 2 CPU cores (8 simulated devices; on CPU this module asks
 before JAX starts). It compiles one `optim.scale_by_muon` update of a GPT-shaped stack of
 hidden matrices (`w_q, w_o: (L, d, d)`, `w_1: (L, d, 4d)`, `w_2: (L, 4d, d)`), with the
 gradients, momentum and updates sharded as the training loop shards parameters
-(`experiments.sharding.param_shardings`: FSDP on the largest divisible axis), for three designs:
+(`experiments.train.sharding.param_shardings`: FSDP on the largest divisible axis), for
+three designs:
 
 - `gspmd`: no constraint (`shard=None`); GSPMD infers the iteration's layout from the
   momentum's, so a matrix split along a contracted axis is reduced inside every iteration;
@@ -52,7 +53,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import optim  # noqa: E402
-from experiments import sharding  # noqa: E402
+from experiments.train import sharding
 from optim.orthogonalized import NS_SCOPE  # noqa: E402
 
 DESIGNS = {"gspmd": None, "replicate": "replicate", "owner": "owner"}

@@ -40,7 +40,11 @@ class TrainConfig:
   final_lr_fraction: float = _field(0.1, "cosine decay ends at this fraction of the peak")
   weight_decay: float = _field(0.1, "decoupled weight decay on matrices (adamw, muon)")
   grad_clip: float = _field(1.0, "clip the global gradient norm to this (0: no clipping)")
-  dtype: str = _field("float32", "matmul compute dtype", choices=("float32", "bfloat16"))
+  dtype: str = _field("float32", "matmul compute dtype (bfloat16: compute in bf16, parameters "
+                      "and optimizer state stay in --param-dtype)",
+                      choices=("float32", "bfloat16"))
+  param_dtype: str = _field("float32", "storage dtype of the parameters (the optimizer state "
+                            "follows them)", choices=("float32", "bfloat16"))
   seed: int = _field(0, "seed of the init and of the batch stream")
   mesh: str = _field("data=1", "device mesh, e.g. 'data=8' or 'data=2,fsdp=4'")
   track_sharpness: int = _field(0, "every this many steps, log the top Hessian eigenvalue of "
@@ -129,7 +133,7 @@ def _parse_value(text: str):
 
 
 def model_config(tc: TrainConfig) -> transformer.Config:
-  """The model's `Config`: the preset, the overrides, and the compute dtype."""
+  """The model's `Config`: the preset, the overrides, the compute and parameter dtypes."""
   known = {f.name for f in dataclasses.fields(transformer.Config)}
   overrides = {}
   for part in filter(None, (p.strip() for p in tc.model_overrides.split(","))):
@@ -141,4 +145,4 @@ def model_config(tc: TrainConfig) -> transformer.Config:
       raise ValueError(f"--model-overrides: unknown field {name!r}. Fix: use fields of "
                        f"transformer.Config: {', '.join(sorted(known))}.")
     overrides[name] = _parse_value(value.strip())
-  return transformer.preset(tc.model, dtype=tc.dtype, **overrides)
+  return transformer.preset(tc.model, dtype=tc.dtype, param_dtype=tc.param_dtype, **overrides)

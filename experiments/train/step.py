@@ -36,30 +36,38 @@ class TrainState(NamedTuple):
 # ------------------------------------------------------------------------------ optimizers
 
 
-def _adamw(tc: TrainConfig, lr_schedule):
+def _adamw(tc: TrainConfig, lr_schedule, mesh=None):
+  del mesh
   return optax.adamw(lr_schedule, b1=0.9, b2=0.95, weight_decay=tc.weight_decay,
                      mask=names.decay_mask)
 
 
-def _sgd(tc: TrainConfig, lr_schedule):
-  del tc
+def _sgd(tc: TrainConfig, lr_schedule, mesh=None):
+  del tc, mesh
   return optax.sgd(lr_schedule, momentum=0.9, nesterov=True)
 
 
-def _muon(tc: TrainConfig, lr_schedule):
+def _muon(tc: TrainConfig, lr_schedule, mesh=None):
   """Muon on the hidden matrices (`optim.labels`) at `muon_learning_rate`, AdamW on the rest.
 
   Both rates follow the same warm-up and cosine shape; Muon's updates have unit spectral
-  norm per matrix, so its good rates (~0.02) are an order above AdamW's.
+  norm per matrix, so its good rates (~0.02) are an order above AdamW's. On a mesh whose
+  `fsdp` (else `data`) axis is larger than 1, each device orthogonalizes only the stacked
+  layer matrices it owns (`shard="owner"`: no collective inside Newton–Schulz).
   """
   import optim  # imported only when asked for: `train` does not otherwise need it
 
+  shard = {}
+  if mesh is not None:
+    axis = "fsdp" if mesh.shape.get("fsdp", 1) > 1 else "data"
+    if mesh.shape.get(axis, 1) > 1:
+      shard = {"shard": "owner", "mesh": mesh, "shard_axes": (axis,)}
   return optim.muon(learning_rate=schedule(tc, peak=tc.muon_learning_rate),
                     adam_learning_rate=lr_schedule, label_fn=optim.labels,
-                    weight_decay=tc.weight_decay)
+                    weight_decay=tc.weight_decay, **shard)
 
 
-OPTIMIZERS: dict[str, Callable[[TrainConfig, optax.Schedule], optax.GradientTransformation]] = {
+OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "adamw": _adamw,
     "sgd": _sgd,
     "muon": _muon,
@@ -74,12 +82,12 @@ def schedule(tc: TrainConfig, peak: float | None = None) -> optax.Schedule:
       0.0, peak, tc.warmup_steps, max(tc.steps, tc.warmup_steps + 1), peak * tc.final_lr_fraction)
 
 
-def optimizer(tc: TrainConfig) -> optax.GradientTransformation:
-  """Global-norm clipping, then `OPTIMIZERS[tc.optimizer]` on the schedule."""
+def optimizer(tc: TrainConfig, mesh=None) -> optax.GradientTransformation:
+  """Global-norm clipping, then `OPTIMIZERS[tc.optimizer]` on the schedule (over `mesh`)."""
   if tc.optimizer not in OPTIMIZERS:
     raise ValueError(f"--optimizer {tc.optimizer!r} is unknown. Fix: use one of "
                      f"{sorted(OPTIMIZERS)}.")
-  tx = OPTIMIZERS[tc.optimizer](tc, schedule(tc))
+  tx = OPTIMIZERS[tc.optimizer](tc, schedule(tc), mesh)
   return optax.chain(optax.clip_by_global_norm(tc.grad_clip), tx) if tc.grad_clip else tx
 
 
@@ -214,12 +222,12 @@ TRAINER_CACHE_SIZE = 8
 
 
 def cached_trainer(cfg: transformer.Config, tc: TrainConfig) -> Trainer:
-  """`build(cfg, optimizer(tc), mesh, schedule(tc))`, reused from `TRAINERS` when it exists."""
+  """`build(cfg, optimizer(tc, mesh), mesh, schedule(tc))`, reused from `TRAINERS` if there."""
   key = (cfg, tuple(getattr(tc, f) for f in STEP_FIELDS))
   if key not in TRAINERS:
     while len(TRAINERS) >= TRAINER_CACHE_SIZE:
       TRAINERS.pop(next(iter(TRAINERS)))
     mesh = sharding.make_mesh(sharding.parse_mesh(tc.mesh))
-    TRAINERS[key] = build(cfg, optimizer(tc), mesh, schedule(tc))
+    TRAINERS[key] = build(cfg, optimizer(tc, mesh), mesh, schedule(tc))
   return TRAINERS[key]
 

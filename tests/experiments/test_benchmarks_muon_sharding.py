@@ -6,8 +6,8 @@ import jax
 import numpy as np
 
 import optim
-from experiments import sharding
 from experiments.benchmarks import muon_sharding
+from experiments.train import sharding
 
 
 def test_collective_parser_on_handwritten_hlo():

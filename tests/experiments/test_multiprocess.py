@@ -191,6 +191,25 @@ def test_two_processes_train_like_one(tmp_path):
   assert_rows_close(metric_rows(resumed_dir), ref_rows)
 
 
+def test_two_processes_train_like_one_with_sharded_muon(tmp_path):
+  """`--optimizer muon` on a mesh with fsdp > 1 orthogonalizes by ownership (`shard="owner"`):
+  the pair still equals one process on the same mesh shape."""
+  run = RUN.replace(optimizer="muon", muon_learning_rate=0.02)
+  pair_dir = str(tmp_path / "pair")
+  results = train_pair(run.replace(run_dir=pair_dir), str(tmp_path))
+  if any(code != 0 for code, _ in results):
+    skip_if_no_cpu_collectives(str(tmp_path))
+  for i, (code, out) in enumerate(results):
+    assert code == 0, f"process {i} exited with {code}:\n{out[-4000:]}"
+  ref = train.train(run.replace(run_dir=str(tmp_path / "single")))
+  ref_rows = metric_rows(ref.run_dir)
+  assert_rows_close(metric_rows(pair_dir), ref_rows)
+  losses = [r["loss"] for r in ref_rows if "loss" in r]
+  assert losses[-1] < losses[0] - 0.05
+  params, _ = checkpoint.load_run(pair_dir)
+  assert_close(params, ref.state.params, "params of the Muon pair's checkpoint 4")
+
+
 def test_ctrl_c_in_one_process_stops_both_at_the_same_step(tmp_path):
   """Ctrl-C reaching one process only: both stop at the next logging step and save it."""
   pair_dir = str(tmp_path / "pair")
