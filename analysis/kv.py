@@ -42,6 +42,7 @@ import optax
 
 import transformer
 from transformer import latent
+from transformer.names import split_heads
 
 Alloc = Literal["uniform", "greedy", "loss"]
 ALLOCS = ("uniform", "greedy", "loss")
@@ -121,7 +122,7 @@ def weight_bases(params, cfg: transformer.Config, n_positions: int = 64):
     w = np.asarray(p[f"w_{name}"], np.float64)
     if cfg.use_bias:
       w = np.concatenate([w, np.asarray(p[f"b_{name}"], np.float64)[:, None]], axis=1)
-    return np.moveaxis(w.reshape(L, w.shape[1], K, dh), 2, 1)
+    return split_heads(w, K, "columns")
 
   wk, wv = rows("k"), rows("v")
   if cfg.positions == "rope":
