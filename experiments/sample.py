@@ -39,7 +39,7 @@ def continue_bytes(params, cfg: transformer.Config, prompt: bytes, max_new_token
   if cfg.vocab_size < 256:
     raise ValueError(f"the model's vocab_size={cfg.vocab_size} cannot read bytes (256 ids).")
   prompt_1T = jnp.asarray(np.frombuffer(prompt, np.uint8).astype(np.int32))[None]
-  out = transformer.generate(params, cfg, prompt_1T, max_new_tokens, rng=rng,
+  out = transformer.generate(params, cfg, prompt_1T, max_new_tokens, key=rng,
                              temperature=temperature, top_k=top_k)
   new = np.asarray(out[0, len(prompt):])
   return bytes(np.clip(new, 0, 255).astype(np.uint8))

@@ -419,10 +419,33 @@ class Unembed(nn.Module):
     return h_BTD @ w.astype(cfg.jnp_dtype)
 
 
-def init(cfg: Config, rng: jax.Array, seq_len: int = 8) -> dict[str, Any]:
+def is_key(x) -> bool:
+  """Whether `x` is a PRNG key: a typed key (`jax.random.key`) or a raw `uint32 (..., 2)` one
+  (`jax.random.PRNGKey`)."""
+  dtype = getattr(x, "dtype", None)
+  if dtype is None:
+    return False
+  if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+    return True
+  return dtype == jnp.uint32 and tuple(getattr(x, "shape", ()))[-1:] == (2,)
+
+
+def key_order_error(call: str) -> TypeError:
+  """The error of a call in the old argument order: names the new one."""
+  return TypeError(f"the PRNG key is in the wrong place. The key is the last positional "
+                   f"argument and is named `key` (one convention in transformer, analysis and "
+                   f"optim). Fix: call {call}.")
+
+
+def init(cfg: Config, key: jax.Array, *, seq_len: int = 8) -> dict[str, Any]:
   """Initial parameters (the `params` collection) of `Transformer(cfg)`.
 
-  The one way to initialize: for shapes only, `jax.eval_shape(lambda: init(cfg, rng))`.
+  The one way to initialize: for shapes only, `jax.eval_shape(lambda: init(cfg, key))`.
+
+  Args:
+    cfg: the config.
+    key: the PRNG key (last, as everywhere in the library).
+    seq_len: length of the dummy sequence traced at initialization.
 
   Example:
     >>> import jax, transformer
@@ -431,8 +454,12 @@ def init(cfg: Config, rng: jax.Array, seq_len: int = 8) -> dict[str, Any]:
     >>> params["blocks"]["attn"]["w_q"].shape == (cfg.n_layers, cfg.d_model, cfg.d_model)
     True
   """
+  if not isinstance(cfg, Config):
+    raise key_order_error("transformer.init(cfg, key)") if is_key(cfg) else TypeError(
+        f"transformer.init: cfg must be a transformer.Config; got {type(cfg).__name__}. Fix: "
+        "transformer.init(transformer.preset(NAME), key).")
   tokens = jnp.zeros((1, min(seq_len, cfg.max_len)), jnp.int32)
-  return jax.jit(Transformer(cfg).init)(rng, tokens)["params"]
+  return jax.jit(Transformer(cfg).init)(key, tokens)["params"]
 
 
 def param_tree(params):

@@ -121,7 +121,7 @@ def _train(base, cfg, src, seed, lrs, steps, batch_size, seq_len, arm):
     init_fn, params_fn = (lambda key: base), None
   else:
     rank, targets = ARMS[arm]
-    init_fn = lambda key: lora.init(key, base, rank, targets)  # noqa: E731
+    init_fn = lambda key: lora.init(base, rank, key, targets)  # noqa: E731
     params_fn = lora.params_fn(base, alpha=float(rank))
   return multirun.train_many(cfg, make_tx(steps), seeds=(seed,), learning_rates=lrs,
                              steps=steps, data=src, batch_size=batch_size, seq_len=seq_len,
