@@ -262,3 +262,14 @@ def test_refuses_a_variant_it_cannot_compress_by_name():
   same = latent.forward(params, cfg, jnp.zeros((1, 4), int), kv_fn=lambda l, k, v: (k, v))
   np.testing.assert_allclose(same, transformer.Transformer(cfg).apply(
       {"params": params}, jnp.zeros((1, 4), int)), atol=1e-6)
+
+
+def test_weight_compression_reads_w_q_when_keys_are_tied():
+  cfg = VARIANTS["softmax-qk_tied"]
+  params = transformer.init(cfg, jax.random.key(0))
+  assert "w_k" not in params["blocks"]["attn"]
+  comp = latent.weight_compression(params, cfg, 3)
+  w = np.asarray(params["blocks"]["attn"]["w_q"][1], np.float64)[:, 16:32]  # layer 1, head 1
+  vt = np.linalg.svd(w)[2]
+  P = np.asarray(comp.key_basis[1, 1], np.float64)
+  np.testing.assert_allclose(np.abs(P[:, :3].T @ vt[:3].T), np.eye(3), atol=1e-4)
