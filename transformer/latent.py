@@ -270,6 +270,7 @@ def latent_kv(comp: Compression, l: int, cfg: Config, masks=None) -> KVHook:
   Returns:
     `hook(inputs, slot, offset)`; its slot is `(k_stored_BSW, v_stored_BSW)`.
   """
+  check_variant(cfg, "latent_kv")
   K, dh, dt, groups = cfg.n_kv_heads, cfg.d_head, cfg.jnp_dtype, cfg.kv_groups
   if masks is None:
     kr, vr, bits = comp.key_ranks[l], comp.value_ranks[l], comp.bits
@@ -371,7 +372,7 @@ def forward(params, cfg: Config, tokens_BT, comp: Compression | None = None, *,
       return Transformer(cfg).apply({"params": param_tree(params)}, tokens_BT)
     hooks = [transformed_kv(kv_fn, l) for l in range(cfg.n_layers)]
   else:
-    check_variant(cfg, "latent.forward")
+    check_variant(cfg, "latent.forward")  # before the per-layer hooks, naming this call
     hooks = [latent_kv(comp, l, cfg, None if not dynamic else (
         _rank_masks(key_rank, B, l, cfg), _rank_masks(value_rank, B, l, cfg)))
              for l in range(cfg.n_layers)]
