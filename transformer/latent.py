@@ -269,6 +269,9 @@ def latent_kv(comp: Compression, l: int, cfg: Config, masks=None) -> KVHook:
 
   Returns:
     `hook(inputs, slot, offset)`; its slot is `(k_stored_BSW, v_stored_BSW)`.
+
+  Raises:
+    ValueError: `cfg.attention` is not in `COMPRESSIBLE` (one line, naming it).
   """
   check_variant(cfg, "latent_kv")
   K, dh, dt, groups = cfg.n_kv_heads, cfg.d_head, cfg.jnp_dtype, cfg.kv_groups
