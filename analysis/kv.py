@@ -42,6 +42,7 @@ import optax
 
 import transformer
 from transformer import latent
+from transformer.names import split_heads
 
 Alloc = Literal["uniform", "greedy", "loss"]
 ALLOCS = ("uniform", "greedy", "loss")
@@ -106,7 +107,8 @@ def pca_bases(moments_LKDhDh):
 
 
 def weight_bases(params, cfg: transformer.Config, n_positions: int = 64):
-  """Data-free bases from `W_K`, `W_V`: `(key_bases, key_energies, value_bases, value_energies)`.
+  """Data-free bases from `W_K` (`W_Q` when tied), `W_V`: `(key_bases, key_energies,
+  value_bases, value_energies)`.
 
   Treating the layer input as white noise, keys have second moment `W_Kᵀ W_K` per head. With
   RoPE the cached key at position `p` is `R_p k`, so the key moment is averaged over the
@@ -114,16 +116,16 @@ def weight_bases(params, cfg: transformer.Config, n_positions: int = 64):
   `M = mean_p R_p W_Kᵀ W_K R_pᵀ`. Biases are added as one more input direction.
   """
   p = transformer.model.param_tree(params)["blocks"]["attn"]
-  L, D = p["w_k"].shape[:2]
+  L = p["w_v"].shape[0]
   K, dh = cfg.n_kv_heads, cfg.d_head
 
   def rows(name):  # (L, K, D(+1), Dh): every input direction's image in each head
     w = np.asarray(p[f"w_{name}"], np.float64)
     if cfg.use_bias:
       w = np.concatenate([w, np.asarray(p[f"b_{name}"], np.float64)[:, None]], axis=1)
-    return np.moveaxis(w.reshape(L, w.shape[1], K, dh), 2, 1)
+    return split_heads(w, K, "columns")
 
-  wk, wv = rows("k"), rows("v")
+  wk, wv = rows("k" if "w_k" in p else "q"), rows("v")  # `Config.qk_tied`: K = X W_Q
   if cfg.positions == "rope":
     pos = np.linspace(0, cfg.max_len - 1, n_positions).round()
     mk = 0.0

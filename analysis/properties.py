@@ -182,8 +182,13 @@ def principal_angles(A: jax.Array, B: jax.Array) -> jax.Array:
   return jnp.where(cos * cos < 0.5, jnp.arccos(cos), jnp.arcsin(sin))
 
 
-def head_overlap(W_heads: jax.Array) -> jax.Array:
+def head_subspace_overlap(W_heads: jax.Array) -> jax.Array:
   """Pairwise subspace overlap `‖Q_aᵀ Q_b‖_F² / Dh = mean cos² θ` of heads' column spaces.
+
+  `Q_h` is an orthonormal basis of head `h`'s column space, so the measure depends on the
+  subspaces only (not on the heads' scale), and `θ` are the principal angles between them.
+  Not to be confused with `optim.head_gram_overlap`, the training penalty
+  `½ Σ_{a≠b} ‖W_aᵀ W_b‖_F²` on the raw blocks, which grows with their norms.
 
   Args:
     W_heads: `(..., H, D, Dh)`, e.g. each head's `W_Q^h`.
@@ -198,8 +203,9 @@ def head_overlap(W_heads: jax.Array) -> jax.Array:
 
 
 def head_redundancy(W_heads: jax.Array) -> jax.Array:
-  """The largest off-diagonal `head_overlap` (`(...,)`): 1 means two heads share a subspace."""
-  O = head_overlap(W_heads)
+  """The largest off-diagonal `head_subspace_overlap`, `(...,)`: 1 when two heads share a
+  subspace."""
+  O = head_subspace_overlap(W_heads)
   H = O.shape[-1]
   diagonal = jnp.broadcast_to(jnp.eye(H, dtype=bool), O.shape)
   return jnp.max(jnp.where(diagonal, -jnp.inf, O), (-2, -1))

@@ -25,6 +25,7 @@ from analysis.spectra import default_rank_tol, factored_singular_values
 from transformer import Config
 from transformer.linalg import serial
 from transformer.model import param_tree
+from transformer.names import split_heads
 
 # ------------------------------------------------------------------ causal Jacobian spectra
 
@@ -149,12 +150,6 @@ def causal_jacobian_spectra(f: Callable, x: jax.Array, *,
 # ----------------------------------------------------------------------- attention logits
 
 
-def _heads(w_LDX, n: int, dh: int):
-  """`(L, D, n·dh) -> (L, n, D, dh)`: one `(D, dh)` matrix per head."""
-  L, d, _ = w_LDX.shape
-  return jnp.moveaxis(w_LDX.reshape(L, d, n, dh), 2, 1)
-
-
 def _norm_output_bound(norm_params, cfg: Config) -> jax.Array:
   """`(L,)` bound on `‖norm(x)‖` for every `x`: `√D·max|scale| + ‖bias‖`.
 
@@ -234,9 +229,9 @@ def logit_bound(params, cfg: Config) -> jax.Array:
   """
   attn = param_tree(params)["blocks"]["attn"]
   H, K, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-  w_q = _heads(attn["w_q"].astype(jnp.float32), H, dh)
+  w_q = split_heads(attn["w_q"].astype(jnp.float32), H, "columns")  # (L, H, D, Dh)
   w_k = attn["w_k"] if "w_k" in attn else attn["w_q"]  # `Config.qk_tied`: K = X W_Q
-  w_k = jnp.repeat(_heads(w_k.astype(jnp.float32), K, dh), cfg.kv_groups, axis=1)
+  w_k = jnp.repeat(split_heads(w_k.astype(jnp.float32), K, "columns"), cfg.kv_groups, axis=1)
   L = w_q.shape[0]
   zeros = jnp.zeros((L, H, dh), jnp.float32)
   b_q = attn["b_q"].astype(jnp.float32).reshape(L, H, dh) if "b_q" in attn else zeros

@@ -81,13 +81,12 @@ def circuits(params, cfg: Config) -> dict[str, Factored]:
     True
   """
   attn = param_tree(params)["blocks"]["attn"]
-  L, D, H, K, Dh = cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+  H, K = cfg.n_heads, cfg.n_kv_heads
 
   def heads(w, n):  # (L, D, n·Dh), n = H or K -> (L, H, D, Dh): each K head serves H / K
-    blocks = jnp.swapaxes(w.reshape(L, D, n, Dh), 1, 2)
-    return jnp.repeat(blocks, H // n, axis=1)
+    return jnp.repeat(names.split_heads(w, n, "columns"), H // n, axis=1)
 
-  w_o_LHDDh = jnp.swapaxes(attn["w_o"].reshape(L, H, Dh, D), -1, -2)
+  w_o_LHDDh = jnp.swapaxes(names.split_heads(attn["w_o"], H, "rows"), -1, -2)
   w_k = attn["w_k"] if "w_k" in attn else attn["w_q"]  # `Config.qk_tied`: K = X W_Q
   return {"qk": Factored(heads(attn["w_q"], H), heads(w_k, K)),
           "ov": Factored(heads(attn["w_v"], K), w_o_LHDDh)}

@@ -35,7 +35,7 @@ from optim.condition import (
     estimate_condition,
     scale_by_condition,
 )
-from optim.heads import head_overlap, orthogonal_heads
+from optim.heads import head_gram_overlap, orthogonal_heads
 from optim.orthogonalized import MuonState, muon, owner_spec, scale_by_muon, shape_scale
 from optim.roles import ROLES, head_layout, labels, select
 from optim.spectral import SpectralState, spectral_cap, spectral_normalize
@@ -43,7 +43,8 @@ from transformer.linalg.polar import NS_COEFFS, newton_schulz
 
 __all__ = [
     "ConditionEstimate", "ConditionState", "MuonState", "NS_COEFFS", "ROLES", "SpectralState",
-    "condition_multiplier", "estimate_condition", "head_layout", "head_overlap", "labels", "muon",
+    "condition_multiplier", "estimate_condition", "head_gram_overlap", "head_layout", "labels",
+    "muon",
     "newton_schulz",
     "orthogonal_heads", "owner_spec",
     "scale_by_condition", "scale_by_muon", "select", "shape_scale",

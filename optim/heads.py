@@ -12,11 +12,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.roles import Side, head_layout
+from optim.roles import head_layout
+from transformer.names import Side
 
 
-def head_overlap(W: jax.Array, n: int, side: Side = "columns"):
-  r"""Cross-head overlap of `W` and its gradient, per matrix of a batch.
+def head_gram_overlap(W: jax.Array, n: int, side: Side = "columns"):
+  r"""Cross-head Gram overlap of `W` (the off-diagonal blocks of `WᵀW`) and its gradient.
+
+  A penalty on the raw blocks, per matrix of a batch: it scales as `‖W‖⁴` and is zero exactly
+  when the heads' blocks are mutually orthogonal. (`analysis.head_subspace_overlap` is the
+  scale-free measurement: `mean cos²` of the principal angles between heads' subspaces.)
 
   With `W_h` the `h`-th column block (`side="columns"`; rows use `Wᵀ`) and
   `M = WᵀW` with its `Dh × Dh` diagonal blocks zeroed (`M_off`):
@@ -36,16 +41,16 @@ def head_overlap(W: jax.Array, n: int, side: Side = "columns"):
   Example:
     >>> import jax, optim
     >>> W = jax.random.normal(jax.random.key(0), (2, 32, 32))  # (L, D, H·Dh), H = 4
-    >>> R, grad = optim.head_overlap(W, n=4)
+    >>> R, grad = optim.head_gram_overlap(W, n=4)
     >>> R.shape, grad.shape
     ((2,), (2, 32, 32))
   """
   if W.ndim < 2:
-    raise ValueError(f"head_overlap: W must be a (batch of) matrix, got {W.ndim=}")
+    raise ValueError(f"head_gram_overlap: W must be a (batch of) matrix, got {W.ndim=}")
   X = W if side == "columns" else jnp.swapaxes(W, -1, -2)
   width = X.shape[-1]
   if width % n:
-    raise ValueError(f"head_overlap: {side} of {W.shape=} do not split into {n} heads")
+    raise ValueError(f"head_gram_overlap: {side} of {W.shape=} do not split into {n} heads")
   head = jnp.arange(width) // (width // n)
   same = head[:, None] == head[None, :]
   M_off = jnp.where(same, 0, jnp.swapaxes(X, -1, -2) @ X)
@@ -55,7 +60,7 @@ def head_overlap(W: jax.Array, n: int, side: Side = "columns"):
 
 
 def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None):
-  r"""Add the decoupled step `−strength · ∇R(W)` of `head_overlap` to each attention projection.
+  r"""Add the decoupled step `−strength · ∇R(W)` of `head_gram_overlap` to each projection.
 
   .. math::
     u_W \leftarrow u_W - \lambda \nabla R(W)
@@ -90,7 +95,7 @@ def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None):
       if layout is None:
         return u
       side, n = layout
-      grad = head_overlap(p.astype(jnp.float32), n, side)[1]
+      grad = head_gram_overlap(p.astype(jnp.float32), n, side)[1]
       return (u - strength * grad).astype(u.dtype)
 
     return jax.tree.map(step, updates, params, head_layout(params, n_heads, n_kv_heads)), state

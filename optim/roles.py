@@ -8,16 +8,17 @@ name). A user with other names passes their own `label_fn` wherever one is accep
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Literal
 
 import jax
-import jax.numpy as jnp
 
 from transformer import names as _names
 
-ROLES = _names.UPDATE_ROLES
+# The one head split lives beside `Name.heads`; re-exported here for `optim.orthogonalized`.
+from transformer.names import Side as Side
+from transformer.names import merge_heads as merge_heads
+from transformer.names import split_heads as split_heads
 
-Side = Literal["columns", "rows"]
+ROLES = _names.UPDATE_ROLES
 
 
 def labels(params):
@@ -122,32 +123,3 @@ def head_layout(params, n_heads: int, n_kv_heads: int | None = None):
 def _leaf(path) -> str:
   """The last key of a key path, as a string (`w_q` of `blocks/attn/w_q`)."""
   return _names.path_str(path).rsplit("/", 1)[-1]
-
-
-def split_heads(W: jax.Array, n: int, side: Side) -> jax.Array:
-  """The per-head blocks of `W` as a batch: `(..., D, n·Dh) -> (..., n, D, Dh)` for columns,
-  `(..., n·Dh, D) -> (..., n, Dh, D)` for rows (`n` is `H` or `K`).
-
-  Args:
-    W: `(..., d_in, d_out)`.
-    n: number of heads; must divide the split side.
-    side: `"columns"` (split `d_out`) or `"rows"` (split `d_in`).
-
-  Returns:
-    The blocks, with the head axis just before the two matrix axes.
-  """
-  axis = W.ndim - 1 if side == "columns" else W.ndim - 2
-  if W.shape[axis] % n:
-    raise ValueError(f"split_heads: {side} of {W.shape=} do not split into {n} heads")
-  if side == "columns":
-    blocks = W.reshape(W.shape[:-1] + (n, W.shape[-1] // n))
-    return jnp.moveaxis(blocks, -2, -3)
-  return W.reshape(W.shape[:-2] + (n, W.shape[-2] // n, W.shape[-1]))
-
-
-def merge_heads(blocks: jax.Array, side: Side) -> jax.Array:
-  """Inverse of `split_heads`."""
-  if side == "columns":
-    blocks = jnp.moveaxis(blocks, -3, -2)
-    return blocks.reshape(blocks.shape[:-2] + (blocks.shape[-2] * blocks.shape[-1],))
-  return blocks.reshape(blocks.shape[:-3] + (blocks.shape[-3] * blocks.shape[-2], blocks.shape[-1]))

@@ -42,16 +42,19 @@ from transformer.matmuls import Entry, catalog
 from transformer.model import (
     Block,
     KVCache,
+    KVInputs,
     Transformer,
     block_fn,
+    dense_kv,
+    forward_layerwise,
     init,
     layer,
 )
 
 __all__ = [
-    "ATTENTION", "Block", "Config", "Entry", "KVCache", "PRESETS", "Transformer",
-    "block_fn", "cached_logits", "catalog", "decode_step", "from_hf", "generate", "gpt2_config",
-    "init",
+    "ATTENTION", "Block", "Config", "Entry", "KVCache", "KVInputs", "PRESETS", "Transformer",
+    "block_fn", "cached_logits", "catalog", "decode_step", "dense_kv", "forward_layerwise",
+    "from_hf", "generate", "gpt2_config", "init",
     "init_cache", "latent", "layer", "llama_config", "lora", "make_mask", "names", "preset",
     "prefill", "rope", "sample", "softmax_attention", "to_hf",
 ]

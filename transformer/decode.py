@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer.config import Config
-from transformer.model import KVCache, Transformer, param_tree
+from transformer.model import KVCache, Transformer, is_key, key_order_error, param_tree
 
 
 def init_cache(cfg: Config, batch: int, length: int | None = None, dtype=None) -> KVCache:
@@ -80,37 +80,46 @@ def _check_sampling(temperature: float, top_k: int | None) -> None:
                      "sample from the whole vocabulary.")
 
 
-def sample(rng: jax.Array | None, logits_BV: jax.Array, temperature: float = 1.0,
+def sample(logits_BV: jax.Array, key: jax.Array | None, temperature: float = 1.0,
            top_k: int | None = None) -> jax.Array:
   """Draw token ids from `softmax(logits / temperature)`, restricted to the `top_k` largest.
 
-  `temperature=0` is greedy decoding (argmax) and needs no key (`rng=None`).
+  `temperature=0` is greedy decoding (argmax) and needs no key (`key=None`).
+
+  Args:
+    logits_BV: the logits.
+    key: a PRNG key (last of the required arguments, as everywhere), or `None` when greedy.
+    temperature: softmax temperature, `>= 0`.
+    top_k: sample among the `top_k` largest (`None`: all).
 
   Raises:
-    ValueError: `temperature < 0`, `top_k <= 0`, or no `rng` for `temperature > 0`.
+    ValueError: `temperature < 0`, `top_k <= 0`, or no `key` for `temperature > 0`.
+    TypeError: the old order `sample(rng, logits_BV, ...)`; the message gives the new one.
 
   Example:
     >>> import jax.numpy as jnp
     >>> from transformer import sample
-    >>> sample(None, jnp.array([[0.1, 2.0, -1.0]]), temperature=0).tolist()
+    >>> sample(jnp.array([[0.1, 2.0, -1.0]]), None, temperature=0).tolist()
     [1]
   """
+  if logits_BV is None or is_key(logits_BV) or (key is not None and not is_key(key)):
+    raise key_order_error("transformer.sample(logits_BV, key, temperature, top_k)")
   _check_sampling(temperature, top_k)
   if temperature == 0:
     return jnp.argmax(logits_BV, axis=-1)
-  if rng is None:
-    raise ValueError(f"rng=None with temperature={temperature}: sampling needs a key. Fix: "
-                     "pass rng=jax.random.key(seed), or temperature=0 for greedy decoding.")
+  if key is None:
+    raise ValueError(f"key=None with temperature={temperature}: sampling needs a key. Fix: "
+                     "pass key=jax.random.key(seed), or temperature=0 for greedy decoding.")
   logits_BV = logits_BV / temperature
   if top_k is not None:
     kth_B1 = jax.lax.top_k(logits_BV, top_k)[0][:, -1:]
     logits_BV = jnp.where(logits_BV < kth_B1, -jnp.inf, logits_BV)
-  return jax.random.categorical(rng, logits_BV, axis=-1)
+  return jax.random.categorical(key, logits_BV, axis=-1)
 
 
 def generate(params, cfg: Config, prompt_BT: jax.Array, max_new_tokens: int, *,
-             rng: jax.Array | None = None, temperature: float = 1.0,
-             top_k: int | None = None) -> jax.Array:
+             key: jax.Array | None = None, temperature: float = 1.0,
+             top_k: int | None = None, rng=None) -> jax.Array:
   """Continue `prompt_BT` by `max_new_tokens` sampled tokens; returns `(B, T + max_new_tokens)`.
 
   One compiled program: the prompt is prefilled into a `KVCache`, then `lax.scan` runs
@@ -121,12 +130,13 @@ def generate(params, cfg: Config, prompt_BT: jax.Array, max_new_tokens: int, *,
     cfg: its config.
     prompt_BT: int token ids.
     max_new_tokens: tokens to append.
-    rng: a PRNG key; may be `None` when `temperature=0` (greedy).
+    key: a PRNG key (keyword: it is optional); may be `None` when `temperature=0` (greedy).
     temperature: softmax temperature, `>= 0`.
     top_k: sample among the `top_k` most likely tokens (`None`: all).
+    rng: the old name of `key`; passing it raises a `TypeError` that names `key=`.
 
   Raises:
-    ValueError: a bad `temperature`, `top_k`, `max_new_tokens`, a missing `rng`, or a
+    ValueError: a bad `temperature`, `top_k`, `max_new_tokens`, a missing `key`, or a
       request longer than `cfg.max_len`.
 
   Example:
@@ -137,36 +147,39 @@ def generate(params, cfg: Config, prompt_BT: jax.Array, max_new_tokens: int, *,
     >>> out.shape
     (1, 7)
   """
+  if rng is not None:
+    raise TypeError("generate: rng= is now key= (a PRNG key is named `key` throughout "
+                    "transformer, analysis and optim). Fix: generate(..., key=jax.random.key(0)).")
   _check_sampling(temperature, top_k)
   if max_new_tokens < 1:
     raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1.")
-  if temperature > 0 and rng is None:
-    raise ValueError(f"rng=None with temperature={temperature}: sampling needs a key. Fix: "
-                     "pass rng=jax.random.key(seed), or temperature=0 for greedy decoding.")
+  if temperature > 0 and key is None:
+    raise ValueError(f"key=None with temperature={temperature}: sampling needs a key. Fix: "
+                     "pass key=jax.random.key(seed), or temperature=0 for greedy decoding.")
   T = prompt_BT.shape[1]
   if T + max_new_tokens > cfg.max_len:
     raise ValueError(f"generate: prompt length {T} + max_new_tokens {max_new_tokens} exceeds "
                      f"max_len={cfg.max_len}. Fix: fewer new tokens, a shorter prompt, or a "
                      "config with a larger max_len.")
-  if rng is None:
-    rng = jax.random.key(0)  # unused by greedy decoding; keeps one compiled signature
-  return _generate(params, cfg, prompt_BT, max_new_tokens, rng=rng, temperature=temperature,
+  if key is None:
+    key = jax.random.key(0)  # unused by greedy decoding; keeps one compiled signature
+  return _generate(params, cfg, prompt_BT, max_new_tokens, key, temperature=temperature,
                    top_k=top_k)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "temperature", "top_k"))
-def _generate(params, cfg: Config, prompt_BT: jax.Array, max_new_tokens: int, *, rng: jax.Array,
+def _generate(params, cfg: Config, prompt_BT: jax.Array, max_new_tokens: int, key: jax.Array, *,
               temperature: float, top_k: int | None) -> jax.Array:
   B, T = prompt_BT.shape
   cache = init_cache(cfg, B, T + max_new_tokens)
   logits_BTV, cache = prefill(params, cfg, prompt_BT, cache)
 
-  def step(carry, rng_t):
+  def step(carry, key_t):
     logits_BV, cache = carry
-    token_B = sample(rng_t, logits_BV, temperature, top_k).astype(prompt_BT.dtype)
+    token_B = sample(logits_BV, key_t, temperature, top_k).astype(prompt_BT.dtype)
     logits_BV, cache = decode_step(params, cfg, token_B, cache)
     return (logits_BV, cache), token_B
 
-  keys = jax.random.split(rng, max_new_tokens)
+  keys = jax.random.split(key, max_new_tokens)
   _, new_tokens = jax.lax.scan(step, (logits_BTV[:, -1], cache), keys)
   return jnp.concatenate([prompt_BT, new_tokens.T], axis=1)

@@ -1,4 +1,4 @@
-"""Rank-aware KV-cache compression: a latent cache of basis coefficients, bases folded in.
+"""Rank-aware KV-cache compression: a latent cache of basis coefficients, read by the model.
 
 Per layer `l` and key/value head `k` there is an orthonormal key basis `P_k: (Dh, r)` and a
 value basis `P_v: (Dh, r')` (columns by descending importance, so every prefix is a basis:
@@ -10,9 +10,19 @@ has the same rank), and decoding never rebuilds `K` or `V`:
    s_{ts} = \\frac{q_t \\cdot k_s}{\\sqrt{d_h}} \\approx
    \\frac{q_t \\cdot (k_s P_k P_k^\\top)}{\\sqrt{d_h}}
    = \\frac{(q_t P_k) \\cdot c_{k,s}}{\\sqrt{d_h}},
-   \\qquad y = \\sum_h A_h V_h W_O^h \\approx \\sum_h (A_h C_v)(P_v^\\top W_O^h)
+   \\qquad y = \\sum_h A_h V_h W_O^h \\approx \\sum_h \\big((A_h C_v) P_v^\\top\\big) W_O^h
 
-so the query is projected into the key basis and `P_vᵀ` is folded into `W_O` (`fold_output`).
+**Through the one model.** Nothing here computes a layer: the latent cache is a KV hook
+(`latent_kv`, a `transformer.model.KVHook`) that the model's own attention calls, and
+`forward` runs `Transformer(cfg)` layer by layer with one hook per layer
+(`transformer.model.forward_layerwise`: layers may have different ranks, hence different
+cache widths). The hook hands the attention function of the registry the query, keys and
+values in the basis (`q P_k`, `c_k`, `c_v`) and maps its output back by `P_vᵀ` before the
+model's `W_O`. That is exact for every variant that reads keys only through inner products
+and norms (`COMPRESSIBLE`: `softmax`, `local`, `bigbird`, `moba`, and `rbf`, whose `‖q‖²`
+term is constant along a row and leaves the weights unchanged); `linear` applies its feature
+map coordinate by coordinate and is refused by name. Tied keys (`Config.qk_tied`) are the
+model's own `k = q` and need nothing else.
 
 **What is projected, and why RoPE stays exact.** We project the keys *after* RoPE. RoPE
 multiplies the key at position `p` by a rotation `R_p`; a basis for pre-RoPE keys does not
@@ -24,12 +34,13 @@ holds at every position, and the query is projected at its own position (`q_t P_
 model's up to float rounding; the same holds for values. The price is that a post-RoPE basis
 must span keys at every rotation angle, which is why the rank needed for a given energy is
 measured against context length (`analysis.kv`). Without RoPE `q P_k` could be folded into
-`W_Q` as `W_Q P_k`; we keep one code path and project `q` at run time.
+`W_Q` as `W_Q P_k`; we keep one code path and project `q` at run time. (A hook that compresses
+before the rotation reads `KVInputs.k_raw` and `KVInputs.pos`.)
 
-**Cost.** All heads' coefficients of a layer share one axis `R_l`, and a query head's projected
-query is zero outside its own KV head's slot; the score einsum therefore runs over `R_l`
-(`K` times a head's rank), the price of allowing a different rank per head. The bytes read
-per decoded token, which bound decoding, are the cache's `R_l`.
+**Cost.** The cache holds `R_l = Σ_k r_k` numbers per token and layer: those bytes, read per
+decoded token, bound decoding. For the attention each KV head's coefficients are padded to the
+layer's largest rank `r_max ≤ Dh` (zeros beyond its own rank), so the score and mixing
+einsums run over `r_max` instead of `Dh`.
 
 **Quantization.** With `bits` 8, 4 or 2 the coefficients are stored as unsigned codes packed
 into `uint8` (two 4-bit or four 2-bit codes per byte): a symmetric mid-rise quantizer
@@ -60,10 +71,17 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from transformer.attention import make_mask, rope
 from transformer.config import Config
 from transformer.linalg import serial
-from transformer.model import FeedForward, Norm, _lead, param_tree
+from transformer.model import (
+    KVHook,
+    Transformer,
+    _lead,
+    dense_kv,
+    forward_layerwise,
+    param_tree,
+)
+from transformer.names import split_heads
 
 BITS = (32, 16, 8, 4, 2)
 
@@ -159,20 +177,6 @@ def block_basis(basis_KDhDh: jax.Array, ranks: tuple[int, ...]) -> jax.Array:
   return jnp.concatenate(blocks, axis=1)
 
 
-def fold_output(P_KDhR: jax.Array, w_o: jax.Array, cfg: Config) -> jax.Array:
-  """`(H, R, D)`: `P_vᵀ W_O^h` for every query head `h` (its KV head's value basis).
-
-  Example:
-    >>> import jax.numpy as jnp, transformer
-    >>> cfg = transformer.preset("tiny")
-    >>> P = block_basis(jnp.broadcast_to(jnp.eye(16), (4, 16, 16)), (2, 2, 2, 2))
-    >>> fold_output(P.reshape(4, 16, 8), jnp.ones((64, 64)), cfg).shape
-    (4, 8, 64)
-  """
-  P_HDhR = jnp.repeat(P_KDhR, cfg.kv_groups, axis=0)
-  return jnp.einsum("hdr,hde->hre", P_HDhR, w_o.reshape(cfg.n_heads, cfg.d_head, -1))
-
-
 # --------------------------------------------------------------------------- quantization
 
 
@@ -221,111 +225,130 @@ def stored_width(R: int, bits: int) -> int:
 
 # ------------------------------------------------------------------------------- forward
 
-
-def _proj(x, p, name: str, cfg: Config):
-  y = x @ p[f"w_{name}"].astype(cfg.jnp_dtype)
-  if cfg.use_bias:
-    y = y + _lead(p[f"b_{name}"].astype(cfg.jnp_dtype), y.ndim)
-  return y
-
-
-def _norm(p, name: str, cfg: Config, x):
-  return Norm(cfg).apply({"params": p.get(name, {})}, x)
+# Attention variants that read keys only through inner products and norms (`q·k`, `‖k‖`,
+# block means of `k`): an orthonormal change of basis of queries and keys leaves them
+# unchanged, so they run on basis coefficients. `linear` applies `elu(x) + 1` to each
+# coordinate, which no change of basis commutes with.
+COMPRESSIBLE = ("softmax", "rbf", "local", "bigbird", "moba")
 
 
-def _softmax_mix(scores_BHTS, mask_BTS, v_dtype):
-  scores_BHTS = jnp.where(mask_BTS[:, None], scores_BHTS, jnp.finfo(jnp.float32).min)
-  return jax.nn.softmax(scores_BHTS, axis=-1).astype(v_dtype)
+def check_variant(cfg: Config, what: str = "latent") -> None:
+  """Refuse, in one line naming it, an attention variant the latent cache cannot compress."""
+  if cfg.attention not in COMPRESSIBLE:
+    raise ValueError(f"{what}: attention={cfg.attention!r} cannot be compressed: it reads keys "
+                     "coordinate by coordinate, not through inner products, so it does not "
+                     f"commute with a key basis. Fix: one of {COMPRESSIBLE}, or kv_fn=.")
 
 
-def _qkv(p, cfg: Config, x_BTD, pos_BT):
-  B, T, _ = x_BTD.shape
-  H, K, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-  q = _proj(x_BTD, p, "q", cfg).reshape(B, T, H, dh)
-  k = _proj(x_BTD, p, "k", cfg).reshape(B, T, K, dh)
-  v = _proj(x_BTD, p, "v", cfg).reshape(B, T, K, dh)
-  if cfg.positions == "rope":
-    q, k = rope(q, pos_BT, cfg.rope_theta), rope(k, pos_BT, cfg.rope_theta)
-  return q, k, v
+def _head_columns(ranks: tuple[int, ...]):
+  """Where head `k`'s coefficients sit in the layer's `R = Σ ranks` axis, padded to the
+  largest rank: `(index (K, r_max), valid (K, r_max))`."""
+  r_max = max(ranks)
+  starts = np.cumsum((0,) + tuple(ranks[:-1]))
+  j = np.arange(r_max)[None, :]
+  valid = j < np.asarray(ranks)[:, None]
+  return jnp.asarray(np.where(valid, starts[:, None] + j, 0)), jnp.asarray(valid)
 
 
-def _full_attention(p, cfg: Config, x_BTD, pos_BT, mask_BTS, l, kv_fn):
-  """The model's attention (no cache), with `kv_fn(l, k, v)` applied to keys and values."""
-  B, T, _ = x_BTD.shape
-  q, k, v = _qkv(p, cfg, x_BTD, pos_BT)
-  if kv_fn is not None:
-    k, v = kv_fn(l, k, v)
-  k = jnp.repeat(k.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
-  v = jnp.repeat(v.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
-  scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) * cfg.d_head**-0.5
-  out = jnp.einsum("bhts,bshd->bthd", _softmax_mix(scores, mask_BTS, v.dtype), v)
-  return _proj(out.reshape(B, T, -1), p, "o", cfg)
+def latent_kv(comp: Compression, l: int, cfg: Config, masks=None) -> KVHook:
+  """The KV hook (`transformer.model.KVHook`) of layer `l` through a latent cache.
 
+  Writes: the chunk's post-RoPE keys and values become coefficients `c_k = k P_k`,
+  `c_v = v P_v` (`(B, T, R)`, all heads side by side, `block_basis`), stored as
+  `encode` makes them. Reads: the stored coefficients, each KV head's padded to the layer's
+  largest rank (`(B, S, K, r_max)`, zeros beyond its rank), with the query in the same basis,
+  `q P_k`; the attention's output `(B, T, H, r_v)` is mapped back by `P_vᵀ` before `W_O`.
 
-def _latent_attention(p, cfg: Config, comp: Compression, l: int, x_BTD, pos_BT, mask_BTS,
-                      slot, masks):
-  """Attention through the latent cache of layer `l`.
+  Args:
+    comp: bases, ranks and bits.
+    l: the layer.
+    cfg: the model's config.
+    masks: the dynamic-rank mode: `(key_mask, value_mask)`, each `(B, K, Dh)`, kept
+      coefficients of each head's full basis (float32, no quantization); `None` for the
+      static ranks of `comp`.
 
-  `slot` is `None` (no cache: attend to this chunk's own stored coefficients) or
-  `(k_stored, v_stored, offset)`; `masks` is `None` or the `(B, K·Dh)` coefficient masks of
-  the dynamic-rank mode. Returns `(y_BTD, (k_stored, v_stored))`.
+  Returns:
+    `hook(inputs, slot, offset)`; its slot is `(k_stored_BSW, v_stored_BSW)`.
+
+  Raises:
+    ValueError: `cfg.attention` is not in `COMPRESSIBLE` (one line, naming it).
   """
-  K, dh = cfg.n_kv_heads, cfg.d_head
-  dt = cfg.jnp_dtype
-  q, k, v = _qkv(p, cfg, x_BTD, pos_BT)
-  B, T = q.shape[:2]
+  check_variant(cfg, "latent_kv")
+  K, dh, dt, groups = cfg.n_kv_heads, cfg.d_head, cfg.jnp_dtype, cfg.kv_groups
   if masks is None:
     kr, vr, bits = comp.key_ranks[l], comp.value_ranks[l], comp.bits
   else:
     kr, vr, bits = (dh,) * K, (dh,) * K, 32
-  Pk = block_basis(comp.key_basis[l].astype(dt), kr)
-  Pv = block_basis(comp.value_basis[l].astype(dt), vr)
-  ck = k.reshape(B, T, K * dh).astype(dt) @ Pk
-  cv = v.reshape(B, T, K * dh).astype(dt) @ Pv
-  kstep = None if comp.key_step is None else comp.key_step[l]
-  vstep = None if comp.value_step is None else comp.value_step[l]
-  ks, vs = encode(ck, kstep, bits, dt), encode(cv, vstep, bits, dt)
-  if slot is not None:
-    kc, vc, offset = slot
-    ks = jax.lax.dynamic_update_slice(kc, ks.astype(kc.dtype), (0, offset, 0))
-    vs = jax.lax.dynamic_update_slice(vc, vs.astype(vc.dtype), (0, offset, 0))
-  ck_S = decode(ks, kstep, bits, Pk.shape[1], dt)
-  cv_S = decode(vs, vstep, bits, Pv.shape[1], dt)
-  if masks is not None:
-    ck_S = ck_S * masks[0][:, None].astype(dt)
-    cv_S = cv_S * masks[1][:, None].astype(dt)
-  Pq_HDhR = jnp.repeat(Pk.reshape(K, dh, -1), cfg.kv_groups, axis=0)
-  q_BTHR = jnp.einsum("bthd,hdr->bthr", q.astype(dt), Pq_HDhR)
-  scores = jnp.einsum("bthr,bsr->bhts", q_BTHR, ck_S).astype(jnp.float32) * dh**-0.5
-  mix_BTHR = jnp.einsum("bhts,bsr->bthr", _softmax_mix(scores, mask_BTS, dt), cv_S)
-  y = jnp.einsum("bthr,hrd->btd", mix_BTHR, fold_output(Pv.reshape(K, dh, -1),
-                                                         p["w_o"].astype(dt), cfg))
-  if cfg.use_bias:
-    y = y + _lead(p["b_o"].astype(dt), y.ndim)
-  return y, (ks, vs)
+  kstep = None if comp.key_step is None or masks is not None else comp.key_step[l]
+  vstep = None if comp.value_step is None or masks is not None else comp.value_step[l]
+
+  def side(basis_KDhDh, ranks):
+    """`(block basis (K·Dh, R), per-head padded basis (H, Dh, r_max), columns, valid)`."""
+    basis = basis_KDhDh.astype(dt)
+    cols, valid = _head_columns(ranks)
+    padded_KDhR = basis[:, :, :cols.shape[1]] * valid[:, None, :].astype(dt)
+    return block_basis(basis, ranks), jnp.repeat(padded_KDhR, groups, axis=0), cols, valid
+
+  Pk, Pk_HDhR, kcols, kvalid = side(comp.key_basis[l], kr)
+  Pv, Pv_HDhR, vcols, vvalid = side(comp.value_basis[l], vr)
+
+  def read(stored, step, P, cols, valid, mask):
+    c_BSR = decode(stored, step, bits, P.shape[1], dt)
+    c_BSKR = jnp.take(c_BSR, cols, axis=-1) * valid[None, None].astype(dt)
+    return c_BSKR if mask is None else c_BSKR * mask[:, None].astype(dt)
+
+  def hook(inputs, slot, offset):
+    B, T = inputs.k.shape[:2]
+    ks = encode(inputs.k.reshape(B, T, K * dh).astype(dt) @ Pk, kstep, bits, dt)
+    vs = encode(inputs.v.reshape(B, T, K * dh).astype(dt) @ Pv, vstep, bits, dt)
+    if slot is not None:
+      ks = jax.lax.dynamic_update_slice(slot[0], ks.astype(slot[0].dtype), (0, offset, 0))
+      vs = jax.lax.dynamic_update_slice(slot[1], vs.astype(slot[1].dtype), (0, offset, 0))
+    ck_BSKR = read(ks, kstep, Pk, kcols, kvalid, None if masks is None else masks[0])
+    cv_BSKR = read(vs, vstep, Pv, vcols, vvalid, None if masks is None else masks[1])
+    q_BTHR = jnp.einsum("bthd,hdr->bthr", inputs.q.astype(dt), Pk_HDhR)
+    out_fn = lambda out_BTHR: jnp.einsum("bthr,hdr->bthd", out_BTHR, Pv_HDhR)
+    return q_BTHR, ck_BSKR, cv_BSKR, None if slot is None else (ks, vs), out_fn
+
+  return hook
+
+
+def transformed_kv(kv_fn: Callable, l: int) -> KVHook:
+  """The KV hook of layer `l` that attends to `kv_fn(l, k_BTKDh, v_BTKDh)` (no cache)."""
+
+  def hook(inputs, slot, offset):
+    if slot is not None:
+      raise ValueError("latent.forward: kv_fn runs without a cache. Fix: drop cache=.")
+    k, v = kv_fn(l, inputs.k, inputs.v)
+    return dense_kv(inputs._replace(k=k, v=v), None, offset)
+
+  return hook
 
 
 def _rank_masks(rank, B: int, l: int, cfg: Config):
-  """`(B, K·Dh)` masks keeping the first `rank[..., l, k]` coefficients of each head."""
+  """`(B, K, Dh)` masks keeping the first `rank[..., l, k]` coefficients of each head."""
   r_BK = jnp.broadcast_to(jnp.asarray(rank), (B, cfg.n_layers, cfg.n_kv_heads))[:, l]
-  return (jnp.arange(cfg.d_head)[None, None, :] < r_BK[:, :, None]).reshape(B, -1)
+  return jnp.arange(cfg.d_head)[None, None, :] < r_BK[:, :, None]
 
 
 def forward(params, cfg: Config, tokens_BT, comp: Compression | None = None, *,
             cache: LatentCache | None = None, key_rank=None, value_rank=None,
             kv_fn: Callable | None = None):
-  """Logits of `Transformer(cfg)` computed from its params, optionally through a latent cache.
+  """Logits of `Transformer(cfg)`, with its keys and values through a latent cache.
 
-  Modes: `comp=None` is the model itself (to 1e-6), with `kv_fn(l, k_BTKDh, v_BTKDh) ->
-  (k, v)` applied to each layer's post-RoPE keys and values if given (e.g. a quantizer);
-  `comp` alone runs attention on the stored coefficients at the static ranks of `comp`;
-  `key_rank`/`value_rank` (int arrays `(L, K)` or `(B, L, K)`, traceable) instead keep the
-  first `r` coefficients of every head's full basis, per sequence if batched — the nested
-  bases' dynamic mode, used for allocation search and rank per input (float32, no cache).
+  The model itself computes them (`transformer.model.forward_layerwise`, each layer's
+  attention given the hook `latent_kv`); this function only chooses the hooks. Modes:
+  `comp=None` is the model itself, with `kv_fn(l, k_BTKDh, v_BTKDh) -> (k, v)` applied to each
+  layer's post-RoPE keys and values if given (e.g. a quantizer); `comp` alone runs attention
+  on the stored coefficients at the static ranks of `comp`; `key_rank`/`value_rank` (int
+  arrays `(L, K)` or `(B, L, K)`, traceable) instead keep the first `r` coefficients of every
+  head's full basis, per sequence if batched — the nested bases' dynamic mode, used for
+  allocation search and rank per input (float32, no cache).
 
   Args:
     params: the model's params (bare or `{"params": ...}`).
-    cfg: its config (`dtype` float32 for exactness).
+    cfg: its config (`dtype` float32 for exactness); its attention one of `COMPRESSIBLE`
+      when `comp` is given.
     tokens_BT: token ids.
     comp: bases and ranks, or None.
     cache: a `LatentCache` (requires `comp`, static ranks); the chunk is written at its
@@ -336,61 +359,33 @@ def forward(params, cfg: Config, tokens_BT, comp: Compression | None = None, *,
 
   Returns:
     `logits_BTV` (float32), or `(logits_BTV, new_cache)` with a cache.
+
+  Raises:
+    ValueError: an attention variant not in `COMPRESSIBLE` (with `comp`), or a bad mode.
   """
-  p_all = param_tree(params)
-  B, T = tokens_BT.shape
+  B = tokens_BT.shape[0]
   dynamic = key_rank is not None or value_rank is not None
   if dynamic and (key_rank is None or value_rank is None or comp is None or cache is not None):
     raise ValueError("latent.forward: dynamic ranks need both key_rank and value_rank, a "
                      "`comp` for its bases, and no cache.")
   if cache is not None and comp is None:
     raise ValueError("latent.forward: a LatentCache needs its `comp`. Fix: pass comp=.")
-  offset = 0 if cache is None else cache.index
-  pos_BT = jnp.broadcast_to(offset + jnp.arange(T), (B, T))
-  x = jnp.take(p_all["embed"]["embedding"], tokens_BT, axis=0).astype(cfg.jnp_dtype)
-  if cfg.positions == "learned":
-    x = x + jnp.take(p_all["pos_embed"]["embedding"], pos_BT, axis=0).astype(cfg.jnp_dtype)
-  if cache is None:
-    k_pos_BS, k_valid_BS = pos_BT, None
+  if comp is None:
+    if kv_fn is None:
+      return Transformer(cfg).apply({"params": param_tree(params)}, tokens_BT)
+    hooks = [transformed_kv(kv_fn, l) for l in range(cfg.n_layers)]
   else:
-    S = cache.valid.shape[1]
-    k_valid_BS = jax.lax.dynamic_update_slice(cache.valid, jnp.ones((B, T), bool), (0, offset))
-    k_pos_BS = jnp.broadcast_to(jnp.arange(S), (B, S))
-  mask_BTS = make_mask(pos_BT, k_pos_BS, causal=cfg.causal, window=cfg.window,
-                       k_valid_BS=k_valid_BS)
-  new_k, new_v = [], []
-  for l in range(cfg.n_layers):
-    p = jax.tree.map(lambda w, l=l: w[l], p_all["blocks"])
-
-    def attn(h, p=p, l=l):
-      if comp is None:
-        return _full_attention(p["attn"], cfg, h, pos_BT, mask_BTS, l, kv_fn)
-      slot = None if cache is None else (cache.k[l], cache.v[l], offset)
-      masks = None if not dynamic else (_rank_masks(key_rank, B, l, cfg),
-                                        _rank_masks(value_rank, B, l, cfg))
-      y, (ks, vs) = _latent_attention(p["attn"], cfg, comp, l, h, pos_BT, mask_BTS, slot, masks)
-      new_k.append(ks)
-      new_v.append(vs)
-      return y
-
-    ffn = lambda h, p=p: FeedForward(cfg).apply({"params": p["ffn"]}, h)  # noqa: E731
-    add = (lambda a, b: a + b) if cfg.residual else (lambda a, b: b)
-    if cfg.norm_position == "pre":
-      x = add(x, attn(_norm(p, "norm_1", cfg, x)))
-      x = add(x, ffn(_norm(p, "norm_2", cfg, x)))
-    else:
-      x = _norm(p, "norm_1", cfg, add(x, attn(x)))
-      x = _norm(p, "norm_2", cfg, add(x, ffn(x)))
-  if cfg.norm_position == "pre":
-    x = _norm(p_all, "norm_f", cfg, x)
-  if cfg.tie_embeddings:
-    logits = x @ p_all["embed"]["embedding"].T.astype(cfg.jnp_dtype)
-  else:
-    logits = x @ p_all["unembed"]["w_out"].astype(cfg.jnp_dtype)
-  logits = logits.astype(jnp.float32)
+    check_variant(cfg, "latent.forward")  # before the per-layer hooks, naming this call
+    hooks = [latent_kv(comp, l, cfg, None if not dynamic else (
+        _rank_masks(key_rank, B, l, cfg), _rank_masks(value_rank, B, l, cfg)))
+             for l in range(cfg.n_layers)]
   if cache is None:
-    return logits
-  return logits, LatentCache(tuple(new_k), tuple(new_v), k_valid_BS, cache.index + T)
+    return forward_layerwise(params, cfg, tokens_BT, hooks)[0]
+  logits, slots, valid = forward_layerwise(params, cfg, tokens_BT, hooks,
+                                           tuple(zip(cache.k, cache.v, strict=True)),
+                                           cache_valid=cache.valid, offset=cache.index)
+  new_k, new_v = zip(*slots, strict=True)
+  return logits, LatentCache(tuple(new_k), tuple(new_v), valid, cache.index + tokens_BT.shape[1])
 
 
 # --------------------------------------------------------------------------------- cache
@@ -398,6 +393,7 @@ def forward(params, cfg: Config, tokens_BT, comp: Compression | None = None, *,
 
 def init_cache(cfg: Config, comp: Compression, batch: int, length: int) -> LatentCache:
   """An empty latent cache of `length` slots for `comp`'s ranks and bits."""
+  check_variant(cfg, "latent.init_cache")
   if cfg.positions == "learned" and length > cfg.max_len:
     raise ValueError(f"latent.init_cache: length={length} exceeds max_len={cfg.max_len}. "
                      "Fix: a shorter length.")
@@ -447,22 +443,24 @@ def payoff_length(cfg: Config, comp: Compression) -> float:
 
 
 def weight_compression(params, cfg: Config, rank: int, bits: int = 32) -> Compression:
-  """Data-free bases: per head the right singular vectors of `W_K^{l,k}` and `W_V^{l,k}`.
+  """Data-free bases: per head the right singular vectors of `W_K^{l,k}` and `W_V^{l,k}`
+  (`W_Q` for tied keys, `Config.qk_tied`).
 
   For inputs with identity covariance, `k = x W_K` has covariance `W_Kᵀ W_K`, whose
   eigenvectors are `W_K`'s right singular vectors; no calibration text is needed. (For the
   post-RoPE keys, `analysis.kv.weight_bases` averages over rotations; this is the plain SVD.)
   Float bits only: integer bits need calibrated steps.
   """
+  check_variant(cfg, "weight_compression")
   p = param_tree(params)["blocks"]["attn"]
-  L, D = p["w_k"].shape[:2]
   K, dh = cfg.n_kv_heads, cfg.d_head
   if not 1 <= rank <= dh:
     raise ValueError(f"weight_compression: rank={rank} must lie in [1, {dh}] (the head width).")
 
   def bases(w):
-    w_LKDDh = jnp.moveaxis(w.reshape(L, D, K, dh), 2, 1).astype(jnp.float32)
+    w_LKDDh = split_heads(w.astype(jnp.float32), K, "columns")
     return jnp.swapaxes(serial.svd(w_LKDDh, full_matrices=False)[2], -1, -2)
 
-  ranks = ((rank,) * K,) * L
-  return make_compression(bases(p["w_k"]), bases(p["w_v"]), ranks, ranks, bits)
+  ranks = ((rank,) * K,) * cfg.n_layers
+  w_k = p["w_k"] if "w_k" in p else p["w_q"]  # `Config.qk_tied`: K = X W_Q
+  return make_compression(bases(w_k), bases(p["w_v"]), ranks, ranks, bits)

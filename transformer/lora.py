@@ -9,7 +9,7 @@ Example:
   >>> import jax, transformer
   >>> from transformer import lora
   >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
-  >>> adapters = lora.init(jax.random.key(1), params, rank=4)
+  >>> adapters = lora.init(params, 4, jax.random.key(1))
   >>> adapters["w_q"]["A"].shape, adapters["w_q"]["B"].shape
   ((2, 64, 4), (2, 4, 64))
   >>> merged = lora.merge(params, adapters, alpha=8.0)
@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from transformer.model import param_tree
+from transformer.model import is_key, key_order_error, param_tree
 
 # Where each target lives in `params["blocks"]`.
 _SUBLAYER = {"w_q": "attn", "w_k": "attn", "w_v": "attn", "w_o": "attn",
@@ -50,27 +50,32 @@ def _targets(params, targets: Sequence[str]) -> list[str]:
   return names
 
 
-def init(key: jax.Array, params, rank: int,
+def init(params, rank: int, key: jax.Array,
          targets: Sequence[str] = ("w_q", "w_v")) -> dict[str, dict[str, jax.Array]]:
   """Adapters `{name: {"A": (L, D_in, R), "B": (L, R, D_out)}}` with `A ~ N(0, 1/D_in)`, `B = 0`.
 
   Args:
-    key: PRNG key for `A`.
     params: the base model's params (bare or `{"params": ...}`).
     rank: `R`, at least 1 and at most `min(D_in, D_out)`.
+    key: PRNG key for `A` (last, as everywhere in the library).
     targets: block matrix names (`w_q`, `w_k`, `w_v`, `w_o`, `w_1`, `w_2`, `w_gate`), or
       `lora.ALL_HIDDEN` for every hidden matrix the model has.
 
   Returns:
     The adapters; `A` and `B` take the dtype of their base matrix.
 
+  Raises:
+    TypeError: the old order `init(key, params, rank)`; the message gives the new one.
+
   Example:
     >>> import jax, transformer
     >>> from transformer import lora
     >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
-    >>> sorted(lora.init(jax.random.key(1), params, 2, lora.ALL_HIDDEN))
+    >>> sorted(lora.init(params, 2, jax.random.key(1), lora.ALL_HIDDEN))
     ['w_1', 'w_2', 'w_k', 'w_o', 'w_q', 'w_v']
   """
+  if is_key(params):
+    raise key_order_error("lora.init(params, rank, key)")
   blocks = param_tree(params)["blocks"]
   names = _targets(params, targets)
   adapters = {}
@@ -110,7 +115,7 @@ def merge(params, adapters, alpha: float):
     >>> import jax, numpy as np, transformer
     >>> from transformer import lora
     >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
-    >>> merged = lora.merge(params, lora.init(jax.random.key(1), params, 4), alpha=8.0)
+    >>> merged = lora.merge(params, lora.init(params, 4, jax.random.key(1)), alpha=8.0)
     >>> bool(np.array_equal(merged["blocks"]["attn"]["w_q"], params["blocks"]["attn"]["w_q"]))
     True
   """
@@ -136,6 +141,6 @@ def params_fn(base_params, alpha: float) -> Callable[[Any], Any]:
     >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
     >>> f = lora.params_fn(params, alpha=8.0)
     >>> logits = transformer.Transformer(cfg).apply(
-    ...     {"params": f(lora.init(jax.random.key(1), params, 4))}, jax.numpy.zeros((1, 4), int))
+    ...     {"params": f(lora.init(params, 4, jax.random.key(1)))}, jax.numpy.zeros((1, 4), int))
   """
   return lambda adapters: merge(base_params, adapters, alpha)

@@ -16,11 +16,21 @@ would stack `L` copies of every `(B, H, T, S)` and `(B, T, F)` element-wise inte
 XLA:CPU every byte of a step's temporary memory is a freshly mapped page that faults on
 first touch, every step, which costs more than the recomputation. `Config.remat=True` keeps
 only the block's input.
+
+The KV hook. What an attention layer stores of its keys and values, and what it reads back,
+is one function, `kv_hook(inputs, slot, offset)` (`KVHook`); the default, `dense_kv`, writes
+`K` and `V` into the layer's `KVCache` slot and reads them all. A hook may read other
+coordinates (`transformer.latent` reads basis coefficients: queries, keys and values in a
+key/value basis, the output mapped back before `W_O`); the attention function of the registry
+and everything around it (norms, residual, feed-forward, embedding, unembedding) is the
+model's, unchanged. `forward_layerwise` runs the model with one hook per layer, for caches
+whose layers differ in shape.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -100,6 +110,46 @@ def _mask_window(cfg: Config):
   return None if "window" in attention_options(ATTENTION[cfg.attention], cfg) else cfg.window
 
 
+class KVInputs(NamedTuple):
+  """What a KV hook is given: one chunk's projections, before and after RoPE.
+
+  Attributes:
+    q: `(B, T, H, Dh)` queries, after RoPE (as the attention reads them).
+    k: `(B, T, K, Dh)` keys, after RoPE (as the dense cache stores them).
+    v: `(B, T, K, Dh)` values.
+    k_raw: `(B, T, K, Dh)` keys before RoPE (`k` itself without RoPE): a hook that compresses
+      before the rotation reads these, and rotates what it rebuilds with `rope`.
+    pos: `(B, T)` positions of the chunk.
+  """
+
+  q: jax.Array
+  k: jax.Array
+  v: jax.Array
+  k_raw: jax.Array
+  pos: jax.Array
+
+
+# `kv_hook(inputs, slot, offset) -> (q_BTHX, k_BSKX, v_BSKY, slot, out_fn)`: the queries, keys
+# and values the attention function reads (`X`, `Y` may differ from `Dh`), the layer's new
+# cache slot, and `out_fn`, which maps the attention's output `(B, T, H, Y)` back to
+# `(B, T, H, Dh)` before `W_O`.
+KVHook = Callable[..., tuple]
+
+
+def _identity(x):
+  return x
+
+
+def dense_kv(inputs: KVInputs, slot, offset):
+  """The default KV hook: attend to this chunk's `K`, `V`, or write them into the layer's
+  cache `slot = (k_BSKDh, v_BSKDh)` at `offset` and attend to every slot."""
+  if slot is None:
+    return inputs.q, inputs.k, inputs.v, None, _identity
+  k_BSKDh = jax.lax.dynamic_update_slice(slot[0], inputs.k.astype(slot[0].dtype), (0, offset, 0, 0))
+  v_BSKDh = jax.lax.dynamic_update_slice(slot[1], inputs.v.astype(slot[1].dtype), (0, offset, 0, 0))
+  return inputs.q, k_BSKDh, v_BSKDh, (k_BSKDh, v_BSKDh), _identity
+
+
 class KVCache(NamedTuple):
   """Keys and values of every layer for `S` slots, plus which slots hold real tokens.
 
@@ -139,9 +189,11 @@ class Norm(nn.Module):
 
 class Attention(nn.Module):
   """Multi-head (grouped-query) attention: `Q = X W_Q`, `K = X W_K`, `V = X W_V`,
-  `A = softmax(Q Kᵀ / sqrt(Dh))`, output `(A V) W_O`."""
+  `A = softmax(Q Kᵀ / sqrt(Dh))`, output `(A V) W_O`. Keys and values go through `kv_hook`
+  (default `dense_kv`)."""
 
   cfg: Config
+  kv_hook: KVHook | None = None
 
   @nn.compact
   def __call__(self, x_BTD, pos_BT, mask_BTS, kv=None, offset=0):
@@ -155,7 +207,8 @@ class Attention(nn.Module):
     else:  # [Q | K | V] = X [W_Q | W_K | W_V]
       q, k, v = _project_side_by_side(self, {"q": H * dh, "k": K * dh, "v": K * dh}, x_BTD, std)
     q_BTHDh = q.reshape(B, T, H, dh)
-    k_BTKDh, v_BTKDh = k.reshape(B, T, K, dh), v.reshape(B, T, K, dh)
+    k_raw_BTKDh, v_BTKDh = k.reshape(B, T, K, dh), v.reshape(B, T, K, dh)
+    k_BTKDh = k_raw_BTKDh
     if cfg.positions == "rope":
       q_BTHDh = rope(q_BTHDh, pos_BT, cfg.rope_theta)
       k_BTKDh = rope(k_BTKDh, pos_BT, cfg.rope_theta)
@@ -163,22 +216,21 @@ class Attention(nn.Module):
     self.sow("intermediates", "k", k_BTKDh)
     self.sow("intermediates", "v", v_BTKDh)
 
-    if kv is None:
-      k_BSKDh, v_BSKDh = k_BTKDh, v_BTKDh
-    else:  # decoding: write this chunk into the cache at `offset`, then read every slot
-      k_BSKDh = jax.lax.dynamic_update_slice(kv[0], k_BTKDh.astype(kv[0].dtype), (0, offset, 0, 0))
-      v_BSKDh = jax.lax.dynamic_update_slice(kv[1], v_BTKDh.astype(kv[1].dtype), (0, offset, 0, 0))
-      kv = (k_BSKDh, v_BSKDh)
+    # Without a cache (`kv=None`) the hook returns this chunk's keys and values; decoding, it
+    # writes the chunk into the cache at `offset` and returns every slot.
+    hook = dense_kv if self.kv_hook is None else self.kv_hook
+    q_BTHX, k_BSKX, v_BSKY, kv, out_fn = hook(
+        KVInputs(q_BTHDh, k_BTKDh, v_BTKDh, k_raw_BTKDh, pos_BT), kv, offset)
 
     # Grouped-query attention: each key/value head serves H / K query heads.
-    k_BSHDh = jnp.repeat(k_BSKDh.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
-    v_BSHDh = jnp.repeat(v_BSKDh.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
+    k_BSHX = jnp.repeat(k_BSKX.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
+    v_BSHY = jnp.repeat(v_BSKY.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
     fn = ATTENTION[cfg.attention]
-    out_BTHDh, aux = fn(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, scale=dh**-0.5,
-                        **attention_options(fn, cfg, offset))
+    out_BTHY, aux = fn(q_BTHX, k_BSHX, v_BSHY, mask_BTS, scale=dh**-0.5,
+                       **attention_options(fn, cfg, offset))
     self.sow("intermediates", "scores", aux["scores"])
     self.sow("intermediates", "weights", aux["weights"])
-    out_BTHDh = checkpoint_name(out_BTHDh, "attn_out")
+    out_BTHDh = checkpoint_name(out_fn(out_BTHY), "attn_out")
     return _project(self, "o", out_BTHDh.reshape(B, T, H * dh), cfg.d_model, _out_std(cfg)), kv
 
 
@@ -211,10 +263,11 @@ class Block(nn.Module):
   """
 
   cfg: Config
+  kv_hook: KVHook | None = None
 
   def setup(self):
     self.norm_1 = Norm(self.cfg)
-    self.attn = Attention(self.cfg)
+    self.attn = Attention(self.cfg, self.kv_hook)
     self.norm_2 = Norm(self.cfg)
     self.ffn = FeedForward(self.cfg)
 
@@ -267,18 +320,71 @@ class Embed(nn.Module):
     return h_BTD @ self.embedding.T.astype(self.cfg.jnp_dtype)
 
 
+def _context(cfg: Config, B: int, T: int, *, positions=None, padding_mask=None, offset=0,
+             cache_valid=None):
+  """Positions, attention mask and key validity of a chunk of `T` tokens written at cache slot
+  `offset` (no cache: `cache_valid=None`). Returns `(pos_BT, mask_BTS, k_valid_BS)`."""
+  if positions is None:
+    positions = jnp.broadcast_to(offset + jnp.arange(T), (B, T))
+  valid_BT = jnp.ones((B, T), bool) if padding_mask is None else padding_mask.astype(bool)
+  if cache_valid is None:
+    k_pos_BS, k_valid_BS = positions, valid_BT
+  else:
+    S = cache_valid.shape[1]
+    k_valid_BS = jax.lax.dynamic_update_slice(cache_valid, valid_BT, (0, offset))
+    # A slot's position is its index; a prompt with left padding passes `positions`.
+    k_pos_BS = jnp.broadcast_to(jnp.arange(S), (B, S))
+  mask_BTS = make_mask(positions, k_pos_BS, causal=cfg.causal, window=_mask_window(cfg),
+                       k_valid_BS=k_valid_BS)
+  return positions, mask_BTS, k_valid_BS
+
+
 class Transformer(nn.Module):
   """Decoder-only transformer: embedding, `L` stacked blocks, final norm, output matrix.
 
   Call as `model.apply(variables, tokens_BT) -> logits_BTV` (float32). Keyword options:
   `positions` (absolute positions, default `0..T-1`, or continuing a cache),
   `padding_mask` (True for real tokens), `cache` (a `KVCache`; then the call returns
-  `(logits, new_cache)`).
+  `(logits, new_cache)`). The two ends are methods of their own, `embed_tokens` and
+  `logits`, so that `forward_layerwise` runs the same model layer by layer.
   """
 
   cfg: Config
 
-  @nn.compact
+  def setup(self):
+    cfg = self.cfg
+    self.embed = Embed(cfg, cfg.vocab_size)
+    if cfg.positions == "learned":
+      self.pos_embed = Embed(cfg, cfg.max_len)
+    policy = (jax.checkpoint_policies.nothing_saveable if cfg.remat
+              else jax.checkpoint_policies.save_only_these_names(*SAVED_FOR_BACKWARD))
+    # Inside a scan the remat needs no CSE barrier (the loop body is not CSE'd with its copy).
+    block = nn.remat(Block, policy=policy, prevent_cse=False)
+    self.blocks = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
+                          split_rngs={"params": True}, in_axes=(0, nn.broadcast),
+                          length=cfg.n_layers)(cfg)
+    if cfg.norm_position == "pre":
+      self.norm_f = Norm(cfg)
+    if not cfg.tie_embeddings:
+      self.unembed = Unembed(cfg)
+
+  def embed_tokens(self, tokens_BT, positions_BT):
+    """The residual stream's input: token rows of `E` (plus learned position rows)."""
+    x_BTD = self.embed(tokens_BT)
+    if self.cfg.positions == "learned":
+      x_BTD = x_BTD + self.pos_embed(positions_BT)
+    return x_BTD
+
+  def logits(self, x_BTD):
+    """The last block's output to float32 logits: final norm (pre-norm), then `W_out` or `Eᵀ`."""
+    if self.cfg.norm_position == "pre":
+      x_BTD = self.norm_f(x_BTD)
+    if self.cfg.tie_embeddings:
+      logits_BTV = self.embed.attend(x_BTD)
+    else:
+      logits_BTV = self.unembed(x_BTD)
+    return logits_BTV.astype(jnp.float32)
+
   def __call__(self, tokens_BT, *, positions=None, padding_mask=None, cache=None):
     cfg = self.cfg
     B, T = tokens_BT.shape
@@ -286,44 +392,15 @@ class Transformer(nn.Module):
       raise ValueError(f"Transformer: {T} tokens exceed max_len={cfg.max_len}, the rows of the "
                        "learned position matrix. Fix: a shorter sequence or a larger max_len.")
     offset = 0 if cache is None else cache.index
-    if positions is None:
-      positions = jnp.broadcast_to(offset + jnp.arange(T), (B, T))
-    valid_BT = jnp.ones((B, T), bool) if padding_mask is None else padding_mask.astype(bool)
-
-    embed = Embed(cfg, cfg.vocab_size, name="embed")
-    x_BTD = embed(tokens_BT)
-    if cfg.positions == "learned":
-      x_BTD = x_BTD + Embed(cfg, cfg.max_len, name="pos_embed")(positions)
-
-    if cache is None:
-      k_pos_BS, k_valid_BS, kv = positions, valid_BT, None
-    else:
-      S = cache.k.shape[2]
-      k_valid_BS = jax.lax.dynamic_update_slice(cache.valid, valid_BT, (0, offset))
-      # A slot's position is its index; a prompt with left padding passes `positions`.
-      k_pos_BS = jnp.broadcast_to(jnp.arange(S), (B, S))
-      kv = (cache.k, cache.v)
-    mask_BTS = make_mask(positions, k_pos_BS, causal=cfg.causal, window=_mask_window(cfg),
-                         k_valid_BS=k_valid_BS)
-
-    policy = (jax.checkpoint_policies.nothing_saveable if cfg.remat
-              else jax.checkpoint_policies.save_only_these_names(*SAVED_FOR_BACKWARD))
-    # Inside a scan the remat needs no CSE barrier (the loop body is not CSE'd with its copy).
-    block = nn.remat(Block, policy=policy, prevent_cse=False)
-    stack = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
-                    split_rngs={"params": True}, in_axes=(0, nn.broadcast),
-                    length=cfg.n_layers)
+    positions, mask_BTS, k_valid_BS = _context(
+        cfg, B, T, positions=positions, padding_mask=padding_mask, offset=offset,
+        cache_valid=None if cache is None else cache.valid)
+    x_BTD = self.embed_tokens(tokens_BT, positions)
+    kv = None if cache is None else (cache.k, cache.v)
     # A Python-int offset would be traced by the remat: pass it only with a cache.
     ctx = (positions, mask_BTS) if cache is None else (positions, mask_BTS, offset)
-    x_BTD, kv = stack(cfg, name="blocks")(x_BTD, kv, ctx)
-
-    if cfg.norm_position == "pre":
-      x_BTD = Norm(cfg, name="norm_f")(x_BTD)
-    if cfg.tie_embeddings:
-      logits_BTV = embed.attend(x_BTD)
-    else:
-      logits_BTV = Unembed(cfg, name="unembed")(x_BTD)
-    logits_BTV = logits_BTV.astype(jnp.float32)
+    x_BTD, kv = self.blocks(x_BTD, kv, ctx)
+    logits_BTV = self.logits(x_BTD)
     if cache is None:
       return logits_BTV
     return logits_BTV, KVCache(kv[0], kv[1], k_valid_BS, cache.index + T)
@@ -342,10 +419,33 @@ class Unembed(nn.Module):
     return h_BTD @ w.astype(cfg.jnp_dtype)
 
 
-def init(cfg: Config, rng: jax.Array, seq_len: int = 8) -> dict[str, Any]:
+def is_key(x) -> bool:
+  """Whether `x` is a PRNG key: a typed key (`jax.random.key`) or a raw `uint32 (..., 2)` one
+  (`jax.random.PRNGKey`)."""
+  dtype = getattr(x, "dtype", None)
+  if dtype is None:
+    return False
+  if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+    return True
+  return dtype == jnp.uint32 and tuple(getattr(x, "shape", ()))[-1:] == (2,)
+
+
+def key_order_error(call: str) -> TypeError:
+  """The error of a call in the old argument order: names the new one."""
+  return TypeError(f"the PRNG key is in the wrong place. The key is the last positional "
+                   f"argument and is named `key` (one convention in transformer, analysis and "
+                   f"optim). Fix: call {call}.")
+
+
+def init(cfg: Config, key: jax.Array, *, seq_len: int = 8) -> dict[str, Any]:
   """Initial parameters (the `params` collection) of `Transformer(cfg)`.
 
-  The one way to initialize: for shapes only, `jax.eval_shape(lambda: init(cfg, rng))`.
+  The one way to initialize: for shapes only, `jax.eval_shape(lambda: init(cfg, key))`.
+
+  Args:
+    cfg: the config.
+    key: the PRNG key (last, as everywhere in the library).
+    seq_len: length of the dummy sequence traced at initialization.
 
   Example:
     >>> import jax, transformer
@@ -354,8 +454,12 @@ def init(cfg: Config, rng: jax.Array, seq_len: int = 8) -> dict[str, Any]:
     >>> params["blocks"]["attn"]["w_q"].shape == (cfg.n_layers, cfg.d_model, cfg.d_model)
     True
   """
+  if not isinstance(cfg, Config):
+    raise key_order_error("transformer.init(cfg, key)") if is_key(cfg) else TypeError(
+        f"transformer.init: cfg must be a transformer.Config; got {type(cfg).__name__}. Fix: "
+        "transformer.init(transformer.preset(NAME), key).")
   tokens = jnp.zeros((1, min(seq_len, cfg.max_len)), jnp.int32)
-  return jax.jit(Transformer(cfg).init)(rng, tokens)["params"]
+  return jax.jit(Transformer(cfg).init)(key, tokens)["params"]
 
 
 def param_tree(params):
@@ -404,3 +508,52 @@ def block_fn(cfg: Config, part: str = "block"):
     return y_BTD[0] if squeeze else y_BTD
 
   return f
+
+
+def forward_layerwise(params, cfg: Config, tokens_BT, kv_hooks: Sequence[KVHook],
+                      slots: Sequence | None = None, *, cache_valid=None, offset=0):
+  """`Transformer(cfg)`, run one layer at a time with layer `l`'s keys and values through
+  `kv_hooks[l]`: the same modules (`embed_tokens`, `Block`, `logits`) and the same mask, in
+  a Python loop instead of the layer scan, so that each layer's cache slot may have its own
+  shape (a compressed cache with a rank per layer).
+
+  Args:
+    params: the model's params (bare or `{"params": ...}`).
+    cfg: its config.
+    tokens_BT: token ids.
+    kv_hooks: `L` KV hooks (see `dense_kv`); `None` entries use `dense_kv`.
+    slots: `L` cache slots (whatever the hooks store), or `None` for no cache.
+    cache_valid: `(B, S)` which cache slots hold real tokens (with `slots`).
+    offset: the cache slot of the chunk's first token (with `slots`).
+
+  Returns:
+    `(logits_BTV, new_slots, k_valid_BS)`; `new_slots` is `None` without a cache.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, transformer
+    >>> from transformer.model import dense_kv, forward_layerwise
+    >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
+    >>> tokens = jnp.arange(6)[None]
+    >>> logits, _, _ = forward_layerwise(params, cfg, tokens, [dense_kv] * cfg.n_layers)
+    >>> full = transformer.Transformer(cfg).apply({"params": params}, tokens)
+    >>> bool(jnp.abs(logits - full).max() < 1e-5)
+    True
+  """
+  if len(kv_hooks) != cfg.n_layers:
+    raise ValueError(f"forward_layerwise: {len(kv_hooks)} kv_hooks for n_layers={cfg.n_layers}. "
+                     "Fix: one hook per layer.")
+  if (slots is None) != (cache_valid is None):
+    raise ValueError("forward_layerwise: pass slots and cache_valid together (a cache), or "
+                     "neither.")
+  B, T = tokens_BT.shape
+  model, variables = Transformer(cfg), {"params": param_tree(params)}
+  positions, mask_BTS, k_valid_BS = _context(cfg, B, T, offset=offset, cache_valid=cache_valid)
+  x_BTD = model.apply(variables, tokens_BT, positions, method=Transformer.embed_tokens)
+  ctx = (positions, mask_BTS) if slots is None else (positions, mask_BTS, offset)
+  new_slots = []
+  for l, hook in enumerate(kv_hooks):
+    x_BTD, slot = Block(cfg, hook).apply({"params": layer(params, l)}, x_BTD,
+                                         None if slots is None else slots[l], ctx)
+    new_slots.append(slot)
+  logits_BTV = model.apply(variables, x_BTD, method=Transformer.logits)
+  return logits_BTV, None if slots is None else tuple(new_slots), k_valid_BS

@@ -10,6 +10,10 @@ separator="/")`, e.g. `blocks/attn/w_q`. A key of `NAMES` names a leaf when it i
 that string on `/` boundaries (`w_q` names `blocks/attn/w_q` and `params/blocks/attn/w_q`;
 `embed/embedding` does not name `pos_embed/embedding`); the longest such key wins. A leaf no
 key names is a vector: never orthogonalized, never decayed, not in the catalog.
+
+Heads: `Name.heads` says which side of an attention projection splits into heads, and
+`split_heads` / `merge_heads` are the one split and its inverse (Muon's per-head blocks, the
+orthogonal-heads penalty, the per-head circuits and logit bounds of `analysis`).
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
 Kind = Literal["weight", "vector", "product"]
+Side = Literal["columns", "rows"]
 Update = Literal["hidden", "embedding", "unembedding", "vector"]
 UPDATE_ROLES: tuple[str, ...] = ("hidden", "embedding", "unembedding", "vector")
 
@@ -45,7 +49,7 @@ class Name(NamedTuple):
   step: int | None
   description: str
   kind: Kind = "weight"
-  heads: tuple[Literal["columns", "rows"], Literal["H", "K"]] | None = None
+  heads: tuple[Side, Literal["H", "K"]] | None = None
 
 
 _VECTOR = Name("vector", "vector", None, "norm scale or bias: not a matrix", "vector")
@@ -159,34 +163,64 @@ def catalog_order() -> list[str]:
   return [k for k, n in NAMES.items() if n.kind != "vector"]
 
 
-Side = Literal["columns", "rows"]
-
-
 def split_heads(W: jax.Array, n: int, side: Side) -> jax.Array:
-  """The per-head blocks of `W` as a batch of matrices, head axis before the matrix axes.
+  """The per-head blocks of `W` as a batch, the head axis just before the two matrix axes.
 
-  `(..., D, n·Dh) -> (..., n, D, Dh)` for `side="columns"` (`w_q`, `w_k`, `w_v`: head `h`
-  reads columns `h·Dh : (h+1)·Dh`), `(..., n·Dh, D) -> (..., n, Dh, D)` for `side="rows"`
-  (`w_o`: head `h` writes through rows `h·Dh : (h+1)·Dh`). `n` is `H` or `K`.
+  `side="columns"` splits `d_out` (`w_q, w_k, w_v`: head `h` is `W[..., :, h·Dh:(h+1)·Dh]`),
+  `side="rows"` splits `d_in` (`w_o`: head `h` is `W[..., h·Dh:(h+1)·Dh, :]`):
+
+  .. math:: (\\ldots, D, n D_h) \\to (\\ldots, n, D, D_h), \\qquad
+     (\\ldots, n D_h, D) \\to (\\ldots, n, D_h, D)
+
+  Leading axes (stacked layers `L`) are kept. `n` is `H` or `K`, as `Name.heads` says. Works
+  on JAX and NumPy arrays alike (a float64 NumPy matrix stays float64).
+
+  Args:
+    W: `(..., d_in, d_out)`.
+    n: number of heads; must divide the split side.
+    side: `"columns"` or `"rows"`.
+
+  Returns:
+    `(..., n, D, Dh)` for columns, `(..., n, Dh, D)` for rows.
 
   Example:
     >>> import jax.numpy as jnp
     >>> from transformer.names import split_heads
-    >>> split_heads(jnp.zeros((3, 8, 12)), 4, "columns").shape  # (L, D, H·Dh), H = 4
-    (3, 4, 8, 3)
+    >>> W = jnp.arange(12.0).reshape(2, 6)  # D = 2, three heads of width 2
+    >>> split_heads(W, 3, "columns")[1].tolist()  # head 1: columns 2 and 3
+    [[2.0, 3.0], [8.0, 9.0]]
   """
+  if side not in ("columns", "rows"):
+    raise ValueError(f"split_heads: side={side!r} is unknown. Fix: 'columns' (w_q, w_k, w_v) "
+                     "or 'rows' (w_o).")
+  if W.ndim < 2:
+    raise ValueError(f"split_heads: W must be a (batch of) matrix; got {W.shape=}.")
   axis = W.ndim - 1 if side == "columns" else W.ndim - 2
   if W.shape[axis] % n:
-    raise ValueError(f"split_heads: {side} of {W.shape=} do not split into {n} heads")
+    raise ValueError(f"split_heads: the {side} of {W.shape=} do not split into n={n} heads. "
+                     "Fix: n must divide that side (H for w_q, w_o; K for w_k, w_v).")
   if side == "columns":
-    return jnp.moveaxis(W.reshape(W.shape[:-1] + (n, W.shape[-1] // n)), -2, -3)
+    return W.reshape(W.shape[:-1] + (n, W.shape[-1] // n)).swapaxes(-2, -3)
   return W.reshape(W.shape[:-2] + (n, W.shape[-2] // n, W.shape[-1]))
 
 
 def merge_heads(blocks: jax.Array, side: Side) -> jax.Array:
-  """The inverse of `split_heads`: `(..., n, D, Dh) -> (..., D, n·Dh)` or rows likewise."""
+  """Inverse of `split_heads`: `(..., n, D, Dh) -> (..., D, n·Dh)` (columns) or
+  `(..., n, Dh, D) -> (..., n·Dh, D)` (rows).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from transformer.names import merge_heads, split_heads
+    >>> W = jnp.arange(24.0).reshape(4, 6)
+    >>> bool((merge_heads(split_heads(W, 2, "rows"), "rows") == W).all())
+    True
+  """
+  if side not in ("columns", "rows"):
+    raise ValueError(f"merge_heads: side={side!r} is unknown. Fix: 'columns' or 'rows'.")
+  if blocks.ndim < 3:
+    raise ValueError(f"merge_heads: blocks must be (..., n, d_in, d_out); got {blocks.shape=}.")
   if side == "columns":
-    blocks = jnp.moveaxis(blocks, -3, -2)
+    blocks = blocks.swapaxes(-3, -2)
     return blocks.reshape(blocks.shape[:-2] + (blocks.shape[-2] * blocks.shape[-1],))
   return blocks.reshape(blocks.shape[:-3] + (blocks.shape[-3] * blocks.shape[-2],
                                              blocks.shape[-1]))

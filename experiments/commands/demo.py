@@ -65,7 +65,7 @@ def run(model: str = "tiny", seed: int = 0, steps: int = 24, seq_len: int = 64) 
   print(f"  KV-cache decode vs full forward: max |Δlogit| = {cache_err:.2e}")
 
   prompt = tokens_1T[:, :16]
-  out = transformer.generate(params, cfg, prompt, steps, rng=jax.random.key(seed + 1),
+  out = transformer.generate(params, cfg, prompt, steps, key=jax.random.key(seed + 1),
                              temperature=1.0, top_k=20)
   text = bytes(np.asarray(out[0, 16:], np.uint8)).decode("utf-8", "replace")
   print(f"  generated {steps} bytes after {bytes(np.asarray(prompt[0], np.uint8))!r}:"

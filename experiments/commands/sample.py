@@ -22,7 +22,7 @@ from experiments.train import checkpoint
 
 
 def continue_bytes(params, cfg: transformer.Config, prompt: bytes, max_new_tokens: int, *,
-                   rng: jax.Array | None = None, temperature: float = 1.0,
+                   key: jax.Array | None = None, temperature: float = 1.0,
                    top_k: int | None = None) -> bytes:
   """The `max_new_tokens` bytes a byte-level model writes after `prompt`.
 
@@ -39,7 +39,7 @@ def continue_bytes(params, cfg: transformer.Config, prompt: bytes, max_new_token
   if cfg.vocab_size < 256:
     raise ValueError(f"the model's vocab_size={cfg.vocab_size} cannot read bytes (256 ids).")
   prompt_1T = jnp.asarray(np.frombuffer(prompt, np.uint8).astype(np.int32))[None]
-  out = transformer.generate(params, cfg, prompt_1T, max_new_tokens, rng=rng,
+  out = transformer.generate(params, cfg, prompt_1T, max_new_tokens, key=key,
                              temperature=temperature, top_k=top_k)
   new = np.asarray(out[0, len(prompt):])
   return bytes(np.clip(new, 0, 255).astype(np.uint8))
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
   try:
     params, cfg = checkpoint.load_run(args.checkpoint, args.step)
     text = continue_bytes(params, cfg, args.prompt.encode(), args.max_new_tokens,
-                          rng=jax.random.key(args.seed), temperature=args.temperature,
+                          key=jax.random.key(args.seed), temperature=args.temperature,
                           top_k=args.top_k)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -158,7 +158,7 @@ def orthogonal_heads_arm(*, strength: float, n_heads: int, n_kv_heads: int | Non
 
   .. math:: u \leftarrow u_\text{AdamW} - \lambda_\perp \nabla R(W)
 
-  `R` is `optim.head_overlap` on `w_q`, `w_k`, `w_v` (column blocks) and `w_o` (row blocks);
+  `R` is `optim.head_gram_overlap` on `w_q`, `w_k`, `w_v` (column blocks) and `w_o` (row blocks);
   the term is decoupled (not scaled by the learning rate).
 
   Args:

@@ -11,7 +11,7 @@ import pytest
 import scipy.linalg
 
 import transformer
-from analysis import head_overlap, principal_angles
+from analysis import head_subspace_overlap, principal_angles
 from analysis.heads import head_ablation, next_token_loss, pattern_similarity
 
 CFG = transformer.Config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
@@ -201,7 +201,7 @@ def test_orthogonal_heads_can_attend_identically():
   np.testing.assert_allclose(cos_q, 0, atol=1e-6)
   np.testing.assert_allclose(cos_k, 0, atol=1e-6)
   np.testing.assert_allclose(scipy.linalg.subspace_angles(w_q[:, :2], w_q[:, 2:]), np.pi / 2)
-  assert float(head_overlap(heads_q)[0, 1]) == pytest.approx(0, abs=1e-6)
+  assert float(head_subspace_overlap(heads_q)[0, 1]) == pytest.approx(0, abs=1e-6)
   qk = [w_q[:, 2 * h:2 * h + 2] @ w_k[:, 2 * h:2 * h + 2].T for h in range(2)]
   assert abs(np.sum(qk[0] * qk[1])) < 1e-6
 

@@ -98,7 +98,7 @@ def test_principal_angles_on_constructed_subspaces():
 def test_head_overlap_and_redundancy():
   Q = np.linalg.qr(rng.standard_normal((16, 16)))[0]
   heads = np.stack([Q[:, 0:4], Q[:, 4:8], Q[:, 0:4] @ rng.standard_normal((4, 4))])
-  O = P.head_overlap(jnp.asarray(heads, jnp.float32))
+  O = P.head_subspace_overlap(jnp.asarray(heads, jnp.float32))
   np.testing.assert_allclose(O, [[1, 0, 1], [0, 1, 0], [1, 0, 1]], atol=1e-5)
   np.testing.assert_allclose(P.head_redundancy(jnp.asarray(heads[:2], jnp.float32)), 0,
                              atol=1e-5)

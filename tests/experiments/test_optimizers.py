@@ -164,7 +164,7 @@ def test_orthogonal_heads_arm_adds_the_overlap_gradient(params, direct):
   u_orth, u_adam = direct("orthogonal_heads")[0][0], direct("adamw")[0][0]
   for name, side in (("w_q", "columns"), ("w_k", "columns"), ("w_o", "rows")):
     W = params["blocks"]["attn"][name]
-    expected = u_adam["blocks"]["attn"][name] - strength * optim.head_overlap(W, CFG.n_heads,
+    expected = u_adam["blocks"]["attn"][name] - strength * optim.head_gram_overlap(W, CFG.n_heads,
                                                                              side)[1]
     np.testing.assert_allclose(u_orth["blocks"]["attn"][name], expected, rtol=1e-5, atol=1e-9)
   np.testing.assert_array_equal(u_orth["blocks"]["ffn"]["w_1"], u_adam["blocks"]["ffn"]["w_1"])

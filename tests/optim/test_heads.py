@@ -20,12 +20,13 @@ def _overlap_reference(W, n):
 @pytest.mark.parametrize("side", ["columns", "rows"])
 def test_penalty_and_gradient(side):
   W = jax.random.normal(jax.random.key(0), (2, 12, 18))
-  R, grad = optim.head_overlap(W, 3, side)
+  R, grad = optim.head_gram_overlap(W, 3, side)
   W64 = np.asarray(W, np.float64)
   ref = [_overlap_reference(w if side == "columns" else w.T, 3) for w in W64]
   np.testing.assert_allclose(R, ref, rtol=1e-5)
   with jax.enable_x64(True):
-    auto = np.asarray(jax.grad(lambda w: optim.head_overlap(w, 3, side)[0].sum())(jnp.asarray(W64)))
+    R_fn = lambda w: optim.head_gram_overlap(w, 3, side)[0].sum()
+    auto = np.asarray(jax.grad(R_fn)(jnp.asarray(W64)))
   np.testing.assert_allclose(grad, auto, rtol=1e-4, atol=1e-4)
 
 
@@ -41,10 +42,10 @@ def test_strength_zero_is_identity_and_steps_reduce_overlap():
   tx = optim.orthogonal_heads(0.02, n_heads=4, n_kv_heads=2)
   step = jax.jit(lambda p: optax.apply_updates(
       p, tx.update(jax.tree.map(jnp.zeros_like, p), optax.EmptyState(), p)[0]))
-  before = {k: optim.head_overlap(params[k], n, side)[0]
+  before = {k: optim.head_gram_overlap(params[k], n, side)[0]
             for k, n, side in (("w_q", 4, "columns"), ("w_k", 2, "columns"), ("w_o", 4, "rows"))}
   for _ in range(200):
     params = step(params)
   for k, n, side in (("w_q", 4, "columns"), ("w_k", 2, "columns"), ("w_o", 4, "rows")):
-    assert np.all(np.asarray(optim.head_overlap(params[k], n, side)[0]) < 1e-3 * before[k])
+    assert np.all(np.asarray(optim.head_gram_overlap(params[k], n, side)[0]) < 1e-3 * before[k])
   np.testing.assert_array_equal(params["w_1"], 1.0)  # not a head-split matrix

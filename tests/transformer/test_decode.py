@@ -1,5 +1,7 @@
 """KV-cache decoding reproduces the full forward pass; sampling respects top-k."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,7 +50,7 @@ def test_greedy_generate_equals_repeated_full_forward():
 def test_top_k_sampling_stays_in_top_k():
   logits = jax.random.normal(jax.random.key(0), (4, 50))
   top3 = np.asarray(jax.lax.top_k(logits, 3)[1])
-  draws = jax.vmap(lambda r: transformer.sample(r, logits, 1.0, 3))(
+  draws = jax.vmap(lambda r: transformer.sample(logits, r, 1.0, 3))(
       jax.random.split(jax.random.key(1), 200))
   for b in range(4):
     seen = set(np.asarray(draws[:, b]).tolist())
@@ -59,7 +61,7 @@ def test_generate_rejects_overlong_request():
   cfg = CONFIGS["gpt2"]
   params = transformer.init(cfg, jax.random.key(0))
   with pytest.raises(ValueError, match="exceeds max_len=32"):
-    transformer.generate(params, cfg, jnp.zeros((1, 30), jnp.int32), 5, rng=jax.random.key(0))
+    transformer.generate(params, cfg, jnp.zeros((1, 30), jnp.int32), 5, key=jax.random.key(0))
 
 
 def test_generate_validates_sampling_arguments():
@@ -67,17 +69,46 @@ def test_generate_validates_sampling_arguments():
   params = transformer.init(cfg, jax.random.key(0))
   prompt = jnp.array([[1, 2, 3]])
   with pytest.raises(ValueError, match="temperature=-0.5"):
-    transformer.generate(params, cfg, prompt, 2, rng=jax.random.key(0), temperature=-0.5)
+    transformer.generate(params, cfg, prompt, 2, key=jax.random.key(0), temperature=-0.5)
   for k in (0, -3):
     with pytest.raises(ValueError, match=f"top_k={k}"):
-      transformer.generate(params, cfg, prompt, 2, rng=jax.random.key(0), top_k=k)
-  with pytest.raises(ValueError, match="rng=None"):
+      transformer.generate(params, cfg, prompt, 2, key=jax.random.key(0), top_k=k)
+  with pytest.raises(ValueError, match="key=None"):
     transformer.generate(params, cfg, prompt, 2, temperature=1.0)
   with pytest.raises(ValueError, match="max_new_tokens=0"):
     transformer.generate(params, cfg, prompt, 0, temperature=0)
   # Sampling with a key is reproducible and differs from greedy on a random model's flat logits.
-  a = transformer.generate(params, cfg, prompt, max_new_tokens=8, rng=jax.random.key(3))
-  b = transformer.generate(params, cfg, prompt, max_new_tokens=8, rng=jax.random.key(3))
+  a = transformer.generate(params, cfg, prompt, max_new_tokens=8, key=jax.random.key(3))
+  b = transformer.generate(params, cfg, prompt, max_new_tokens=8, key=jax.random.key(3))
   np.testing.assert_array_equal(a, b)
   assert a.shape == (1, 11)
   np.testing.assert_array_equal(a[:, :3], prompt)
+
+
+def test_key_convention_old_calls_raise_a_type_error_naming_the_new_order():
+  """One convention: the PRNG key is named `key` and comes last (`init(cfg, key)`,
+  `lora.init(params, rank, key)`, `sample(logits, key)`); an optional key is the keyword
+  `key=`. The old orders fail loudly, never silently with swapped arguments."""
+  cfg = CONFIGS["gpt2"]
+  key = jax.random.key(0)
+  params = transformer.init(cfg, key)
+  logits = jnp.array([[0.1, 2.0, -1.0]])
+  calls = {
+      "transformer.init(cfg, key)": lambda: transformer.init(key, cfg),
+      "lora.init(params, rank, key)": lambda: transformer.lora.init(key, params, 4),
+      "transformer.sample(logits_BV, key": lambda: transformer.sample(key, logits, 1.0),
+      "generate(..., key=": lambda: transformer.generate(params, cfg, logits.astype(int), 1,
+                                                          rng=key),
+  }
+  for new, call in calls.items():
+    with pytest.raises(TypeError, match=re.escape(new)):
+      call()
+  with pytest.raises(TypeError, match="sample"):  # the old greedy call, `sample(None, logits)`
+    transformer.sample(None, logits, temperature=0)
+  with pytest.raises(TypeError, match="init"):  # a legacy uint32 key is a key too
+    transformer.init(jax.random.PRNGKey(0), cfg)
+  # The new order: the same draw as jax.random.categorical with that key.
+  np.testing.assert_array_equal(transformer.sample(logits, key, 1.0),
+                                jax.random.categorical(key, logits, axis=-1))
+  a = transformer.lora.init(params, 4, jax.random.key(1))
+  assert a["w_q"]["A"].shape == (cfg.n_layers, cfg.d_model, 4)

@@ -189,3 +189,87 @@ def test_latent_model_is_exactly_causal(name, rank):
   future = np.triu(np.ones((T, T), bool), 1)
   assert per_pair[future].max() == 0.0
   assert per_pair[~future].min() > 0  # the past does reach every position (the test can fail)
+
+
+_SMALL = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=2, max_len=32)
+VARIANTS = {
+    "softmax-qk_tied": transformer.Config(**_SMALL, qk_tied=True),
+    "rbf-qk_tied": transformer.Config(**_SMALL, attention="rbf", qk_tied=True),
+    "local": transformer.Config(**_SMALL, attention="local", window=5, block_size=4),
+    "bigbird": transformer.Config(**_SMALL, attention="bigbird", window=3, block_size=4,
+                                  n_global=1, n_random=1),
+    "moba": transformer.Config(**_SMALL, attention="moba", block_size=4, top_k_blocks=1),
+    "llama-tiny-gqa": transformer.preset("llama-tiny", vocab_size=64, d_model=32, d_ff=64,
+                                         max_len=32),
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_full_rank_latent_decode_equals_model_forward(name):
+  """Through the model's own attention: at full rank (random orthonormal bases, float32), the
+  latent cache's prefill + one-token steps give the model's full-forward logits, for every
+  compressible variant, tied keys and grouped-query heads."""
+  cfg = VARIANTS[name]
+  assert cfg.attention in latent.COMPRESSIBLE
+  params = _params(cfg) if not cfg.qk_tied else transformer.init(cfg, jax.random.key(0))
+  tokens = jax.random.randint(jax.random.key(1), (2, 16), 0, cfg.vocab_size)
+  ref = transformer.Transformer(cfg).apply({"params": params}, tokens)
+  assert float(jnp.std(ref)) > 1e-3
+  full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
+  comp = latent.make_compression(_random_bases(jax.random.key(2), cfg),
+                                 _random_bases(jax.random.key(3), cfg), full, full)
+  fwd = jax.jit(lambda t, c: latent.forward(params, cfg, t, comp, cache=c))
+  logits, cache = fwd(tokens[:, :9], latent.init_cache(cfg, comp, 2, 16))
+  rows = [logits]
+  for t in range(9, 16):
+    logits, cache = fwd(tokens[:, t:t + 1], cache)
+    rows.append(logits)
+  np.testing.assert_allclose(jnp.concatenate(rows, 1), ref, atol=1e-5)
+
+
+def test_low_rank_rbf_equals_explicit_projection():
+  """`rbf` in the basis: `‖q − k̂‖²` and `‖qP − c‖²` differ by `‖q‖² − ‖qP‖²`, constant along a
+  row, so the weights and outputs equal the model's with `K ← K P Pᵀ`, `V ← V P_v P_vᵀ`."""
+  cfg = VARIANTS["rbf-qk_tied"]
+  params = transformer.init(cfg, jax.random.key(0))
+  tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, cfg.vocab_size)
+  kb, vb = _random_bases(jax.random.key(2), cfg), _random_bases(jax.random.key(3), cfg)
+  kr, vr = ((3, 9), (16, 1)), ((2, 5), (4, 16))
+  comp = latent.make_compression(kb, vb, kr, vr)
+
+  def project(l, k, v):
+    def proj(x, basis, ranks):
+      return jnp.stack([x[:, :, h] @ basis[l, h, :, :r] @ basis[l, h, :, :r].T
+                        for h, r in enumerate(ranks)], 2)
+    return proj(k, kb, kr[l]), proj(v, vb, vr[l])
+
+  np.testing.assert_allclose(_fwd(cfg)(params, tokens, comp),
+                             _fwd(cfg, kv_fn=project)(params, tokens), atol=1e-5)
+
+
+def test_refuses_a_variant_it_cannot_compress_by_name():
+  cfg = transformer.Config(**_SMALL, attention="linear")
+  params = transformer.init(cfg, jax.random.key(0))
+  eye = jnp.broadcast_to(jnp.eye(16), (2, 2, 16, 16))
+  comp = latent.make_compression(eye, eye, ((16, 16),) * 2, ((16, 16),) * 2)
+  for call in (lambda: latent.init_cache(cfg, comp, 1, 8),
+               lambda: latent.forward(params, cfg, jnp.zeros((1, 4), int), comp),
+               lambda: latent.weight_compression(params, cfg, 4)):
+    with pytest.raises(ValueError, match="attention='linear' cannot be compressed") as err:
+      call()
+    assert "\n" not in str(err.value)
+  # The uncompressed mode (a transform of K and V) is not a compression: it runs.
+  same = latent.forward(params, cfg, jnp.zeros((1, 4), int), kv_fn=lambda l, k, v: (k, v))
+  np.testing.assert_allclose(same, transformer.Transformer(cfg).apply(
+      {"params": params}, jnp.zeros((1, 4), int)), atol=1e-6)
+
+
+def test_weight_compression_reads_w_q_when_keys_are_tied():
+  cfg = VARIANTS["softmax-qk_tied"]
+  params = transformer.init(cfg, jax.random.key(0))
+  assert "w_k" not in params["blocks"]["attn"]
+  comp = latent.weight_compression(params, cfg, 3)
+  w = np.asarray(params["blocks"]["attn"]["w_q"][1], np.float64)[:, 16:32]  # layer 1, head 1
+  vt = np.linalg.svd(w)[2]
+  P = np.asarray(comp.key_basis[1, 1], np.float64)
+  np.testing.assert_allclose(np.abs(P[:, :3].T @ vt[:3].T), np.eye(3), atol=1e-4)

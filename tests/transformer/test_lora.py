@@ -17,7 +17,7 @@ LLAMA = transformer.llama_config(vocab_size=64, d_model=32, n_layers=2, n_heads=
 @pytest.mark.parametrize("cfg", [CFG, LLAMA], ids=["gpt", "llama"])
 def test_step0_logits_bit_identical(cfg):
   params = transformer.init(cfg, jax.random.key(0))
-  adapters = lora.init(jax.random.key(1), params, 4, lora.ALL_HIDDEN)
+  adapters = lora.init(params, 4, jax.random.key(1), lora.ALL_HIDDEN)
   assert ("w_gate" in adapters) == (cfg.activation == "swiglu")
   tokens = jax.random.randint(jax.random.key(2), (2, 16), 0, cfg.vocab_size)
   apply = jax.jit(transformer.Transformer(cfg).apply)
@@ -28,7 +28,7 @@ def test_step0_logits_bit_identical(cfg):
 
 def test_merge_adds_scaled_product_float64_reference():
   params = transformer.init(CFG, jax.random.key(0))
-  adapters = lora.init(jax.random.key(1), params, 3, ("w_q", "w_2"))
+  adapters = lora.init(params, 3, jax.random.key(1), ("w_q", "w_2"))
   adapters["w_q"]["B"] = jax.random.normal(jax.random.key(3), adapters["w_q"]["B"].shape)
   merged = lora.merge({"params": params}, adapters, alpha=6.0)["params"]
   A = np.asarray(adapters["w_q"]["A"], np.float64)
@@ -42,7 +42,7 @@ def test_merge_adds_scaled_product_float64_reference():
 
 def test_params_fn_trains_only_adapters_and_lowers_loss():
   params = transformer.init(CFG, jax.random.key(0))
-  adapters = lora.init(jax.random.key(1), params, 4)
+  adapters = lora.init(params, 4, jax.random.key(1))
   f = lora.params_fn(params, alpha=8.0)
   model = transformer.Transformer(CFG)
   tokens = jax.random.randint(jax.random.key(2), (4, 17), 0, 8)
@@ -72,8 +72,8 @@ def test_params_fn_trains_only_adapters_and_lowers_loss():
 def test_bad_rank_and_target_raise():
   params = transformer.init(CFG, jax.random.key(0))
   with pytest.raises(ValueError, match="rank"):
-    lora.init(jax.random.key(1), params, 33)
+    lora.init(params, 33, jax.random.key(1))
   with pytest.raises(ValueError, match="w_gate"):
-    lora.init(jax.random.key(1), params, 2, ("w_gate",))
+    lora.init(params, 2, jax.random.key(1), ("w_gate",))
   with pytest.raises(ValueError, match="not a block matrix"):
-    lora.init(jax.random.key(1), params, 2, ("embed",))
+    lora.init(params, 2, jax.random.key(1), ("embed",))

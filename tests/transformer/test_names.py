@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import analysis
@@ -126,3 +127,38 @@ def test_renamed_paths_are_functions():
   for fn in (optim.labels, optim.select, optim.muon, transformer.catalog, analysis.matrices):
     assert inspect.isfunction(fn), fn
   assert not hasattr(optim.labels, "select")
+
+
+@pytest.mark.parametrize("side", ["columns", "rows"])
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3)])
+def test_split_heads_is_the_hand_slicing_and_merge_inverts_it(side, lead):
+  """Head `h` of a column split is `W[..., :, h·Dh:(h+1)·Dh]`, of a row split
+  `W[..., h·Dh:(h+1)·Dh, :]`: checked slice by slice in float64 NumPy, with stacked axes."""
+  n, dh, d = 3, 4, 5
+  shape = lead + ((d, n * dh) if side == "columns" else (n * dh, d))
+  W = np.random.default_rng(0).normal(size=shape)
+  blocks = names.split_heads(W, n, side)
+  assert blocks.dtype == np.float64  # NumPy in, NumPy out: no float32 round trip
+  want = np.stack([W[..., :, h * dh:(h + 1) * dh] if side == "columns"
+                   else W[..., h * dh:(h + 1) * dh, :] for h in range(n)], axis=-3)
+  np.testing.assert_array_equal(blocks, want)
+  np.testing.assert_array_equal(names.merge_heads(blocks, side), W)
+  # The same under jit on JAX arrays, and split ∘ merge is the identity on blocks too.
+  got = jax.jit(lambda w: names.split_heads(w, n, side))(jnp.asarray(W, jnp.float32))
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  np.testing.assert_array_equal(names.split_heads(names.merge_heads(want, side), n, side), want)
+
+
+def test_split_heads_reads_name_heads_and_refuses_bad_input(model):
+  cfg, params = model
+  attn = params["blocks"]["attn"]
+  count = {"H": cfg.n_heads, "K": cfg.n_kv_heads}
+  for leaf in ("w_q", "w_k", "w_v", "w_o"):
+    side, n = names.NAMES[leaf].heads
+    blocks = names.split_heads(attn[leaf], count[n], side)
+    inner = (cfg.d_model, cfg.d_head) if side == "columns" else (cfg.d_head, cfg.d_model)
+    assert blocks.shape == (cfg.n_layers, count[n]) + inner
+  with pytest.raises(ValueError, match="n=3 heads"):
+    names.split_heads(attn["w_q"], 3, "columns")
+  with pytest.raises(ValueError, match="side='cols'"):
+    names.split_heads(attn["w_q"], 4, "cols")
