@@ -1,26 +1,31 @@
-"""Claim `causal-mask`: causal attention sees only the past, and its matrix stays full rank.
+"""Claim `causal-mask`: does causal attention keep everything, in the order it came?
 
     python -m experiments claim causal-mask [--quick]
 
-Full run (3 seeds, the shared `small` models): about 3–5 minutes on 2 CPU cores once the
+Full run (5 seeds, the shared `small` models): about 5–8 minutes on 2 CPU cores once the
 models are cached (training them adds a few minutes the first time); `--quick` about 20 s.
 
-Two measurements:
+**The preface's question.** The topic asks "what if everything survives, but in temporal
+order?" and the sentence is "causal masking lets GPT see the past but not the future". Two
+parts: the past is seen (nothing is lost: the causal attention matrix `A` is full rank) and the
+future is not (causality). Mathematics settles both for the matrix as written (the `theorem`
+below: `A` is lower triangular with `A_ii > 0`, so `det A = Π A_ii > 0`), so the primary
+question is the one a practitioner meets: **does a trained model's causal attention stay
+numerically full rank in float32 at the length it was trained on?** Measured per head on
+validation windows: the float32 numerical rank (`analysis.rank_certificate`, tolerance
+`T · eps₃₂ · σ₁`). Supported when at least 90% of trained heads are full rank in float32
+(whole 95% interval), refuted when at most half are. The float64 certificate of the same heads
+(`analysis.causal_logdet`, with `A` recomputed in float64 from the sown scores) is the
+control: it confirms the theorem on the very matrices measured.
 
-* **Exact causality of every attention variant.** Each entry of `transformer.ATTENTION`
-  goes through `analysis.check_attention` (zero future gradient, bit-identical prefix under
-  suffix perturbation, padding, KV-cache decode = forward), per seed; a mask-blind softmax is
-  the control that must be caught.
-* **Full rank.** A causal softmax attention matrix is lower triangular with
-  `A_ii = exp(s_ii − logsumexp_{j≤i} s_ij) > 0`, so `det A = Π A_ii > 0`. That is certified
-  per head in float64 (`analysis.causal_logdet`, with `A` recomputed in float64 from the
-  sown scores) at T ∈ {32, 128, 256}, and set beside what float32 says about the same heads:
-  the numerical rank of the float32 matrix (`analysis.rank_certificate`, tolerance
-  `T · eps₃₂ · σ₁`) and whether a diagonal entry underflowed to an exact zero.
+**Extensions** (own verdicts, never the headline): every registered attention variant is
+exactly causal (`analysis.check_attention`: zero future gradient, bit-identical prefix under
+suffix changes, padding, decode = forward; a mask-blind softmax is the control that must be
+caught); the float32 deficiency grows with `T`; training (not the init) causes it.
 
-Expected: every variant exactly causal, every head certified full rank, while a fraction of
-trained heads (peaked attention) is numerically rank deficient in float32 — reported, not
-part of the verdict.
+What would have refuted the headline: at most half of the trained heads numerically full rank
+in float32 at the training length. The earlier, non-registered full run measured 96.9% of
+trained heads rank deficient at T = 256 (twice the training length).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import numpy as np
 import analysis
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,16 +52,20 @@ class CausalMaskSizes(Sizes):
     batch_size: validation windows per `T`.
     small_contract: check the attention contract on a 1-layer, d = 16 model at T = 8
       (`analysis.check_attention`'s default model otherwise).
+    primary_T: the length the primary question is read at: the model's training length.
   """
 
   model: str
   seq_lens: tuple[int, ...]
   batch_size: int
   small_contract: bool
+  primary_T: int
 
 
-QUICK = CausalMaskSizes(model="quick", seq_lens=(32, 64, 128), batch_size=2, small_contract=True)
-FULL = CausalMaskSizes(model="small", seq_lens=(32, 128, 256), batch_size=4, small_contract=False)
+QUICK = CausalMaskSizes(model="quick", seq_lens=(32, 64, 128), batch_size=2, small_contract=True,
+                        primary_T=64)
+FULL = CausalMaskSizes(model="small", seq_lens=(32, 128, 256), batch_size=4, small_contract=False,
+                       primary_T=128)
 
 
 def mask_blind_softmax(q_BTHD, k_BSHD, v_BSHD, mask_BTS, *, scale):
@@ -181,6 +190,10 @@ def run(spec: Spec) -> dict:
     init = transformer.init(cfg, jax.random.key(seed))
     for arm, p in (("init", init), ("trained", params)):
       runs[arm][seed], last = rank_metrics(p, cfg, seq_lens, batch_size, seed)
+      m = runs[arm][seed]
+      m["full_rank_f32"] = 1.0 - m[f"deficient_f32_T{z.primary_T}"]
+      m["deficiency_growth"] = m[f"deficient_f32_T{seq_lens[-1]}"] - m[
+          f"deficient_f32_T{seq_lens[0]}"]
       for k, v in runs[arm][seed].items():
         per_T[arm].setdefault(k, []).append(v)
       for k, v in last.items():
@@ -218,27 +231,54 @@ def run(spec: Spec) -> dict:
                        None, "zero_diag_f32")]}
 
 
+THEOREM = ("A causal softmax attention matrix is lower triangular with diagonal entries "
+           "A_ii = exp(s_ii − logsumexp_{j≤i} s_ij) > 0, so det A = Π A_ii > 0 and rank A = T "
+           "for every T and every scores: in exact arithmetic nothing of the past is lost, and "
+           "A_ij = 0 for j > i means nothing of the future is read. "
+           "tests/experiments/test_claims_theorems.py checks it on random instances in float64.")
+
 CLAIM = Claim(
     id="causal-mask",
     topic="full rank & causality",
     kind="existing",
     preface="Causal masking lets GPT see the past but not the future",
-    hypothesis=("Every registered attention variant is exactly causal (future gradient exactly "
-                "0, prefix bit-identical under suffix changes, padding respected, KV-cache "
-                "decode = forward to 1e-5), and every trained causal softmax head is invertible: "
-                "det A = Π A_ii > 0 certified in float64 for T = 32, 128, 256 in 100% of heads, "
-                "even where float32 calls it rank deficient (that fraction is reported)."),
-    refuted_if=("Any variant leaks the future in any seed, or any head's float64 certificate "
-                "fails (a zero diagonal entry of A in exact arithmetic)."),
+    theorem=THEOREM,
+    hypothesis=("In float32, as models compute it, causal attention keeps everything: at least "
+                "90% of a trained model's causal softmax heads are numerically full rank "
+                "(float32 numerical rank = T, tolerance T·eps·σ₁) at its training length T."),
+    refuted_if=("At most half of the trained heads are numerically full rank in float32 at the "
+                "training length (whole 95% interval), while the float64 certificate confirms "
+                "every head is exactly full rank (the control)."),
     thresholds=(
-        Threshold("trained heads certified full rank (float64, every T)", arm="trained",
-                  metric="full_rank_exact", stat="range", supports="== 1", refutes="< 1"),
-        Threshold("attention variants exactly causal", arm="contract", metric="variants_causal",
-                  stat="range", supports="== 1", refutes="< 1"),
-        Threshold("heads at init certified full rank", arm="init", metric="full_rank_exact",
-                  stat="range", supports="== 1", refutes="< 1"),
-        Threshold("mask-blind control caught by check_attention", arm="contract",
-                  metric="control_caught", stat="range", supports="== 1", control=True),
+        Threshold("trained heads numerically full rank in float32 at the training length",
+                  arm="trained", metric="full_rank_f32", supports=">= 0.9", refutes="<= 0.5",
+                  unit="fraction of heads"),
+        Threshold("float64 certificate: the same heads exactly full rank (the theorem)",
+                  arm="trained", metric="full_rank_exact", stat="range", supports="== 1",
+                  control=True, unit="fraction of heads"),
+    ),
+    extensions=(
+        Extension("every variant exactly causal",
+                  "Does every registered attention variant see only the past (future gradient "
+                  "0, prefix bit-identical under suffix changes, padding, decode = forward)?",
+                  (Threshold("attention variants exactly causal", arm="contract",
+                             metric="variants_causal", stat="range", supports="== 1",
+                             refutes="< 1", unit="fraction of variants"),
+                   Threshold("mask-blind control caught by check_attention", arm="contract",
+                             metric="control_caught", stat="range", supports="== 1",
+                             control=True))),
+        Extension("rank loss grows with T",
+                  "Does the fraction of trained heads rank deficient in float32 grow from the "
+                  "shortest to the longest T measured, by more than 10 points?",
+                  (Threshold.beyond("float32-deficient heads: longest T − shortest T",
+                                    arm="trained", metric="deficiency_growth", margin=0.1,
+                                    unit="fraction of heads"),)),
+        Extension("training causes it",
+                  "Are trained heads rank deficient in float32 (longest T) more often than the "
+                  "same model's heads at init, by more than 10 points?",
+                  (Threshold.beyond("float32-deficient heads: trained − init (longest T)",
+                                    arm="trained", baseline="init", metric="deficient_f32",
+                                    margin=0.1, unit="fraction of heads"),)),
     ),
     anchors=(
         Anchor("rank of a causal softmax attention matrix in exact arithmetic", "T (full)",

@@ -1,8 +1,17 @@
-"""Claim `eigenvalue-constrained`: capping spectral norms widens the range of stable rates.
+"""Claim `eigenvalue-constrained`: does capping spectral norms make training stable?
 
     python -m experiments claim eigenvalue-constrained [--quick]
 
-Full run (3 seeds × 7 learning rates × 2 arms, a tiny byte-level model: D = 32, L = 2,
+**The preface's question**: does eigenvalue-constrained training guarantee stable training?
+Operationalised: with σ_max ≤ 1 enforced on every hidden matrix, training does not end
+diverged where plain AdamW does, at a best-loss cost of at most 1%. Diverged means the run
+*ends* non-finite or above its initial loss (ln V); a transient spike it recovers from is
+counted apart (`n_spiked`). The certified logit bound holds by construction (the `theorem`):
+it is a control, not a finding. A wider range of good rates is an extension. What would
+have refuted the headline: the capped model ending diverged at every rate where AdamW does,
+or a best loss more than 1% worse.
+
+Full run (5 seeds × 7 learning rates × 2 arms, a tiny byte-level model: D = 32, L = 2,
 200 steps): designed for about 6 minutes on 2 idle CPU cores (longer when the machine is
 shared). `--quick`: one seed, 4 rates, 100 steps (about a minute when shared).
 
@@ -18,16 +27,16 @@ The grid and the cap value 1.0 were chosen on a spare seed (100), before the rep
 ran: on the issue's grid (1e-3 … 3e-1) AdamW did not diverge at all on that seed, so the grid
 was extended by half a decade to 1.
 
-Per seed and arm: the final validation loss at each rate, the divergence flag of
-`experiments.train.sweep.train_many` (a non-finite loss or a 50-step mean above 1.5 · ln V), the
+Per seed and arm: the final validation loss at each rate, whether the run ended diverged, the
+spikes (`experiments.train.sweep.train_many`'s flag: a non-finite loss or a 50-step mean
+above 1.5 · ln V, in a run that recovered), the
 number of grid rates within 5% of that arm's best loss, and, every 50 steps, the largest
 measured attention logit `max |q·k|/√Dh` on a validation batch against the certified bound
 `analysis.logit_bound(params, cfg)` (computed from the spectral norms of `W_Q`, `W_K`, their
 biases and the LayerNorm gains; it must hold for every run, capped or not).
 
-Expected (the issue's hypothesis): the capped model does not diverge at a rate where AdamW
-diverges in ≥ 2 of 3 seeds, keeps a ≥ 2× wider set of rates within 5% of its best loss, costs
-≤ 1% loss at the best rate, and the measured logit never exceeds the certificate.
+Expected: the capped model does not end diverged at a rate where AdamW does in ≥ 2/3 of the
+seeds and costs ≤ 1% loss at the best rate.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ import optax
 
 import analysis
 import optim
-from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import stability
 from experiments.train import sweep
 
@@ -162,8 +171,12 @@ def sweep_arm(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: in
                           eval_every=eval_every, callback=callback, eval_batches=eval_batches)
   final_RS = r.val_loss[:, :, -1]
   ratio_ERS = np.stack(ratios)
-  return {"final": np.where(np.isfinite(final_RS), final_RS, np.inf), "diverged": r.diverged,
-          "ratio": ratio_ERS, "measured": np.stack(measured), "bound": np.stack(bounds),
+  # Diverged: the run ends non-finite or above the loss of uniform guessing (its initial loss,
+  # ln V). A transient spike that training recovers from is reported apart (`spiked`).
+  ended_bad = ~np.isfinite(final_RS) | (final_RS > math.log(cfg.vocab_size))
+  return {"final": np.where(np.isfinite(final_RS), final_RS, np.inf), "diverged": ended_bad,
+          "spiked": r.diverged & ~ended_bad, "ratio": ratio_ERS,
+          "measured": np.stack(measured), "bound": np.stack(bounds),
           "learning_rates": r.learning_rates, "seeds": r.seeds}
 
 
@@ -183,6 +196,7 @@ def arm_metrics(sw: dict) -> dict[int, dict[str, float]]:
     stable = [lr for lr, o in zip(sw["learning_rates"], ok, strict=True) if o]
     m = {"best_loss": float(final_R[ok].min()) if ok.any() else math.nan,
          "n_good_rates": float(good.sum()), "n_diverged": float(div_R.sum()),
+         "n_spiked": float(sw["spiked"][:, j].sum()),
          "max_stable_lr": float(max(stable)) if stable else math.nan,
          "cert_ratio_max": _finite_max(sw["ratio"][:, :, j]),
          "max_logit_final": _finite_max(sw["measured"][-1, :, j]),
@@ -284,25 +298,35 @@ CLAIM = Claim(
     preface="Eigenvalue-constrained training to guarantee stable gradient flow",
     hypothesis=(
         "Capping σ_max ≤ 1 of every hidden matrix after each AdamW step (no clipping, no "
-        "warm-up) (a) never diverges at a rate where AdamW alone diverges in ≥ 2 of 3 seeds, "
-        "(b) keeps at least 2× as many grid rates within 5% of its best loss, (c) at ≤ 1% "
-        "higher best loss; and (d) the measured max attention logit never exceeds the "
-        "certified analysis.logit_bound, in any run."),
+        "warm-up) makes training stable: (a) it never ends diverged (non-finite, or above the "
+        "initial loss ln V) at a rate where AdamW alone ends diverged in ≥ 2/3 of the seeds, "
+        "(b) at ≤ 1% higher best loss."),
     refuted_if=(
-        "The capped model diverges at every rate where AdamW diverges, in every seed; or its "
-        "count of good rates is no larger than AdamW's (95% CI ≤ 1×); or its best loss is more "
-        "than 1% worse (whole 95% CI); or a measured logit exceeds the certified bound."),
+        "The capped model ends diverged at every rate where AdamW does, in every seed; or its "
+        "best loss is more than 1% worse (whole 95% CI)."),
+    theorem=("The certificate cannot fail: for rows of norm ≤ r entering the projections, "
+             "|q_i·k_j| ≤ r² σ_max(W_Q W_Kᵀ) (plus bias terms) by Cauchy–Schwarz, so "
+             "analysis.logit_bound holds for any weights, capped or not; it is a control of the "
+             "instrument. tests/experiments/test_claims_theorems.py checks the inequality on "
+             "random instances in float64."),
     thresholds=(
         Threshold("cap-hidden: divergence at rates where AdamW diverges in ≥ 2/3 seeds",
                   arm="cap-hidden", metric="diverged_where_adamw_diverges", stat="range",
-                  supports="== 0", refutes=">= 1"),
-        Threshold("cap-hidden: rates within 5% of best, ratio to AdamW", arm="cap-hidden",
-                  metric="width_ratio", supports=">= 2", refutes="<= 1"),
+                  supports="== 0", refutes=">= 1", unit="fraction of those rates"),
         Threshold("cap-hidden: best-loss relative cost vs AdamW", arm="cap-hidden",
-                  metric="best_loss_rel_cost", supports="<= 0.01", refutes="> 0.01"),
+                  metric="best_loss_rel_cost", supports="<= 0.01", refutes="> 0.01",
+                  unit="fraction of the loss"),
         Threshold("max measured logit / certified bound, all arms, rates, seeds, evals",
                   arm="cap-hidden", metric="cert_ratio_max_all_runs", stat="range",
-                  supports=f"<= {1 + CERT_RTOL}", refutes=f"> {1 + CERT_RTOL}"),
+                  supports=f"<= {1 + CERT_RTOL}", control=True),
+    ),
+    extensions=(
+        Extension("a wider stable range",
+                  "Does the cap keep at least twice as many grid rates within 5% of its best "
+                  "loss as AdamW?",
+                  (Threshold("cap-hidden: rates within 5% of best, ratio to AdamW",
+                             arm="cap-hidden", metric="width_ratio", supports=">= 2",
+                             refutes="<= 1"),)),
     ),
     anchors=(
         Anchor("spectral reparametrisation of all linear layers", "trains without warm-up or "

@@ -1,24 +1,30 @@
-"""Claim `softmax-kernel`: is softmax attention's kernel a positive semi-definite Gram matrix?
+"""Claim `softmax-kernel`: how far is trained softmax attention from a valid kernel?
 
     python -m experiments claim softmax-kernel [--quick]
 
-Full run (3 seeds, the shared `small` models): about 1–2 minutes on 2 CPU cores once the
+Full run (5 seeds, the shared `small` models): about 2–3 minutes on 2 CPU cores once the
 models are cached; `--quick` a few seconds after `causal-mask` has cached its model.
 
 Softmax attention is `A = D⁻¹ κ(Q, K)` with the unnormalised kernel
-`κ_ij = exp(q_i · k_j / √dh)` (`analysis.softmax_kernel`). A *valid* (Mercer) kernel matrix
-is symmetric and PSD. With `W_Q ≠ W_K` the matrix `κ(Q, K)` is not symmetric, so it is not a
-Gram matrix at all; the test is whether it nevertheless is one, numerically. Per head, on
-validation windows of the stdlib corpus, `analysis.psd_certificate` decides in float64:
-symmetry (`‖κ − κᵀ‖_F / ‖κ‖_F ≤ T · eps₃₂`) and PSD of the symmetric part (minimum eigenvalue
-`≥ −T · eps₃₂ · ‖S‖₂`). Arms: at init and after training, the bidirectional kernel (all
-pairs) and the causal one (`κ ⊙ tril`, as a causal model uses it); the **tied control**
-sets `W_K = W_Q` (and `b_K = b_Q`) in the trained model, so that `κ = exp(Q Qᵀ/√dh)`, which is
-PSD by the Schur product theorem — it must pass, or the instrument is wrong.
+`κ_ij = exp(q_i · k_j / √dh)` (`analysis.softmax_kernel`). The preface's sentence, "softmax
+attention produces positive semi-definite Gram matrices, making attention a valid kernel", is
+settled by mathematics for the matrix as built (the `theorem`): with `W_Q ≠ W_K` `κ` is not
+symmetric, so it is no Gram matrix; with `W_K = W_Q` it is PSD by the Schur product theorem.
+The primary question is what a practitioner can use: **how far from a valid kernel is
+trained attention?** Per head, on validation windows, the symmetric part `S = (κ + κᵀ)/2` is
+diagonalised in float64 and its *negative mass* `Σ_{λ<0} |λ| / Σ |λ|` measured (0 for a PSD
+matrix, ½ at most). The sentence is supported if the trained heads' median negative mass is
+below 1% (whole 95% interval over seeds): symmetrised, attention would be a kernel up to a
+small correction; refuted if it is above 1%. The tied control (`W_K := W_Q` in the trained
+model) must have a negative mass below 0.1% (float32 rounding of a PSD matrix), or the
+instrument is wrong.
 
-The verdict follows the numbers: if the untied kernels fail the certificate, the preface's
-sentence is wrong for attention as it is built (refuted), and the tied control says what
-would make it right.
+**Extensions**: whether training moves heads towards a kernel or away (trained − init
+negative mass, margin 0.5 points), and the old strict test (the fraction of heads whose `κ`
+passes `analysis.psd_certificate`: symmetric and PSD) for the bidirectional and causal
+kernels.
+
+What would have refuted the headline: a median negative mass above 1% in trained heads.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import numpy as np
 import analysis
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +79,9 @@ def kernel_certificate(q_LBTHD, k_LBTHD, scale: float, *, causal: bool) -> dict:
     kappa = kappa * np.tril(np.ones((T, T), kappa.dtype))
   cert = analysis.psd_certificate(kappa)
   S = (kappa.astype(np.float64) + np.swapaxes(kappa, -1, -2)) / 2
-  cert["min_eig_rel"] = cert["min_eigenvalue"] / np.abs(np.linalg.eigvalsh(S)).max(-1)
+  lam = np.linalg.eigvalsh(S)
+  cert["min_eig_rel"] = cert["min_eigenvalue"] / np.abs(lam).max(-1)
+  cert["negative_mass"] = np.where(lam < 0, -lam, 0).sum(-1) / np.abs(lam).sum(-1)
   cert["max_score"] = float(np.einsum("nthd,nshd->nhts", q, k).max() * scale)
   return cert
 
@@ -85,6 +93,8 @@ def kernel_metrics(cert: dict) -> dict:
           "frac_symmetric": float(cert["is_symmetric"].mean()),
           "asymmetry_median": float(np.median(cert["asymmetry"])),
           "min_eig_rel_median": float(np.median(cert["min_eig_rel"])),
+          "negative_mass_median": float(np.median(cert["negative_mass"])),
+          "negative_mass_max": float(np.max(cert["negative_mass"])),
           "max_score": cert["max_score"]}
 
 
@@ -137,6 +147,8 @@ def run(spec: Spec) -> dict:
   mean = {arm: {m: np.mean([r[m] for r in per_seed.values()]) for m in
                 next(iter(per_seed.values()))} for arm, per_seed in runs.items()}
   notes = [
+      "- Median head's negative mass Σ|λ<0|/Σ|λ| of (κ + κᵀ)/2, mean over seeds: "
+      + ", ".join(f"{arm} {mean[arm]['negative_mass_median']:.2%}" for arm in sorted(runs)) + ".",
       "- Fraction of heads whose kernel is a valid (symmetric PSD) kernel, mean over seeds: "
       + ", ".join(f"{arm} {mean[arm]['frac_kernel']:.0%}" for arm in sorted(runs)) + ".",
       "- Fraction PSD as a quadratic form (symmetric part only): "
@@ -151,11 +163,20 @@ def run(spec: Spec) -> dict:
   ]
   return {"setup": {"model_config": cfg.to_dict()},
           "runs": runs, "figures": [figure], "notes": notes,
-          "effects": [("valid-kernel fraction: trained − init (bidirectional)",
+          "effects": [("negative mass: init (median head)", "init-bidirectional", None,
+                       "negative_mass_median"),
+                      ("valid-kernel fraction: trained − init (bidirectional)",
                        "trained-bidirectional", "init-bidirectional", "frac_kernel"),
                       ("PSD fraction (symmetric part), trained bidirectional",
                        "trained-bidirectional", None, "frac_psd")]}
 
+
+THEOREM = ("With W_Q ≠ W_K the kernel κ = exp(X W_Q W_Kᵀ Xᵀ/√dh) is generically not symmetric "
+           "(κ_ij ≠ κ_ji), so it is not a Gram matrix of any feature map; with W_K = W_Q the "
+           "scores G = X W Wᵀ Xᵀ/√dh are PSD and κ = exp∘G = Σ_n G^{∘n}/n! is PSD by the Schur "
+           "product theorem. tests/experiments/test_claims_theorems.py checks both on random "
+           "instances in float64, and that the symmetrised untied kernel can be PSD or not, "
+           "which is what this claim measures.")
 
 CLAIM = Claim(
     id="softmax-kernel",
@@ -163,22 +184,40 @@ CLAIM = Claim(
     kind="existing",
     preface=("Softmax attention produces positive semi-definite Gram matrices, making attention "
              "a valid kernel"),
-    hypothesis=("The softmax kernel κ = exp(QKᵀ/√dh) of at least 90% of heads is a valid kernel "
-                "matrix (symmetric and PSD, float64 certificate) — bidirectional and causal, at "
-                "init and after training; with W_K = W_Q (the tied control) 100% are."),
-    refuted_if=("At most 10% of the untied heads' kernels are valid (symmetric PSD) kernels, "
-                "trained or at init, bidirectional or causal, while the tied control passes."),
+    theorem=THEOREM,
+    hypothesis=("Trained softmax attention is a valid kernel up to a small correction: the "
+                "symmetrised kernel (κ + κᵀ)/2 of the median trained head has less than 1% of "
+                "its spectral mass on negative eigenvalues (bidirectional, float64)."),
+    refuted_if=("The trained heads' median negative mass is above 1% (whole 95% interval over "
+                "seeds), while the tied control (W_K = W_Q) has none."),
     thresholds=(
-        Threshold("valid-kernel heads, trained, bidirectional", arm="trained-bidirectional",
-                  metric="frac_kernel", supports=">= 0.9", refutes="<= 0.1"),
-        Threshold("valid-kernel heads, trained, causal", arm="trained-causal",
-                  metric="frac_kernel", supports=">= 0.9", refutes="<= 0.1"),
-        Threshold("valid-kernel heads, init, bidirectional", arm="init-bidirectional",
-                  metric="frac_kernel", supports=">= 0.9", refutes="<= 0.1"),
-        Threshold("valid-kernel heads, init, causal", arm="init-causal", metric="frac_kernel",
-                  supports=">= 0.9", refutes="<= 0.1"),
-        Threshold("tied control (W_K = W_Q) valid-kernel heads", arm="tied-bidirectional",
-                  metric="frac_kernel", stat="range", supports="== 1", control=True),
+        Threshold("negative mass of the symmetrised kernel, median trained head",
+                  arm="trained-bidirectional", metric="negative_mass_median", supports="< 0.01",
+                  refutes="> 0.01", unit="fraction of spectral mass"),
+        Threshold("tied control (W_K = W_Q): largest negative mass", arm="tied-bidirectional",
+                  metric="negative_mass_max", stat="range", supports="<= 0.001", control=True,
+                  unit="fraction of spectral mass"),
+    ),
+    extensions=(
+        Extension("training moves towards a kernel",
+                  "Does training lower the median head's negative mass below its value at init "
+                  "by more than half a point?",
+                  (Threshold.beyond("negative mass: trained − init (median head)",
+                                    arm="trained-bidirectional", baseline="init-bidirectional",
+                                    metric="negative_mass_median", direction="<", margin=0.005,
+                                    unit="fraction of spectral mass"),)),
+        Extension("strict kernel certificate",
+                  "Do at least 90% of heads pass the float64 certificate as they are "
+                  "(symmetric and PSD), trained, bidirectional and causal?",
+                  (Threshold("valid-kernel heads, trained, bidirectional",
+                             arm="trained-bidirectional", metric="frac_kernel",
+                             supports=">= 0.9", refutes="<= 0.1", unit="fraction of heads"),
+                   Threshold("valid-kernel heads, trained, causal", arm="trained-causal",
+                             metric="frac_kernel", supports=">= 0.9", refutes="<= 0.1",
+                             unit="fraction of heads"),
+                   Threshold("tied control (W_K = W_Q) valid-kernel heads",
+                             arm="tied-bidirectional", metric="frac_kernel", stat="range",
+                             supports="== 1", control=True))),
     ),
     anchors=(
         Anchor("softmax attention as a kernel", "asymmetric, not a Mercer kernel",

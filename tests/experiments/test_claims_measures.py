@@ -58,6 +58,9 @@ def test_kernel_certificate_tied_is_psd_untied_is_not():
   S = (K64 + K64.T) / 2
   lam = np.linalg.eigvalsh(S)
   np.testing.assert_allclose(untied["min_eig_rel"][0, 1], lam[0] / np.abs(lam).max(), rtol=1e-4)
+  neg = -lam[lam < 0].sum() / np.abs(lam).sum()
+  np.testing.assert_allclose(untied["negative_mass"][0, 1], neg, rtol=1e-4, atol=1e-9)
+  assert tied["negative_mass"].max() <= 1e-3  # PSD up to float32 rounding of κ
   causal = softmax_kernel.kernel_certificate(q, q, 0.5, causal=True)
   assert not causal["is_symmetric"].any()  # a lower-triangular kernel is never symmetric
   metrics = softmax_kernel.kernel_metrics(untied)
