@@ -34,7 +34,7 @@ import numpy as np
 
 import analysis
 import transformer
-from experiments.benchmarks import timing
+from experiments.lab import timing
 
 
 def next_token_loss(model: transformer.Transformer):
