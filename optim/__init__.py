@@ -36,13 +36,23 @@ from optim.condition import (
 )
 from optim.heads import head_overlap, orthogonal_heads
 from optim.orthogonalized import MuonState, muon, scale_by_muon, shape_scale
-from optim.roles import ROLES, head_layout, labels, select
+from optim.roles import (
+    CONVENTIONS,
+    ROLES,
+    MatrixAxes,
+    head_layout,
+    labels,
+    labels_by_shape,
+    select,
+)
 from optim.spectral import SpectralState, spectral_cap, spectral_normalize
 from transformer.linalg.polar import NS_COEFFS, newton_schulz
 
 __all__ = [
-    "ConditionEstimate", "ConditionState", "MuonState", "NS_COEFFS", "ROLES", "SpectralState",
-    "condition_multiplier", "estimate_condition", "head_layout", "head_overlap", "labels", "muon",
+    "CONVENTIONS", "ConditionEstimate", "ConditionState", "MatrixAxes", "MuonState", "NS_COEFFS",
+    "ROLES", "SpectralState",
+    "condition_multiplier", "estimate_condition", "head_layout", "head_overlap", "labels",
+    "labels_by_shape", "muon",
     "newton_schulz",
     "orthogonal_heads", "scale_by_condition", "scale_by_muon", "select", "shape_scale",
     "spectral_cap", "spectral_normalize",
