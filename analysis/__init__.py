@@ -81,8 +81,10 @@ from analysis.stability import (
     max_logit,
 )
 from analysis.weights import Factored, Matrix, circuits, matrices
+from transformer.version import __version__
 
 __all__ = [
+    "__version__",
     "attention_input_bound", "causal_jacobian_blocks", "causal_jacobian_eigenvalues",
     "causal_jacobian_spectra", "effective_condition", "logit_bound", "max_logit",
     "Factored", "Matrix", "activation_sparsity", "attention_entropy", "cache_rank",

@@ -47,8 +47,10 @@ from optim.roles import (
 )
 from optim.spectral import SpectralState, spectral_cap, spectral_normalize
 from transformer.linalg.polar import NS_COEFFS, newton_schulz
+from transformer.version import __version__
 
 __all__ = [
+    "__version__",
     "CONVENTIONS", "ConditionEstimate", "ConditionState", "MatrixAxes", "MuonState", "NS_COEFFS",
     "ROLES", "SpectralState",
     "condition_multiplier", "estimate_condition", "head_layout", "head_overlap", "labels",

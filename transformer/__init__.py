@@ -47,8 +47,10 @@ from transformer.model import (
     init,
     layer,
 )
+from transformer.version import __version__
 
 __all__ = [
+    "__version__",
     "ATTENTION", "Block", "Config", "Entry", "KVCache", "PRESETS", "Transformer",
     "block_fn", "cached_logits", "catalog", "decode_step", "from_hf", "generate", "gpt2_config",
     "init",
