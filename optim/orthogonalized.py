@@ -227,10 +227,11 @@ def muon(
 
   Args:
     learning_rate: Muon's learning rate `η` (a scalar or schedule).
-    beta, nesterov, ns_steps, coeffs, compute_dtype, shape_scaling, rms, n_heads, n_kv_heads,
-      mu_dtype, gram, matrix_axes: as in `scale_by_muon`. A leaf sent to Muon with three or
-      more axes, neither ours nor named by `matrix_axes` (a scanned stack, an `nn.Einsum`
-      kernel, a convolution), raises: only you know which axes are its matrix.
+    beta: as in `scale_by_muon`, and so are `nesterov`, `ns_steps`, `coeffs`,
+      `compute_dtype`, `shape_scaling`, `rms`, `n_heads`, `n_kv_heads`, `mu_dtype`, `gram` and
+      `matrix_axes`. A leaf sent to Muon with three or more axes, neither ours nor named by
+      `matrix_axes` (a scanned stack, an `nn.Einsum` kernel, a convolution), raises: only you
+      know which axes are its matrix.
     weight_decay: decoupled weight decay `λ` of the Muon matrices.
     weight_decay_mask: optional mask (tree or callable) for that decay.
     adam_learning_rate: AdamW's learning rate (scalar or schedule).

@@ -456,7 +456,7 @@ def resolve_axes(params, spec: AxesSpec = None, *, strict: bool = False) -> list
                        f"of {len(leaves)}; return one MatrixAxes (or None) per leaf")
   else:
     given = [None] * len(leaves)
-  out, ambiguous = [], []
+  out, ambiguous, first = [], [], None
   for (path, x), g in zip(leaves, given, strict=True):
     s = path_str(path)
     if isinstance(spec, MatrixAxes):
@@ -468,12 +468,13 @@ def resolve_axes(params, spec: AxesSpec = None, *, strict: bool = False) -> list
       if g is None:
         if strict and jnp.ndim(x) > 2:
           ambiguous.append(f"{s!r} {tuple(jnp.shape(x))}")
+          first = first or s
         g = KERNEL
     out.append(g)
   if ambiguous:
     raise ValueError(
         f"optim.muon: which axes are the matrix of {_listing(ambiguous)}? pass "
-        f"matrix_axes={{'NAME': optim.MatrixAxes(reduction=..., output=...)}} "
+        f"matrix_axes={{{first!r}: optim.MatrixAxes(reduction=..., output=...)}} "
         f"(optim.MatrixAxes(-2, -1) for a scanned (L, d_in, d_out) stack; "
         f"MatrixAxes(0, (1, 2)) for an nn.Einsum (D, H, Dh) kernel as one matrix)")
   return out
