@@ -10,7 +10,10 @@ Every piece is an `optax.GradientTransformation` with a `NamedTuple` state, comp
 works under `jax.jit`:
 
 - `labels` / `select`: parameter roles (`hidden`, `embedding`, `unembedding`, `vector`)
-  from parameter paths, and masks built from them;
+  from parameter paths — ours, and linen/nnx, equinox and Hugging Face names from one table
+  (`CONVENTIONS`) — and masks built from them; a leaf no rule places raises, naming it and
+  the fix (`label_fn`, `labels_by_shape`); `MatrixAxes` says which axes of a stacked or
+  Einsum leaf are its matrix;
 - `newton_schulz`, `scale_by_muon`, `muon`: Muon on the hidden matrices, AdamW elsewhere
   (orthogonality topic);
 - `spectral_cap`, `spectral_normalize`: bound or fix `σ_max` (eigenvalue topic);

@@ -241,7 +241,8 @@ def scale_by_condition(
     every: refresh period `k` of the estimate, in updates.
     power_steps: iterations per refresh.
     init_power_steps: iterations at `init`.
-    mask: which leaves (a bool pytree or `params -> bool pytree`); default the `hidden` role.
+    mask: which leaves (a bool pytree or `params -> bool pytree`); default the `hidden` role,
+      loud when it selects nothing (see `spectral_cap`).
 
   Returns:
     An `optax.GradientTransformation` with state `optax.MaskedState(ConditionState)`.

@@ -152,8 +152,9 @@ def spectral_cap(
   Args:
     max_sigma: the cap `c`.
     mask: which leaves to constrain: a bool pytree or `params -> bool pytree`; default
-      `optim.select(roles=("hidden",))`. E.g. `select(names=("w_o", "w_2"))` for the
-      residual branches only.
+      the `hidden` role (`optim.select()`), which raises, naming the leaves, when it selects
+      nothing or a foreign leaf of three or more axes. E.g. `select(names=("w_o", "w_2"))`
+      for the residual branches only.
     method: `"lanczos"`, `"power"` or `"svd"`.
     tol: (`"lanczos"`) the relative accuracy of `σ̂`.
     krylov_dim: (`"lanczos"`) cap on the Krylov dimension per update (default 32). It sets
