@@ -1,12 +1,13 @@
 """The analysis atlas of a Hugging Face folder.
 
-    python examples/hf_atlas.py            # about 40 s on 2 CPU cores
+    python examples/hf_atlas.py            # 51 s of CPU time
 
-Nothing is downloaded: a small GPT-2-shaped model is written as a Hugging Face folder by
-`transformer.to_hf` (`config.json` + `model.safetensors`, the files `transformers` saves),
-read back by `transformer.from_hf`, and measured by `python -m experiments atlas --hf FOLDER`
-— the same command you would point at a GPT-2 or Llama folder you already have. It prints
-the report's path and its first lines. Needs `safetensors` (the `hf` extra).
+Nothing is downloaded: a small random GPT-2-shaped model (one layer, d = 32) is written as a
+Hugging Face folder by `transformer.to_hf` (`config.json` + `model.safetensors`, the files
+`transformers` saves), read back by `transformer.from_hf`, and measured by
+`python -m experiments atlas --hf FOLDER` — the same command you would point at a GPT-2 or
+Llama folder you already have. It prints the report's path and its first lines. Needs
+`safetensors` (the `hf` extra).
 """
 
 import pathlib
@@ -22,9 +23,9 @@ import transformer
 
 def main():
   work = pathlib.Path(tempfile.mkdtemp(prefix="hf_atlas_"))
-  cfg = transformer.gpt2_config(vocab_size=256, d_model=64, n_layers=2, n_heads=4, max_len=64)
+  cfg = transformer.gpt2_config(vocab_size=256, d_model=32, n_layers=1, n_heads=2, max_len=32)
   params = transformer.init(cfg, jax.random.key(0))
-  folder = work / "gpt2-small-random"
+  folder = work / "gpt2-random"
   transformer.to_hf(params, cfg, folder)
   print("wrote", sorted(p.name for p in folder.iterdir()))
 

@@ -1,6 +1,6 @@
 """The Jacobian spectrum of any function, dense and matrix-free.
 
-    python examples/jacobian_spectrum.py   # about 10 s on 2 CPU cores
+    python examples/jacobian_spectrum.py   # 16 s of CPU time
 
 `analysis` differentiates any `f(x)`, not only our transformer. Here `f` is a residual
 block `x + tanh(x W₁) W₂` on a `(T, D)` input, written in plain JAX. The dense Jacobian

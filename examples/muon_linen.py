@@ -1,6 +1,6 @@
 """Muon on your own `flax.linen` model.
 
-    python examples/muon_linen.py          # about 15 s on 2 CPU cores
+    python examples/muon_linen.py          # 23 s of CPU time
 
 A small linen language model with the usual layer names (`nn.Embed`, `nn.Dense` named `fc1`
 and `fc2`, an `lm_head`) learns a next-token rule with `optim.muon`. `optim.labels` places

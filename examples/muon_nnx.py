@@ -1,6 +1,6 @@
 """Muon on a `flax.nnx` model, through `nnx.Optimizer`.
 
-    python examples/muon_nnx.py            # about 15 s on 2 CPU cores
+    python examples/muon_nnx.py            # 18 s of CPU time
 
 The model has an `nnx.Einsum` projection whose kernel is `(D, H, Dh)`: which of its axes make
 the matrix only its author knows, so `optim.muon` asks (one line, naming the leaf) until told
