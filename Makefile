@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -n 2
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest $(PYTEST_ARGS) --doctest-modules transformer analysis optim experiments tests
+
+$(VENV)/.installed-docs: setup.py | $(PY)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $@
+
+# The API reference from the docstrings (Sphinx, autodoc + napoleon), warnings as errors.
+docs: $(VENV)/.installed-docs
+	$(PY) -m sphinx -W --keep-going -q -b html docs build/docs
+	@echo "docs: build/docs/index.html"
 
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check .

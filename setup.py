@@ -1,32 +1,47 @@
 """Matrices in Transformers: a JAX library that treats a transformer as a train of matrices."""
 
+import pathlib
+import re
+
 from setuptools import find_packages, setup
+
+HERE = pathlib.Path(__file__).parent
+# The one place the version is written: transformer/version.py (exported as `__version__`).
+VERSION = re.search(r'^__version__ = "([^"]+)"$',
+                    (HERE / "transformer" / "version.py").read_text(encoding="utf-8"),
+                    re.MULTILINE).group(1)
 
 setup(
     name="matrices-in-transformers",
-    version="0.1.0",
+    version=VERSION,
     description="Explicit-matrix transformers in JAX/Flax with spectral analysis and "
                 "matrix-aware optimizers.",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(include=["transformer*", "analysis*", "optim*", "experiments*"]),
+    # Every package and subpackage of the four, nothing else (no tests/, runs/, examples/).
+    packages=find_packages(include=["transformer", "transformer.*", "analysis", "analysis.*",
+                                    "optim", "optim.*", "experiments", "experiments.*"]),
+    package_data={"transformer": ["py.typed"], "analysis": ["py.typed"], "optim": ["py.typed"],
+                  "experiments": ["py.typed"]},
     install_requires=[
         "jax>=0.6.0",
         "flax>=0.10.0",
         "optax>=0.2.4",
         "orbax-checkpoint>=0.11.0",
-        "chex>=0.1.88",
         "numpy>=1.26",
+        "scipy>=1.11",
         "matplotlib>=3.8",
         "tqdm>=4.66",
         "tensorboardX>=2.6",
     ],
     extras_require={
-        "dev": ["pytest>=8.0", "pytest-xdist>=3.5", "hypothesis>=6.100", "scipy>=1.11",
+        "dev": ["pytest>=8.0", "pytest-xdist>=3.5", "hypothesis>=6.100", "chex>=0.1.88",
                 "ruff>=0.5"],
         # Loading needs only safetensors; transformers and torch are for the conversion tests
         # and `to_hf` users. torch is pinned to the CPU build this project's machines carry.
         "hf": ["safetensors>=0.4", "transformers>=4.44", "torch==2.13.0"],
+        # `make docs`: the API reference from the docstrings.
+        "docs": ["sphinx>=7.0"],
     },
 )

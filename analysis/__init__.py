@@ -6,7 +6,8 @@ and return arrays or dicts of arrays, jit-able where the math allows; certificat
 definiteness) run in float64 and return the tolerance that decided them. Rendering (markdown,
 figures) lives only in `analysis.report`.
 
-Modules:
+Modules::
+
   weights:     every named weight matrix and the per-head circuits `W_QK^h`, `W_OV^h`.
   spectra:     singular values, condition number, stable/effective/numerical rank, power-law
                exponent, Marchenko–Pastur edge, float64 certificates.
@@ -105,8 +106,10 @@ from analysis.stability import (
     max_logit,
 )
 from analysis.weights import Factored, Matrix, circuits, matrices
+from transformer.version import __version__
 
 __all__ = [
+    "__version__",
     "Sharpness", "SharpnessTracker", "SpectralDensity", "adam_preconditioner",
     "adam_second_moment", "gauss_newton_operator", "hessian_operator",
     "hessian_spectral_density", "hessian_top_eigenvalues", "power_law_fit", "sharpness",

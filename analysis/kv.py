@@ -302,7 +302,7 @@ def calibrate_steps(params, cfg: transformer.Config, comp: latent.Compression, t
                     bits: int, clips=(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)):
   """Per-channel quantization steps of the coefficients at `comp`'s ranks, for `bits`.
 
-  Each channel's clipping value is the fraction in `clips` of its calibration max |c| whose
+  Each channel's clipping value is the fraction in `clips` of its calibration max `|c|` whose
   mid-rise quantizer (`2^bits` levels, step `clip / 2^(bits-1)`) has the least squared error.
 
   Returns:

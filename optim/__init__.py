@@ -10,7 +10,10 @@ Every piece is an `optax.GradientTransformation` with a `NamedTuple` state, comp
 works under `jax.jit`:
 
 - `labels` / `select`: parameter roles (`hidden`, `embedding`, `unembedding`, `vector`)
-  from parameter paths, and masks built from them;
+  from parameter paths — ours, and linen/nnx, equinox and Hugging Face names from one table
+  (`CONVENTIONS`) — and masks built from them; a leaf no rule places raises, naming it and
+  the fix (`label_fn`, `labels_by_shape`); `MatrixAxes` says which axes of a stacked or
+  Einsum leaf are its matrix;
 - `newton_schulz`, `scale_by_muon`, `muon`: Muon on the hidden matrices, AdamW elsewhere
   (orthogonality topic); under a device mesh `shard="owner"` orthogonalizes each stacked
   layer on the device that owns it (`owner_spec`);
@@ -37,14 +40,25 @@ from optim.condition import (
 )
 from optim.heads import head_gram_overlap, orthogonal_heads
 from optim.orthogonalized import MuonState, muon, owner_spec, scale_by_muon, shape_scale
-from optim.roles import ROLES, head_layout, labels, select
+from optim.roles import (
+    CONVENTIONS,
+    ROLES,
+    MatrixAxes,
+    head_layout,
+    labels,
+    labels_by_shape,
+    select,
+)
 from optim.spectral import SpectralState, spectral_cap, spectral_normalize
 from transformer.linalg.polar import NS_COEFFS, newton_schulz
+from transformer.version import __version__
 
 __all__ = [
-    "ConditionEstimate", "ConditionState", "MuonState", "NS_COEFFS", "ROLES", "SpectralState",
+    "__version__",
+    "CONVENTIONS", "ConditionEstimate", "ConditionState", "MatrixAxes", "MuonState", "NS_COEFFS",
+    "ROLES", "SpectralState",
     "condition_multiplier", "estimate_condition", "head_gram_overlap", "head_layout", "labels",
-    "muon",
+    "labels_by_shape", "muon",
     "newton_schulz",
     "orthogonal_heads", "owner_spec",
     "scale_by_condition", "scale_by_muon", "select", "shape_scale",

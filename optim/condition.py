@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.roles import select
+from optim.roles import default_mask, unzip_tree
 from transformer.linalg.power import normalize, power_iteration
 from transformer.linalg.serial import one_at_a_time
 
@@ -171,11 +171,6 @@ def condition_multiplier(kappa, alpha=0.5, kappa_ref=10.0):
   return jnp.minimum(1.0, (kappa_ref / kappa) ** alpha)
 
 
-def _unzip(like, tree_of_tuples, n: int):
-  """A pytree of `n`-tuples (structured like `like`) as `n` pytrees."""
-  return jax.tree.transpose(jax.tree.structure(like), jax.tree.structure((0,) * n), tree_of_tuples)
-
-
 def _estimate_tree(params, v_max, v_min, power_steps: int):
   """`estimate_condition` over a pytree: `(kappa, v_max, v_min, converged)` pytrees."""
 
@@ -183,7 +178,7 @@ def _estimate_tree(params, v_max, v_min, power_steps: int):
     est = estimate_condition(p.astype(jnp.float32), a, b, power_steps)
     return est.kappa, est.v_max, est.v_min, est.converged
 
-  return _unzip(params, jax.tree.map(one, params, v_max, v_min), 4)
+  return unzip_tree(params, jax.tree.map(one, params, v_max, v_min), 4)
 
 
 def _scale_by_condition(alpha, kappa_ref, every, power_steps, init_power_steps):
@@ -197,7 +192,7 @@ def _scale_by_condition(alpha, kappa_ref, every, power_steps, init_power_steps):
       ramp = 1.0 + jnp.arange(short, dtype=jnp.float32) / short
       return jnp.ones(lead + (p.shape[-1],), jnp.float32), jnp.broadcast_to(ramp, lead + (short,))
 
-    v_max, v_min = _unzip(params, jax.tree.map(start, params), 2)
+    v_max, v_min = unzip_tree(params, jax.tree.map(start, params), 2)
     kappa, v_max, v_min, ok = _estimate_tree(params, v_max, v_min, init_power_steps)
     return ConditionState(jnp.zeros([], jnp.int32), v_max, v_min, kappa, ok)
 
@@ -246,7 +241,8 @@ def scale_by_condition(
     every: refresh period `k` of the estimate, in updates.
     power_steps: iterations per refresh.
     init_power_steps: iterations at `init`.
-    mask: which leaves (a bool pytree or `params -> bool pytree`); default the `hidden` role.
+    mask: which leaves (a bool pytree or `params -> bool pytree`); default the `hidden` role,
+      loud when it selects nothing (see `spectral_cap`).
 
   Returns:
     An `optax.GradientTransformation` with state `optax.MaskedState(ConditionState)`.
@@ -261,4 +257,4 @@ def scale_by_condition(
     (2,)
   """
   inner = _scale_by_condition(alpha, kappa_ref, every, power_steps, init_power_steps)
-  return optax.masked(inner, select() if mask is None else mask)
+  return optax.masked(inner, default_mask("scale_by_condition") if mask is None else mask)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.roles import head_layout
+from optim.roles import _whole, head_layout, path_str
 from transformer.names import Side
 
 
@@ -59,7 +59,8 @@ def head_gram_overlap(W: jax.Array, n: int, side: Side = "columns"):
   return R, grad if side == "columns" else jnp.swapaxes(grad, -1, -2)
 
 
-def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None):
+def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None,
+                     layout_fn=None):
   r"""Add the decoupled step `−strength · ∇R(W)` of `head_gram_overlap` to each projection.
 
   .. math::
@@ -75,6 +76,9 @@ def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None):
     strength: `λ ≥ 0`.
     n_heads: query heads `H` (`w_q` and `w_o` split into `H` blocks).
     n_kv_heads: key/value heads (`w_k`, `w_v`); default `n_heads`.
+    layout_fn: `params -> pytree of (side, count) | None`, which leaves split into heads and
+      how (see `optim.head_layout`); default our names. With the default, a whole tree with
+      no `w_q`, `w_k`, `w_v`, `w_o` raises instead of passing every update through unchanged.
 
   Returns:
     An `optax.GradientTransformation` with state `optax.EmptyState`.
@@ -98,6 +102,17 @@ def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None):
       grad = head_gram_overlap(p.astype(jnp.float32), n, side)[1]
       return (u - strength * grad).astype(u.dtype)
 
-    return jax.tree.map(step, updates, params, head_layout(params, n_heads, n_kv_heads)), state
+    if layout_fn is None:
+      layouts = head_layout(params, n_heads, n_kv_heads)
+      if _whole(params) and all(x is None for x in jax.tree.leaves(
+          layouts, is_leaf=lambda x: x is None)):
+        found = [path_str(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)][:6]
+        raise ValueError(
+            f"optim.orthogonal_heads: no leaf is an attention projection of ours (w_q, w_k, "
+            f"w_v, w_o); the leaves are {found}; pass layout_fn= mapping params to "
+            f"('columns' | 'rows', n_heads) per projection (None elsewhere)")
+    else:
+      layouts = layout_fn(params)
+    return jax.tree.map(step, updates, params, layouts), state
 
   return optax.GradientTransformation(optax.init_empty_state, update_fn)

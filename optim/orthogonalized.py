@@ -28,7 +28,16 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from optim.roles import head_layout, labels, merge_heads, split_heads
+from optim.roles import (
+  AxesSpec,
+  as_matrices,
+  head_split,
+  labels,
+  merge_heads,
+  path_str,
+  resolve_axes,
+  split_heads,
+)
 from transformer.linalg.polar import coeff_table, newton_schulz
 
 ShapeScaling = Literal["width", "rms", "none"]
@@ -158,6 +167,7 @@ def scale_by_muon(
     shard: Shard | None = None,
     mesh: Mesh | None = None,
     shard_axes: Sequence[str] | None = None,
+    matrix_axes: AxesSpec = None,
 ) -> optax.GradientTransformation:
   r"""Momentum, then Newton–Schulz orthogonalization, then shape scaling, per matrix.
 
@@ -207,6 +217,12 @@ def scale_by_muon(
       owning over `data` too halves the work but gathers the results back across the data
       replicas (on `data=2,fsdp=4`, `d=32`: 358 kB per update, more than `"replicate"`'s
       246 kB, against 184 kB for `("fsdp",)`; `experiments.benchmarks.muon_sharding`).
+    matrix_axes: which axes of each leaf are its matrix (`optim.MatrixAxes`, as optax's
+      `MuonDimensionNumbers`): one for every leaf, a mapping path suffix -> axes, or
+      `params -> pytree of MatrixAxes | None`. Default: ours and linen/nnx `kernel` are
+      `(..., d_in, d_out)`, a 2-D PyTorch/equinox `weight` is `(d_out, d_in)`, and any other
+      leaf's last two axes are the matrix. The update is the same up to a transpose; the
+      shape scaling reads `d_in`, `d_out` from it.
 
   Returns:
     An `optax.GradientTransformation` with state `MuonState`.
@@ -232,9 +248,12 @@ def scale_by_muon(
         mu=jax.tree.map(lambda p: jnp.zeros_like(p, dtype=mu_dtype or p.dtype), params),
     )
 
-  def orthogonalize(x, layout):
+  def orthogonalize(x, layout, axes):
     if x.ndim < 2:
       raise ValueError(f"scale_by_muon: every leaf must be a (batch of) matrix, got {x.shape=}")
+    if tuple(axes) != (-2, -1) and layout is None:
+      M, restore = as_matrices(x, axes)
+      return restore(orthogonalize(M, None, (-2, -1)))
     where = _iteration_sharding(x.shape, shard, mesh, shard_axes)
     pin = (lambda y: y) if where is None else (
         lambda y: jax.lax.with_sharding_constraint(y, where))
@@ -265,9 +284,12 @@ def scale_by_muon(
           optax.tree.scale(beta, optax.tree.bias_correction(mu, beta, count + 1)),
           optax.tree.scale(1 - beta, optax.tree.bias_correction(updates, beta, count)))
     mu_hat = optax.tree.cast_like(mu_hat, updates)
-    layouts = (jax.tree.map(lambda _: None, updates) if n_heads is None
-               else head_layout(updates, n_heads, n_kv_heads))
-    updates = jax.tree.map(orthogonalize, mu_hat, layouts)
+    layouts = [None if n_heads is None else head_split(p, n_heads, n_kv_heads)
+               for p, _ in jax.tree_util.tree_leaves_with_path(mu_hat)]
+    axes = resolve_axes(mu_hat, matrix_axes)
+    updates = jax.tree.unflatten(jax.tree.structure(mu_hat), [
+        orthogonalize(x, lay, ax)
+        for x, lay, ax in zip(jax.tree.leaves(mu_hat), layouts, axes, strict=True)])
     mu = jax.tree.map(lambda m, old: m.astype(old.dtype), mu, state.mu)
     return updates, MuonState(count=count, mu=mu)
 
@@ -300,6 +322,7 @@ def muon(
     shard: Shard | None = None,
     mesh: Mesh | None = None,
     shard_axes: Sequence[str] | None = None,
+    matrix_axes: AxesSpec = None,
 ) -> optax.GradientTransformation:
   r"""Muon on the `hidden` matrices, AdamW (with its own hyper-parameters) on the rest.
 
@@ -320,6 +343,9 @@ def muon(
     shard, mesh, shard_axes: where each matrix is orthogonalized under a device mesh, as in
       `scale_by_muon` (`shard="owner"`: each device its own layers, no collective inside the
       Newton–Schulz iterations).
+    matrix_axes: as in `scale_by_muon`. A leaf sent to Muon with three or more axes, neither
+      ours nor named by `matrix_axes` (a scanned stack, an `nn.Einsum` kernel, a convolution),
+      raises: only you know which axes are its matrix.
     weight_decay: decoupled weight decay `λ` of the Muon matrices.
     weight_decay_mask: optional mask (tree or callable) for that decay.
     adam_learning_rate: AdamW's learning rate (scalar or schedule).
@@ -328,9 +354,12 @@ def muon(
     adam_eps: AdamW's epsilon.
     adam_weight_decay: AdamW's decoupled weight decay.
     muon_roles: roles sent to Muon.
-    label_fn: `params -> role pytree`; default `optim.labels`. (Under
-      `optax.inject_hyperparams`, name it in `static_args`, since callables are taken as
-      schedules there.)
+    label_fn: `params -> role pytree`; default `optim.labels`, which knows our names, linen,
+      nnx, equinox and Hugging Face conventions and raises (one line, naming the leaves and
+      the fix) on a leaf of two or more axes it cannot place, or when no leaf goes to Muon.
+      `optim.labels_by_shape` is optax's every-2-D rule. A `label_fn` of your own is trusted
+      as it is. (Under `optax.inject_hyperparams`, name it in `static_args`, since callables
+      are taken as schedules there.)
 
   Returns:
     An `optax.GradientTransformation` (an `optax.partition` of the two optimizers).
@@ -348,12 +377,14 @@ def muon(
     Loshchilov & Hutter, `Decoupled Weight Decay Regularization`, 2019.
   """
   muon_roles = frozenset(muon_roles)
+  strict = label_fn is None
   label_fn = labels if label_fn is None else label_fn
   muon_tx = optax.chain(
       scale_by_muon(beta, nesterov=nesterov, ns_steps=ns_steps, coeffs=coeffs,
                     compute_dtype=compute_dtype, shape_scaling=shape_scaling, rms=rms,
                     n_heads=n_heads, n_kv_heads=n_kv_heads, mu_dtype=mu_dtype, gram=gram,
-                    shard=shard, mesh=mesh, shard_axes=shard_axes),
+                    shard=shard, mesh=mesh, shard_axes=shard_axes,
+                    matrix_axes=matrix_axes),
       optax.add_decayed_weights(weight_decay, weight_decay_mask),
       optax.scale_by_learning_rate(learning_rate),
   )
@@ -361,6 +392,22 @@ def muon(
                         weight_decay=adam_weight_decay, mu_dtype=mu_dtype)
 
   def param_labels(params):
-    return jax.tree.map(lambda r: "muon" if r in muon_roles else "adam", label_fn(params))
+    routes = jax.tree.map(lambda r: "muon" if r in muon_roles else "adam", label_fn(params))
+    chosen = [x for x, r in zip(jax.tree.leaves(params), jax.tree.leaves(routes), strict=True)
+              if r == "muon"]
+    if strict and not chosen:
+      found = [f"{path_str(p)!r} {tuple(jnp.shape(x))}"
+               for p, x in jax.tree_util.tree_leaves_with_path(params)][:6]
+      raise ValueError(
+          f"optim.muon: no leaf has a role in {sorted(muon_roles)}, so Muon would run AdamW on "
+          f"everything; the leaves are {', '.join(found)}; pass label_fn= (e.g. "
+          f"optim.labels_by_shape) or check muon_roles")
+    resolve_axes(_only(params, routes, "muon"), matrix_axes, strict=True)
+    return routes
 
   return optax.partition({"muon": muon_tx, "adam": adam_tx}, param_labels)
+
+
+def _only(params, routes, route: str):
+  """`params` with every leaf not on `route` masked out (as `optax.partition` passes it)."""
+  return jax.tree.map(lambda x, r: x if r == route else optax.MaskedNode(), params, routes)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.roles import select
+from optim.roles import default_mask, unzip_tree
 from transformer.linalg import serial
 from transformer.linalg.lanczos import lanczos_svd
 from transformer.linalg.power import power_iteration
@@ -102,7 +102,7 @@ def _rescale(rule: Callable, *, method: Method, tol: float, krylov_dim: int | No
       return v, ok
 
     pairs = jax.tree.map(start, params)
-    v, ok = jax.tree.transpose(jax.tree.structure(params), jax.tree.structure((0, 0)), pairs)
+    v, ok = unzip_tree(params, pairs, 2)
     return SpectralState(v=v, converged=ok)
 
   def update_fn(updates, state, params=None):
@@ -117,8 +117,7 @@ def _rescale(rule: Callable, *, method: Method, tol: float, krylov_dim: int | No
       return jnp.where(active[..., None, None], projected.astype(u.dtype), u), v, ok
 
     triples = jax.tree.map(project, updates, params, state.v)
-    treedef = jax.tree.structure(updates)
-    updates, v, ok = jax.tree.transpose(treedef, jax.tree.structure((0, 0, 0)), triples)
+    updates, v, ok = unzip_tree(updates, triples, 3)
     return updates, SpectralState(v=v, converged=ok)
 
   return optax.GradientTransformation(init_fn, update_fn)
@@ -153,8 +152,9 @@ def spectral_cap(
   Args:
     max_sigma: the cap `c`.
     mask: which leaves to constrain: a bool pytree or `params -> bool pytree`; default
-      `optim.select(roles=("hidden",))`. E.g. `select(names=("w_o", "w_2"))` for the
-      residual branches only.
+      the `hidden` role (`optim.select()`), which raises, naming the leaves, when it selects
+      nothing or a foreign leaf of three or more axes. E.g. `select(names=("w_o", "w_2"))`
+      for the residual branches only.
     method: `"lanczos"`, `"power"` or `"svd"`.
     tol: (`"lanczos"`) the relative accuracy of `σ̂`.
     krylov_dim: (`"lanczos"`) cap on the Krylov dimension per update (default 32). It sets
@@ -186,7 +186,7 @@ def spectral_cap(
 
   inner = _rescale(rule, method=method, tol=tol, krylov_dim=krylov_dim, power_steps=power_steps,
                    init_power_steps=init_power_steps)
-  return optax.masked(inner, select() if mask is None else mask)
+  return optax.masked(inner, default_mask("spectral_cap") if mask is None else mask)
 
 
 def spectral_normalize(
@@ -240,4 +240,4 @@ def spectral_normalize(
 
   inner = _rescale(rule, method=method, tol=tol, krylov_dim=krylov_dim, power_steps=power_steps,
                    init_power_steps=init_power_steps)
-  return optax.masked(inner, select() if mask is None else mask)
+  return optax.masked(inner, default_mask("spectral_normalize") if mask is None else mask)

@@ -50,8 +50,10 @@ from transformer.model import (
     init,
     layer,
 )
+from transformer.version import __version__
 
 __all__ = [
+    "__version__",
     "ATTENTION", "Block", "Config", "Entry", "KVCache", "KVInputs", "PRESETS", "Transformer",
     "block_fn", "cached_logits", "catalog", "decode_step", "dense_kv", "forward_layerwise",
     "from_hf", "generate", "gpt2_config", "init",

@@ -1,6 +1,6 @@
 """Attention, written out: masks, rotary positions, and the score/mixing registry.
 
-Every attention variant is a pure, parameter-free function with one signature,
+Every attention variant is a pure, parameter-free function with one signature::
 
     fn(q_BTHDh, k_BSHDh, v_BSHDh, mask_BTS, *, scale, **options)
         -> (out_BTHDh, {"scores": scores_BHTS, "weights": weights_BHTS, ...})

@@ -37,11 +37,16 @@ def _qkv(seed, B=2, T=23, H=2, Dh=4):
 
 
 def _np_attention(logits, allowed, v):
-  """Reference: row softmax of `logits` (B, H, T, S) over `allowed`, then mix `v`."""
-  s = np.where(allowed, logits, -np.inf)
-  a = np.exp(s - s.max(-1, keepdims=True))
-  a = np.where(allowed, a, 0.0)
-  a /= a.sum(-1, keepdims=True)
+  """Reference: row softmax of `logits` (B, H, T, S) over `allowed`, then mix `v`.
+
+  A row with no allowed key (a padded query) gets zero weights: the reference never forms
+  `-inf - (-inf)` or `0 / 0`, and `_check` skips those rows."""
+  allowed = np.broadcast_to(allowed, logits.shape)
+  top = np.max(logits, axis=-1, keepdims=True, where=allowed, initial=-np.inf)
+  a = np.where(allowed, np.exp(np.where(allowed, logits - np.where(np.isfinite(top), top, 0), 0)),
+               0.0)
+  total = a.sum(-1, keepdims=True)
+  a = a / np.where(total > 0, total, 1.0)
   return np.einsum("bhts,bshd->bthd", a, v), a
 
 

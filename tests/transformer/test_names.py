@@ -82,7 +82,9 @@ def test_one_line_adds_a_matrix_to_every_consumer(model, monkeypatch):
   assert float(s.max()) < 1.2 and float(jnp.median(s)) > 0.6
 
   monkeypatch.undo()
-  assert optim.labels(params)["blocks"]["ffn"]["w_extra"] == "vector"
+  # Without its line, a matrix is never silently a vector: labels names it and the fix.
+  with pytest.raises(ValueError, match="'blocks/ffn/w_extra' \\(2, 32, 32\\).*label_fn="):
+    optim.labels(params)
   assert "blocks/ffn/w_extra" not in {e.path for e in transformer.catalog(params, cfg)}
 
 
