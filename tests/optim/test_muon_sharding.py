@@ -10,7 +10,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 import optim
 import transformer
-from experiments import sharding
+from experiments.train import sharding
 
 CONFIGS = {  # GPT: 8 layers, every mesh owns them; Llama: 4 layers, owned by fsdp=4 of
   # data=2,fsdp=4 and replicated (the fallback) under fsdp=8
