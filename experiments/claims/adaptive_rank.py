@@ -28,6 +28,8 @@ The control: the oracle must gain over uniform at the key budget (else recovery 
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import scipy.stats
@@ -35,8 +37,33 @@ import scipy.stats
 import transformer
 from analysis import kv
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from transformer import latent
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveRankSizes(Sizes):
+  """What a run of `adaptive-rank` reads about its size.
+
+  Attributes:
+    model: the shared base model (`experiments.models`), one per seed.
+    seq_len: tokens per held-out sequence.
+    n_sequences: held-out (validation-split) sequences per seed.
+    prefix_len: tokens of each sequence the causal policy reads.
+    n_calibration: training-split windows the PCA bases are computed from.
+  """
+
+  model: str
+  seq_len: int
+  n_sequences: int
+  prefix_len: int
+  n_calibration: int
+
+
+QUICK = AdaptiveRankSizes(model="quick", seq_len=64, n_sequences=64, prefix_len=17,
+                          n_calibration=8)
+FULL = AdaptiveRankSizes(model="small", seq_len=128, n_sequences=256, prefix_len=33,
+                         n_calibration=32)
 
 
 def budget_ranks(losses_NB, ranks, budget: float) -> np.ndarray:
@@ -163,8 +190,9 @@ def _figure(curves: dict, run_dir: str) -> str:
 
 def run(spec: Spec) -> dict:
   """Measures every seed; see the module docstring."""
-  name = "quick" if spec.quick else "small"
-  seq_len, n_seq, prefix_len, n_cal = (64, 64, 17, 8) if spec.quick else (128, 256, 33, 32)
+  z = spec.sizes
+  name, seq_len, n_seq, prefix_len, n_cal = (z.model, z.seq_len, z.n_sequences, z.prefix_len,
+                                             z.n_calibration)
   runs: dict = {}
   curves = None
   cfg = None
@@ -206,9 +234,7 @@ def run(spec: Spec) -> dict:
       f"{mean('oracle', 'prefix_rule_agreement'):.0%} of sequences, loss rise "
       f"{mean('oracle', 'prefix_rule_loss_rise'):+.2%} over full rank.",
   ]
-  return {"config": {"model": name, "seq_len": seq_len, "n_sequences": n_seq,
-                     "prefix_len": prefix_len, "n_calibration": n_cal,
-                     "model_config": cfg.to_dict()},
+  return {"setup": {"ranks": ranks, "budgets": budgets, "model_config": cfg.to_dict()},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("Pearson(full-rank loss, oracle rank)", "oracle", None,
                        "pearson_loss_rank"),
@@ -248,4 +274,6 @@ CLAIM = Claim(
                "search beats uniform", "Chang et al. 2024, Palu"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

@@ -34,13 +34,46 @@ import optax
 
 import transformer
 from experiments import data as data_lib
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm
 
 N_PAIRS, N_QUERIES = 24, 4
 RECALL_BLOCK, RECALL_TOP_K = 8, 2
 RECALL_WINDOW = RECALL_BLOCK * (1 + RECALL_TOP_K)  # the same largest key budget
 TEXT_BLOCK, TEXT_TOP_K = 32, 1
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicSparsitySizes(Sizes):
+  """What a run of `dynamic-sparsity` reads about its size.
+
+  Attributes:
+    steps: training steps per run (recall and stdlib alike).
+    recall_batch: recall sequences per step and per exact-match batch.
+    seq_len: the stdlib length `T`.
+    text_batch: stdlib windows per step and per batch of the switch's losses.
+    learning_rates: the grid each arm picks its best rate from.
+    eval_batches: held-out batches of the exact match and of the switch's losses.
+    recall_probe: recall sequences whose keys read are counted.
+    text_probe: stdlib windows whose keys read are counted.
+  """
+
+  steps: int
+  recall_batch: int
+  seq_len: int
+  text_batch: int
+  learning_rates: tuple[float, ...]
+  eval_batches: int
+  recall_probe: int
+  text_probe: int
+
+
+QUICK = DynamicSparsitySizes(steps=30, recall_batch=16, seq_len=128, text_batch=8,
+                             learning_rates=(3e-3,), eval_batches=4, recall_probe=8,
+                             text_probe=4)
+FULL = DynamicSparsitySizes(steps=300, recall_batch=32, seq_len=256, text_batch=8,
+                            learning_rates=LEARNING_RATES, eval_batches=4, recall_probe=8,
+                            text_probe=4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +124,8 @@ def val_loss(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
 
 def run(spec: Spec) -> dict:
   """Recall, stdlib and the switch; see the module docstring."""
-  steps, batch_size, seq_len = (30, 8, 128) if spec.quick else (300, 16, 256)
-  recall_batch = 16 if spec.quick else 32
-  lrs = (3e-3,) if spec.quick else LEARNING_RATES
+  z = spec.sizes
+  steps, recall_batch, seq_len, lrs = z.steps, z.recall_batch, z.seq_len, z.learning_rates
   recall = RecallSource()
   recall_arms = {
       "full": base_config(),
@@ -102,11 +134,12 @@ def run(spec: Spec) -> dict:
   }
   runs = {arm: {s: {} for s in spec.seeds} for arm in ("full", "local", "moba", "switch")}
   lr_by = {}
-  probe = recall.batch(spec.seeds[0], 99_999, 8, "val").tokens[:, :-1]
+  probe = recall.batch(spec.seeds[0], 99_999, z.recall_probe, "val").tokens[:, :-1]
   for arm, cfg in recall_arms.items():
     spec.log(f"  dynamic-sparsity: {arm}: recall")
     t = train_arm(cfg, spec.seeds, data=recall, steps=steps, batch_size=recall_batch,
-                  seq_len=probe.shape[1], learning_rates=lrs, exact_match=True, em_batches=4)
+                  seq_len=probe.shape[1], learning_rates=lrs, exact_match=True,
+                  em_batches=z.eval_batches)
     lr_by[f"recall/{arm}"] = t["lr"]
     for s in spec.seeds:
       kr = keys_read(t["params"][s], cfg, probe)
@@ -121,12 +154,12 @@ def run(spec: Spec) -> dict:
   text_arms = {"full": base_config(),
                "moba": base_config(attention="moba", block_size=TEXT_BLOCK,
                                    top_k_blocks=TEXT_TOP_K)}
-  tokens = text.batch(spec.seeds[0], 0, 4, "val").tokens[:, :-1]
+  tokens = text.batch(spec.seeds[0], 0, z.text_probe, "val").tokens[:, :-1]
   trained = {}
   for arm, cfg in text_arms.items():
     spec.log(f"  dynamic-sparsity: {arm}: stdlib T={seq_len}")
-    trained[arm] = train_arm(cfg, spec.seeds, data=text, steps=steps, batch_size=8 if spec.quick
-                             else 8, seq_len=seq_len, learning_rates=lrs)
+    trained[arm] = train_arm(cfg, spec.seeds, data=text, steps=steps, batch_size=z.text_batch,
+                             seq_len=seq_len, learning_rates=lrs)
     lr_by[f"stdlib/{arm}"] = trained[arm]["lr"]
   for s in spec.seeds:
     full_loss = trained["full"]["per_seed"][s]["loss"]
@@ -136,10 +169,10 @@ def run(spec: Spec) -> dict:
     runs["moba"][s].update(loss=moba_loss, loss_ratio=moba_loss / full_loss - 1,
                            text_keys=kr["keys_read"], sparsity=kr["sparsity"])
     # The same trained full-attention params, read through the MoBA pattern.
-    switched = val_loss(trained["full"]["params"][s], text_arms["moba"], text, s, n_batches=4,
-                        batch_size=8)
+    switched = val_loss(trained["full"]["params"][s], text_arms["moba"], text, s,
+                        n_batches=z.eval_batches, batch_size=z.text_batch)
     full_again = val_loss(trained["full"]["params"][s], text_arms["full"], text, s,
-                          n_batches=4, batch_size=8)
+                          n_batches=z.eval_batches, batch_size=z.text_batch)
     runs["switch"][s].update(loss=switched, full_loss=full_again,
                              switch_ratio=switched / full_again - 1)
 
@@ -161,12 +194,10 @@ def run(spec: Spec) -> dict:
       f"({mean('switch', 'switch_ratio'):+.2%}).",
       f"- Learning rates per arm from the grid {list(lrs)}: {lr_by}.",
   ]
-  return {"config": {"steps": steps, "recall_batch": recall_batch, "seq_len": seq_len,
-                     "n_pairs": N_PAIRS, "n_queries": N_QUERIES, "recall_block": RECALL_BLOCK,
-                     "recall_top_k": RECALL_TOP_K, "recall_window": RECALL_WINDOW,
-                     "text_block": TEXT_BLOCK, "text_top_k": TEXT_TOP_K,
-                     "learning_rates": list(lrs), "chosen_lr": lr_by,
-                     "model_config": base_config().to_dict()},
+  return {"setup": {"n_pairs": N_PAIRS, "n_queries": N_QUERIES, "recall_block": RECALL_BLOCK,
+                    "recall_top_k": RECALL_TOP_K, "recall_window": RECALL_WINDOW,
+                    "text_block": TEXT_BLOCK, "text_top_k": TEXT_TOP_K, "chosen_lr": lr_by,
+                    "model_config": base_config().to_dict()},
           "runs": runs, "notes": notes,
           "effects": [("moba − local: recall exact match", "moba", "local", "recall_em"),
                       ("switch to moba without retraining: loss ratio", "switch", None,
@@ -204,4 +235,6 @@ CLAIM = Claim(
                "trained end to end", "Yuan et al. 2025, Native Sparse Attention"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

@@ -3,8 +3,8 @@
     python -m experiments claim lora [--quick]
 
 Full run (3 seeds, the shared `small` models, 6 learning rates per arm, 150 steps each):
-about 10–15 minutes on 2 idle CPU cores; `--quick` (the `quick` model, 2 rates, 20 steps)
-about 20 s.
+about 10–15 minutes on 2 idle CPU cores; `--quick` (the `quick` model, 2 rates, 10 steps,
+two LoRA arms) about 20 s.
 
 **Text.** The shared models are trained on the standard library's `.py` files. The fine-tuning
 text is IDLE's plain-text documents (`idlelib/*.txt`: CREDITS, HISTORY, NEWS, NEWS2x, README,
@@ -27,6 +27,7 @@ overlap of its top-4 singular subspaces with LoRA's rank-4 update on `W_Q`, `W_V
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import os
@@ -40,7 +41,7 @@ import optax
 import analysis
 import transformer
 from experiments import data, models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.train import sweep
 from transformer import lora
 
@@ -48,6 +49,43 @@ ARMS = {"lora-qv-r4": (4, ("w_q", "w_v")), "lora-qv-r16": (16, ("w_q", "w_v")),
         "lora-all-r16": (16, lora.ALL_HIDDEN)}
 HIDDEN = {"w_q": "attn", "w_k": "attn", "w_v": "attn", "w_o": "attn", "w_1": "ffn",
           "w_2": "ffn", "w_gate": "ffn"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSizes(Sizes):
+  """What a run of `lora` reads about its size.
+
+  Attributes:
+    model: the shared base model (`experiments.models`), one per seed.
+    arms: the LoRA arms trained beside `full` (keys of `ARMS`; `lora-qv-r4` is required).
+    learning_rates: the peak-rate grid every arm is tuned on.
+    steps: fine-tuning steps per run.
+    batch_size: windows per step.
+    seq_len: tokens per window (fine-tuning, tuning and test).
+    eval_batches: tuning-text batches that choose each arm's rate.
+  """
+
+  model: str
+  arms: tuple[str, ...]
+  learning_rates: tuple[float, ...]
+  steps: int
+  batch_size: int
+  seq_len: int
+  eval_batches: int
+
+  def __post_init__(self):
+    unknown = [a for a in self.arms if a not in ARMS]
+    if unknown or "lora-qv-r4" not in self.arms:
+      raise ValueError(f"LoraSizes.arms={self.arms!r}: every arm must be one of {list(ARMS)} "
+                       "and 'lora-qv-r4' must be among them (the overlap is measured on it). "
+                       "Fix: e.g. arms=('lora-qv-r4', 'lora-all-r16').")
+
+
+QUICK = LoraSizes(model="quick", arms=("lora-qv-r4", "lora-all-r16"), learning_rates=(1e-3, 1e-2),
+                  steps=10, batch_size=8, seq_len=64, eval_batches=8)
+FULL = LoraSizes(model="small", arms=tuple(ARMS),
+                 learning_rates=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1), steps=150, batch_size=16,
+                 seq_len=128, eval_batches=8)
 
 
 def held_out_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -115,21 +153,21 @@ def subspace_overlap(a_IO, b_IO, k: int) -> tuple[float, float]:
   return float(left), float(right)
 
 
-def _train(base, cfg, src, seed, lrs, steps, batch_size, seq_len, arm):
+def _train(base, cfg, src, seed, lrs, steps, batch_size, seq_len, eval_batches, arm):
   """One arm at one seed over the learning-rate grid: `ManyResult`."""
   if arm == "full":
     init_fn, params_fn = (lambda key: base), None
   else:
     rank, targets = ARMS[arm]
-    init_fn = lambda key: lora.init(key, base, rank, targets)  # noqa: E731
+    init_fn = lambda key: lora.init(base, rank, key, targets)
     params_fn = lora.params_fn(base, alpha=float(rank))
   return sweep.train_many(cfg, make_tx(steps), seeds=(seed,), learning_rates=lrs,
                              steps=steps, data=src, batch_size=batch_size, seq_len=seq_len,
                              params_fn=params_fn, init_fn=init_fn, eval_every=steps,
-                             eval_batches=8)
+                             eval_batches=eval_batches)
 
 
-def measure_seed(base, cfg, seed: int, *, lrs, steps, batch_size, seq_len, log,
+def measure_seed(base, cfg, seed: int, *, lrs, steps, batch_size, seq_len, eval_batches, log,
                  arms=tuple(ARMS)) -> dict:
   """Every arm's metrics at one seed (see the module docstring); `arms`: the LoRA arms."""
   ft, tune, test, _ = held_out_text()
@@ -137,7 +175,7 @@ def measure_seed(base, cfg, seed: int, *, lrs, steps, batch_size, seq_len, log,
   base_test = text_loss(base, cfg, test, seq_len)
   runs, tuned = {"base": {"test_loss": base_test}}, {}
   for arm in ("full", *arms):
-    r = _train(base, cfg, src, seed, lrs, steps, batch_size, seq_len, arm)
+    r = _train(base, cfg, src, seed, lrs, steps, batch_size, seq_len, eval_batches, arm)
     val = np.where(r.diverged[:, 0], np.inf, r.val_loss[:, 0, -1])
     best = int(np.argmin(val))
     params = jax.tree.map(lambda x, best=best: x[best, 0], r.params)
@@ -186,19 +224,16 @@ def _figure(runs: dict, seeds, run_dir: str) -> str:
 
 def run(spec: Spec) -> dict:
   """Trains every arm at every seed; see the module docstring."""
-  name = "quick" if spec.quick else "small"
-  if spec.quick:
-    lrs, steps, batch_size, seq_len = (1e-3, 1e-2), 10, 8, 64
-    arms = ("lora-qv-r4", "lora-all-r16")
-  else:
-    lrs, steps, batch_size, seq_len = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1), 150, 16, 128
-    arms = tuple(ARMS)
+  z = spec.sizes
+  name, arms, lrs = z.model, z.arms, z.learning_rates
+  steps, batch_size, seq_len = z.steps, z.batch_size, z.seq_len
   runs: dict = {}
   cfg = None
   for seed, (params, cfg) in zip(spec.seeds, models.base_models(name, spec.seeds), strict=True):
     spec.log(f"  lora: seed {seed}")
     for arm, m in measure_seed(params, cfg, seed, lrs=lrs, steps=steps, batch_size=batch_size,
-                               seq_len=seq_len, log=spec.log, arms=arms).items():
+                               seq_len=seq_len, eval_batches=z.eval_batches, log=spec.log,
+                               arms=arms).items():
       runs.setdefault(arm, {})[seed] = m
   figure = _figure(runs, spec.seeds, spec.run_dir)
   _, _, _, files = held_out_text()
@@ -226,10 +261,8 @@ def run(spec: Spec) -> dict:
       "whose best rate is at the grid's edge is flagged `edge_lr`: " + ", ".join(
           f"{a} {mean(a, 'edge_lr'):.0%}" for a in ("full", *arms)) + ".",
   ]
-  return {"config": {"model": name, "learning_rates": list(lrs), "steps": steps,
-                     "batch_size": batch_size, "seq_len": seq_len,
-                     "files": [os.path.basename(f) for f in files],
-                     "model_config": cfg.to_dict()},
+  return {"setup": {"files": [os.path.basename(f) for f in files],
+                    "model_config": cfg.to_dict()},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("gain, full fine-tuning", "full", None, "gain"),
                       *([("recovery, LoRA r16 on W_Q, W_V", "lora-qv-r16", None, "recovery")]
@@ -270,4 +303,6 @@ CLAIM = Claim(
                "amplifies directions not emphasised in W", "Hu et al. 2021, §7"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

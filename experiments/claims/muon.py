@@ -37,10 +37,12 @@ the control (the instrument sees what Muon does).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train.sweep import train_many
@@ -51,16 +53,38 @@ FRACTIONS = (0.4, 0.6, 0.8, 1.0)
 NOT_REACHED = 1.5
 
 
-def sizes(quick: bool) -> dict:
-  """The claim's sizes: model, budget, batches, grid, budget fractions."""
-  if quick:
-    return {"model": "quick", "steps": 24, "batch_size": 4, "seq_len": 32, "grid": (3e-3,),
-            "fractions": (0.6, 1.0), "eval_batches": 2, "tune": False}
-  return {"model": "small", "steps": 120, "batch_size": 8, "seq_len": 64, "grid": GRID,
-          "fractions": FRACTIONS, "eval_batches": 4, "tune": True}
+@dataclasses.dataclass(frozen=True)
+class MuonSizes(Sizes):
+  """What a run of `muon` reads about its size.
+
+  Attributes:
+    model: the `experiments.models.RECIPES` shape trained from scratch.
+    steps: AdamW's budget `N`.
+    batch_size: windows per step.
+    seq_len: tokens per window.
+    grid: the peak-rate grid both optimizers are tuned on (its first rate is used untuned).
+    fractions: Muon's budgets as fractions of `N` (increasing, ending at 1.0).
+    eval_batches: validation batches per loss.
+    tune: tune each optimizer's rate on `grid` (seed `TUNE_SEED`); else use `grid[0]`.
+  """
+
+  model: str
+  steps: int
+  batch_size: int
+  seq_len: int
+  grid: tuple[float, ...]
+  fractions: tuple[float, ...]
+  eval_batches: int
+  tune: bool
 
 
-def budget_run(cfg, make_tx, lr: float, seeds, budget: int, z: dict, *, stats: bool):
+QUICK = MuonSizes(model="quick", steps=24, batch_size=4, seq_len=32, grid=(3e-3,),
+                  fractions=(0.6, 1.0), eval_batches=2, tune=False)
+FULL = MuonSizes(model="small", steps=120, batch_size=8, seq_len=64, grid=GRID,
+                 fractions=FRACTIONS, eval_batches=4, tune=True)
+
+
+def budget_run(cfg, make_tx, lr: float, seeds, budget: int, z: MuonSizes, *, stats: bool):
   """Final val losses `(n_seeds,)`, divergence flags and (if `stats`) last-update statistics."""
   last = {}
 
@@ -69,7 +93,7 @@ def budget_run(cfg, make_tx, lr: float, seeds, budget: int, z: dict, *, stats: b
 
   r = train_many(cfg, tuning.on_budget(make_tx, budget), seeds=seeds, learning_rates=(lr,),
                  steps=budget, eval_every=budget - 1 if stats else budget, data="stdlib",
-                 batch_size=z["batch_size"], seq_len=z["seq_len"], eval_batches=z["eval_batches"],
+                 batch_size=z.batch_size, seq_len=z.seq_len, eval_batches=z.eval_batches,
                  callback=keep if stats else None)
   out = {"val_loss": r.val_loss[0, :, -1], "diverged": r.diverged[0]}
   if stats:
@@ -92,22 +116,22 @@ def _mean(per_seed: dict, metric: str) -> float:
 
 def run(spec: Spec) -> dict:
   """Tunes both optimizers, runs the budgets; see the module docstring."""
-  z = sizes(spec.quick)
-  cfg = models.RECIPES[z["model"]].cfg
-  N, seeds = z["steps"], tuple(spec.seeds)
+  z = spec.sizes
+  cfg = models.RECIPES[z.model].cfg
+  N, seeds = z.steps, tuple(spec.seeds)
   arms = {"adamw": O.adamw_arm(), "muon": O.muon_arm()}
   tuned = {}
   for name, make_tx in arms.items():
-    if z["tune"]:
-      spec.log(f"  muon: tuning {name} on {z['grid']} (seed {TUNE_SEED}, {N} steps)")
-      tuned[name] = tuning.tune(cfg, make_tx, z["grid"], seed=TUNE_SEED, steps=N, data="stdlib",
-                           batch_size=z["batch_size"], seq_len=z["seq_len"],
-                           eval_batches=z["eval_batches"])
+    if z.tune:
+      spec.log(f"  muon: tuning {name} on {z.grid} (seed {TUNE_SEED}, {N} steps)")
+      tuned[name] = tuning.tune(cfg, make_tx, z.grid, seed=TUNE_SEED, steps=N, data="stdlib",
+                                batch_size=z.batch_size, seq_len=z.seq_len,
+                                eval_batches=z.eval_batches)
     else:
-      tuned[name] = {"learning_rate": z["grid"][0], "index": 0, "val_loss": [], "diverged": []}
+      tuned[name] = {"learning_rate": z.grid[0], "index": 0, "val_loss": [], "diverged": []}
   spec.log("  muon: tuned rates " + ", ".join(f"{a} {t['learning_rate']:g}"
                                               for a, t in tuned.items()))
-  budgets = [max(4, round(f * N)) for f in z["fractions"]]
+  budgets = [max(4, round(f * N)) for f in z.fractions]
   full = {name: budget_run(cfg, make_tx, tuned[name]["learning_rate"], seeds, N, z, stats=True)
           for name, make_tx in arms.items()}
   curve = {}
@@ -133,7 +157,7 @@ def run(spec: Spec) -> dict:
       runs["muon"][seed][f"val_loss_budget_{b}"] = loss
   ratio = [runs["muon"][s]["steps_ratio"] for s in seeds]
   notes = [
-      f"- Tuned peak rates (grid {list(z['grid'])}, seed {TUNE_SEED}, {N} steps): "
+      f"- Tuned peak rates (grid {list(z.grid)}, seed {TUNE_SEED}, {N} steps): "
       + ", ".join(f"{a} {t['learning_rate']:g} (final val losses "
                   f"{[round(v, 4) for v in t['val_loss']]})" for a, t in tuned.items()) + ".",
       f"- Muon steps to AdamW's final loss / {N}: per seed {[round(r, 3) for r in ratio]} "
@@ -141,12 +165,11 @@ def run(spec: Spec) -> dict:
       "- Last update, hidden matrices (mean over matrices and seeds): "
       + "; ".join(f"{a}: sv entropy {_mean(runs[a], 'update_sv_entropy'):.3f}, "
                   f"κ_p90 {_mean(runs[a], 'update_cond_p90'):.3g}" for a in arms) + ".",
-      f"- Model: `{z['model']}` shape trained from scratch, batches {z['batch_size']} × "
-      f"{z['seq_len']} tokens, schedule 10% warm-up then linear decay to 10% of the peak.",
+      f"- Model: `{z.model}` shape trained from scratch, batches {z.batch_size} × "
+      f"{z.seq_len} tokens, schedule 10% warm-up then linear decay to 10% of the peak.",
   ]
-  return {"config": {**{k: list(v) if isinstance(v, tuple) else v for k, v in z.items()},
-                     "budgets": budgets, "tune_seed": TUNE_SEED, "tuned": tuned,
-                     "model_config": cfg.to_dict()},
+  return {"setup": {"budgets": budgets, "tune_seed": TUNE_SEED, "tuned": tuned,
+                    "model_config": cfg.to_dict()},
           "runs": runs, "notes": notes,
           "effects": [("final val loss at N steps: Muon − AdamW", "muon", "adamw", "val_loss"),
                       ("update sv entropy: Muon − AdamW", "muon", "adamw", "update_sv_entropy"),
@@ -181,4 +204,6 @@ CLAIM = Claim(
                "Liu et al. 2025, Muon is Scalable for LLM Training (Moonlight)"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

@@ -35,13 +35,15 @@ projections and identical maps); the claim measures both.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 
 import analysis
 from experiments import data as data_lib
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.lab import optimizers as O
 from experiments.lab import tuning
 from experiments.train.sweep import train_many
@@ -53,13 +55,37 @@ METRICS = ("max_cos", "pattern_similarity", "n_prunable")
 ARMS = ("orth-weak", "orth-strong", "muon-per-head")
 
 
-def sizes(quick: bool) -> dict:
-  """The claim's sizes: model, heads, budget, batches, grid."""
-  if quick:
-    return {"model": "quick", "n_heads": 4, "steps": 24, "batch_size": 4, "seq_len": 32,
-            "grid": (3e-3,), "eval_batches": 2, "probe_batch": 4, "tune": False}
-  return {"model": "small", "n_heads": 8, "steps": 120, "batch_size": 8, "seq_len": 64,
-          "grid": GRID, "eval_batches": 4, "probe_batch": 8, "tune": True}
+@dataclasses.dataclass(frozen=True)
+class OrthogonalHeadsSizes(Sizes):
+  """What a run of `orthogonal-heads` reads about its size.
+
+  Attributes:
+    model: the `experiments.models.RECIPES` shape trained from scratch.
+    n_heads: query and key/value heads of that shape (replacing the recipe's).
+    steps: the budget `N` of every run.
+    batch_size: windows per step.
+    seq_len: tokens per window.
+    grid: the peak-rate grid every arm is tuned on (its first rate is used untuned).
+    eval_batches: validation batches per loss.
+    probe_batch: validation windows per seed the redundancy is measured on.
+    tune: tune each arm's rate on `grid` (seed `TUNE_SEED`); else use `grid[0]`.
+  """
+
+  model: str
+  n_heads: int
+  steps: int
+  batch_size: int
+  seq_len: int
+  grid: tuple[float, ...]
+  eval_batches: int
+  probe_batch: int
+  tune: bool
+
+
+QUICK = OrthogonalHeadsSizes(model="quick", n_heads=4, steps=24, batch_size=4, seq_len=32,
+                             grid=(3e-3,), eval_batches=2, probe_batch=4, tune=False)
+FULL = OrthogonalHeadsSizes(model="small", n_heads=8, steps=120, batch_size=8, seq_len=64,
+                            grid=GRID, eval_batches=4, probe_batch=8, tune=True)
 
 
 def ratio(arm: float, base: float) -> float:
@@ -77,29 +103,29 @@ def ratio(arm: float, base: float) -> float:
 
 def run(spec: Spec) -> dict:
   """Tunes every arm, trains the seeds, measures redundancy; see the module docstring."""
-  z = sizes(spec.quick)
-  cfg = models.RECIPES[z["model"]].cfg.replace(n_heads=z["n_heads"], n_kv_heads=z["n_heads"])
-  N, seeds, H = z["steps"], tuple(spec.seeds), z["n_heads"]
-  kw = {"data": "stdlib", "batch_size": z["batch_size"], "seq_len": z["seq_len"],
-        "eval_batches": z["eval_batches"]}
+  z = spec.sizes
+  cfg = models.RECIPES[z.model].cfg.replace(n_heads=z.n_heads, n_kv_heads=z.n_heads)
+  N, seeds, H = z.steps, tuple(spec.seeds), z.n_heads
+  kw = {"data": "stdlib", "batch_size": z.batch_size, "seq_len": z.seq_len,
+        "eval_batches": z.eval_batches}
   arms = {"adamw": O.adamw_arm(),
           **{a: O.orthogonal_heads_arm(strength=s, n_heads=H) for a, s in STRENGTHS.items()},
           "muon-per-head": O.muon_arm(n_heads=H)}
-  src = data_lib.text_source("stdlib", z["seq_len"])
+  src = data_lib.text_source("stdlib", z.seq_len)
   runs: dict = {a: {} for a in arms}
   tuned = {}
   for name, make_tx in arms.items():
-    if z["tune"]:
-      spec.log(f"  orthogonal-heads: tuning {name} on {z['grid']} (seed {TUNE_SEED})")
-      tuned[name] = tuning.tune(cfg, make_tx, z["grid"], seed=TUNE_SEED, steps=N, **kw)
+    if z.tune:
+      spec.log(f"  orthogonal-heads: tuning {name} on {z.grid} (seed {TUNE_SEED})")
+      tuned[name] = tuning.tune(cfg, make_tx, z.grid, seed=TUNE_SEED, steps=N, **kw)
     else:
-      tuned[name] = {"learning_rate": z["grid"][0], "index": 0, "val_loss": [], "diverged": []}
+      tuned[name] = {"learning_rate": z.grid[0], "index": 0, "val_loss": [], "diverged": []}
     spec.log(f"  orthogonal-heads: {name} at {tuned[name]['learning_rate']:g} on seeds {seeds}")
     r = train_many(cfg, tuning.on_budget(make_tx, N), seeds=seeds,
                    learning_rates=(tuned[name]["learning_rate"],), steps=N, eval_every=N, **kw)
     for i, seed in enumerate(seeds):
       params = jax.tree.map(lambda x, i=i: x[0, i], r.params)
-      probe = src.batch(seed, 0, z["probe_batch"], "val").tokens
+      probe = src.batch(seed, 0, z.probe_batch, "val").tokens
       red = analysis.redundancy_summary(params, cfg, probe)
       runs[name][seed] = {"val_loss": float(r.val_loss[0, i, -1]),
                           "diverged": float(r.diverged[0, i]),
@@ -113,21 +139,20 @@ def run(spec: Spec) -> dict:
   mean = {a: {k: np.mean([runs[a][s][k] for s in seeds]) for k in (*METRICS, "val_loss")}
           for a in arms}
   notes = [
-      f"- Tuned peak rates (grid {list(z['grid'])}, seed {TUNE_SEED}, {N} steps): "
+      f"- Tuned peak rates (grid {list(z.grid)}, seed {TUNE_SEED}, {N} steps): "
       + ", ".join(f"{a} {t['learning_rate']:g}" for a, t in tuned.items()) + ".",
       "- Means over seeds (max principal cosine of W_Q heads, pattern similarity, prunable "
       f"heads of {cfg.n_layers * H}, final val loss): " + "; ".join(
           f"{a}: {mean[a]['max_cos']:.3f}, {mean[a]['pattern_similarity']:.3f}, "
           f"{mean[a]['n_prunable']:.1f}, {mean[a]['val_loss']:.4f}" for a in arms) + ".",
-      f"- Orthogonality strengths: {STRENGTHS}; model `{z['model']}` shape with {H} heads "
-      f"from scratch, batches {z['batch_size']} × {z['seq_len']} tokens; redundancy on "
-      f"{z['probe_batch']} validation windows per seed.",
+      f"- Orthogonality strengths: {STRENGTHS}; model `{z.model}` shape with {H} heads "
+      f"from scratch, batches {z.batch_size} × {z.seq_len} tokens; redundancy on "
+      f"{z.probe_batch} validation windows per seed.",
   ]
   thresholds_effects = [(f"{k}: {a} / AdamW", a, None, f"{k}_rel") for a in ARMS
                         for k in (*METRICS, "val_loss")]
-  return {"config": {**{k: list(v) if isinstance(v, tuple) else v for k, v in z.items()},
-                     "strengths": STRENGTHS, "tune_seed": TUNE_SEED, "tuned": tuned,
-                     "model_config": cfg.to_dict()},
+  return {"setup": {"strengths": STRENGTHS, "tune_seed": TUNE_SEED, "tuned": tuned,
+                    "model_config": cfg.to_dict()},
           "runs": runs, "notes": notes, "effects": thresholds_effects}
 
 
@@ -170,4 +195,6 @@ CLAIM = Claim(
                "head)", "modded-nanogpt (Jordan et al. 2024)"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

@@ -19,12 +19,14 @@ Measured, per seed:
   `jax.jacrev`; the measured reach `max{t − s : ∂h_t/∂x_s ≠ 0}` must be exactly `L (w − 1)`
   and every lag up to it must be reached (`rf_exact`).
 
-Timing (not part of the verdict; in `config` and the notes): forward + backward of one
-attention layer, `softmax` vs `local`, at several T (`experiments.benchmarks.attention`), the
-log-log slopes and the crossover T from which the window is faster.
+Timing (not part of the verdict; in the config's `setup` and the notes): forward + backward
+of one attention layer, `softmax` vs `local`, at several T (`experiments.benchmarks.attention`),
+the log-log slopes and the crossover T from which the window is faster.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import numpy as np
@@ -32,11 +34,53 @@ import numpy as np
 import analysis
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
 from experiments.lab import attention_timing
 from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm
 
 WINDOW = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class SlidingWindowSizes(Sizes):
+  """What a run of `sliding-window` reads about its size.
+
+  Attributes:
+    steps: training steps per run.
+    batch_size: windows per step.
+    seq_len: the training and evaluation length `T`.
+    learning_rates: the grid each arm picks its best rate from.
+    probe_batch: validation windows the trained heads' attention mass is measured on.
+    rf_seq_len: positions of the random input of the receptive-field measurement (more than
+      `L (w − 1)`, so the whole reach is seen).
+    timing_seq_lens: the `T` of the timing sweep, doubling from the first (the sweep runs
+      `T = min, 2·min, … max`).
+    timing_rounds: timed repetitions per `T`.
+  """
+
+  steps: int
+  batch_size: int
+  seq_len: int
+  learning_rates: tuple[float, ...]
+  probe_batch: int
+  rf_seq_len: int
+  timing_seq_lens: tuple[int, ...]
+  timing_rounds: int
+
+  def __post_init__(self):
+    t0 = self.timing_seq_lens[0]
+    if self.timing_seq_lens != tuple(t0 * 2**i for i in range(len(self.timing_seq_lens))):
+      raise ValueError(f"SlidingWindowSizes.timing_seq_lens={self.timing_seq_lens!r} does not "
+                       "double from its first length, but the timing sweep runs T = min, "
+                       "2·min, … max. Fix: e.g. (256, 512, 1024, 2048).")
+
+
+QUICK = SlidingWindowSizes(steps=30, batch_size=8, seq_len=128, learning_rates=(3e-3,),
+                           probe_batch=4, rf_seq_len=128, timing_seq_lens=(128, 256),
+                           timing_rounds=2)
+FULL = SlidingWindowSizes(steps=300, batch_size=8, seq_len=256, learning_rates=LEARNING_RATES,
+                          probe_batch=4, rf_seq_len=128, timing_seq_lens=(256, 512, 1024, 2048),
+                          timing_rounds=3)
 
 
 def receptive_field(params, cfg: transformer.Config, seq_len: int, key,
@@ -98,8 +142,8 @@ def _t(x) -> str:
 
 def run(spec: Spec) -> dict:
   """Trains both arms, measures mass and reach, then times; see the module docstring."""
-  steps, batch_size, seq_len = (30, 8, 128) if spec.quick else (300, 8, 256)
-  lrs = (3e-3,) if spec.quick else LEARNING_RATES
+  z = spec.sizes
+  steps, batch_size, seq_len, lrs = z.steps, z.batch_size, z.seq_len, z.learning_rates
   arms = {"full": base_config(), "local": base_config(attention="local", window=WINDOW,
                                                        block_size=WINDOW)}
   trained, runs = {}, {}
@@ -110,15 +154,14 @@ def run(spec: Spec) -> dict:
     runs[arm] = {s: {"loss": m["loss"]} for s, m in trained[arm]["per_seed"].items()}
   for s in spec.seeds:
     runs["local"][s]["loss_ratio"] = runs["local"][s]["loss"] / runs["full"][s]["loss"] - 1
-    tokens = models.val_tokens(seq_len, 4, s)
+    tokens = models.val_tokens(seq_len, z.probe_batch, s)
     runs["full"][s].update(window_mass(trained["full"]["params"][s], arms["full"], tokens,
                                        WINDOW))
-    rf = receptive_field(trained["local"]["params"][s], arms["local"], min(seq_len, 128),
+    rf = receptive_field(trained["local"]["params"][s], arms["local"], z.rf_seq_len,
                          jax.random.key(s))
     runs["local"][s].update(rf)
   spec.log("  sliding-window: timing softmax vs local")
-  ts = (128, 256) if spec.quick else (256, 512, 1024, 2048)
-  tm = timing(ts, 2 if spec.quick else 3)
+  tm = timing(z.timing_seq_lens, z.timing_rounds)
   first = spec.seeds[0]
 
   def mean(arm, k):
@@ -146,10 +189,8 @@ def run(spec: Spec) -> dict:
       f"- Learning rate per arm from the grid {list(lrs)}: full {trained['full']['lr']}, local "
       f"{trained['local']['lr']}.",
   ]
-  return {"config": {"steps": steps, "batch_size": batch_size, "seq_len": seq_len,
-                     "window": WINDOW, "learning_rates": list(lrs),
-                     "chosen_lr": {a: t["lr"] for a, t in trained.items()}, "timing": tm,
-                     "model_config": arms["local"].to_dict()},
+  return {"setup": {"window": WINDOW, "chosen_lr": {a: t["lr"] for a, t in trained.items()},
+                    "timing": tm, "model_config": arms["local"].to_dict()},
           "runs": runs, "notes": notes,
           "effects": [("local − full: stdlib loss", "local", "full", "loss")]}
 
@@ -185,4 +226,6 @@ CLAIM = Claim(
                "Zaheer et al. 2020, BigBird (and its Hugging Face implementation notes)"),
     ),
     run=run,
+    QUICK=QUICK,
+    FULL=FULL,
 )

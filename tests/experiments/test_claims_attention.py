@@ -7,6 +7,7 @@ import pytest
 import transformer
 from experiments import data as data_lib
 from experiments.claims import CLAIMS, dynamic_sparsity, psd_attention, sliding_window
+from experiments.lab import attention_arms
 
 TINY = transformer.Config(vocab_size=64, d_model=16, n_layers=2, n_heads=2, max_len=32,
                           positions="learned", init_std=0.1)
@@ -60,6 +61,14 @@ def test_window_mass_against_numpy():
   assert got["local_mass_min_head"] == pytest.approx(per_head.min(), abs=1e-6)
 
 
+def test_sliding_window_sizes_refuse_a_timing_grid_the_sweep_would_not_run():
+  for z in (sliding_window.QUICK, sliding_window.FULL):
+    assert z.rf_seq_len > attention_arms.base_config().n_layers * (sliding_window.WINDOW - 1)
+  with pytest.raises(ValueError, match="timing_seq_lens"):
+    sliding_window.SlidingWindowSizes(**{**sliding_window.QUICK.to_dict(),
+                                         "timing_seq_lens": (128, 512)})
+
+
 def test_keys_read_counts_moba_selection_and_causal_full():
   tokens = np.asarray(jax.random.randint(jax.random.key(4), (1, 16), 0, 64))
   full = dynamic_sparsity.keys_read(transformer.init(TINY, jax.random.key(0)), TINY, tokens)
@@ -102,5 +111,5 @@ def test_val_loss_and_exact_match_against_numpy():
     nll = -np.take_along_axis(logp, b.tokens[:, 1:, None], -1)[..., 0]
     want.append((nll * b.weights).sum() / b.weights.sum())
   assert got == pytest.approx(np.mean(want), rel=1e-5)
-  em = psd_attention.exact_match_of(params, cfg, src, 0, n_batches=1, batch_size=3)
+  em = attention_arms.exact_match_of(params, cfg, src, 0, n_batches=1, batch_size=3)
   assert em == 0.0  # an untrained model copies nothing
