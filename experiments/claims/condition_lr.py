@@ -114,12 +114,12 @@ FULL = ConditionLrSizes(model="small", steps=120, batch_size=8, seq_len=64, grid
                         eval_every=12, eval_batches=4, tune=True)
 
 
-def mean_multipliers(params_RS) -> np.ndarray:
+def mean_multipliers(params_by_rate_seed) -> np.ndarray:
   """`(n_lr, n_seeds)` mean exact condition multiplier of the hidden matrices of each run."""
-  leaves = jax.tree.leaves(params_RS)
+  leaves = jax.tree.leaves(params_by_rate_seed)
   n_lr, n_seeds = leaves[0].shape[:2]
   def one(r, s):
-    run = jax.tree.map(lambda x: x[r, s], params_RS)
+    run = jax.tree.map(lambda x: x[r, s], params_by_rate_seed)
     return O.hidden_condition_multipliers(run, ALPHA, KAPPA_REF).mean()
 
   return np.array([[one(r, s) for s in range(n_seeds)] for r in range(n_lr)])

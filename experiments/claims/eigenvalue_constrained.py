@@ -123,7 +123,8 @@ def make_tx_factory(steps: int, cap_names: tuple[str, ...] | None, cap: float = 
   return make_tx
 
 
-def good_rates(final_R: np.ndarray, diverged_R: np.ndarray, within: float = WITHIN) -> np.ndarray:
+def good_rates(final_by_rate: np.ndarray, diverged_by_rate: np.ndarray,
+               within: float = WITHIN) -> np.ndarray:
   """Bool `(R,)`: rates that did not diverge and end within `within` of the best such loss.
 
   Example:
@@ -132,14 +133,14 @@ def good_rates(final_R: np.ndarray, diverged_R: np.ndarray, within: float = WITH
     >>> good_rates(np.array([3.0, 2.0, 2.08, 2.2]), np.array([False, False, False, True]))
     array([False,  True,  True, False])
   """
-  ok = ~diverged_R & np.isfinite(final_R)
+  ok = ~diverged_by_rate & np.isfinite(final_by_rate)
   if not ok.any():
     return ok
-  best = final_R[ok].min()
-  return ok & (final_R <= (1 + within) * best)
+  best = final_by_rate[ok].min()
+  return ok & (final_by_rate <= (1 + within) * best)
 
 
-def adamw_divergent_rates(diverged_RS: np.ndarray) -> np.ndarray:
+def adamw_divergent_rates(diverged_by_rate_seed: np.ndarray) -> np.ndarray:
   """Bool `(R,)`: rates at which the baseline diverged in at least 2/3 of the seeds.
 
   Example:
@@ -148,8 +149,8 @@ def adamw_divergent_rates(diverged_RS: np.ndarray) -> np.ndarray:
     >>> adamw_divergent_rates(np.array([[0, 0, 1], [1, 1, 0], [1, 1, 1]], bool))
     array([False,  True,  True])
   """
-  n = diverged_RS.shape[1]
-  return diverged_RS.sum(1) >= math.ceil(2 * n / 3)
+  n = diverged_by_rate_seed.shape[1]
+  return diverged_by_rate_seed.sum(1) >= math.ceil(2 * n / 3)
 
 
 def sweep_arm(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: int,
@@ -160,22 +161,24 @@ def sweep_arm(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: in
 
   def callback(step, params, inter):
     del step
-    m_RSLH = analysis.max_logit(inter["blocks"]["attn"]["scores"][0])
-    b_RSLH = bound_fn(params)
-    ratios.append(np.asarray(jnp.max(m_RSLH / b_RSLH, axis=(-1, -2))))
-    measured.append(np.asarray(jnp.max(m_RSLH, axis=(-1, -2))))
-    bounds.append(np.asarray(jnp.max(b_RSLH, axis=(-1, -2))))
+    measured_by_run_LH = analysis.max_logit(inter["blocks"]["attn"]["scores"][0])
+    bound_by_run_LH = bound_fn(params)
+    ratios.append(np.asarray(jnp.max(measured_by_run_LH / bound_by_run_LH, axis=(-1, -2))))
+    measured.append(np.asarray(jnp.max(measured_by_run_LH, axis=(-1, -2))))
+    bounds.append(np.asarray(jnp.max(bound_by_run_LH, axis=(-1, -2))))
 
   r = sweep.train_many(cfg, make_tx, seeds=seeds, learning_rates=learning_rates, steps=steps,
                           data="stdlib", batch_size=batch_size, seq_len=seq_len,
                           eval_every=eval_every, callback=callback, eval_batches=eval_batches)
-  final_RS = r.val_loss[:, :, -1]
-  ratio_ERS = np.stack(ratios)
+  final_by_rate_seed = r.val_loss[:, :, -1]
+  ratio_by_eval_rate_seed = np.stack(ratios)
   # Diverged: the run ends non-finite or above the loss of uniform guessing (its initial loss,
   # ln V). A transient spike that training recovers from is reported apart (`spiked`).
-  ended_bad = ~np.isfinite(final_RS) | (final_RS > math.log(cfg.vocab_size))
-  return {"final": np.where(np.isfinite(final_RS), final_RS, np.inf), "diverged": ended_bad,
-          "spiked": r.diverged & ~ended_bad, "ratio": ratio_ERS,
+  ended_bad = (~np.isfinite(final_by_rate_seed)
+               | (final_by_rate_seed > math.log(cfg.vocab_size)))
+  return {"final": np.where(np.isfinite(final_by_rate_seed), final_by_rate_seed, np.inf),
+          "diverged": ended_bad,
+          "spiked": r.diverged & ~ended_bad, "ratio": ratio_by_eval_rate_seed,
           "measured": np.stack(measured), "bound": np.stack(bounds),
           "learning_rates": r.learning_rates, "seeds": r.seeds}
 
@@ -190,20 +193,20 @@ def arm_metrics(sw: dict) -> dict[int, dict[str, float]]:
   """Per seed: best loss, good-rate count, divergences, certificate ratio, per-rate losses."""
   out = {}
   for j, seed in enumerate(sw["seeds"]):
-    final_R, div_R = sw["final"][:, j], sw["diverged"][:, j]
-    good = good_rates(final_R, div_R)
-    ok = ~div_R & np.isfinite(final_R)
+    final_by_rate, diverged_by_rate = sw["final"][:, j], sw["diverged"][:, j]
+    good = good_rates(final_by_rate, diverged_by_rate)
+    ok = ~diverged_by_rate & np.isfinite(final_by_rate)
     stable = [lr for lr, o in zip(sw["learning_rates"], ok, strict=True) if o]
-    m = {"best_loss": float(final_R[ok].min()) if ok.any() else math.nan,
-         "n_good_rates": float(good.sum()), "n_diverged": float(div_R.sum()),
+    m = {"best_loss": float(final_by_rate[ok].min()) if ok.any() else math.nan,
+         "n_good_rates": float(good.sum()), "n_diverged": float(diverged_by_rate.sum()),
          "n_spiked": float(sw["spiked"][:, j].sum()),
          "max_stable_lr": float(max(stable)) if stable else math.nan,
          "cert_ratio_max": _finite_max(sw["ratio"][:, :, j]),
          "max_logit_final": _finite_max(sw["measured"][-1, :, j]),
          "logit_bound_final": _finite_max(sw["bound"][-1, :, j])}
     for k, lr in enumerate(sw["learning_rates"]):
-      m[f"val_lr{lr:.3g}"] = float(final_R[k])
-      m[f"diverged_lr{lr:.3g}"] = float(div_R[k])
+      m[f"val_lr{lr:.3g}"] = float(final_by_rate[k])
+      m[f"diverged_lr{lr:.3g}"] = float(diverged_by_rate[k])
     out[seed] = m
   return out
 

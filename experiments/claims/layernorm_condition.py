@@ -136,9 +136,9 @@ def sweep_norm(cfg, seeds, learning_rates, *, steps: int, batch_size: int, seq_l
     tokens = src.batch(seed, 0, batch_size, "val").tokens[:, :-1]
     _, state = model.apply({"params": params}, tokens, mutable=["intermediates"])
     init.append(input_conditions(state["intermediates"]))
-  final_RS = np.where(r.diverged | ~np.isfinite(r.val_loss[:, :, -1]), np.inf,
+  final_by_rate_seed = np.where(r.diverged | ~np.isfinite(r.val_loss[:, :, -1]), np.inf,
                       r.val_loss[:, :, -1])
-  return {"history": history, "init": init, "final": final_RS, "diverged": r.diverged,
+  return {"history": history, "init": init, "final": final_by_rate_seed, "diverged": r.diverged,
           "steps": r.steps, "learning_rates": r.learning_rates, "seeds": r.seeds}
 
 
@@ -148,14 +148,14 @@ def run_metrics(sw: dict) -> dict[int, dict[str, float]]:
   for j, seed in enumerate(sw["seeds"]):
     m: dict[str, float] = {}
     growth = {name: [] for name in INPUTS}
-    early_R = []
+    early_by_rate = []
     for i, lr in enumerate(sw["learning_rates"]):
       for name in INPUTS:
         growth[name].append(kappa_growth(np.stack([h[name]["kappa"][i, j]
                                                    for h in sw["history"]]),
                                          sw["init"][j][name]["kappa"]))
       m[f"kappa_growth_lr{lr:.3g}"] = max(growth[name][i] for name in NORMED)
-      early_R.append(max(float(np.nanmax(sw["history"][0][name]["kappa"][i, j]))
+      early_by_rate.append(max(float(np.nanmax(sw["history"][0][name]["kappa"][i, j]))
                          for name in NORMED))
       m[f"val_lr{lr:.3g}"] = float(sw["final"][i, j])
     ok = ~sw["diverged"][:, j]
@@ -170,7 +170,7 @@ def run_metrics(sw: dict) -> dict[int, dict[str, float]]:
       m[f"{name}/n_dropped_final"] = float(np.nanmax(
           sw["history"][-1][name]["n_dropped"][:, j][ok])) if ok.any() else math.nan
       m[f"{name}/kappa_init"] = float(np.nanmax(sw["init"][j][name]["kappa"]))
-    m["_early_R"] = early_R  # removed before returning findings
+    m["_early_by_rate"] = early_by_rate  # removed before returning findings
     out[seed] = m
   return out
 
@@ -191,7 +191,7 @@ def run(spec: Spec) -> dict:
     runs[norm] = run_metrics(sweeps[norm])
   early_all, final_all = [], []
   for j, seed in enumerate(spec.seeds):
-    early = np.concatenate([runs[n][seed]["_early_R"] for n in NORMS])
+    early = np.concatenate([runs[n][seed]["_early_by_rate"] for n in NORMS])
     final = np.concatenate([sweeps[n]["final"][:, j] for n in NORMS])
     early_all.append(early)
     final_all.append(final)
@@ -208,7 +208,7 @@ def run(spec: Spec) -> dict:
   rho_pooled = spearman(np.concatenate(early_all), np.concatenate(final_all))
   for norm in NORMS:
     for seed in spec.seeds:
-      runs[norm][seed].pop("_early_R")
+      runs[norm][seed].pop("_early_by_rate")
       runs[norm][seed]["spearman_pooled"] = rho_pooled
   figure = _figure(sweeps, spec.run_dir, eval_every)
   mean = lambda arm, key: float(np.nanmean([runs[arm][s][key] for s in spec.seeds]))

@@ -145,16 +145,16 @@ def train_depth(cfg: transformer.Config, seeds, learning_rates, *, steps: int, b
                           learning_rates=learning_rates, steps=steps, data="stdlib",
                           batch_size=batch_size, seq_len=seq_len, eval_every=steps,
                           eval_batches=eval_batches)
-  final_RS = np.where(r.diverged, np.inf, r.val_loss[:, :, -1])
-  final_RS = np.where(np.isfinite(final_RS), final_RS, np.inf)
+  final_by_rate_seed = np.where(r.diverged, np.inf, r.val_loss[:, :, -1])
+  final_by_rate_seed = np.where(np.isfinite(final_by_rate_seed), final_by_rate_seed, np.inf)
   out = {}
   for j, seed in enumerate(r.seeds):
-    i = int(np.argmin(final_RS[:, j]))
-    best = final_RS[i, j]
+    i = int(np.argmin(final_by_rate_seed[:, j]))
+    best = final_by_rate_seed[i, j]
     out[seed] = {"val_loss": float(best) if math.isfinite(best) else math.log(cfg.vocab_size),
                  "best_lr": r.learning_rates[i], "n_diverged": float(r.diverged[:, j].sum())}
     for k, lr in enumerate(r.learning_rates):
-      out[seed][f"val_loss_lr{lr:g}"] = float(final_RS[k, j])
+      out[seed][f"val_loss_lr{lr:g}"] = float(final_by_rate_seed[k, j])
   return out
 
 
