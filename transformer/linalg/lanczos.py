@@ -267,6 +267,17 @@ def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
   return SVDResult(s[:k], right, left, bounds, bounds <= tol * s[0], j)
 
 
+def _square_sizes(name: str, matvec, v0, k: int, krylov_dim, tol, check_every):
+  """`(n, Krylov cap, check interval)` of a square operator, after checking every size."""
+  n = v0.shape[-1]
+  out = jax.eval_shape(matvec, v0).shape[-1]
+  if out != n:
+    raise ValueError(f"{name}: the operator must be square, it maps {n} -> {out}.")
+  cap = min(n, default_krylov_dim(k) if krylov_dim is None else krylov_dim)
+  _check_sizes(name, k, cap, n, tol, check_every)
+  return n, cap, check_interval(cap, n) if check_every is None else check_every
+
+
 def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | None = None,
                 tol: float = DEFAULT_TOL, check_every: int | None = None) -> EigResult:
   r"""Dominant (largest-modulus) eigenvalues of a square, non-symmetric operator by Arnoldi.
@@ -307,13 +318,7 @@ def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | No
     Arnoldi, "The principle of minimized iterations in the solution of the matrix eigenvalue
     problem" (1951); Saad, "Numerical Methods for Large Eigenvalue Problems" (2011).
   """
-  n = v0.shape[-1]
-  out = jax.eval_shape(matvec, v0).shape[-1]
-  if out != n:
-    raise ValueError(f"arnoldi_eig: the operator must be square, it maps {n} -> {out}.")
-  cap = min(n, default_krylov_dim(k) if krylov_dim is None else krylov_dim)
-  _check_sizes("arnoldi_eig", k, cap, n, tol, check_every)
-  check_every = check_interval(cap, n) if check_every is None else check_every
+  n, cap, check_every = _square_sizes("arnoldi_eig", matvec, v0, k, krylov_dim, tol, check_every)
   dtype = v0.dtype
   eps = jnp.finfo(dtype).eps
   q, _ = _safe_normalize(v0)
@@ -428,13 +433,7 @@ def lanczos_eigh(matvec: Operator, v0: jax.Array, k: int, *, which: Which = "lar
   if which not in ("largest", "smallest", "magnitude"):
     raise ValueError(f"lanczos_eigh: which={which!r} is unknown. Fix: use 'largest', "
                      "'smallest' or 'magnitude'.")
-  n = v0.shape[-1]
-  out = jax.eval_shape(matvec, v0).shape[-1]
-  if out != n:
-    raise ValueError(f"lanczos_eigh: the operator must be square, it maps {n} -> {out}.")
-  cap = min(n, default_krylov_dim(k) if krylov_dim is None else krylov_dim)
-  _check_sizes("lanczos_eigh", k, cap, n, tol, check_every)
-  check_every = check_interval(cap, n) if check_every is None else check_every
+  n, cap, check_every = _square_sizes("lanczos_eigh", matvec, v0, k, krylov_dim, tol, check_every)
   key = jax.random.key(0) if key is None else key
   dtype = v0.dtype
   eps = jnp.finfo(dtype).eps
