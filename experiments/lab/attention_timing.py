@@ -34,7 +34,7 @@ def score_bytes(name: str, T: int, heads: int, d_head: int, block_size: int) -> 
   """Bytes of the float32 score tensor each variant forms at length `T` (batch 1).
 
   Example:
-    >>> from experiments.benchmarks.attention import score_bytes
+    >>> from experiments.lab.attention_timing import score_bytes
     >>> score_bytes("softmax", 512, 4, 32, 64) == 4 * 4 * 512 * 512
     True
   """
@@ -61,7 +61,7 @@ def slope(ts, times) -> float:
   """Least-squares slope of log(time) against log(T).
 
   Example:
-    >>> from experiments.benchmarks.attention import slope
+    >>> from experiments.lab.attention_timing import slope
     >>> round(slope([512, 1024, 2048], [1.0, 4.0, 16.0]), 6)
     2.0
   """
