@@ -9,7 +9,7 @@ import pytest
 
 import transformer
 from experiments.claims import condition_lr, muon, orthogonal_heads
-from experiments.claims.runner import verdict
+from experiments.claims.runner import extension_verdicts, verdict
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 
@@ -119,7 +119,7 @@ def test_muon_thresholds_decide_the_verdict():
   assert verdict(muon.CLAIM, broken, seeds, indicative=False)[0] == "inconclusive"
 
 
-def test_condition_lr_needs_both_controls_beaten():
+def test_condition_lr_margins_decide_the_headline_and_the_rate_cut_is_an_extension():
   def runs(vs_frozen, vs_cut):
     base = {"steps_frac": 1.0, "val_loss": 2.0, "mean_multiplier": 1.0}
     r = _runs({"adamw": base, "condition": {**base, "steps_frac": 0.8, "mean_multiplier": 0.7},
@@ -128,12 +128,18 @@ def test_condition_lr_needs_both_controls_beaten():
     return _jitter(r, "val_loss", "condition", (-0.001, 0.0, 0.001))
 
   seeds = (0, 1, 2)
-  assert verdict(condition_lr.CLAIM, runs(0.05, 0.05), seeds, indicative=False)[0] == \
-      "supported"
-  assert verdict(condition_lr.CLAIM, runs(0.05, -0.05), seeds, indicative=False)[0] == \
-      "refuted"  # the plain rate cut ends lower: the mechanism is the rate, not κ
-  assert verdict(condition_lr.CLAIM, runs(0.05, 0.0), seeds, indicative=False)[0] == \
-      "inconclusive"
+  headline = lambda r: verdict(condition_lr.CLAIM, r, seeds, indicative=False)[0]
+  extension = lambda r: extension_verdicts(condition_lr.CLAIM, r, seeds,
+                                           indicative=False)[0]["verdict"]
+  assert headline(runs(0.05, 0.05)) == "supported" and extension(runs(0.05, 0.05)) == "supported"
+  # 0.005 nats below the frozen multipliers is inside the 0.01-nat margin: adapting is not
+  # worth it, whatever the sign.
+  assert headline(runs(0.005, 0.05)) == "refuted"
+  # The interval straddles the margin: inconclusive.
+  assert headline(runs(0.01, 0.05)) == "inconclusive"
+  # A plain rate cut ending lower refutes the extension, never the headline.
+  assert headline(runs(0.05, -0.05)) == "supported"
+  assert extension(runs(0.05, -0.05)) == "refuted"
 
 
 def test_orthogonal_heads_thresholds_cover_every_arm_and_measure():
