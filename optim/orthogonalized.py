@@ -338,14 +338,14 @@ def muon(
 
   Args:
     learning_rate: Muon's learning rate `η` (a scalar or schedule).
-    beta, nesterov, ns_steps, coeffs, compute_dtype, shape_scaling, rms, n_heads, n_kv_heads,
-      mu_dtype, gram: as in `scale_by_muon`.
-    shard, mesh, shard_axes: where each matrix is orthogonalized under a device mesh, as in
-      `scale_by_muon` (`shard="owner"`: each device its own layers, no collective inside the
-      Newton–Schulz iterations).
-    matrix_axes: as in `scale_by_muon`. A leaf sent to Muon with three or more axes, neither
-      ours nor named by `matrix_axes` (a scanned stack, an `nn.Einsum` kernel, a convolution),
-      raises: only you know which axes are its matrix.
+    beta: as in `scale_by_muon`, and so are `nesterov`, `ns_steps`, `coeffs`,
+      `compute_dtype`, `shape_scaling`, `rms`, `n_heads`, `n_kv_heads`, `mu_dtype`, `gram`
+      and `matrix_axes`. A leaf sent to Muon with three or more axes, neither ours nor named
+      by `matrix_axes` (a scanned stack, an `nn.Einsum` kernel, a convolution), raises: only
+      you know which axes are its matrix.
+    shard: where each matrix is orthogonalized under a device mesh, as in `scale_by_muon`
+      (`"owner"`: each device its own layers, no collective inside the Newton–Schulz
+      iterations); `mesh` and `shard_axes` are as there too.
     weight_decay: decoupled weight decay `λ` of the Muon matrices.
     weight_decay_mask: optional mask (tree or callable) for that decay.
     adam_learning_rate: AdamW's learning rate (scalar or schedule).
