@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -62,22 +63,10 @@ def top_eigenvalues(params, cfg, tokens, *, k: int, tol: float, krylov_dim: int 
   loss = next_token_loss(transformer.Transformer(cfg))
   fn = jax.jit(functools.partial(analysis.hessian_top_eigenvalues, loss, k=k, tol=tol,
                                  krylov_dim=krylov_dim, linearize=linearize))
-  compiled = None
-
-  def build():
-    nonlocal compiled
-    compiled = fn.lower(params, tokens).compile()
-    return jnp.zeros(())
-
-  compile_s = timing.seconds(build)
-  out = None
-
-  def run():
-    nonlocal out
-    out = compiled(params, tokens)
-    return out
-
-  run_s = timing.seconds(run)
+  start = time.perf_counter()
+  compiled = fn.lower(params, tokens).compile()
+  compile_s = time.perf_counter() - start
+  run_s, out = timing.timed(lambda: compiled(params, tokens))
   theta, merge, _ = analysis.split_params(params)
   grad = jax.jit(jax.grad(lambda t: loss(merge(t), tokens)))
   hvp = jax.jit(lambda v: analysis.hessian_operator(loss, params, tokens,
@@ -96,14 +85,7 @@ def slq(params, cfg, tokens, *, probes: int, krylov_dim: int) -> dict:
   loss = next_token_loss(transformer.Transformer(cfg))
   fn = jax.jit(functools.partial(analysis.hessian_spectral_density, loss, num_probes=probes,
                                  krylov_dim=krylov_dim))
-  out = None
-
-  def run():
-    nonlocal out
-    out = fn(params, tokens)
-    return out
-
-  seconds = timing.seconds(run)
+  seconds, out = timing.timed(lambda: fn(params, tokens))
   mean, err = analysis.spectral_moments(out, (1, 2))
   return {"seconds": seconds, "lambda_min": float(out.nodes.min()),
           "lambda_max": float(out.nodes.max()), "trace_over_n": float(mean[0]),

@@ -29,6 +29,13 @@ def seconds(fn: Callable[[], object]) -> float:
   return time.perf_counter() - start
 
 
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+  """`(seconds, result)` of one call of `fn`, waiting for every array it returns."""
+  start = time.perf_counter()
+  out = jax.block_until_ready(fn())
+  return time.perf_counter() - start, out
+
+
 def median_seconds(fn: Callable[[], object], repeats: int, *, warmup: int = 1) -> float:
   """Median wall time of `repeats` calls of `fn`, after `warmup` untimed calls."""
   for _ in range(warmup):
