@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 
 from experiments import jsonio
@@ -46,6 +47,48 @@ def load_committed(claim_id: str, root: str = RESULTS_DIR) -> dict | None:
 def committed_runs(root: str = RESULTS_DIR) -> dict[str, dict]:
   """`{claim id: results.json}` of every claim with a committed full run."""
   return {cid: r for cid in CLAIMS if (r := load_committed(cid, root)) is not None}
+
+
+KEEP_MAX_BYTES = 1_000_000  # a committed file is small: no checkpoints, no arrays
+
+
+def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
+  """Copies a full run's folder to `root/<claim-id>/`, replacing what was kept; returns it.
+
+  Only a full run on the claim's pre-registered seeds is kept (a quick run or an addendum is
+  refused with the reason), and only its small files: `claim.json`, `results.json`,
+  `report.md` and figures, each under `KEEP_MAX_BYTES`. The folder is written under a
+  temporary name and renamed into place, so a crash leaves the old result whole.
+  """
+  from experiments.claims import CLAIMS
+
+  res = jsonio.load_strict(os.path.join(run_dir, "results.json"))
+  validate_results(res, list(CLAIMS))
+  claim = CLAIMS[res["claim"]]
+  if res["quick"]:
+    raise ValueError(f"{run_dir} is a quick run; only full runs are kept. Fix: run "
+                     f"`python -m experiments claim {claim.id}` without --quick.")
+  if res["seeds"] != list(claim.seeds):
+    raise ValueError(f"{run_dir} ran seeds {res['seeds']}, not the pre-registered "
+                     f"{list(claim.seeds)}: an addendum is reported, not kept as the result.")
+  names = sorted(n for n in os.listdir(run_dir)
+                 if n in ("claim.json", "results.json", "report.md") or n.endswith(".png"))
+  big = [n for n in names if os.path.getsize(os.path.join(run_dir, n)) > KEEP_MAX_BYTES]
+  if big:
+    raise ValueError(f"{run_dir}: {big} exceed {KEEP_MAX_BYTES} bytes; results/ keeps small "
+                     "files only. Fix: write smaller figures.")
+  dest = os.path.join(root, claim.id)
+  tmp, old = dest + ".tmp", dest + ".old"
+  for d in (tmp, old):
+    shutil.rmtree(d, ignore_errors=True)
+  os.makedirs(tmp)
+  for n in names:
+    shutil.copy2(os.path.join(run_dir, n), os.path.join(tmp, n))
+  if os.path.exists(dest):
+    os.rename(dest, old)
+  os.rename(tmp, dest)
+  shutil.rmtree(old, ignore_errors=True)
+  return dest
 
 
 def table_lines(root: str = RESULTS_DIR) -> list[str]:

@@ -1,7 +1,7 @@
 """The tour: every claim in order, one verdict table. Also the `claim` command.
 
     python -m experiments tour [--quick] [--only ID ...]     # make demo: tour --quick
-    python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4]
+    python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4] [--keep]
 
 The tour opens with the library's own checks (the matrix catalog of `tiny`, a forward pass
 on real text, KV-cache decoding = full forward), then runs each built claim (a progress line
@@ -138,8 +138,15 @@ def claim_main(argv=None) -> int:
                  help="seeds (default: the claim's pre-registered seeds; with --quick the "
                       "first of them). Other seeds make an addendum, never a new headline")
   p.add_argument("--out", default="runs", help="the runs folder")
+  p.add_argument("--keep", action="store_true",
+                 help="copy the finished full run (pre-registered seeds) to results/ID/, the "
+                      "committed result the README's table is made from")
   args = p.parse_args(argv)
   claim = CLAIMS[args.id]
+  if args.keep and (args.quick or (args.seeds and list(args.seeds) != list(claim.seeds))):
+    print(f"error: --keep keeps only a full run on the pre-registered seeds "
+          f"{list(claim.seeds)}. Fix: drop --quick and --seeds.", file=sys.stderr)
+    return 2
   if not claim.built:
     print(f"claim {args.id!r} is not built yet (verdict: not built).", file=sys.stderr)
     return 2
@@ -150,4 +157,7 @@ def claim_main(argv=None) -> int:
     return 2
   print(f"{claim.id}: {report.verdict_label(res, res['verdict'])} ({res['runtime_s']:.1f} s)\n"
         f"  {res['reason']}\n  report: {os.path.join(run_dir, 'report.md')}")
+  if args.keep:
+    print(f"  kept: {table.keep(run_dir)} (regenerate the README table: "
+          "python -m experiments.claims.table)")
   return 0

@@ -52,3 +52,41 @@ def test_a_quick_or_broken_result_is_refused(tmp_path):
     table.load_committed("causal-mask", str(tmp_path))
   shutil.rmtree(folder)
   assert table.load_committed("causal-mask", str(tmp_path)) is None
+
+
+def _stand_in_run(tmp_path, quick: bool):
+  """A real run folder of a stand-in `causal-mask` claim (same id and seeds, trivial run)."""
+  import dataclasses
+
+  from experiments.claims import runner
+  from experiments.claims.claim import Claim, Sizes, Threshold
+
+  @dataclasses.dataclass(frozen=True)
+  class S(Sizes):
+    n: int
+
+  def run(spec):
+    return {"runs": {"a": {s: {"m": 1.0 + s} for s in spec.seeds}}, "figures": []}
+
+  real = CLAIMS["causal-mask"]
+  stand_in = Claim(id=real.id, topic=real.topic, kind=real.kind, preface=real.preface,
+                   hypothesis="h", refuted_if="r", seeds=real.seeds, trains=False,
+                   thresholds=(Threshold("m", "a", "m", supports="> 0"),), run=run,
+                   QUICK=S(1), FULL=S(2))
+  _, run_dir = runner.run_claim(stand_in, quick=quick, root=str(tmp_path / "runs"),
+                                log=lambda *_: None)
+  return run_dir
+
+
+def test_keep_copies_a_full_run_and_refuses_a_quick_one(tmp_path):
+  results = tmp_path / "results"
+  run_dir = _stand_in_run(tmp_path, quick=False)
+  (results / "causal-mask").mkdir(parents=True)
+  (results / "causal-mask" / "stale.png").write_bytes(b"old")
+  dest = table.keep(run_dir, str(results))
+  assert sorted(os.listdir(dest)) == ["claim.json", "report.md", "results.json"]
+  kept = table.load_committed("causal-mask", str(results))
+  assert kept["verdict"] == "supported" and kept["seeds"] == list(CLAIMS["causal-mask"].seeds)
+  with pytest.raises(ValueError, match="quick run"):
+    table.keep(_stand_in_run(tmp_path, quick=True), str(results))
+  assert table.load_committed("causal-mask", str(results)) == kept  # the old one stays whole
