@@ -4,7 +4,7 @@
 
 Trains the `tiny` model for a few steps on text (the sources of Python's `email` package,
 found on every installation), then scores held-out text through a compressed KV cache:
-`python -m experiments eval --checkpoint RUN --kv-ratio 4` projects every head's keys and
+`python -m experiments eval --checkpoint RUN --split val --kv-ratio 4` projects every head's keys and
 values onto a low-rank basis calibrated on the training text (`analysis.kv.compress`) and
 reports the loss with and without compression and the ratio measured from the cache's bytes.
 A short run learns little, so read the numbers as the mechanics, not the claim
@@ -35,8 +35,8 @@ def main():
       "--no-progress")
   print("trained", run)
   for ratio in ("2", "4"):
-    scores = json.loads(cli("eval", "--checkpoint", str(run), "--data", data, "--max-bytes",
-                            "20000", "--kv-ratio", ratio))
+    scores = json.loads(cli("eval", "--checkpoint", str(run), "--data", data, "--split", "val",
+                            "--max-bytes", "20000", "--kv-ratio", ratio))
     print(f"kv-ratio {ratio}: measured compression {scores['kv_compression']:.2f}x, "
           f"loss {scores['loss_uncompressed']:.3f} -> {scores['loss']:.3f} nats/byte "
           f"({100 * scores['kv_loss_rise']:+.2f}%)")

@@ -19,8 +19,11 @@ nats/byte (3.400 bits/byte) on the first 200,000 held-out bytes (`--data stdlib 
 cache whose bases and ranks come from calibration text (`analysis.kv.compress`): `R` is the
 target for the whole measured ratio, rank and bits together, against a 16-bit K/V cache
 (`--kv-ratio 32 --kv-bits 4` = 4-bit coefficients at 8× fewer dimensions). Calibration text
-defaults to the training split of the run's `--data`, and the scored text to the validation
-split (held out); `--calibration PATH` reads all of `PATH` instead. The JSON line then also
+defaults to the training split of the run's `--data`; `--calibration PATH` reads all of `PATH`
+instead. The scored text never changes with the compression flags (`--split` defaults to `all`
+with or without them), and calibration text that overlaps it (a file, or a byte range of a
+single file, in both) is refused with one line: score `--split val` of the run's own data, or
+pass disjoint `--calibration` text. The JSON line then also
 holds `kv_compression` (the ratio measured from the cache arrays' bytes), `kv_ratio`,
 `kv_alloc`, `kv_bits`, `loss_uncompressed` (nats/byte, the same windows without compression)
 and `kv_loss_rise` (relative); `loss` and the other scores are those of the compressed cache.
@@ -231,6 +234,32 @@ def read_text(spec: str, split: str = "all", val_fraction: float = 0.05,
   return (raw[:max_bytes] if max_bytes else raw), note
 
 
+def text_segments(spec: str, split: str, val_fraction: float = 0.05
+                  ) -> list[tuple[str, int, int | None]]:
+  """The `(real path, first byte, end byte or None)` ranges `read_text(spec, split)` reads.
+
+  `split` is `all`, `val` (what `train` holds out) or `train` (the rest), with `load_corpus`'s
+  rule: by file, or by bytes for a single file.
+  """
+  files = [os.path.realpath(f) for f in data.scan_files(spec).files]
+  if split == "all":
+    return [(f, 0, None) for f in files]
+  if len(files) == 1:
+    cut = int(os.path.getsize(files[0]) * (1 - val_fraction))
+    return [(files[0], cut, None) if split == "val" else (files[0], 0, cut)]
+  root = os.path.commonpath(files)
+  return [(f, 0, None) for f in files
+          if data.is_validation(os.path.relpath(f, root), val_fraction) == (split == "val")]
+
+
+def overlap(a, b) -> list[str]:
+  """The files two `text_segments` lists share a byte of."""
+  def meets(x, y):
+    return x[0] == y[0] and (y[2] is None or x[1] < y[2]) and (x[2] is None or y[1] < x[2])
+
+  return sorted({x[0] for x in a for y in b if meets(x, y)})
+
+
 def load_model(checkpoint_dir: str | None, hf: str | None, step: int | None = None):
   """`(params, cfg, encode, source)`: the model and a `bytes -> (token ids, n_bytes)` encoder.
 
@@ -271,9 +300,9 @@ def main(argv=None) -> int:
   p.add_argument("--step", type=int, default=None,
                  help="checkpoint step of --checkpoint (default: the latest intact one)")
   p.add_argument("--data", required=True, help="'stdlib', a text file, a folder or a glob")
-  p.add_argument("--split", default=None, choices=("all", "val"),
-                 help="all the files, or the validation files train holds out (default: all; "
-                      "val with --kv-ratio)")
+  p.add_argument("--split", default="all", choices=("all", "val"),
+                 help="all the files, or the validation files train holds out (default: all, "
+                      "with or without --kv-ratio)")
   p.add_argument("--val-fraction", type=float, default=0.05,
                  help="validation fraction, as in train (default: 0.05)")
   p.add_argument("--max-bytes", type=int, default=0,
@@ -293,8 +322,6 @@ def main(argv=None) -> int:
   kv.add_argument("--calibration", metavar="PATH", default=None,
                   help="calibration text (default: the training split of the run's data)")
   args = p.parse_args(argv)
-  if args.split is None:
-    args.split = "val" if args.kv_ratio is not None else "all"
   try:
     if args.batch_size < 1 or args.max_bytes < 0:
       raise ValueError("--batch-size must be >= 1 and --max-bytes >= 0.")
@@ -340,8 +367,9 @@ def _kv_setup(args, params, cfg: transformer.Config, encode, seq_len):
     raise ValueError(f"--kv-ratio {args.kv_ratio:g} must be >= 1 (bytes of a 16-bit cache over "
                      "ours). Fix: e.g. --kv-ratio 8.")
   T = cfg.max_len if seq_len is None else seq_len
+  scored = text_segments(args.data, args.split, args.val_fraction)
   if args.calibration is not None:
-    raw, _ = read_text(args.calibration, "all")
+    shared = overlap(text_segments(args.calibration, "all"), scored)
     what = f"--calibration {args.calibration}"
   else:
     run_data = None
@@ -350,8 +378,17 @@ def _kv_setup(args, params, cfg: transformer.Config, encode, seq_len):
     if not run_data or str(run_data).startswith("task:"):
       raise ValueError("this model has no calibration text (a Hugging Face folder, or a run "
                        "trained on a synthetic task). Fix: pass --calibration PATH.")
-    raw = data.load_corpus(run_data, args.val_fraction).train.tobytes()
+    shared = overlap(text_segments(run_data, "train", args.val_fraction), scored)
     what = f"the training split of {run_data}"
+  if shared:
+    raise ValueError(f"the calibration text ({what}) overlaps the scored text (--data "
+                     f"{args.data} --split {args.split}) in {len(shared)} file(s), e.g. "
+                     f"{shared[0]}. Fix: score held-out text (--split val) or pass --calibration "
+                     "text disjoint from --data.")
+  if args.calibration is not None:
+    raw, _ = read_text(args.calibration, "all")
+  else:
+    raw = data.load_corpus(run_data, args.val_fraction).train.tobytes()
   ids, _ = encode(raw[: 64 * (T + 1) * 32])
   cal = calibration_windows(np.asarray(ids), T)
   comp = kv_lib.compress(params, cfg, cal, args.kv_ratio, args.kv_alloc, args.kv_bits)

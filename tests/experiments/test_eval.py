@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import transformer
+from experiments import data
 from experiments.commands import eval as eval_
 from experiments.train import checkpoint
 from tests.experiments.conftest import corrupt
@@ -145,14 +146,45 @@ def test_eval_kv_ratio_scores_through_the_latent_cache(tiny_run, tmp_path, capsy
   np.testing.assert_allclose(got["loss"], full.loss, rtol=1e-3)
 
 
-def test_eval_kv_ratio_defaults_to_the_runs_training_split(tiny_run, capsys):
-  # The run trained on stdlib: calibration from its training split, scoring on validation.
-  assert eval_.main(["--checkpoint", tiny_run, "--data", "stdlib", "--max-bytes", "3000",
-                     "--kv-ratio", "8"]) == 0
+def test_eval_kv_ratio_scores_the_same_text_and_refuses_overlapping_calibration(tiny_run,
+                                                                               capsys):
+  # The run trained on stdlib. The compression flags do not change the scored text: the
+  # default split is `all` with or without them, so calibrating on the run's training split
+  # would score text it calibrated on, which is refused in one line.
+  base = ["--checkpoint", tiny_run, "--data", "stdlib", "--max-bytes", "3000"]
+  assert eval_.main(base) == 0
+  plain = _last_json(capsys.readouterr().out)
+  assert eval_.main([*base, "--kv-ratio", "8"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert "overlaps the scored text" in err and "--split val" in err and "\n" not in err
+  assert plain["split"] == "all"
+  # Held-out text: calibration from the training split, scoring the validation files.
+  assert eval_.main([*base, "--split", "val", "--kv-ratio", "8"]) == 0
   out = capsys.readouterr()
   assert "calibration from the training split of stdlib" in out.err
   got = _last_json(out.out)
   assert got["split"] == "val" and got["kv_compression"] == pytest.approx(8.0)
+  assert eval_.main([*base, "--split", "val"]) == 0
+  val = _last_json(capsys.readouterr().out)
+  assert (val["bytes"], val["tokens"]) == (got["bytes"], got["tokens"])  # the same text
+  np.testing.assert_allclose(got["loss_uncompressed"], val["loss"], rtol=1e-6)
+
+
+def test_text_segments_of_one_file_split_by_bytes_and_of_a_folder_by_file(tmp_path):
+  one = tmp_path / "one.txt"
+  one.write_bytes(b"x" * 1000)
+  train, val = (eval_.text_segments(str(one), s, 0.1) for s in ("train", "val"))
+  assert train == [(str(one.resolve()), 0, 900)] and val == [(str(one.resolve()), 900, None)]
+  assert eval_.overlap(train, val) == []
+  assert eval_.overlap(eval_.text_segments(str(one), "all"), val) == [str(one.resolve())]
+  folder = tmp_path / "corpus"
+  folder.mkdir()
+  for i in range(40):
+    (folder / f"f{i}.txt").write_text(f"file {i}\n" * 20)
+  train, val = (eval_.text_segments(str(folder), s, 0.2) for s in ("train", "val"))
+  corpus = data.load_corpus(str(folder), 0.2)  # the split `train` uses, file by file
+  assert sorted(f for f, _, _ in val) == sorted(os.path.realpath(f) for f in corpus.val_files)
+  assert eval_.overlap(train, val) == [] and len(train) + len(val) == 40
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -160,10 +192,11 @@ def test_eval_kv_ratio_defaults_to_the_runs_training_split(tiny_run, capsys):
     (["--kv-ratio", "2", "--kv-bits", "4"], "above the head width"),
 ])
 def test_eval_kv_ratio_bad_input_one_line(tiny_run, tmp_path, capsys, extra, message):
-  text = tmp_path / "text.txt"
+  text, cal = tmp_path / "text.txt", tmp_path / "cal.txt"
   text.write_bytes(TEXT)
+  cal.write_bytes(TEXT[::-1])
   assert eval_.main(["--checkpoint", tiny_run, "--data", str(text), "--split", "all",
-                     "--calibration", str(text), *extra]) == 2
+                     "--calibration", str(cal), *extra]) == 2
   err = capsys.readouterr().err.strip()
   assert message in err and "\n" not in err
 
