@@ -1,32 +1,45 @@
-"""Claim `kv-compression`: a low-rank (and quantized) latent KV cache, measured on held-out text.
+"""Claim `kv-compression`: can rank awareness shrink the KV cache without losing what the model computes?
 
     python -m experiments claim kv-compression [--quick]
 
-Full run (3 seeds, the shared `small` models, d 128, L 4, 4 heads of width 32): about 5–10
-minutes on 2 idle CPU cores; `--quick` (the `quick` model, one seed, short texts) about 20 s.
+**The preface's question.** "Rank-aware KV cache compression for million-token contexts": the
+cache is what grows with context, and the sentence proposes to shrink it by its rank. The
+practitioner's question is whether that works without changing what the model computes:
+**does a latent KV cache of per-head PCA coefficients, with loss-aware ranks, reach a measured
+8× (against a 16-bit K/V cache) at no more than 1% held-out loss rise over the uncompressed
+cache?** Measured per seed on validation-file windows the model never saw, with no
+fine-tuning; the bases, the loss-aware allocation's sensitivity table and the quantization
+steps all come from calibration windows of the *training* split (files disjoint from the
+evaluated ones). The ratio is measured from the latent cache's arrays
+(`latent.compression_ratio`). Supported when the 95% interval of the loss rise over the
+seeds lies below 1%; refuted when it lies above. The margin of 1% of the loss is the
+tolerance the low-rank KV literature reports as "small" (Palu, Eigen Attention) and about the
+loss change of a few percent fewer training steps; a cache that costs more than that changes
+what the model predicts. What would have refuted it: the interval above 1% (the earlier,
+non-registered 3-seed run measured +1.03% [0.78, 1.28], straddling it).
 
-Per seed the bases (PCA of the cached post-RoPE keys and of the values,
-`analysis.kv.compress`) and the loss-aware allocation's sensitivity table come from
-calibration windows of the *training* split; the loss is measured on windows of the
-*validation* files, never seen in training or calibration, with no fine-tuning. The ratio is
-measured from the latent cache's arrays against a 16-bit K/V cache (`latent.compression_ratio`).
-Arms at `T = 128` (the `small` models' training length; their `max_len` is 256, but positions
-128–255 were never trained, so T = 512 is impossible and T = 256 meaningless for them):
+Mathematics settles the part that needs no data (`theorem`): at full rank the latent cache is
+exact, and PCA bases minimise the calibration keys' reconstruction error at every rank; the
+held-out loss at 8× is the empirical question.
 
-* `r8-{uniform,greedy,loss}`: low rank alone, 16-bit coefficients, target ratio 8;
-* `r32q4-{uniform,greedy,loss}`: 4-bit coefficients at 8× fewer dimensions, target 32;
-* `r8-weights`: data-free bases (SVD of `W_K`, `W_V`), uniform ranks, ratio 8;
-* `kivi{8,4,2}`: plain KIVI-style quantization of K and V (keys per channel over groups of
-  32 tokens, values per token) and `rank@kivi{8,4,2}`: the loss-aware low-rank cache at the
-  same measured ratio (equal bytes);
-* `T64`: `r8-loss` and `r32q4-loss` at `T = 64`;
-* `context`: the rank holding 99% of the key (and value) energy from the first `T` tokens,
-  `T = 16 … 128`;
-* `exact`: the control: at full rank (float32 coefficients) the latent model's logits equal
-  the model's (max |Δ| ≤ 1e-4).
+**Extensions** (own verdicts, never the headline):
 
-The key numbers are the loss-aware allocation's (Palu's method). The verdict follows the
-numbers: a loss rise above 1% at 8× (2% at 32×) refutes the sentence as the issue states it.
+* *32× with 4-bit coefficients*: `r32q4-loss` (8× fewer dimensions, 4-bit codes) at ≤ 2%;
+* *the allocation matters*: loss-aware ranks beat uniform ranks at 8× by ≥ 0.5% of the loss
+  (energy-greedy ranks are reported beside them);
+* *rank beats bits at equal bytes*: at the bytes of a 2-bit KIVI-style cache (keys per channel
+  over 32-token groups, values per token), the loss-aware low-rank cache's loss rise is lower
+  by ≥ 0.2% of the loss (4-bit KIVI and its equal-bytes rank arm are reported in FULL);
+* *towards long contexts*: the rank holding 99% of the key energy grows by less than one
+  dimension per head from the shortest to the longest measured prefix, and the loss rise of
+  the same 8× compression grows by less than 0.5% of the loss from `short_len` to `seq_len`.
+  The shared models are trained at T = 128 (positions beyond were never trained), so this is
+  all the library can say about long contexts with them.
+
+Full run (5 seeds, the shared `small` models: d 128, L 4, 4 heads of width 32, T = 128): about
+5–7 minutes on 2 idle CPU cores (the loss-aware sensitivity table, 256 forward passes on 16
+calibration windows per seed, is most of it); `--quick` (the `quick` model, one seed, T = 64)
+about 20 s.
 """
 
 from __future__ import annotations
@@ -39,7 +52,7 @@ import numpy as np
 import transformer
 from analysis import kv
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import kvcompress
 from transformer import latent
 
@@ -52,40 +65,56 @@ class KvCompressionSizes(Sizes):
 
   Attributes:
     model: the shared base model (`experiments.models`), one per seed.
-    seq_lens: the lengths `T` of the calibration and evaluation windows; the last is the main
-      `T` of every arm, the others get the `T{T}-…` arms (when `extras`).
-    context_lengths: the prefix lengths at which the 99%-energy rank is measured (`context`).
-    n_calibration: calibration windows (training split) per `T`.
-    n_eval: evaluation windows (validation files) per `T`.
+    seq_len: `T` of the calibration and evaluation windows of every arm.
+    short_len: the shorter evaluation length of the context extension (same calibration).
+    context_lengths: the prefix lengths at which the 99%-energy rank is measured.
+    n_calibration: calibration windows (training split) per seed: bases and quantization steps.
+    cost_windows: the first this many calibration windows measure the loss-aware table.
+    n_eval: evaluation windows (validation files) per seed and length.
     exact_windows: evaluation windows the full-rank control (`exact`) runs on.
-    loss_grid: ranks measured per head for the loss-aware allocation's sensitivity table.
-    allocs: the rank allocations measured at 8× and 32×.
-    kivi_bits: the bit widths of the KIVI-style arms (each with its equal-bytes rank arm).
-    extras: also the data-free weight bases (`r8-weights`) and the shorter-`T` arms.
+    loss_grid: ranks measured per head for the loss-aware allocation's table.
+    allocs: the rank allocations measured at 8× (`uniform` and `loss` are needed).
+    kivi_bits: the bit widths of the KIVI-style arms (each with its equal-bytes rank arm;
+      2 is needed).
   """
 
   model: str
-  seq_lens: tuple[int, ...]
+  seq_len: int
+  short_len: int
   context_lengths: tuple[int, ...]
   n_calibration: int
+  cost_windows: int
   n_eval: int
   exact_windows: int
   loss_grid: int
   allocs: tuple[str, ...]
   kivi_bits: tuple[int, ...]
-  extras: bool
+
+  def __post_init__(self):
+    if not {"uniform", "loss"} <= set(self.allocs) <= set(ALLOCS) or 2 not in self.kivi_bits:
+      raise ValueError(f"KvCompressionSizes: allocs={self.allocs} must include 'uniform' and "
+                       f"'loss' (of {ALLOCS}) and kivi_bits={self.kivi_bits} must include 2: "
+                       "the thresholds read those arms. Fix: add them.")
 
 
-QUICK = KvCompressionSizes(model="quick", seq_lens=(32, 64), context_lengths=(16, 32, 64),
-                           n_calibration=8, n_eval=8, exact_windows=4, loss_grid=3,
-                           allocs=("uniform", "loss"), kivi_bits=(2,), extras=False)
-FULL = KvCompressionSizes(model="small", seq_lens=(64, 128), context_lengths=(16, 32, 64, 128),
-                          n_calibration=32, n_eval=64, exact_windows=4, loss_grid=8,
-                          allocs=ALLOCS, kivi_bits=(8, 4, 2), extras=True)
+QUICK = KvCompressionSizes(model="quick", seq_len=64, short_len=32, context_lengths=(16, 32, 64),
+                           n_calibration=8, cost_windows=8, n_eval=8, exact_windows=4,
+                           loss_grid=3, allocs=("uniform", "loss"), kivi_bits=(2,))
+FULL = KvCompressionSizes(model="small", seq_len=128, short_len=64,
+                          context_lengths=(16, 32, 64, 128), n_calibration=32, cost_windows=16,
+                          n_eval=64, exact_windows=4, loss_grid=8, allocs=ALLOCS,
+                          kivi_bits=(4, 2))
 
 
-def full_rank_error(params, cfg: transformer.Config, tokens_BT) -> float:
+def full_rank_error(params, cfg: transformer.Config, tokens_BT, cal=None) -> float:
   """Max |logit difference| between the model and its latent form at full rank, float32 cache.
+
+  Args:
+    params: model params.
+    cfg: model config.
+    tokens_BT: the tokens compared on.
+    cal: a `kvcompress.Calibration` whose bases are used (calibration text); None: bases
+      from `tokens_BT` themselves (at full rank any orthonormal basis is exact).
 
   Example:
     >>> import jax, transformer
@@ -94,9 +123,13 @@ def full_rank_error(params, cfg: transformer.Config, tokens_BT) -> float:
     >>> full_rank_error(params, cfg, jax.numpy.zeros((1, 8), int)) < 1e-4
     True
   """
-  mk, mv = kv.kv_moments(params, cfg, np.asarray(tokens_BT))
+  if cal is None:
+    mk, mv = kv.kv_moments(params, cfg, np.asarray(tokens_BT))
+    kb, vb = kv.pca_bases(mk)[0], kv.pca_bases(mv)[0]
+  else:
+    kb, vb = cal.key_basis, cal.value_basis
   full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
-  comp = latent.make_compression(kv.pca_bases(mk)[0], kv.pca_bases(mv)[0], full, full, 32)
+  comp = latent.make_compression(kb, vb, full, full, 32)
   B, T = tokens_BT.shape
   cache = latent.init_cache(cfg, comp, B, T)
   got, _ = latent.forward(params, cfg, jnp.asarray(tokens_BT), comp, cache=cache)
@@ -110,43 +143,40 @@ def _metrics(out: dict) -> dict:
 
 
 def measure_seed(params, cfg, seed: int, z: KvCompressionSizes, *, log) -> tuple[dict, dict]:
-  """Every arm's metrics for one model (see the module docstring) and the ranks chosen.
-
-  `z.allocs`, `z.kivi_bits` and `z.extras` (the data-free bases and the shorter lengths)
-  choose the arms.
-  """
+  """Every arm's metrics for one model (see the module docstring) and the ranks chosen."""
   runs, ranks = {}, {}
-  seq_lens, lengths = z.seq_lens, z.context_lengths
-  main_T = seq_lens[-1]
-  cal = {T: models.windows(seed, T, z.n_calibration, "train") for T in seq_lens}
-  ev = {T: models.windows(seed, T, z.n_eval, "val") for T in seq_lens}
+  cal_tokens = models.windows(seed, z.seq_len, z.n_calibration, "train")
+  ev = models.windows(seed, z.seq_len, z.n_eval, "val")
+  ev_short = models.windows(seed, z.short_len, z.n_eval, "val")
+  cal = kvcompress.calibrate(params, cfg, cal_tokens, grid=z.loss_grid,
+                             cost_windows=z.cost_windows)
+  nll_full = kvcompress.full_nll(params, cfg, ev)
+  comps = {}
 
-  def comp_eval(name, T, **kw):
-    out = kvcompress.evaluate_compressed(params, cfg, ev[T], calibration_tokens=cal[T],
-                                         grid=z.loss_grid, **kw)
+  def comp_eval(name, ratio, alloc, bits, tokens=ev, nll=nll_full):
+    if name not in comps:
+      comps[name] = kvcompress.compression(params, cfg, cal, ratio, alloc, bits)
+    comp = comps[name]
+    out = kvcompress.evaluate(params, cfg, comp, tokens, nll_full=nll)
     runs[name] = _metrics(out)
     ranks[name] = {"key": out["key_ranks"], "value": out["value_ranks"],
                    "payoff_tokens": out["payoff_tokens"], "basis_bytes": out["basis_bytes"]}
     log(f"    {name}: ratio {out['kv_compression']:.2f}, loss rise {out['loss_rise']:+.3%}")
 
-  runs["exact"] = {"max_logit_error": full_rank_error(params, cfg,
-                                                     ev[main_T][:z.exact_windows, :-1])}
+  runs["exact"] = {"max_logit_error": full_rank_error(params, cfg, ev[:z.exact_windows, :-1],
+                                                      cal)}
   for alloc in z.allocs:
-    comp_eval(f"r8-{alloc}", main_T, kv_ratio=8, kv_alloc=alloc, kv_bits=16)
-    comp_eval(f"r32q4-{alloc}", main_T, kv_ratio=32, kv_alloc=alloc, kv_bits=4)
-  if z.extras:
-    comp_eval("r8-weights", main_T, kv_ratio=8, kv_alloc="uniform", kv_bits=16,
-              source="weights")
+    comp_eval(f"r8-{alloc}", 8, alloc, 16)
+  comp_eval("r32q4-loss", 32, "loss", 4)
   for bits in z.kivi_bits:
-    k = kvcompress.evaluate_kivi(params, cfg, ev[main_T], bits)
+    k = kvcompress.evaluate_kivi(params, cfg, ev, bits, nll_full=nll_full)
     runs[f"kivi{bits}"] = _metrics(k)
     log(f"    kivi{bits}: ratio {k['kv_compression']:.2f}, loss rise {k['loss_rise']:+.3%}")
-    comp_eval(f"rank@kivi{bits}", main_T, kv_ratio=k["kv_compression"], kv_alloc="loss",
-              kv_bits=16)
-  for T in seq_lens[:-1] if z.extras else ():
-    comp_eval(f"T{T}-r8-loss", T, kv_ratio=8, kv_alloc="loss", kv_bits=16)
-    comp_eval(f"T{T}-r32q4-loss", T, kv_ratio=32, kv_alloc="loss", kv_bits=4)
-  ctx = kvcompress.rank_vs_context(params, cfg, cal[main_T][:, :-1], lengths)
+    comp_eval(f"rank@kivi{bits}", k["kv_compression"], "loss", 16)
+  comps["short-r8-loss"] = comps["r8-loss"]  # the same compression, read at a shorter length
+  comp_eval("short-r8-loss", 8, "loss", 16, ev_short, kvcompress.full_nll(params, cfg, ev_short))
+  lengths = z.context_lengths
+  ctx = kvcompress.rank_vs_context(params, cfg, cal_tokens[:, :-1], lengths)
   runs["context"] = {f"{kind}_rank99_T{T}": v[f"{kind}_mean"] for T, v in ctx.items()
                      for kind in ("key", "value")}
   runs["context"]["key_rank99_growth"] = ctx[lengths[-1]]["key_mean"] - ctx[lengths[0]]["key_mean"]
@@ -154,30 +184,58 @@ def measure_seed(params, cfg, seed: int, z: KvCompressionSizes, *, log) -> tuple
   return runs, ranks
 
 
-def _figure(runs: dict, seeds, lengths, run_dir: str) -> str:
+def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str) -> str:
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-  for arm, marker in (("r8", "o"), ("r32q4", "s"), ("kivi", "x"), ("rank@kivi", "^")):
-    names = [a for a in runs if a.startswith(arm) and not a.startswith("rank@") or
-             (arm == "rank@kivi" and a.startswith("rank@"))]
-    xs = [np.mean([runs[a][s]["kv_compression"] for s in seeds]) for a in names]
-    ys = [100 * np.mean([runs[a][s]["loss_rise"] for s in seeds]) for a in names]
-    ax1.scatter(xs, ys, marker=marker, label=arm)
-    for a, x, y in zip(names, xs, ys, strict=True):
-      ax1.annotate(a.split("-")[-1] if "-" in a else a, (x, y), fontsize=6)
-  ax1.set(xscale="log", yscale="symlog", xlabel="measured ratio vs 16-bit K/V",
-          ylabel="loss rise (%)", title="held-out loss vs cache size")
-  ax1.axhline(1, color="k", ls=":")
+  def mean(arm, metric, scale=1.0):
+    return scale * float(np.mean([runs[arm][s][metric] for s in seeds]))
+
+  def interval(arm):
+    x = 100 * np.array([runs[arm][s]["loss_rise"] for s in seeds])
+    return (x.max() - x.min()) / 2 if len(x) > 1 else 0.0
+
+  from matplotlib.ticker import NullFormatter
+
+  def label(arm):
+    if arm.startswith("kivi"):
+      return f"{arm[4:]}-bit"
+    if arm.startswith("rank@kivi"):
+      return f"at {arm[9:]}-bit bytes"
+    return {"short-r8-loss": f"loss-aware, T = {z.short_len}"}.get(
+        arm, arm.split("-")[-1].replace("loss", "loss-aware"))
+
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+  groups = (("low rank, 16-bit", [f"r8-{a}" for a in z.allocs] + ["short-r8-loss"], "o"),
+            ("low rank + 4-bit", ["r32q4-loss"], "s"),
+            ("KIVI-style quantization", [f"kivi{b}" for b in z.kivi_bits], "x"),
+            ("low rank at KIVI's bytes", [f"rank@kivi{b}" for b in z.kivi_bits], "^"))
+  for name, arms, marker in groups:
+    xs = [mean(a, "kv_compression") for a in arms]
+    ys = [mean(a, "loss_rise", 100) for a in arms]
+    ax1.errorbar(xs, ys, yerr=[interval(a) for a in arms], fmt=marker, capsize=3, label=name)
+    for a, x, y in zip(arms, xs, ys, strict=True):
+      ax1.annotate(label(a), (x, y), textcoords="offset points", xytext=(5, 3), fontsize=7)
+  ax1.axhline(1, color="k", ls=":", label="1% (primary margin)")
+  ax1.axhline(2, color="0.5", ls="--", label="2% (32× extension)")
+  ticks = [2, 4, 8, 16, 32, 64]
+  ax1.set(xscale="log", xlabel="measured compression vs a 16-bit K/V cache (×, log scale)",
+          ylabel="held-out loss rise (% of uncompressed)",
+          title=f"loss vs cache size, T = {z.seq_len} ({len(seeds)} seed(s); bars: half-range)")
+  ax1.set_xticks(ticks, [str(t) for t in ticks])
+  ax1.xaxis.set_minor_formatter(NullFormatter())
   ax1.legend(fontsize=7)
+  lengths = z.context_lengths
   for kind in ("key", "value"):
-    ax2.plot(lengths, [np.mean([runs["context"][s][f"{kind}_rank99_T{T}"] for s in seeds])
-                       for T in lengths], marker="o", label=kind)
-  ax2.set(xscale="log", xlabel="context length T", ylabel="rank for 99% energy (mean head)",
-          title="rank needed vs context")
+    ax2.plot(lengths, [mean("context", f"{kind}_rank99_T{T}") for T in lengths], marker="o",
+             label=f"{kind}s")
+  ax2.set(xscale="log", xlabel="context length T (tokens, log scale)",
+          ylabel=f"rank for 99% of the energy (mean head, of {d_head})",
+          title="rank needed vs context (calibration text)")
+  ax2.set_xticks(lengths, [str(T) for T in lengths])
+  ax2.xaxis.set_minor_formatter(NullFormatter())
   ax2.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(f"{run_dir}/kv_compression.png", dpi=110)
@@ -188,18 +246,19 @@ def _figure(runs: dict, seeds, lengths, run_dir: str) -> str:
 def run(spec: Spec) -> dict:
   """Measures every arm for every seed; see the module docstring."""
   z = spec.sizes
-  name, seq_lens, lengths = z.model, z.seq_lens, z.context_lengths
   runs: dict = {}
   chosen: dict = {}
   cfg = None
-  for seed, (params, cfg) in zip(spec.seeds, models.base_models(name, spec.seeds), strict=True):
+  for seed, (params, cfg) in zip(spec.seeds, models.base_models(z.model, spec.seeds),
+                                 strict=True):
     spec.log(f"  kv-compression: seed {seed}")
     per_arm, ranks = measure_seed(params, cfg, seed, z, log=spec.log)
     for arm, m in per_arm.items():
       runs.setdefault(arm, {})[seed] = m
     chosen[seed] = ranks
-  figure = _figure(runs, spec.seeds, lengths, spec.run_dir)
+  figure = _figure(runs, spec.seeds, z, cfg.d_head, spec.run_dir)
   s0 = spec.seeds[0]
+  lengths = z.context_lengths
 
   def mean(arm, metric):
     return float(np.mean([runs[arm][s][metric] for s in spec.seeds]))
@@ -207,29 +266,26 @@ def run(spec: Spec) -> dict:
   table = ["", "| arm | measured ratio | loss rise (mean over seeds) |", "| --- | --- | --- |"]
   table += [f"| {a} | {mean(a, 'kv_compression'):.2f} | {mean(a, 'loss_rise'):+.3%} |"
             for a in runs if "kv_compression" in runs[a][s0]]
-  def have(*arms):
-    return all(a in runs for a in arms)
-
-  trained_T = models.RECIPES[name].seq_len
+  trained_T = models.RECIPES[z.model].seq_len
   notes = [
-      f"- Models: the shared `{name}` models; calibration {z.n_calibration} training-split "
-      f"windows, evaluation {z.n_eval} validation-file windows, T = {seq_lens[-1]}"
-      + (f" unless the arm says T{seq_lens[0]}" if have(f"T{seq_lens[0]}-r8-loss") else "")
-      + f". The `{name}` models have max_len {cfg.max_len} but were trained at T = "
-      f"{trained_T}, so T = 512 (asked by the issue) cannot be measured on them.",
-      "- Allocations at 8× (16-bit): " + ", ".join(
-          f"{a} {mean(f'r8-{a}', 'loss_rise'):+.2%}" for a in ALLOCS if have(f"r8-{a}"))
-      + (f"; data-free weight bases {mean('r8-weights', 'loss_rise'):+.2%}."
-         if have("r8-weights") else "."),
-      "- Allocations at 32× (4-bit): " + ", ".join(
-          f"{a} {mean(f'r32q4-{a}', 'loss_rise'):+.2%}" for a in ALLOCS if have(f"r32q4-{a}"))
-      + ".",
+      f"- Models: the shared `{z.model}` models (trained at T = {trained_T}, max_len "
+      f"{cfg.max_len}); per seed {z.n_calibration} training-split calibration windows of "
+      f"{z.seq_len} tokens (bases, quantization steps; the first {z.cost_windows} also the "
+      f"loss-aware table, {z.loss_grid} ranks per head) and {z.n_eval} validation-file "
+      f"windows of {z.seq_len} tokens (and {z.n_eval} of {z.short_len} for the context "
+      "extension); calibration and evaluation files are disjoint.",
+      "- Allocations at 8× (16-bit coefficients): " + ", ".join(
+          f"{a} {mean(f'r8-{a}', 'loss_rise'):+.2%}" for a in z.allocs) + ".",
+      f"- 32× with 4-bit coefficients (loss-aware): {mean('r32q4-loss', 'loss_rise'):+.2%} at a "
+      f"measured {mean('r32q4-loss', 'kv_compression'):.2f}×.",
       "- Equal bytes, KIVI-style quantization vs the loss-aware low-rank cache: " + "; ".join(
           f"{b}-bit KIVI {mean(f'kivi{b}', 'kv_compression'):.2f}× "
           f"{mean(f'kivi{b}', 'loss_rise'):+.2%} vs rank "
           f"{mean(f'rank@kivi{b}', 'kv_compression'):.2f}× "
-          f"{mean(f'rank@kivi{b}', 'loss_rise'):+.2%}"
-          for b in (8, 4, 2) if have(f"kivi{b}")) + ".",
+          f"{mean(f'rank@kivi{b}', 'loss_rise'):+.2%}" for b in z.kivi_bits) + ".",
+      f"- The 8× loss-aware compression read at T = {z.short_len}: "
+      f"{mean('short-r8-loss', 'loss_rise'):+.2%} (T = {z.seq_len}: "
+      f"{mean('r8-loss', 'loss_rise'):+.2%}).",
       "- Rank for 99% of the key energy (mean head) vs context: " + ", ".join(
           f"T={T}: {mean('context', f'key_rank99_T{T}'):.1f}" for T in lengths)
       + f" of {cfg.d_head}; values: " + ", ".join(
@@ -240,48 +296,81 @@ def run(spec: Spec) -> dict:
       f"{chosen[s0]['r8-loss']['payoff_tokens']:.0f} tokens of one sequence.",
       *table,
   ]
+  effects = [("8×: greedy − loss-aware (loss rise)", "r8-greedy", "r8-loss", "loss_rise"),
+             ("8×: uniform − greedy (loss rise)", "r8-uniform", "r8-greedy", "loss_rise"),
+             *[(f"{b}-bit KIVI − rank at equal bytes (loss rise)", f"kivi{b}", f"rank@kivi{b}",
+                "loss_rise") for b in z.kivi_bits if b != 2]]
   return {"setup": {"model_config": cfg.to_dict(), "ranks": chosen},
           "runs": runs, "figures": [figure], "notes": notes,
-          "effects": [e for e in [
-              ("8×: uniform − loss-aware (loss rise)", "r8-uniform", "r8-loss", "loss_rise"),
-              ("8×: greedy − loss-aware (loss rise)", "r8-greedy", "r8-loss", "loss_rise"),
-              ("8×: greedy − uniform (loss rise)", "r8-greedy", "r8-uniform", "loss_rise"),
-              ("32×: uniform − loss-aware (loss rise)", "r32q4-uniform", "r32q4-loss",
-               "loss_rise"),
-              ("2-bit KIVI − rank at equal bytes (loss rise)", "kivi2", "rank@kivi2",
-               "loss_rise"),
-              ("4-bit KIVI − rank at equal bytes (loss rise)", "kivi4", "rank@kivi4",
-               "loss_rise"),
-              ("8-bit KIVI − rank at equal bytes (loss rise)", "kivi8", "rank@kivi8",
-               "loss_rise"),
-              (f"99%-energy key rank growth T={lengths[0]}→{lengths[-1]}", "context", None,
-               "key_rank99_growth"),
-              (f"8× loss-aware at T={seq_lens[0]}", f"T{seq_lens[0]}-r8-loss", None,
-               "loss_rise")] if have(e[1]) and (e[2] is None or have(e[2]))]}
+          "effects": [e for e in effects if e[1] in runs and (e[2] is None or e[2] in runs)]}
 
+
+THEOREM = ("Per head the cache stores c = k P for an orthonormal basis P (PᵀP = I) and attention "
+           "reads k̂ = c Pᵀ. At full rank P Pᵀ = I, so k̂ = k and the latent model computes the "
+           "model's logits (up to float rounding). At rank r with P_r the top-r eigenvectors of "
+           "the calibration keys' second moment M, the mean squared reconstruction error is the "
+           "sum of M's dropped eigenvalues, the least of any rank-r orthogonal projection "
+           "(Eckart–Young–Mirsky); likewise for values. Neither fixes the held-out loss: that "
+           "depends on how attention and the later layers use the dropped directions on text "
+           "the bases never saw. tests/experiments/test_claims_rank.py checks both on random "
+           "instances in float64.")
 
 CLAIM = Claim(
     id="kv-compression",
     topic="full rank & causality",
     kind="new",
     preface="Rank-aware KV cache compression for million-token contexts",
+    theorem=THEOREM,
     hypothesis=("On held-out text with no fine-tuning, a latent KV cache of per-head PCA "
-                "coefficients with loss-aware rank allocation reaches a measured 8× (vs a "
-                "16-bit K/V cache) at ≤ 1% loss rise with 16-bit coefficients, and ≥ 32× at "
-                "≤ 2% with 4-bit coefficients; at full rank it reproduces the logits (≤ 1e-4)."),
-    refuted_if=("The loss rise at a measured 8× exceeds 1% (the whole 95% interval), or at 32× "
-                "with 4-bit coefficients exceeds 2%."),
+                "coefficients (bases from disjoint calibration text) with loss-aware ranks "
+                "reaches a measured 8× against a 16-bit K/V cache at a loss rise below 1% of "
+                "the uncompressed cache's loss (whole 95% interval over 5 seeds)."),
+    refuted_if=("The 95% interval of the loss rise at a measured 8× lies above 1% of the "
+                "uncompressed loss."),
     thresholds=(
-        Threshold("loss rise, low rank alone at 8× (loss-aware)", arm="r8-loss",
-                  metric="loss_rise", supports="<= 0.01", refutes="> 0.01"),
-        Threshold("loss rise, low rank + 4-bit at 32× (loss-aware)", arm="r32q4-loss",
-                  metric="loss_rise", supports="<= 0.02", refutes="> 0.02"),
+        Threshold("loss rise at a measured 8× (16-bit coefficients, loss-aware ranks)",
+                  arm="r8-loss", metric="loss_rise", supports="< 0.01", refutes="> 0.01",
+                  margin=0.01, unit="fraction of the uncompressed loss"),
         Threshold("measured ratio at target 8", arm="r8-loss", metric="kv_compression",
-                  stat="range", supports=">= 8", control=True),
-        Threshold("measured ratio at target 32", arm="r32q4-loss", metric="kv_compression",
-                  stat="range", supports=">= 32", control=True),
+                  stat="range", supports=">= 8", control=True, unit="×"),
         Threshold("full-rank latent model reproduces the logits", arm="exact",
-                  metric="max_logit_error", stat="range", supports="<= 1e-4", control=True),
+                  metric="max_logit_error", stat="range", supports="<= 1e-4", control=True,
+                  unit="logit"),
+    ),
+    extensions=(
+        Extension("32× with 4-bit coefficients",
+                  "With 4-bit coefficients at 8× fewer dimensions (a measured 32×), is the loss "
+                  "rise below 2% of the uncompressed loss?",
+                  (Threshold("loss rise at a measured 32× (4-bit, loss-aware ranks)",
+                             arm="r32q4-loss", metric="loss_rise", supports="< 0.02",
+                             refutes="> 0.02", margin=0.02,
+                             unit="fraction of the uncompressed loss"),
+                   Threshold("measured ratio at target 32", arm="r32q4-loss",
+                             metric="kv_compression", stat="range", supports=">= 32",
+                             control=True, unit="×"))),
+        Extension("the allocation matters",
+                  "At 8×, do loss-aware ranks (Palu's method) beat equal ranks in every head "
+                  "by at least 0.5% of the loss (half the primary's tolerance)?",
+                  (Threshold.beyond("8×: uniform − loss-aware ranks (loss rise)",
+                                    arm="r8-uniform", baseline="r8-loss", metric="loss_rise",
+                                    margin=0.005, unit="fraction of the uncompressed loss"),)),
+        Extension("rank beats bits at equal bytes",
+                  "At the measured bytes of a 2-bit KIVI-style cache, is the loss-aware "
+                  "low-rank cache's loss rise lower by at least 0.2% of the loss?",
+                  (Threshold.beyond("2-bit KIVI − low rank at equal bytes (loss rise)",
+                                    arm="kivi2", baseline="rank@kivi2", metric="loss_rise",
+                                    margin=0.002, unit="fraction of the uncompressed loss"),)),
+        Extension("towards long contexts",
+                  "Does the rank holding 99% of the key energy grow by less than one dimension "
+                  "per head from the shortest to the longest measured prefix, and the 8× loss "
+                  "rise by less than 0.5% of the loss from the shorter to the longer length?",
+                  (Threshold("99%-energy key rank: longest − shortest prefix", arm="context",
+                             metric="key_rank99_growth", supports="< 1", refutes="> 1",
+                             margin=1.0, unit="dimensions per head"),
+                   Threshold("8× loss rise: seq_len − short_len", arm="r8-loss",
+                             baseline="short-r8-loss", metric="loss_rise", supports="< 0.005",
+                             refutes="> 0.005", margin=0.005,
+                             unit="fraction of the uncompressed loss"))),
     ),
     anchors=(
         Anchor("Palu: KV cache compressed by low-rank projection", "91.25% (≈ 11×) with "

@@ -1,27 +1,44 @@
-"""Claim `sliding-window`: a window of 32 is enough at T = 256, and it saves time only later.
+"""Claim `sliding-window`: what does skipping every pair farther than w apart cost?
 
     python -m experiments claim sliding-window [--quick]
 
-Full run (3 seeds × 2 learning rates × 2 arms at T = 256, `tiny`-sized models, 300 steps, then
-a timing sweep T = 256 … 2048): designed for about 8 minutes on 2 idle CPU cores; `--quick`
-(one seed, T = 128, 30 steps, timing at T = 128, 256) about 20 s.
+**The preface's question.** "Sparse attention (Longformer, BigBird) scales to long documents
+by skipping distant token pairs": the sentence credits the skipping. That skipping makes the
+work grow as `T · w` instead of `T²` is fixed by construction (the `theorem`: a query reads
+at most `w` keys, and after `L` layers position `t` depends exactly on `t − L(w − 1) … t`),
+so the question that could come out either way is the one a practitioner asks before using
+it: **does a model that never sees a pair farther than `w` apart lose little against full
+attention?** Operationalised as the paired cost `loss_local / loss_full − 1` of blocked
+sliding-window attention (`w = 32`, blocks of 32, which computes only the blocks inside the
+window) against full causal softmax attention, both trained alike on the stdlib corpus at
+the longest `T` the run trains (FULL: 256, so 7/8 of the causal pairs of the last query are
+skipped). Supported when the whole 95% interval over seeds lies below a margin of **2% of
+full attention's loss** (the tolerance registered before the first run and kept: it is
+≈ 0.05 nats at this loss, a perplexity 2% higher); refuted when it lies above it. What would
+have refuted it: skipping distant pairs costing more than 2% of the loss.
 
-Measured, per seed:
+The control of the instrument (it blocks the primary): the trained `local` model's receptive
+field, measured by `jax.jacrev` through its `L` blocks, is exactly `L (w − 1)` in every seed
+(the model really skips what the sentence says it skips).
 
-* **loss**: full causal softmax attention (`full`) and blocked sliding-window attention
-  (`local`, window `w = 32`, blocks of 32, which computes only the blocks inside the window)
-  trained alike on the stdlib corpus at T = 256 (same optimizer, same learning-rate grid, the
-  best rate per arm); the key number is the paired ratio `loss_local / loss_full − 1`.
-* **where trained full heads look**: on validation windows, the mean attention mass of the
-  trained `full` model within the last `w` keys (`analysis.local_mass`, every head, layer
-  and query row), and the fraction of heads putting more than half their mass there.
-* **receptive field**: `∂ h_t / ∂ x_s` through the trained `local` model's L blocks, by
-  `jax.jacrev`; the measured reach `max{t − s : ∂h_t/∂x_s ≠ 0}` must be exactly `L (w − 1)`
-  and every lag up to it must be reached (`rf_exact`).
+**Extension** (its own verdict, never the headline): *where trained full heads look*: the
+mean attention mass of the trained `full` model within the last `w` keys
+(`analysis.local_mass`, every head, layer and query row) exceeds one half by more than 5
+points (more than half, so "most" of the mass; 5 points so that one head's rounding cannot
+decide it).
 
-Timing (not part of the verdict; in the config's `setup` and the notes): forward + backward
-of one attention layer, `softmax` vs `local`, at several T (`experiments.benchmarks.attention`),
-the log-log slopes and the crossover T from which the window is faster.
+Rates: each arm's rate is chosen from `{1e-3, 3e-3}` by its final validation loss on tuning
+seed 100, then seeds 0–4 are trained at it; `--quick` tunes nothing (one rate, 3e-3, T = 128,
+one seed), so its verdict is indicative only.
+
+Timing (not part of a verdict; in the config's `setup`, the notes and `timing.png`): forward
++ backward of one attention layer, `softmax` vs `local`, at the run's `timing_seq_lens`
+(`experiments.lab.attention_timing`), the log-log slopes and the crossover `T` from which the
+window is faster.
+
+Full run: 2 arms × (2 tuning runs + 5 seeds) at T = 256, 200 steps, then the timing sweep
+T = 256 … 2048: measured 4.5 minutes of CPU time (under load; see the report's runtime);
+`--quick` about 30 s on 2 idle cores.
 """
 
 from __future__ import annotations
@@ -34,11 +51,14 @@ import numpy as np
 import analysis
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import attention_timing
-from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm
+from experiments.lab.attention_arms import LEARNING_RATES, base_config, tuned_arm, within
 
 WINDOW = 32
+TUNE_SEED = 100
+LOSS_MARGIN = 0.02  # 2% of full attention's loss
+MASS_MARGIN = 0.05  # 5 points of attention mass above one half
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +66,11 @@ class SlidingWindowSizes(Sizes):
   """What a run of `sliding-window` reads about its size.
 
   Attributes:
-    steps: training steps per run.
+    steps: training steps per run (tuning and reported).
     batch_size: windows per step.
     seq_len: the training and evaluation length `T`.
-    learning_rates: the grid each arm picks its best rate from.
+    learning_rates: the grid each arm's rate is chosen from on the tuning seed (one rate:
+      nothing is tuned).
     probe_batch: validation windows the trained heads' attention mass is measured on.
     rf_seq_len: positions of the random input of the receptive-field measurement (more than
       `L (w − 1)`, so the whole reach is seen).
@@ -78,7 +99,7 @@ class SlidingWindowSizes(Sizes):
 QUICK = SlidingWindowSizes(steps=30, batch_size=8, seq_len=128, learning_rates=(3e-3,),
                            probe_batch=4, rf_seq_len=128, timing_seq_lens=(128, 256),
                            timing_rounds=2)
-FULL = SlidingWindowSizes(steps=300, batch_size=8, seq_len=256, learning_rates=LEARNING_RATES,
+FULL = SlidingWindowSizes(steps=200, batch_size=8, seq_len=256, learning_rates=LEARNING_RATES,
                           probe_batch=4, rf_seq_len=128, timing_seq_lens=(256, 512, 1024, 2048),
                           timing_rounds=3)
 
@@ -140,18 +161,51 @@ def _t(x) -> str:
   return "never on the grid" if x is None else f"{x:.0f}"
 
 
+def _figure(tm: dict, run_dir: str) -> str:
+  """`timing.png`: forward + backward time of one attention layer against T, log-log."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  ts = tm["T"]
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for name, label, marker in (("softmax", "full causal softmax", "o"),
+                              ("local", f"sliding window (w = {WINDOW})", "s")):
+    ax.plot(ts, np.asarray(tm[name]["bwd"]) * 1e3, marker=marker,
+            label=f"{label}: slope {tm[name]['slope_bwd']:.2f}" if tm[name]["slope_bwd"]
+            is not None else label)
+  cross = tm["local"]["crossover_bwd"]
+  if cross is not None and cross > ts[0]:
+    ax.axvline(cross, color="grey", ls=":", label=f"crossover T = {cross:.0f}")
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log")
+  ax.set_xticks(ts, [str(t) for t in ts])
+  ax.set(xlabel="sequence length T (tokens)", ylabel="forward + backward time (ms)",
+         title=f"one attention layer (4 heads × 16), {jax.default_backend()}")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(f"{run_dir}/timing.png", dpi=110)
+  plt.close(fig)
+  return "timing.png"
+
+
 def run(spec: Spec) -> dict:
-  """Trains both arms, measures mass and reach, then times; see the module docstring."""
+  """Tunes and trains both arms, measures reach and mass, then times; see the docstring."""
   z = spec.sizes
-  steps, batch_size, seq_len, lrs = z.steps, z.batch_size, z.seq_len, z.learning_rates
+  seq_len = z.seq_len
   arms = {"full": base_config(), "local": base_config(attention="local", window=WINDOW,
                                                        block_size=WINDOW)}
+  tuned = len(z.learning_rates) > 1
   trained, runs = {}, {}
   for arm, cfg in arms.items():
-    spec.log(f"  sliding-window: {arm}: stdlib T={seq_len}")
-    trained[arm] = train_arm(cfg, spec.seeds, data="stdlib", steps=steps, batch_size=batch_size,
-                             seq_len=seq_len, learning_rates=lrs)
-    runs[arm] = {s: {"loss": m["loss"]} for s, m in trained[arm]["per_seed"].items()}
+    spec.log(f"  sliding-window: {arm}: stdlib T={seq_len}"
+             + (f", rate tuned on seed {TUNE_SEED}" if tuned else ""))
+    trained[arm] = tuned_arm(cfg, spec.seeds, tuning_seeds=(TUNE_SEED,), grid=z.learning_rates,
+                             data="stdlib", steps=z.steps, batch_size=z.batch_size,
+                             seq_len=seq_len)
+    runs[arm] = {s: {"loss": m["loss"], "diverged": m["diverged"]}
+                 for s, m in trained[arm]["per_seed"].items()}
   for s in spec.seeds:
     runs["local"][s]["loss_ratio"] = runs["local"][s]["loss"] / runs["full"][s]["loss"] - 1
     tokens = models.val_tokens(seq_len, z.probe_batch, s)
@@ -162,15 +216,20 @@ def run(spec: Spec) -> dict:
     runs["local"][s].update(rf)
   spec.log("  sliding-window: timing softmax vs local")
   tm = timing(z.timing_seq_lens, z.timing_rounds)
+  figure = _figure(tm, spec.run_dir)
   first = spec.seeds[0]
 
   def mean(arm, k):
     return float(np.mean([runs[arm][s][k] for s in spec.seeds]))
 
+  skipped = 1 - WINDOW / seq_len
   loc = tm["local"]
+  rates = ", ".join(f"{a} {t['lr']:g}" for a, t in trained.items())
   notes = [
-      f"- Loss at T={seq_len}: full {mean('full', 'loss'):.4f}, local (w={WINDOW}) "
-      f"{mean('local', 'loss'):.4f}; paired ratio {mean('local', 'loss_ratio'):+.2%}.",
+      f"- Loss at T = {seq_len} ({z.steps} steps, batch {z.batch_size}): full "
+      f"{mean('full', 'loss'):.4f}, local (w = {WINDOW}) {mean('local', 'loss'):.4f} nats; "
+      f"paired cost {mean('local', 'loss_ratio'):+.2%} of full attention's loss (margin "
+      f"{LOSS_MARGIN:.0%}). The last query skips {skipped:.0%} of its causal keys.",
       f"- Trained full-attention heads: {mean('full', 'local_mass'):.1%} of their attention "
       f"mass lies within the last {WINDOW} keys (mean over heads, layers, rows); "
       f"{mean('full', 'heads_mostly_local'):.0%} of heads put more than half there; the least "
@@ -182,18 +241,33 @@ def run(spec: Spec) -> dict:
       f"- One attention layer (4 heads × 16, blocks of 16), T = {tm['T']}: fwd+bwd ms softmax "
       + "/".join(f"{x * 1e3:.2f}" for x in tm["softmax"]["bwd"]) + ", local "
       + "/".join(f"{x * 1e3:.2f}" for x in loc["bwd"])
-      + f"; log-log slope softmax {tm['softmax']['slope_bwd']:.2f}, local "
-      f"{loc['slope_bwd']:.2f}; crossover T (fwd+bwd) {_t(loc['crossover_bwd'])}, forward "
-      f"only {_t(loc['crossover_fwd'])} (BigBird advises full attention below 1024 tokens); "
-      f"{jax.default_backend()}, machine shared.",
-      f"- Learning rate per arm from the grid {list(lrs)}: full {trained['full']['lr']}, local "
-      f"{trained['local']['lr']}.",
+      + (f"; log-log slope softmax {tm['softmax']['slope_bwd']:.2f}, local "
+         f"{loc['slope_bwd']:.2f}" if loc["slope_bwd"] is not None else "")
+      + f"; crossover T (fwd+bwd) {_t(loc['crossover_bwd'])}, forward only "
+      f"{_t(loc['crossover_fwd'])} (BigBird advises full attention below 1024 tokens); "
+      f"{jax.default_backend()}, machine shared, so times are indicative.",
+      (f"- Rates chosen on tuning seed {TUNE_SEED} from {list(z.learning_rates)}: {rates}; "
+       "tuning losses " + "; ".join(
+           f"{a} " + ", ".join(f"{v:.4f}" for v in t["tuning"]["val_loss"])
+           for a, t in trained.items()) + "." if tuned else
+       f"- Not tuned (quick): every arm at {rates}."),
   ]
-  return {"setup": {"window": WINDOW, "chosen_lr": {a: t["lr"] for a, t in trained.items()},
+  return {"setup": {"window": WINDOW, "tune_seed": TUNE_SEED,
+                    "chosen_lr": {a: t["lr"] for a, t in trained.items()},
+                    "tuning": {a: t["tuning"] for a, t in trained.items()},
                     "timing": tm, "model_config": arms["local"].to_dict()},
-          "runs": runs, "notes": notes,
+          "runs": runs, "notes": notes, "figures": [figure],
           "effects": [("local − full: stdlib loss", "local", "full", "loss")]}
 
+
+THEOREM = (f"Blocked sliding-window attention with window w lets query t read only keys s with "
+           f"t − w < s ≤ t: at most w keys per query, so it forms at most T·(⌈(w−1)/b⌉ + 1)·b "
+           f"scores with blocks of b, growing as T·w rather than T(T+1)/2. One layer's output at "
+           f"t is a function of positions t − w + 1 … t alone, so after L layers h_t depends on "
+           f"x_s exactly for t − L(w − 1) ≤ s ≤ t (each block passes its window on, and the "
+           f"residual path keeps every lag up to it). tests/experiments/test_claims_attention.py "
+           f"checks the keys read, the independence from keys outside the window, and the reach "
+           f"L(w − 1) in float64 on random instances.")
 
 CLAIM = Claim(
     id="sliding-window",
@@ -201,21 +275,32 @@ CLAIM = Claim(
     kind="existing",
     preface=("Sparse attention (Longformer, BigBird) scales to long documents by skipping "
              "distant token pairs"),
-    hypothesis=(f"At T = 256 on the stdlib corpus, blocked sliding-window attention with "
-                f"w = {WINDOW} is within 2% of full attention's validation loss (tiny model, "
-                f"3 seeds, same learning-rate grid) because trained full-attention heads put "
-                f"most (> 50%) of their attention mass within the last {WINDOW} keys; the "
-                "receptive field after L layers is exactly L·(w − 1), by gradient."),
-    refuted_if=("The paired loss ratio's 95% interval lies wholly above +2%, or trained full "
-                "heads put less than half their mass within the window (whole interval), or "
-                "the measured receptive field differs from L·(w − 1) in any seed."),
+    theorem=THEOREM,
+    hypothesis=(f"Skipping every pair farther than w = {WINDOW} apart costs less than "
+                f"{LOSS_MARGIN:.0%} of full attention's validation loss: blocked sliding-window "
+                "attention and full causal attention, trained alike on the stdlib corpus at the "
+                f"run's longest T (full run: T = {FULL.seq_len}, tiny model, seeds 0–4, rates "
+                "tuned on seed 100), differ by a paired loss ratio whose 95% interval lies "
+                f"below +{LOSS_MARGIN:.0%}."),
+    refuted_if=(f"The 95% interval of the paired loss ratio local / full − 1 lies above "
+                f"+{LOSS_MARGIN:.0%}, while the trained local model's receptive field is "
+                "exactly L·(w − 1) in every seed."),
     thresholds=(
-        Threshold("local / full loss − 1 (stdlib, T = 256)", arm="local", metric="loss_ratio",
-                  supports="<= 0.02", refutes="> 0.02"),
-        Threshold(f"trained full heads' mass within the last {WINDOW} keys", arm="full",
-                  metric="local_mass", supports=">= 0.5", refutes="< 0.5"),
-        Threshold("receptive field by gradient is exactly L·(w − 1)", arm="local",
-                  metric="rf_exact", stat="range", supports="== 1", refutes="< 1"),
+        Threshold("cost of skipping distant pairs: local / full loss − 1", arm="local",
+                  metric="loss_ratio", unit="fraction of full attention's loss",
+                  **within(LOSS_MARGIN)),
+        Threshold("control: the local model skips distant pairs (receptive field by gradient "
+                  "is exactly L·(w − 1))", arm="local", metric="rf_exact", stat="range",
+                  supports="== 1", control=True, unit="1 = exact in the seed"),
+    ),
+    extensions=(
+        Extension("where trained full heads look",
+                  f"Do trained full-attention heads put most of their mass (more than half, by "
+                  f"over {MASS_MARGIN:.0%} points) within the last {WINDOW} keys?",
+                  (Threshold.beyond(f"trained full heads' mass within the last {WINDOW} keys",
+                                    arm="full", metric="local_mass", reference=0.5,
+                                    margin=MASS_MARGIN, direction=">",
+                                    unit="fraction of attention mass"),)),
     ),
     anchors=(
         Anchor("Long Range Arena average, BigBird", 55.01,
@@ -225,6 +310,7 @@ CLAIM = Claim(
         Anchor("sequence length below which full attention is advised", "1024 tokens",
                "Zaheer et al. 2020, BigBird (and its Hugging Face implementation notes)"),
     ),
+    tuning_seeds=(TUNE_SEED,),
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -1,12 +1,17 @@
-"""Training arms of the attention claims: one small model, one optimizer, a rate grid.
+"""Training arms of the attention claims: one small model, one optimizer, rates tuned apart.
 
 Shared by `psd-attention`, `sliding-window` and `dynamic-sparsity`, so their arms differ only
 in the attention they configure: every arm is `base_config(**changes)` (the `tiny` preset)
-trained by `train_arm` with `make_tx` (AdamW, clipping at 1) over a rate grid, through the one
-training step (`experiments.train.sweep.train_many`).
+trained by `train_arm` with `make_tx` (AdamW, clipping at 1), through the one training step
+(`experiments.train.sweep.train_many`). `tuned_arm` chooses an arm's rate on tuning seeds
+only, then trains the reported seeds at that one rate: reported seeds never choose anything.
+`within` gives the conditions of the non-inferiority thresholds they share ("costs less than
+a margin").
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import numpy as np
@@ -16,6 +21,8 @@ from experiments import data as data_lib
 from experiments.train import sweep
 
 LEARNING_RATES = (1e-3, 3e-3)
+
+
 def base_config(**overrides) -> transformer.Config:
   """The claims' small model: the `tiny` preset (d 64, L 2, H 4), vocabulary 256."""
   return transformer.preset("tiny", **overrides)
@@ -27,6 +34,35 @@ def make_tx(learning_rate):
 
   return optax.chain(optax.clip_by_global_norm(1.0),
                      optax.adamw(learning_rate, b2=0.98, weight_decay=0.01))
+
+
+def within(margin: float, direction: str = "<") -> dict:
+  """The conditions of a non-inferiority threshold: a cost that stays inside a practical margin.
+
+  Returns the keyword arguments `supports`, `refutes`, `margin` of a `Threshold`. With
+  `direction="<"` (a cost that should be small, e.g. extra loss): supported when the whole
+  95% interval lies below `+margin`, refuted when it lies above it, inconclusive when it
+  straddles it. `">"` mirrors it for a score that should not drop by more than `margin`
+  (e.g. exact match): supported above `−margin`, refuted below. `Threshold.beyond` states a
+  gain *beyond* a margin; this states a cost *within* one, by the same rule.
+
+  Example:
+    >>> from experiments.lab.attention_arms import within
+    >>> within(0.02)
+    {'supports': '< 0.02', 'refutes': '> 0.02', 'margin': 0.02}
+    >>> within(0.1, ">")["supports"]
+    '> -0.1'
+  """
+  if not margin > 0:
+    raise ValueError(f"within: margin={margin} must be > 0. Fix: state the largest cost that "
+                     "still counts as small, e.g. within(0.02).")
+  if direction not in ("<", ">"):
+    raise ValueError(f"within: direction={direction!r} is unknown. Fix: '<' for a cost that "
+                     "must stay small, '>' for a score that must not drop.")
+  edge = margin if direction == "<" else -margin
+  other = ">" if direction == "<" else "<"
+  return {"supports": f"{direction} {edge:.12g}", "refutes": f"{other} {edge:.12g}",
+          "margin": float(margin)}
 
 
 def exact_match_of(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
@@ -45,31 +81,88 @@ def _index(tree, i: int, j: int):
   return jax.tree.map(lambda x: x[i, j], tree)
 
 
+def ended_diverged(val_loss, vocab_size: int) -> np.ndarray:
+  """Whether runs *ended* diverged: final loss non-finite or above uniform guessing, `ln V`.
+
+  A run that spiked and recovered is not diverged (its spike is `train_many`'s flag, reported
+  apart as `spiked`). `ln V` is the loss of the uniform prediction, which a fresh model (small
+  init) starts at.
+
+  Example:
+    >>> import numpy as np
+    >>> from experiments.lab.attention_arms import ended_diverged
+    >>> ended_diverged(np.array([2.0, np.nan, 6.0]), 256).tolist()
+    [False, True, True]
+  """
+  v = np.asarray(val_loss, np.float64)
+  return ~np.isfinite(v) | (v > math.log(vocab_size))
+
+
 def train_arm(cfg: transformer.Config, seeds, *, data, steps: int, batch_size: int,
               seq_len: int, learning_rates=LEARNING_RATES, exact_match: bool = False,
               em_batches: int = 4) -> dict:
   """Trains one arm over `seeds` × `learning_rates` (paired: same init and data per seed).
 
-  The best rate is chosen by the mean validation loss over `seeds`: pass tuning seeds here
-  to choose a rate, then train the reported seeds at that one rate.
+  The best rate is the lowest mean final validation loss over `seeds` among rates whose runs
+  did not end diverged: pass tuning seeds here to choose a rate (as `tuned_arm` does), never
+  the reported ones.
 
   Returns:
-    `{"per_seed": {seed: {"loss": val loss, "exact_match"?: ...}}, "lr": best rate,
-    "params": per-seed params at that rate, "diverged": ...}`.
+    `{"per_seed": {seed: {"loss", "diverged", "spiked", "exact_match"?}}, "lr": best rate,
+    "params": per-seed params at that rate, "val_loss_grid": (n_lr, n_seeds) final losses}`.
   """
   src = data_lib.source(data, seq_len) if isinstance(data, str) else data
   r = sweep.train_many(cfg, make_tx, seeds=tuple(seeds), learning_rates=learning_rates,
                        steps=steps, data=src, batch_size=batch_size, seq_len=seq_len,
-                          eval_every=steps, eval_batches=4)
-  final = np.where(r.diverged, np.inf, r.val_loss[..., -1])  # (n_lr, n_seeds)
+                       eval_every=steps, eval_batches=4)
+  val = r.val_loss[..., -1]  # (n_lr, n_seeds)
+  ended = ended_diverged(val, cfg.vocab_size)
+  final = np.where(ended, np.inf, val)
   best = int(np.argmin(final.mean(1)))
   per_seed, params = {}, {}
   for j, seed in enumerate(seeds):
     p = _index(r.params, best, j)
-    m = {"loss": float(r.val_loss[best, j, -1]), "diverged": float(r.diverged[best, j])}
+    m = {"loss": float(val[best, j]), "diverged": float(ended[best, j]),
+         "spiked": float(r.diverged[best, j] and not ended[best, j])}
     if exact_match:
       m["exact_match"] = exact_match_of(p, cfg, src, seed, n_batches=em_batches,
                                         batch_size=batch_size)
     per_seed[seed], params[seed] = m, p
   return {"per_seed": per_seed, "lr": learning_rates[best], "params": params,
-          "val_loss_grid": r.val_loss[..., -1].tolist()}
+          "val_loss_grid": val.tolist()}
+
+
+def tuned_arm(cfg: transformer.Config, seeds, *, tuning_seeds, grid, **train_kwargs) -> dict:
+  """The arm's rate chosen on `tuning_seeds` over `grid`, then the reported `seeds` at it.
+
+  With one rate in `grid` (quick runs) nothing is tuned and every seed runs at it.
+
+  Args:
+    cfg: the arm's model.
+    seeds: the reported seeds (they choose nothing).
+    tuning_seeds: the seeds the rate is chosen on; disjoint from `seeds`.
+    grid: candidate rates.
+    **train_kwargs: `data`, `steps`, `batch_size`, `seq_len`, `exact_match`, `em_batches` of
+      `train_arm`.
+
+  Returns:
+    `train_arm`'s dict for `seeds` at the chosen rate, plus `"tuning"`: `None` when not tuned,
+    else `{"seeds", "grid", "val_loss": mean final loss per rate over the tuning seeds}`.
+  """
+  overlap = set(seeds) & set(tuning_seeds)
+  if overlap:
+    raise ValueError(f"tuned_arm: seeds {sorted(overlap)} both tune and report. Fix: tune on "
+                     "seeds that are never reported (e.g. 100).")
+  grid = tuple(grid)
+  tuning = None
+  if len(grid) > 1:
+    if not tuning_seeds:
+      raise ValueError(f"tuned_arm: a grid {grid} needs tuning seeds. Fix: pass e.g. "
+                       "tuning_seeds=(100,), or a grid of one rate.")
+    t = train_arm(cfg, tuple(tuning_seeds), learning_rates=grid,
+                  **{k: v for k, v in train_kwargs.items() if k != "exact_match"})
+    tuning = {"seeds": list(tuning_seeds), "grid": list(grid),
+              "val_loss": [float(np.mean(row)) for row in t["val_loss_grid"]]}
+    grid = (t["lr"],)
+  out = train_arm(cfg, tuple(seeds), learning_rates=grid, **train_kwargs)
+  return {**out, "tuning": tuning}

@@ -1,12 +1,16 @@
 """KV-cache compression, measured: loss with the latent cache and the bytes it really takes.
 
-`evaluate_compressed` builds bases and ranks from calibration text (`analysis.kv.compress`),
-prefills the evaluation text into a `transformer.latent` cache, and reports the loss read
-through that cache and the ratio measured from the cache arrays' bytes against a 16-bit K/V
-cache (the `eval --kv-ratio` numbers). `evaluate_kivi` is the plain-quantization baseline
-(KIVI-style: keys per channel over groups of tokens, values per token) with its bytes
-measured the same way; `rank_vs_context` asks whether the rank holding 99% of the key
-energy grows with context length.
+`calibrate` fixes, once per model and calibration text, what calibration decides: the per-head
+PCA bases of the cached keys and values (`analysis.kv`) and the loss-aware allocation's
+sensitivity table (`kv.loss_cost`). `compression` turns it into a `transformer.latent`
+compression for any target ratio, allocation and coefficient width (the same arithmetic as
+`kv.compress`, which recomputes the table on every call), and `evaluate` prefills evaluation
+text into that latent cache and reports the loss read through it and the ratio measured from
+the cache arrays' bytes against a 16-bit K/V cache. `evaluate_compressed` is the one-call form
+(`kv.compress` then `evaluate`; the `eval --kv-ratio` numbers). `evaluate_kivi` is the
+plain-quantization baseline (KIVI-style: keys per channel over groups of tokens, values per
+token) with its bytes measured the same way; `rank_vs_context` asks whether the rank holding
+99% of the key energy grows with context length.
 
 Example:
   >>> import jax, transformer
@@ -21,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -57,6 +62,125 @@ def _batches(tokens_BT1, batch_size):
     yield jnp.asarray(tokens_BT1[i:i + batch_size])
 
 
+def full_nll(params, cfg: transformer.Config, tokens, batch_size: int = 16) -> np.ndarray:
+  """`(B, T)` next-token losses of the uncompressed model on `(B, T+1)` tokens."""
+  return np.concatenate([np.asarray(_full_nll(params, cfg, b))
+                         for b in _batches(tokens, batch_size)])
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """What calibration text fixes, computed once and reused for every ratio and allocation.
+
+  Attributes:
+    key_basis: `(L, K, Dh, Dh)` PCA bases of the cached keys (columns by descending energy).
+    value_basis: the same for the values.
+    key_energy: `(L, K, Dh)` the key energy along each basis direction.
+    value_energy: the same for the values.
+    cost: `kv.loss_cost`'s `(2·L·K, Dh+1)` sensitivity table, or None (no loss-aware
+      allocation).
+    tokens: `(B, T+1)` the calibration text (the quantization steps are fitted on it).
+  """
+
+  key_basis: jax.Array
+  value_basis: jax.Array
+  key_energy: np.ndarray
+  value_energy: np.ndarray
+  cost: np.ndarray | None
+  tokens: np.ndarray
+
+
+def calibrate(params, cfg: transformer.Config, calibration_tokens, *, grid: int | None = 8,
+              cost_windows: int | None = None, loss_aware: bool = True) -> Calibration:
+  """PCA bases from all of `calibration_tokens`, the loss table from its first `cost_windows`.
+
+  Args:
+    params: model params.
+    cfg: model config.
+    calibration_tokens: `(B, T+1)` calibration text, disjoint from any evaluated text.
+    grid: ranks per head measured by `kv.loss_cost`.
+    cost_windows: calibration windows the loss table is measured on (None: all); the table
+      costs `2·L·K·grid` forward passes, so this is the knob of its run time.
+    loss_aware: measure the loss table (needed by `alloc="loss"`).
+
+  Returns:
+    A `Calibration`.
+  """
+  tokens = np.asarray(calibration_tokens)
+  mk, mv = kv.kv_moments(params, cfg, tokens[:, :-1])
+  (kb, ke), (vb, ve) = kv.pca_bases(mk), kv.pca_bases(mv)
+  cost = None
+  if loss_aware:
+    full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
+    comp = latent.make_compression(kb, vb, full, full, 32)
+    cost = kv.loss_cost(params, cfg, comp, jnp.asarray(tokens[:cost_windows]), grid)
+  return Calibration(kb, vb, ke, ve, cost, tokens)
+
+
+def compression(params, cfg: transformer.Config, cal: Calibration, kv_ratio: float,
+                kv_alloc: str = "uniform", kv_bits: int = 16) -> latent.Compression:
+  """The latent compression of `kv.compress(..., kv_ratio, kv_alloc, kv_bits)` from `cal`.
+
+  Example:
+    >>> import jax, transformer
+    >>> from experiments.lab import kvcompress
+    >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
+    >>> tokens = jax.random.randint(jax.random.key(1), (2, 17), 0, 256)
+    >>> cal = kvcompress.calibrate(params, cfg, tokens, loss_aware=False)
+    >>> kvcompress.compression(params, cfg, cal, 8).key_ranks[0]
+    (2, 2, 2, 2)
+  """
+  budget = kv.coefficient_budget(cfg, kv_ratio, kv_bits)
+  if kv_alloc == "loss" and cal.cost is None:
+    raise ValueError("compression: kv_alloc='loss' needs a loss table. Fix: "
+                     "calibrate(..., loss_aware=True).")
+  kr, vr = kv.allocate(cfg, budget, kv_alloc, energies=(cal.key_energy, cal.value_energy),
+                       cost=cal.cost)
+  kb, vb = cal.key_basis, cal.value_basis
+  if kv_bits < 16:
+    ks, vs = kv.calibrate_steps(params, cfg, latent.make_compression(kb, vb, kr, vr, 32),
+                                cal.tokens[:, :-1], kv_bits)
+    return latent.make_compression(kb, vb, kr, vr, kv_bits, ks, vs)
+  return latent.make_compression(kb, vb, kr, vr, kv_bits)
+
+
+def evaluate(params, cfg: transformer.Config, comp: latent.Compression, tokens, *,
+             nll_full=None, batch_size: int = 16) -> dict:
+  """Loss read through `comp`'s latent cache on `(B, T+1)` tokens, and the ratio it measures.
+
+  Args:
+    params: model params.
+    cfg: model config.
+    comp: the compression (bases, ranks, bits).
+    tokens: `(B, T+1)` evaluation text.
+    nll_full: `full_nll` of the same tokens, if already computed.
+    batch_size: sequences per forward pass.
+
+  Returns:
+    `{"loss", "loss_full", "loss_rise" (relative), "kv_compression" (measured), "kv_bits",
+    "coefficients_per_token", "basis_bytes", "payoff_tokens", "key_ranks", "value_ranks"}`.
+  """
+  nll, ratio = [], None
+  for batch in _batches(tokens, batch_size):
+    n, cache = _latent_nll(params, cfg, comp, batch)
+    nll.append(np.asarray(n))
+    ratio = latent.compression_ratio(cfg, cache)
+  if nll_full is None:
+    nll_full = full_nll(params, cfg, tokens, batch_size)
+  loss, loss_full = float(np.concatenate(nll).mean()), float(np.mean(nll_full))
+  return {
+      "loss": loss, "loss_full": loss_full, "loss_rise": loss / loss_full - 1,
+      "kv_compression": ratio, "kv_bits": comp.bits,
+      "coefficients_per_token": sum(map(sum, comp.key_ranks)) + sum(map(sum, comp.value_ranks)),
+      "basis_bytes": latent.basis_bytes(comp), "payoff_tokens": latent.payoff_length(cfg, comp),
+      "key_ranks": [list(r) for r in comp.key_ranks],
+      "value_ranks": [list(r) for r in comp.value_ranks],
+  }
+
+
 def evaluate_compressed(params, cfg: transformer.Config, tokens, *, kv_ratio: float,
                         kv_alloc: str = "uniform", kv_bits: int = 16, calibration_tokens=None,
                         source: str = "data", batch_size: int = 16, grid: int | None = 8) -> dict:
@@ -77,28 +201,12 @@ def evaluate_compressed(params, cfg: transformer.Config, tokens, *, kv_ratio: fl
     grid: ranks measured per head by the loss-aware allocation.
 
   Returns:
-    `{"loss", "loss_full", "loss_rise" (relative), "kv_compression" (measured), "kv_ratio"
-    (target), "kv_bits", "kv_alloc", "coefficients_per_token", "basis_bytes",
-    "payoff_tokens", "key_ranks", "value_ranks"}`.
+    `evaluate`'s dict with `"kv_ratio"` (target), `"kv_alloc"` and `"source"`.
   """
   comp = kv.compress(params, cfg, calibration_tokens, kv_ratio, kv_alloc, kv_bits,
                      source=source, grid=grid)
-  nll, nll_full, ratio = [], [], None
-  for batch in _batches(tokens, batch_size):
-    n, cache = _latent_nll(params, cfg, comp, batch)
-    nll.append(np.asarray(n))
-    nll_full.append(np.asarray(_full_nll(params, cfg, batch)))
-    ratio = latent.compression_ratio(cfg, cache)
-  loss, loss_full = float(np.concatenate(nll).mean()), float(np.concatenate(nll_full).mean())
-  return {
-      "loss": loss, "loss_full": loss_full, "loss_rise": loss / loss_full - 1,
-      "kv_compression": ratio, "kv_ratio": float(kv_ratio), "kv_bits": kv_bits,
-      "kv_alloc": kv_alloc, "source": source,
-      "coefficients_per_token": sum(map(sum, comp.key_ranks)) + sum(map(sum, comp.value_ranks)),
-      "basis_bytes": latent.basis_bytes(comp), "payoff_tokens": latent.payoff_length(cfg, comp),
-      "key_ranks": [list(r) for r in comp.key_ranks],
-      "value_ranks": [list(r) for r in comp.value_ranks],
-  }
+  return {**evaluate(params, cfg, comp, tokens, batch_size=batch_size),
+          "kv_ratio": float(kv_ratio), "kv_alloc": kv_alloc, "source": source}
 
 
 # ------------------------------------------------------------------------- KIVI baseline
@@ -145,7 +253,7 @@ def kivi_quantize(x_BTKDh, bits: int, axis: str, group: int = 32):
 
 
 def evaluate_kivi(params, cfg: transformer.Config, tokens, bits: int, *, group: int = 32,
-                  batch_size: int = 16) -> dict:
+                  nll_full=None, batch_size: int = 16) -> dict:
   """Loss with K and V quantized KIVI-style to `bits`, and the ratio measured from its arrays.
 
   The whole sequence is quantized (KIVI also keeps the newest tokens in full precision; that
@@ -160,59 +268,44 @@ def evaluate_kivi(params, cfg: transformer.Config, tokens, bits: int, *, group: 
     return kivi_quantize(k, bits, "channel", group)[0], kivi_quantize(v, bits, "token", group)[0]
 
   nll = jax.jit(lambda p, t: _nll(latent.forward(p, cfg, t[:, :-1], kv_fn=kv_fn), t))
-  losses, full, ratio = [], [], None
+  losses, ratio = [], None
   for batch in _batches(tokens, batch_size):
     losses.append(np.asarray(nll(params, batch)))
-    full.append(np.asarray(_full_nll(params, cfg, batch)))
     B, T = batch.shape[0], batch.shape[1] - 1
     x = jax.ShapeDtypeStruct((B, T, cfg.n_kv_heads, cfg.d_head), cfg.jnp_dtype)
     stored = [jax.eval_shape(lambda x, a=a: kivi_quantize(x, bits, a, group)[1], x)
               for a in ("channel", "token")]
     per_layer = sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(stored))
     ratio = latent.full_cache_bytes(cfg, B, T) / (cfg.n_layers * per_layer)
-  loss, loss_full = float(np.concatenate(losses).mean()), float(np.concatenate(full).mean())
+  if nll_full is None:
+    nll_full = full_nll(params, cfg, tokens, batch_size)
+  loss, loss_full = float(np.concatenate(losses).mean()), float(np.mean(nll_full))
   return {"loss": loss, "loss_full": loss_full, "loss_rise": loss / loss_full - 1,
           "kv_compression": ratio, "kv_bits": bits}
 
 
 def rank_vs_context(params, cfg: transformer.Config, tokens, lengths, fraction: float = 0.99):
-  """Per context length `T`, the rank holding `fraction` of the post-RoPE key (and value)
-  energy, from keys of the first `T` positions: mean and max over layers and heads.
+  """Per context length `T`, the rank holding `fraction` of the cached key (and value) energy,
+  from the keys of the first `T` positions: mean and max over layers and heads.
+
+  The keys and values are captured once at the longest length: in a causal model the first
+  `T` positions' keys do not depend on later tokens, so each prefix's moments are sums over
+  the first `T` positions of the same arrays.
 
   Returns:
     `{T: {"key_mean", "key_max", "value_mean", "value_max"}}`.
   """
-  out = {}
   tokens = np.asarray(tokens)
+  if max(lengths) > tokens.shape[1]:
+    raise ValueError(f"rank_vs_context: length {max(lengths)} exceeds the tokens' "
+                     f"{tokens.shape[1]}.")
+  k, v = (np.asarray(a, np.float64) for a in jax.jit(kv.capture_kv, static_argnums=1)(
+      params, cfg, tokens[:, :max(lengths)]))
+  out = {}
   for T in lengths:
-    if T > tokens.shape[1]:
-      raise ValueError(f"rank_vs_context: length {T} exceeds the tokens' {tokens.shape[1]}.")
-    mk, mv = kv.kv_moments(params, cfg, tokens[:, :T])
+    mk, mv = (np.einsum("lbtkd,lbtke->lkde", x[:, :, :T], x[:, :, :T]) for x in (k, v))
     rk, rv = kv.energy_rank(kv.pca_bases(mk)[1], fraction), kv.energy_rank(
         kv.pca_bases(mv)[1], fraction)
     out[int(T)] = {"key_mean": float(rk.mean()), "key_max": int(rk.max()),
                    "value_mean": float(rv.mean()), "value_max": int(rv.max())}
   return out
-
-
-def survey(params, cfg: transformer.Config, calibration_tokens, tokens, *,
-           settings=((8, 16), (32, 4)), allocs=("uniform", "greedy", "loss"),
-           kivi_bits=(8, 4, 2), lengths=(64, 128), grid: int | None = 8) -> dict:
-  """Every allocation at every `(kv_ratio, kv_bits)`, the data-free bases, the KIVI baseline and
-  the 99%-energy rank per context length: the raw numbers of the `kv-compression` claim.
-
-  Returns:
-    `{"compressed": [evaluate_compressed dicts], "kivi": [...], "rank_vs_context": {...}}`.
-  """
-  compressed = []
-  for ratio, bits in settings:
-    for alloc in allocs:
-      compressed.append(evaluate_compressed(params, cfg, tokens, kv_ratio=ratio, kv_alloc=alloc,
-                                            kv_bits=bits, calibration_tokens=calibration_tokens,
-                                            grid=grid))
-    if bits >= 16:
-      compressed.append(evaluate_compressed(params, cfg, tokens, kv_ratio=ratio, kv_bits=bits,
-                                            source="weights"))
-  return {"compressed": compressed,
-          "kivi": [evaluate_kivi(params, cfg, tokens, b) for b in kivi_bits],
-          "rank_vs_context": rank_vs_context(params, cfg, calibration_tokens, lengths)}
