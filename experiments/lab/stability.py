@@ -153,7 +153,8 @@ def _effective_condition(X, center: bool):
   return analysis.effective_condition(X, center=center)
 
 
-def input_conditions(blocks, *, center: bool) -> dict[str, dict[str, jax.Array]]:
+def input_conditions(blocks, *, center: bool,
+                     names=tuple(PROJECTION_INPUTS)) -> dict[str, dict[str, jax.Array]]:
   """Effective condition number of each projection's input, per layer: the one measure.
 
   The `B·T` rows of each sown input (`PROJECTION_INPUTS`) form `X (B·T, width)`, and
@@ -164,12 +165,19 @@ def input_conditions(blocks, *, center: bool) -> dict[str, dict[str, jax.Array]]
     blocks: the sown `intermediates["blocks"]` with `sow`'s tuples unwrapped; any leading
       axes (runs of a sweep) come before `(L, B, T, width)`.
     center: centre the rows of `X` first (see `analysis.effective_condition`).
+    names: the inputs to measure (keys of `PROJECTION_INPUTS`; default all). `ffn_hidden`
+      is the widest (`d_ff` columns), so its SVD costs the most.
 
   Returns:
-    `{NAME: {"kappa_eff": (..., L), "n_dropped": (..., L)}}` for NAME in `PROJECTION_INPUTS`.
+    `{NAME: {"kappa_eff": (..., L), "n_dropped": (..., L)}}` for NAME in `names`.
   """
+  unknown = sorted(set(names) - set(PROJECTION_INPUTS))
+  if unknown:
+    raise ValueError(f"input_conditions: {unknown} are not projection inputs. Fix: choose from "
+                     f"{sorted(PROJECTION_INPUTS)}.")
   out = {}
-  for name, (sub, _) in PROJECTION_INPUTS.items():
+  for name in names:
+    sub, _ = PROJECTION_INPUTS[name]
     X = blocks[sub][name].astype(jnp.float32)
     X = X.reshape(*X.shape[:-3], -1, X.shape[-1])
     cond = _effective_condition(X, center)

@@ -36,10 +36,179 @@ def test_rankdata_and_spearman_match_scipy():
   assert np.isnan(stats.spearman([1, 1, 1], [1, 2, 3]))  # constant side
 
 
-def test_kappa_growth_ignores_non_finite():
+def test_kappa_max_ignores_non_finite():
   k = np.array([[2.0, 30.0], [np.nan, np.inf]])
-  assert lc.kappa_growth(k, np.array([1.0, 2.0])) == 15.0
-  assert np.isnan(lc.kappa_growth(np.full((1, 2), np.nan), np.ones(2)))
+  assert lc.kappa_max(k) == 30.0
+  assert lc.kappa_max([k, np.array([[31.0, np.nan], [1.0, 1.0]])]) == 31.0
+  assert np.isnan(lc.kappa_max(np.full((1, 2), np.nan)))
+
+
+# ------------------------------------------------ layernorm-condition: the theorem, float64
+
+
+def _layernorm(x):
+  x = x - x.mean(-1, keepdims=True)
+  return x / np.sqrt((x * x).mean(-1, keepdims=True))
+
+
+def _rmsnorm(x):
+  return x / np.sqrt((x * x).mean(-1, keepdims=True))
+
+
+NORM_FNS = {"layernorm": _layernorm, "rmsnorm": _rmsnorm}
+
+
+def _kappa_eff_centred(Z):
+  """Independent float64 reference of `analysis.effective_condition(Z, center=True)`."""
+  Zc = Z - Z.mean(0)
+  s = np.linalg.svd(Zc, compute_uv=False)
+  kept = s > max(Z.shape) * np.finfo(np.float64).eps * s[0]
+  return s[0] / s[kept][-1], int((~kept).sum())
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("N, D", [(64, 8), (512, 32)])
+def test_norm_pins_every_row_to_norm_sqrt_d_float64(norm, N, D):
+  """`layernorm-condition` theorem, part 1: the scale is pinned, whatever the input's scale."""
+  rng = np.random.default_rng(N + D)
+  f = NORM_FNS[norm]
+  for _ in range(5):
+    scale = 10.0 ** rng.uniform(-3, 3, (N, 1))
+    X = scale * (rng.normal(size=(N, D)) + 3 * rng.normal(size=(1, D)))
+    Z = f(X)
+    np.testing.assert_allclose(np.linalg.norm(Z, axis=-1), np.sqrt(D), rtol=1e-12)
+    np.testing.assert_allclose(f(rng.uniform(0.01, 100) * X), Z, rtol=1e-10, atol=1e-12)
+    if norm == "layernorm":
+      np.testing.assert_allclose(Z.sum(-1), 0, atol=1e-10)
+    s1 = np.linalg.svd(Z, compute_uv=False)[0]
+    assert N * (1 - 1e-12) <= s1**2 <= N * D * (1 + 1e-12)
+    g = rng.uniform(0.2, 3.0, D)  # a gain scales σ_1² by at most max g²
+    assert np.linalg.svd(Z * g, compute_uv=False)[0] ** 2 <= N * D * g.max() ** 2 * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_norm_does_not_bound_the_condition_number_float64(norm):
+  """Part 2: one strong feature among weak ones survives the norm; κ_eff grows like 1/ε."""
+  rng = np.random.default_rng(7)
+  N, D = 256, 16
+  signs = rng.choice([-1.0, 1.0], size=(N, 1))
+  W = rng.normal(size=(N, D - 1))
+  kappas = {}
+  for eps in (1e-2, 1e-4, 1e-6):
+    Z = NORM_FNS[norm](np.concatenate([signs, eps * W], axis=1))
+    np.testing.assert_allclose(np.linalg.norm(Z, axis=-1), np.sqrt(D), rtol=1e-12)
+    kappas[eps], dropped = _kappa_eff_centred(Z)
+    assert dropped == (1 if norm == "layernorm" else 0)  # LayerNorm's all-ones direction
+  assert kappas[1e-6] > 1e5 > lc.KAPPA_BOUND
+  # κ_eff · ε stays put: the growth is exactly the 1/ε the argument predicts.
+  ratio = (kappas[1e-6] * 1e-6) / (kappas[1e-2] * 1e-2)
+  assert 0.5 < ratio < 2
+  np.testing.assert_allclose(kappas[1e-4] * 1e-4, kappas[1e-6] * 1e-6, rtol=1e-3)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_model_norm_computes_the_theorem_z(norm):
+  from transformer.model import Norm
+
+  cfg = transformer.Config(vocab_size=32, d_model=16, n_layers=1, n_heads=2, max_len=16,
+                           norm=norm)
+  x = np.asarray(jax.random.normal(jax.random.key(3), (2, 8, 16)) * 5 + 2, np.float32)
+  params = {"scale": jnp.ones(16)}
+  if norm == "layernorm":
+    params["bias"] = jnp.zeros(16)
+  y = np.asarray(Norm(cfg).apply({"params": params}, jnp.asarray(x)), np.float64)
+  x64 = x.astype(np.float64)
+  c = x64 - x64.mean(-1, keepdims=True) if norm == "layernorm" else x64
+  ref = c / np.sqrt((c * c).mean(-1, keepdims=True) + cfg.norm_eps)
+  np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.sqrt(16), rtol=1e-4)
+
+
+# ----------------------------------------------- layernorm-condition: the pre-registration
+
+
+def test_kappa_bound_is_bf16_unit_roundoff_and_ceiling_is_the_rank_tolerance():
+  assert lc.KAPPA_BOUND == 2.0**8  # bfloat16: 8 significant bits, unit roundoff 2⁻⁸
+  # A float32 reading can reach at most 1/(max(N, D)·eps₃₂): numpy's matrix_rank tolerance.
+  X = np.zeros((512, 32), np.float32)
+  X[:, 0] = 1.0
+  signs = np.where(np.arange(512) % 2, 1.0, -1.0)  # orthogonal to column 0: σ_2/σ_1 = c
+  X[:, 1] = signs * 1.05 / lc.kappa_ceiling(512, 32)
+  assert np.linalg.matrix_rank(X) == 2
+  X[:, 1] = signs * 0.95 / lc.kappa_ceiling(512, 32)
+  assert np.linalg.matrix_rank(X) == 1
+
+
+def test_ended_diverged_end_loss_and_stress_rate():
+  V = 256
+  final = np.array([2.5, np.log(V) + 1e-3, np.nan, np.inf, np.log(V) - 1e-3])
+  assert lc.ended_diverged(final, V).tolist() == [False, True, True, True, False]
+  np.testing.assert_allclose(lc.end_loss(final, V),
+                             [2.5, np.log(V), np.log(V), np.log(V), np.log(V) - 1e-3])
+  grid = (1e-3, 1e-2, 1e-1, 1.0)
+  assert lc.stress_rate(grid, [False, True, False, True]) == (1e-2, True)
+  assert lc.stress_rate(grid, [False] * 4) == (1.0, False)
+
+
+def test_claim_preregistration():
+  claim = CLAIMS["layernorm-condition"]
+  assert claim.theorem and claim.seeds == (0, 1, 2, 3, 4) and claim.tuning_seeds == (100,)
+  assert not set(claim.seeds) & set(claim.tuning_seeds)
+  for th in claim.thresholds + tuple(t for e in claim.extensions for t in e.thresholds):
+    assert th.margin is not None and th.unit
+  assert lc.FULL.tune and not lc.QUICK.tune and lc.FULL.grid[-1] >= 0.1
+
+
+def _synthetic_runs(kappa_ln, kappa_rms, kappa_none, loss_none, loss_normed=2.6):
+  runs = {}
+  for arm, kappas in (("layernorm", kappa_ln), ("rmsnorm", kappa_rms), ("none", kappa_none)):
+    runs[arm] = {s: {"kappa_tuned": k, "log10_kappa_tuned": np.log10(k), "kappa_stress": 10 * k,
+                     "end_loss_stress": loss_none[s] if arm == "none" else loss_normed}
+                 for s, k in enumerate(kappas)}
+  return runs
+
+
+@pytest.mark.parametrize("kappa_ln, loss_none, expected", [
+    ((120, 150, 90, 200, 130), (5.5, 5.5, 5.5, 5.2, 5.5), "supported"),
+    ((300, 400, 290, 1e3, 260), (5.5, 5.5, 5.5, 5.2, 5.5), "refuted"),   # above K every seed
+    ((120, 300, 90, 200, 130), (5.5, 5.5, 5.5, 5.2, 5.5), "inconclusive"),  # K crossed once
+    ((120, 150, 90, 200, 130), (2.7, 2.6, 2.75, 2.65, 2.7), "refuted"),  # inside 0.25 nats
+])
+def test_primary_verdict_from_the_frozen_thresholds(kappa_ln, loss_none, expected):
+  from experiments.claims import runner
+
+  claim = CLAIMS["layernorm-condition"]
+  runs = _synthetic_runs(kappa_ln, (100,) * 5, (110, 160, 95, 210, 120), loss_none)
+  v, _, evals = runner.decide(claim.thresholds, runs, tuple(range(5)))
+  assert v == expected
+  # The stress-rate gap is the paired difference none − layernorm, seed by seed.
+  assert evals[2]["mean"] == pytest.approx(np.mean(np.array(loss_none) - 2.6))
+
+
+def test_is_it_the_norm_extension_reads_decades():
+  from experiments.claims import runner
+
+  ext = {e.name: e for e in CLAIMS["layernorm-condition"].extensions}["is it the norm?"]
+  same = _synthetic_runs((100,) * 5, (100,) * 5, (110, 120, 90, 100, 105), (5.5,) * 5)
+  assert runner.decide(ext.thresholds, same, tuple(range(5)))[0] == "refuted"
+  tenfold = _synthetic_runs((100,) * 5, (100,) * 5, (900, 1200, 1000, 1100, 950), (5.5,) * 5)
+  assert runner.decide(ext.thresholds, tenfold, tuple(range(5)))[0] == "supported"
+
+
+def test_seed_metrics_from_a_track():
+  # Two evaluations, rates (tuned, stress), one seed, two layers.
+  k_attn = np.array([[[[10.0, 20.0]], [[100.0, np.nan]]], [[[15.0, 5.0]], [[900.0, 50.0]]]])
+  k_ffn = np.array([[[[12.0, 8.0]], [[300.0, 1.0]]], [[[30.0, 2.0]], [[np.nan, 40.0]]]])
+  tr = {"kappa_ERSL": {"attn_in": k_attn, "ffn_in": k_ffn},
+        "n_dropped_ERSL": np.array([[[[1, 1]], [[1, 3]]], [[[1, 1]], [[2, 1]]]]),
+        "final_RS": np.array([[2.5], [np.inf]]), "ended_diverged_RS": np.array([[False], [True]]),
+        "spiked_RS": np.array([[False], [False]])}
+  m = lc.seed_metrics(tr, 0, 256)
+  assert m["kappa_tuned"] == 30.0 and m["attn_in/kappa_tuned"] == 20.0
+  assert m["kappa_tuned_final"] == 30.0 and m["log10_kappa_tuned"] == pytest.approx(np.log10(30))
+  assert m["kappa_stress"] == 900.0 and m["kappa_stress_final"] == 900.0
+  assert m["end_loss_tuned"] == 2.5 and m["end_loss_stress"] == pytest.approx(np.log(256))
+  assert m["diverged_stress"] == 1.0 and m["n_dropped_stress"] == 3.0
 
 
 def test_input_conditions_match_numpy_svd():
@@ -68,6 +237,9 @@ def test_input_conditions_rmsnorm_drops_nothing():
   out = lc.input_conditions(state["intermediates"])
   assert out["attn_in"]["n_dropped"].tolist() == [0]
   assert out["ffn_in"]["n_dropped"].tolist() == [0]
+  assert sorted(out) == ["attn_in", "ffn_in"]  # the claim reads only the normalized inputs
+  with pytest.raises(ValueError, match="not projection inputs"):
+    lc.input_conditions(state["intermediates"], names=("attn_out",))
 
 
 def test_good_rates_and_divergent_rates():
