@@ -2,9 +2,15 @@
 
 The mechanism (the latent cache, folded bases) is `transformer.latent`; this module decides
 what goes into it. Bases per layer and KV head are the eigenvectors of the second moment of
-the cached (post-RoPE) keys and of the values on calibration text, `M = Σ_t k_t k_tᵀ`
-(`pca_bases`; uncentered, because the cache reconstructs `k`, not `k - mean`), or data-free
-from `W_K`, `W_V` alone (`weight_bases`). Ranks are allocated for a target compression ratio:
+the keys and of the values on calibration text, `M = Σ_t k_t k_tᵀ` (`pca_bases`; uncentered,
+because the cache reconstructs `k`, not `k - mean`), or data-free from `W_K`, `W_V` alone
+(`weight_bases`). For a RoPE model the keys are those *before* the rotation by default
+(`compress(..., pre_rope=None)`): a rotation spreads a key's energy over the pairs of
+dimensions it turns, so the raw keys need a lower rank for the same energy, and the cache
+rotates what it rebuilds (`transformer.latent`, `Compression.pre_rope`). `calibrate` then
+fits the down and up projections by gradient descent to match the uncompressed model's
+next-token distribution on calibration text, starting from these bases. Ranks are allocated
+for a target compression ratio:
 
 * `uniform`: the same rank for every head, keys and values (the budget's remainder adds one
   dimension to the first heads, so all methods spend the same bytes);
@@ -59,8 +65,9 @@ def _check_tokens(tokens, what: str):
   return tokens
 
 
-def capture_kv(params, cfg: transformer.Config, tokens_BT):
-  """Post-RoPE keys and values of every layer, `(L, B, T, K, Dh)` each, as the model caches them.
+def capture_kv(params, cfg: transformer.Config, tokens_BT, *, pre_rope: bool = False):
+  """Keys and values of every layer, `(L, B, T, K, Dh)` each: the keys as the model caches them
+  (post-RoPE), or before the rotation with `pre_rope` (the sown keys turned back, `R_{-p}`).
 
   Example:
     >>> import jax, transformer
@@ -71,13 +78,20 @@ def capture_kv(params, cfg: transformer.Config, tokens_BT):
   _, state = transformer.Transformer(cfg).apply(
       {"params": transformer.model.param_tree(params)}, tokens_BT, mutable=["intermediates"])
   attn = state["intermediates"]["blocks"]["attn"]
-  return attn["k"][0], attn["v"][0]
+  k, v = attn["k"][0], attn["v"][0]
+  if pre_rope and cfg.positions == "rope":  # R_p is orthogonal: R_{-p} R_p k = k
+    L, B, T, K, dh = k.shape
+    pos = jnp.broadcast_to(-jnp.arange(T), (L * B, T))  # the model's default positions 0..T-1
+    k = transformer.rope(k.reshape(L * B, T, K, dh), pos, cfg.rope_theta).reshape(k.shape)
+  return k, v
 
 
-def kv_moments(params, cfg: transformer.Config, tokens_BT, batch_size: int = 16):
-  """Second moments `Σ_{b,t} k kᵀ` per layer and KV head, float64 `(L, K, Dh, Dh)` for K and V."""
+def kv_moments(params, cfg: transformer.Config, tokens_BT, batch_size: int = 16, *,
+               pre_rope: bool = False):
+  """Second moments `Σ_{b,t} k kᵀ` per layer and KV head, float64 `(L, K, Dh, Dh)` for K and V
+  (keys post-RoPE, or before the rotation with `pre_rope`)."""
   tokens_BT = _check_tokens(tokens_BT, "kv_moments")
-  capture = jax.jit(capture_kv, static_argnums=1)
+  capture = jax.jit(functools.partial(capture_kv, pre_rope=pre_rope), static_argnums=1)
   mk = mv = 0.0
   for i in range(0, tokens_BT.shape[0], batch_size):
     k, v = (np.asarray(a, np.float64) for a in capture(params, cfg, tokens_BT[i:i + batch_size]))
@@ -106,13 +120,14 @@ def pca_bases(moments_LKDhDh):
   return jnp.asarray(V, jnp.float32), np.maximum(w, 0.0)
 
 
-def weight_bases(params, cfg: transformer.Config, n_positions: int = 64):
+def weight_bases(params, cfg: transformer.Config, n_positions: int = 64, *,
+                 pre_rope: bool = False):
   """Data-free bases from `W_K` (`W_Q` when tied), `W_V`: `(key_bases, key_energies,
   value_bases, value_energies)`.
 
   Treating the layer input as white noise, keys have second moment `W_Kᵀ W_K` per head. With
-  RoPE the cached key at position `p` is `R_p k`, so the key moment is averaged over the
-  rotations of `n_positions` positions spread over `[0, max_len)`:
+  RoPE the cached key at position `p` is `R_p k`, so unless `pre_rope` the key moment is
+  averaged over the rotations of `n_positions` positions spread over `[0, max_len)`:
   `M = mean_p R_p W_Kᵀ W_K R_pᵀ`. Biases are added as one more input direction.
   """
   p = transformer.model.param_tree(params)["blocks"]["attn"]
@@ -126,7 +141,7 @@ def weight_bases(params, cfg: transformer.Config, n_positions: int = 64):
     return split_heads(w, K, "columns")
 
   wk, wv = rows("k" if "w_k" in p else "q"), rows("v")  # `Config.qk_tied`: K = X W_Q
-  if cfg.positions == "rope":
+  if cfg.positions == "rope" and not pre_rope:
     pos = np.linspace(0, cfg.max_len - 1, n_positions).round()
     mk = 0.0
     for p_ in pos:
@@ -309,7 +324,8 @@ def calibrate_steps(params, cfg: transformer.Config, comp: latent.Compression, t
     `(key_step, value_step)`: `L` float32 arrays `(R_l,)` each.
   """
   tokens_BT = _check_tokens(tokens_BT, "calibrate_steps")
-  k, v = (np.asarray(a, np.float64) for a in capture_kv(params, cfg, tokens_BT))
+  k, v = (np.asarray(a, np.float64)
+          for a in capture_kv(params, cfg, tokens_BT, pre_rope=comp.pre_rope))
   half = 2 ** (bits - 1)
 
   def steps(x, basis, ranks):
@@ -332,7 +348,7 @@ def calibrate_steps(params, cfg: transformer.Config, comp: latent.Compression, t
 
 def compress(params, cfg: transformer.Config, calibration_tokens, ratio: float,
              alloc: Alloc = "uniform", bits: int = 16, *, source: str = "data",
-             grid: int | None = 8) -> latent.Compression:
+             grid: int | None = 8, pre_rope: bool | None = None) -> latent.Compression:
   """Bases, ranks and steps for a target measured ratio (rank and bits together).
 
   Args:
@@ -345,6 +361,9 @@ def compress(params, cfg: transformer.Config, calibration_tokens, ratio: float,
     bits: coefficient storage, 32, 16, 8, 4 or 2.
     source: `data` (PCA of cached K, V) or `weights` (`weight_bases`).
     grid: ranks measured per head by `loss_cost`.
+    pre_rope: compress the keys before RoPE and rotate what is rebuilt (`latent.Compression`);
+      None (the default) does so for RoPE models. False keeps the post-RoPE placement, whose
+      read rebuilds nothing but needs more rank for the same error.
 
   Returns:
     A `latent.Compression`.
@@ -352,27 +371,131 @@ def compress(params, cfg: transformer.Config, calibration_tokens, ratio: float,
   if alloc not in ALLOCS:
     raise ValueError(f"compress: alloc={alloc!r} is unknown. Fix: use one of {ALLOCS}.")
   budget = coefficient_budget(cfg, ratio, bits)
+  pre_rope = cfg.positions == "rope" if pre_rope is None else bool(pre_rope)
   needs_data = source == "data" or alloc == "loss" or bits < 16
   if needs_data:
     calibration_tokens = _check_tokens(calibration_tokens, "compress")
   if source == "data":
-    mk, mv = kv_moments(params, cfg, calibration_tokens[:, :-1])
+    mk, mv = kv_moments(params, cfg, calibration_tokens[:, :-1], pre_rope=pre_rope)
     (kb, ke), (vb, ve) = pca_bases(mk), pca_bases(mv)
   elif source == "weights":
-    kb, ke, vb, ve = weight_bases(params, cfg)
+    kb, ke, vb, ve = weight_bases(params, cfg, pre_rope=pre_rope)
   else:
     raise ValueError(f"compress: source={source!r} is unknown. Fix: 'data' or 'weights'.")
   full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
-  comp = latent.make_compression(kb, vb, full, full, 32)
+  comp = latent.make_compression(kb, vb, full, full, 32, pre_rope=pre_rope)
   cost = None
   if alloc == "loss":
     cost = loss_cost(params, cfg, comp, jnp.asarray(calibration_tokens), grid)
   kr, vr = allocate(cfg, budget, alloc, energies=(ke, ve), cost=cost)
-  comp = latent.make_compression(kb, vb, kr, vr, 32)
+  comp = latent.make_compression(kb, vb, kr, vr, 32, pre_rope=pre_rope)
   if bits < 16:
     ks, vs = calibrate_steps(params, cfg, comp, calibration_tokens[:, :-1], bits)
-    return latent.make_compression(kb, vb, kr, vr, bits, ks, vs)
-  return latent.make_compression(kb, vb, kr, vr, bits)
+    return latent.make_compression(kb, vb, kr, vr, bits, ks, vs, pre_rope=pre_rope)
+  return latent.make_compression(kb, vb, kr, vr, bits, pre_rope=pre_rope)
+
+
+# ------------------------------------------------------------------ calibrated projections
+
+
+def output_kl(params, cfg: transformer.Config, comp: latent.Compression, tokens_BT):
+  """Mean KL divergence, nats per token, of `comp`'s next-token distribution from the model's.
+
+  .. math:: \\frac{1}{BT} \\sum_{b,t} \\mathrm{KL}\\big(p(\\cdot \\mid x_{\\le t})
+     \\,\\|\\, \\hat p(\\cdot \\mid x_{\\le t})\\big)
+
+  `p` is `Transformer(cfg)`, `p̂` the same model through `comp`'s latent cache (at `comp.bits`;
+  0 at full rank and float32). Differentiable in `comp`'s arrays, and jit-able.
+
+  Example:
+    >>> import jax, transformer
+    >>> from transformer import latent
+    >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
+    >>> comp = latent.weight_compression(params, cfg, rank=cfg.d_head)
+    >>> bool(output_kl(params, cfg, comp, jax.numpy.zeros((1, 8), int)) < 1e-5)
+    True
+  """
+  ref_BTV = jax.nn.log_softmax(transformer.Transformer(cfg).apply(
+      {"params": transformer.model.param_tree(params)}, tokens_BT))
+  got_BTV = jax.nn.log_softmax(latent.forward(params, cfg, tokens_BT, comp))
+  ref_BTV = jax.lax.stop_gradient(ref_BTV)
+  return (jnp.exp(ref_BTV) * (ref_BTV - got_BTV)).sum(-1).mean()
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _adam_step(params, cfg, floats, fit, state, tokens_BT, learning_rate):
+  """One Adam step of `calibrate` on `output_kl` (compiled once per config and ranks)."""
+  grads = jax.grad(lambda f: output_kl(params, cfg, floats.replace(**f), tokens_BT))(fit)
+  updates, state = optax.adam(learning_rate).update(grads, state, fit)
+  return optax.apply_updates(fit, updates), state
+
+
+def calibrate(params, cfg: transformer.Config, comp: latent.Compression, calibration_tokens,
+              steps: int, *, learning_rate: float = 3e-3, batch_size: int = 8
+              ) -> latent.Compression:
+  """Down and up projections fitted to the uncompressed model by Adam, from `comp`'s bases.
+
+  .. math:: \\min_{D_k, U_k, D_v, U_v} \\; \\mathrm{KL}\\big(p \\,\\|\\,
+     \\hat p_{D, U}\\big) \\text{ on calibration text (`output_kl`)}
+
+  Each head's cache keeps `c = x D` and the attention reads `x̂ = c Uᵀ` (`latent.Compression`:
+  `key_basis` is `D_k`, `key_up` is `U_k`); both start at `comp`'s bases (`D = U = P`, the
+  SVD's orthogonal projection, which minimises the error of `x` itself, not of what the model
+  does with it) and only the columns within `comp`'s ranks move. The fit runs in float32
+  without quantization; for integer `bits` the steps are then measured again for the fitted
+  `D` (`calibrate_steps`). Ranks, bits and `pre_rope` are kept.
+
+  Args:
+    params: model params.
+    cfg: its config.
+    comp: the starting compression (e.g. `compress`'s).
+    calibration_tokens: `(B, T+1)` calibration windows; the model reads `[:, :-1]`. Score
+      held-out text only: the fit has seen these.
+    steps: Adam steps (0 returns `comp`); step `i` reads windows `i·batch_size, …` (cyclic).
+    learning_rate: Adam's.
+    batch_size: windows per step.
+
+  Returns:
+    A `latent.Compression` with `key_up`, `value_up` set.
+
+  Example:
+    >>> import jax, transformer
+    >>> cfg = transformer.preset("tiny", d_model=32, n_heads=2, max_len=16)
+    >>> params = transformer.init(cfg, jax.random.key(0))
+    >>> tokens = jax.random.randint(jax.random.key(1), (4, 9), 0, 256)
+    >>> comp = calibrate(params, cfg, compress(params, cfg, tokens, 4), tokens, steps=2)
+    >>> comp.key_up.shape, comp.key_ranks
+    ((2, 2, 16, 16), ((4, 4), (4, 4)))
+
+  References:
+    Palu: Compressing KV-Cache with Low-Rank Projection (2024), for fitting the projections
+    to the layer's output rather than to the keys and values themselves.
+  """
+  tokens = _check_tokens(calibration_tokens, "calibrate")[:, :-1]
+  if steps < 0 or batch_size < 1:
+    raise ValueError(f"calibrate: steps={steps} must be >= 0 and batch_size={batch_size} >= 1.")
+  if steps == 0:
+    return comp
+  key_up, value_up = comp.ups()
+  fit = {"key_basis": comp.key_basis, "key_up": key_up, "value_basis": comp.value_basis,
+         "value_up": value_up}
+  fit = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), fit)
+  floats = comp.replace(bits=32, key_step=None, value_step=None)
+  state = optax.adam(learning_rate).init(fit)
+  n = tokens.shape[0]
+  size = min(batch_size, n)
+  for i in range(steps):
+    rows = (i * size + np.arange(size)) % n
+    fit, state = _adam_step(params, cfg, floats, fit, state, jnp.asarray(tokens[rows]),
+                            jnp.float32(learning_rate))
+  fitted = floats.replace(**fit)
+  key_step = value_step = None
+  if comp.bits < 16:
+    key_step, value_step = calibrate_steps(params, cfg, fitted, tokens, comp.bits)
+  return latent.make_compression(fit["key_basis"], fit["value_basis"], comp.key_ranks,
+                                 comp.value_ranks, comp.bits, key_step, value_step,
+                                 key_up=fit["key_up"], value_up=fit["value_up"],
+                                 pre_rope=comp.pre_rope)
 
 
 # ------------------------------------------------------------------------ rank per input

@@ -4,7 +4,8 @@ Per layer `l` and key/value head `k` there is an orthonormal key basis `P_k: (Dh
 value basis `P_v: (Dh, r')` (columns by descending importance, so every prefix is a basis:
 the bases are nested). The cache stores the coefficients `c_k = k P_k` and `c_v = v P_v`,
 all heads of a layer side by side, `(B, S, R_l)` per layer (`(L, B, S, R)` when every layer
-has the same rank), and decoding never rebuilds `K` or `V`:
+has the same rank), and decoding never rebuilds `V` (nor `K`, when keys are projected after
+RoPE):
 
 .. math::
    s_{ts} = \\frac{q_t \\cdot k_s}{\\sqrt{d_h}} \\approx
@@ -24,18 +25,30 @@ term is constant along a row and leaves the weights unchanged); `linear` applies
 map coordinate by coordinate and is refused by name. Tied keys (`Config.qk_tied`) are the
 model's own `k = q` and need nothing else.
 
-**What is projected, and why RoPE stays exact.** We project the keys *after* RoPE. RoPE
-multiplies the key at position `p` by a rotation `R_p`; a basis for pre-RoPE keys does not
-commute with it (`R_p P P^T ≠ P P^T R_p`), so reading pre-RoPE coefficients would mean
-rebuilding `k = c Pᵀ` and rotating it at every read — rebuilding `K`. Post-RoPE keys are plain
-vectors whose inner product with the (post-RoPE) query is the score, so the identity above
-holds at every position, and the query is projected at its own position (`q_t P_k` after
-`rope(q_t)`). At full rank `P_k` is square orthogonal, `P_k P_kᵀ = I`, and the scores equal the
-model's up to float rounding; the same holds for values. The price is that a post-RoPE basis
-must span keys at every rotation angle, which is why the rank needed for a given energy is
-measured against context length (`analysis.kv`). Without RoPE `q P_k` could be folded into
-`W_Q` as `W_Q P_k`; we keep one code path and project `q` at run time. (A hook that compresses
-before the rotation reads `KVInputs.k_raw` and `KVInputs.pos`.)
+**Where keys are projected: before or after RoPE** (`Compression.pre_rope`). RoPE multiplies
+the key at position `p` by a rotation `R_p`, and a rotation spreads a key's energy over the
+pairs of dimensions it turns: a basis of post-RoPE keys must span keys at every angle, so it
+needs a higher rank than one of the raw keys for the same energy.
+
+* `pre_rope=True` (the default of `analysis.kv.compress` for RoPE models): the cache stores
+  `c_k = k_raw P_k`, the coefficients of the keys *before* the rotation (`KVInputs.k_raw`);
+  attention rebuilds `k̂_s = R_s (c_{k,s} P_kᵀ)` at each slot's position `s` (a slot's
+  position is its index, as the model's mask has it) and reads them with the model's own
+  rotated query. The bytes stored per token are the same; the price is work per *cached*
+  token at every read (`S·K·r·Dh` multiply-adds and a rotation), not only per new token.
+* `pre_rope=False`: the cache stores post-RoPE coefficients `c_k = k P_k`, whose inner product
+  with the (post-RoPE) query in the same basis, `q_t P_k`, is the score, so nothing is rebuilt
+  (the identity above holds at every position). Without RoPE the two are the same thing and
+  the cheaper one runs.
+
+At full rank `P_k` is square orthogonal, `P_k P_kᵀ = I`, and either way the scores equal the
+model's up to float rounding; the same holds for values.
+
+**Down and up projections.** By default one orthonormal basis `P` both encodes (`c = x P`) and
+decodes (`x̂ = c Pᵀ`). `analysis.kv.calibrate` fits them apart by gradient descent: a down
+projection `D` (`Compression.key_basis`, `c = x D`) and an up projection `U`
+(`Compression.key_up`, `x̂ = c Uᵀ`); the query is then read in the up basis, `q_t U_k`, since
+`q · (k D Uᵀ) = (q U) · (k D)`, and the attention's output is mapped back by `U_vᵀ`.
 
 **Cost.** The cache holds `R_l = Σ_k r_k` numbers per token and layer: those bytes, read per
 decoded token, bound decoding. For the attention each KV head's coefficients are padded to the
@@ -71,6 +84,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from transformer.attention import rope
 from transformer.config import Config
 from transformer.linalg import serial
 from transformer.model import (
@@ -91,8 +105,9 @@ class Compression:
   """Bases, ranks and quantization of a compressed KV cache.
 
   Attributes:
-    key_basis: `(L, K, Dh, Dh)` orthonormal columns per layer and KV head, by descending
-      importance; only the first `key_ranks[l][k]` columns are used.
+    key_basis: `(L, K, Dh, Dh)` per layer and KV head, the down projection `c = k D` (its
+      columns orthonormal, by descending importance, unless fitted by `analysis.kv.calibrate`);
+      only the first `key_ranks[l][k]` columns are used.
     value_basis: `(L, K, Dh, Dh)`, the same for values.
     key_ranks: `L` tuples of `K` ranks (static).
     value_ranks: `L` tuples of `K` ranks (static).
@@ -100,6 +115,11 @@ class Compression:
     key_step: `L` arrays `(R_l,)`, the quantization step per key coefficient channel (integer
       bits only; else None).
     value_step: the same for values.
+    key_up: `(L, K, Dh, Dh)`, the up projection `k̂ = c Uᵀ` (the same column layout), or None
+      for `key_basis` itself (`k̂ = c Dᵀ`, an orthogonal projection).
+    value_up: the same for values.
+    pre_rope: project the keys before RoPE (`KVInputs.k_raw`) and rotate what is rebuilt
+      (static; without RoPE it changes nothing).
   """
 
   key_basis: jax.Array
@@ -109,6 +129,14 @@ class Compression:
   bits: int = struct.field(pytree_node=False, default=32)
   key_step: tuple | None = None
   value_step: tuple | None = None
+  key_up: jax.Array | None = None
+  value_up: jax.Array | None = None
+  pre_rope: bool = struct.field(pytree_node=False, default=False)
+
+  def ups(self) -> tuple[jax.Array, jax.Array]:
+    """`(key_up, value_up)`, each the down projection itself where no up projection is set."""
+    return (self.key_basis if self.key_up is None else self.key_up,
+            self.value_basis if self.value_up is None else self.value_up)
 
 
 class LatentCache(NamedTuple):
@@ -128,8 +156,14 @@ class LatentCache(NamedTuple):
 
 
 def make_compression(key_basis, value_basis, key_ranks, value_ranks, bits: int = 32,
-                     key_step=None, value_step=None) -> Compression:
+                     key_step=None, value_step=None, *, key_up=None, value_up=None,
+                     pre_rope: bool = False) -> Compression:
   """A validated `Compression` (one-line `ValueError` naming the bad argument).
+
+  `pre_rope` says which keys the key bases were fitted to: False (the default here) for the
+  cached post-RoPE keys of `analysis.kv.kv_moments`, True for the raw keys
+  (`kv_moments(..., pre_rope=True)`, or the SVD of `W_K`). `analysis.kv.compress` picks
+  `pre_rope=True` for RoPE models.
 
   Example:
     >>> import jax.numpy as jnp
@@ -141,6 +175,10 @@ def make_compression(key_basis, value_basis, key_ranks, value_ranks, bits: int =
   if value_basis.shape != key_basis.shape or dh != dh2:
     raise ValueError(f"make_compression: bases must both be (L, K, Dh, Dh); got "
                      f"{key_basis.shape} and {value_basis.shape}.")
+  for name, up in (("key_up", key_up), ("value_up", value_up)):
+    if up is not None and up.shape != key_basis.shape:
+      raise ValueError(f"make_compression: {name} has shape {up.shape}; it needs the bases' "
+                       f"{key_basis.shape}. Fix: an up projection per layer and KV head, or None.")
   for name, ranks in (("key_ranks", key_ranks), ("value_ranks", value_ranks)):
     ranks = np.asarray(ranks)
     if ranks.shape != (L, K):
@@ -158,7 +196,7 @@ def make_compression(key_basis, value_basis, key_ranks, value_ranks, bits: int =
   steps = lambda s: None if s is None else tuple(jnp.asarray(x, jnp.float32) for x in s)  # noqa: E731
   return Compression(key_basis, value_basis, as_tuple(key_ranks), as_tuple(value_ranks), bits,
                      steps(key_step) if bits < 16 else None,
-                     steps(value_step) if bits < 16 else None)
+                     steps(value_step) if bits < 16 else None, key_up, value_up, bool(pre_rope))
 
 
 def block_basis(basis_KDhDh: jax.Array, ranks: tuple[int, ...]) -> jax.Array:
@@ -253,11 +291,13 @@ def _head_columns(ranks: tuple[int, ...]):
 def latent_kv(comp: Compression, l: int, cfg: Config, masks=None) -> KVHook:
   """The KV hook (`transformer.model.KVHook`) of layer `l` through a latent cache.
 
-  Writes: the chunk's post-RoPE keys and values become coefficients `c_k = k P_k`,
-  `c_v = v P_v` (`(B, T, R)`, all heads side by side, `block_basis`), stored as
-  `encode` makes them. Reads: the stored coefficients, each KV head's padded to the layer's
-  largest rank (`(B, S, K, r_max)`, zeros beyond its rank), with the query in the same basis,
-  `q P_k`; the attention's output `(B, T, H, r_v)` is mapped back by `P_vᵀ` before `W_O`.
+  Writes: the chunk's keys (post-RoPE, or raw with `comp.pre_rope`) and values become
+  coefficients `c_k = k D_k`, `c_v = v D_v` (`(B, T, R)`, all heads side by side,
+  `block_basis`), stored as `encode` makes them. Reads: the stored coefficients, each KV
+  head's padded to the layer's largest rank (`(B, S, K, r_max)`, zeros beyond its rank). After
+  RoPE the query is read in the key's up basis, `q U_k`; before RoPE the keys are rebuilt,
+  `k̂ = rope(c_k U_kᵀ)` at each slot's position (`(B, S, K, Dh)`), and the query is the
+  model's. The attention's output `(B, T, H, r_v)` is mapped back by `U_vᵀ` before `W_O`.
 
   Args:
     comp: bases, ranks and bits.
@@ -281,16 +321,18 @@ def latent_kv(comp: Compression, l: int, cfg: Config, masks=None) -> KVHook:
     kr, vr, bits = (dh,) * K, (dh,) * K, 32
   kstep = None if comp.key_step is None or masks is not None else comp.key_step[l]
   vstep = None if comp.value_step is None or masks is not None else comp.value_step[l]
+  rebuild = comp.pre_rope and cfg.positions == "rope"  # else k_raw is k: the cheaper path
 
-  def side(basis_KDhDh, ranks):
-    """`(block basis (K·Dh, R), per-head padded basis (H, Dh, r_max), columns, valid)`."""
-    basis = basis_KDhDh.astype(dt)
+  def side(down_KDhDh, up_KDhDh, ranks):
+    """`(block down (K·Dh, R), per-head padded up (K, Dh, r_max), columns, valid)`."""
     cols, valid = _head_columns(ranks)
-    padded_KDhR = basis[:, :, :cols.shape[1]] * valid[:, None, :].astype(dt)
-    return block_basis(basis, ranks), jnp.repeat(padded_KDhR, groups, axis=0), cols, valid
+    up_KDhR = up_KDhDh.astype(dt)[:, :, :cols.shape[1]] * valid[:, None, :].astype(dt)
+    return block_basis(down_KDhDh.astype(dt), ranks), up_KDhR, cols, valid
 
-  Pk, Pk_HDhR, kcols, kvalid = side(comp.key_basis[l], kr)
-  Pv, Pv_HDhR, vcols, vvalid = side(comp.value_basis[l], vr)
+  key_up, value_up = comp.ups()
+  Dk, Uk_KDhR, kcols, kvalid = side(comp.key_basis[l], key_up[l], kr)
+  Dv, Uv_KDhR, vcols, vvalid = side(comp.value_basis[l], value_up[l], vr)
+  Uv_HDhR = jnp.repeat(Uv_KDhR, groups, axis=0)
 
   def read(stored, step, P, cols, valid, mask):
     c_BSR = decode(stored, step, bits, P.shape[1], dt)
@@ -299,16 +341,25 @@ def latent_kv(comp: Compression, l: int, cfg: Config, masks=None) -> KVHook:
 
   def hook(inputs, slot, offset):
     B, T = inputs.k.shape[:2]
-    ks = encode(inputs.k.reshape(B, T, K * dh).astype(dt) @ Pk, kstep, bits, dt)
-    vs = encode(inputs.v.reshape(B, T, K * dh).astype(dt) @ Pv, vstep, bits, dt)
+    k_in = inputs.k_raw if rebuild else inputs.k
+    ks = encode(k_in.reshape(B, T, K * dh).astype(dt) @ Dk, kstep, bits, dt)
+    vs = encode(inputs.v.reshape(B, T, K * dh).astype(dt) @ Dv, vstep, bits, dt)
     if slot is not None:
       ks = jax.lax.dynamic_update_slice(slot[0], ks.astype(slot[0].dtype), (0, offset, 0))
       vs = jax.lax.dynamic_update_slice(slot[1], vs.astype(slot[1].dtype), (0, offset, 0))
-    ck_BSKR = read(ks, kstep, Pk, kcols, kvalid, None if masks is None else masks[0])
-    cv_BSKR = read(vs, vstep, Pv, vcols, vvalid, None if masks is None else masks[1])
-    q_BTHR = jnp.einsum("bthd,hdr->bthr", inputs.q.astype(dt), Pk_HDhR)
-    out_fn = lambda out_BTHR: jnp.einsum("bthr,hdr->bthd", out_BTHR, Pv_HDhR)
-    return q_BTHR, ck_BSKR, cv_BSKR, None if slot is None else (ks, vs), out_fn
+    ck_BSKR = read(ks, kstep, Dk, kcols, kvalid, None if masks is None else masks[0])
+    cv_BSKR = read(vs, vstep, Dv, vcols, vvalid, None if masks is None else masks[1])
+    out_fn = lambda out_BTHR: jnp.einsum("bthr,hdr->bthd", out_BTHR, Uv_HDhR)
+    new_slot = None if slot is None else (ks, vs)
+    if rebuild:
+      # Slot s holds the token at position s (the model's mask says so); uncached, the chunk's.
+      S = ks.shape[1]
+      pos_BS = inputs.pos if slot is None else jnp.broadcast_to(jnp.arange(S), (B, S))
+      k_BSKDh = rope(jnp.einsum("bskr,kdr->bskd", ck_BSKR, Uk_KDhR), pos_BS, cfg.rope_theta)
+      return inputs.q, k_BSKDh, cv_BSKR, new_slot, out_fn
+    q_BTHR = jnp.einsum("bthd,hdr->bthr", inputs.q.astype(dt),
+                        jnp.repeat(Uk_KDhR, groups, axis=0))
+    return q_BTHR, ck_BSKR, cv_BSKR, new_slot, out_fn
 
   return hook
 
@@ -424,10 +475,12 @@ def compression_ratio(cfg: Config, cache: LatentCache) -> float:
 
 
 def basis_bytes(comp: Compression, bits: int = 16) -> int:
-  """Bytes of what the compression adds to the model: the used basis columns at `bits`, and
-  the quantization steps (float32). Counted apart from the cache."""
+  """Bytes of what the compression adds to the model: the used basis columns at `bits` (down
+  and, where set apart, up projections), and the quantization steps (float32). Counted apart
+  from the cache."""
   dh = comp.key_basis.shape[-1]
-  cols = sum(map(sum, comp.key_ranks)) + sum(map(sum, comp.value_ranks))
+  kcols, vcols = sum(map(sum, comp.key_ranks)), sum(map(sum, comp.value_ranks))
+  cols = kcols * (1 + (comp.key_up is not None)) + vcols * (1 + (comp.value_up is not None))
   steps = 0 if comp.key_step is None else sum(
       int(s.size) * 4 for s in (*comp.key_step, *comp.value_step))
   return cols * dh * bits // 8 + steps
@@ -442,13 +495,15 @@ def payoff_length(cfg: Config, comp: Compression) -> float:
   return float("inf") if saved <= 0 else basis_bytes(comp) / saved
 
 
-def weight_compression(params, cfg: Config, rank: int, bits: int = 32) -> Compression:
+def weight_compression(params, cfg: Config, rank: int, bits: int = 32, *,
+                       pre_rope: bool = False) -> Compression:
   """Data-free bases: per head the right singular vectors of `W_K^{l,k}` and `W_V^{l,k}`
   (`W_Q` for tied keys, `Config.qk_tied`).
 
-  For inputs with identity covariance, `k = x W_K` has covariance `W_Kᵀ W_K`, whose
-  eigenvectors are `W_K`'s right singular vectors; no calibration text is needed. (For the
-  post-RoPE keys, `analysis.kv.weight_bases` averages over rotations; this is the plain SVD.)
+  For inputs with identity covariance, the raw key `k = x W_K` has covariance `W_Kᵀ W_K`, whose
+  eigenvectors are `W_K`'s right singular vectors; no calibration text is needed. That is the
+  basis of the keys before RoPE (`pre_rope=True`); the default keeps the cheaper post-RoPE
+  read, for which `analysis.kv.weight_bases` averages over rotations instead.
   Float bits only: integer bits need calibrated steps.
   """
   check_variant(cfg, "weight_compression")
@@ -463,4 +518,4 @@ def weight_compression(params, cfg: Config, rank: int, bits: int = 32) -> Compre
 
   ranks = ((rank,) * K,) * cfg.n_layers
   w_k = p["w_k"] if "w_k" in p else p["w_q"]  # `Config.qk_tied`: K = X W_Q
-  return make_compression(bases(w_k), bases(p["w_v"]), ranks, ranks, bits)
+  return make_compression(bases(w_k), bases(p["w_v"]), ranks, ranks, bits, pre_rope=pre_rope)

@@ -4,6 +4,7 @@
     python -m experiments eval --hf PATH --data PATH [--seq-len T] [--max-bytes N]
     python -m experiments eval --checkpoint RUN --data PATH --kv-ratio R
         [--kv-alloc uniform|greedy|loss] [--kv-bits 16|8|4] [--calibration PATH]
+        [--kv-calibrate-steps N] [--kv-post-rope]
 
 `--data` follows the rules of `train` (`stdlib`, a file, a folder or a glob; hidden folders and
 binary files skipped). The text is cut into consecutive windows of `T + 1` tokens that
@@ -23,10 +24,15 @@ defaults to the training split of the run's `--data`; `--calibration PATH` reads
 instead. The scored text never changes with the compression flags (`--split` defaults to `all`
 with or without them), and calibration text that overlaps it (a file, or a byte range of a
 single file, in both) is refused with one line: score `--split val` of the run's own data, or
-pass disjoint `--calibration` text. The JSON line then also
-holds `kv_compression` (the ratio measured from the cache arrays' bytes), `kv_ratio`,
-`kv_alloc`, `kv_bits`, `loss_uncompressed` (nats/byte, the same windows without compression)
-and `kv_loss_rise` (relative); `loss` and the other scores are those of the compressed cache.
+pass disjoint `--calibration` text. A RoPE model's keys are compressed before the rotation
+(`Compression.pre_rope`; `--kv-post-rope` compresses the rotated keys instead, as the cache
+did before). `--kv-calibrate-steps N` then fits the down and up projections to the
+uncompressed model's next-token distribution on the calibration windows by `N` Adam steps
+from the SVD bases (`analysis.kv.calibrate`); the scored text is never among them. The JSON
+line then also holds `kv_compression` (the ratio measured from the cache arrays' bytes),
+`kv_ratio`, `kv_alloc`, `kv_bits`, `kv_pre_rope`, `kv_calibrate_steps`, `loss_uncompressed`
+(nats/byte, the same windows without compression) and `kv_loss_rise` (relative); `loss` and
+the other scores are those of the compressed cache.
 
 `evaluate(params, cfg, tokens, ...)` is the function behind the command; its `logits_fn`
 argument swaps the forward pass (e.g. a compressed KV cache, `latent_logits_fn`) without
@@ -321,6 +327,11 @@ def main(argv=None) -> int:
                   help="bits per stored coefficient (default: 16)")
   kv.add_argument("--calibration", metavar="PATH", default=None,
                   help="calibration text (default: the training split of the run's data)")
+  kv.add_argument("--kv-calibrate-steps", type=int, default=0, metavar="N",
+                  help="fit the projections to the uncompressed model by N Adam steps on the "
+                       "calibration text (default: 0, the SVD bases)")
+  kv.add_argument("--kv-post-rope", action="store_true",
+                  help="compress a RoPE model's keys after the rotation (default: before)")
   args = p.parse_args(argv)
   try:
     if args.batch_size < 1 or args.max_bytes < 0:
@@ -366,6 +377,8 @@ def _kv_setup(args, params, cfg: transformer.Config, encode, seq_len):
   if not args.kv_ratio >= 1:
     raise ValueError(f"--kv-ratio {args.kv_ratio:g} must be >= 1 (bytes of a 16-bit cache over "
                      "ours). Fix: e.g. --kv-ratio 8.")
+  if args.kv_calibrate_steps < 0:
+    raise ValueError(f"--kv-calibrate-steps {args.kv_calibrate_steps} must be >= 0.")
   T = cfg.max_len if seq_len is None else seq_len
   scored = text_segments(args.data, args.split, args.val_fraction)
   if args.calibration is not None:
@@ -391,11 +404,16 @@ def _kv_setup(args, params, cfg: transformer.Config, encode, seq_len):
     raw = data.load_corpus(run_data, args.val_fraction).train.tobytes()
   ids, _ = encode(raw[: 64 * (T + 1) * 32])
   cal = calibration_windows(np.asarray(ids), T)
-  comp = kv_lib.compress(params, cfg, cal, args.kv_ratio, args.kv_alloc, args.kv_bits)
+  comp = kv_lib.compress(params, cfg, cal, args.kv_ratio, args.kv_alloc, args.kv_bits,
+                         pre_rope=False if args.kv_post_rope else None)
+  comp = kv_lib.calibrate(params, cfg, comp, cal, args.kv_calibrate_steps)
   cache = jax.eval_shape(lambda: latent.init_cache(cfg, comp, 1, T))
   ratio = latent.full_cache_bytes(cfg, 1, T) / sum(
       int(np.prod(a.shape)) * a.dtype.itemsize for a in (*cache.k, *cache.v))
-  print(f"kv: calibration from {what} ({len(cal)} windows of {T + 1})", file=sys.stderr)
+  print(f"kv: calibration from {what} ({len(cal)} windows of {T + 1}, "
+        f"{args.kv_calibrate_steps} Adam steps)", file=sys.stderr)
   return latent_logits_fn(comp), {"kv_compression": ratio, "kv_ratio": args.kv_ratio,
                                   "kv_alloc": args.kv_alloc, "kv_bits": args.kv_bits,
+                                  "kv_pre_rope": comp.pre_rope and cfg.positions == "rope",
+                                  "kv_calibrate_steps": args.kv_calibrate_steps,
                                   "kv_basis_bytes": latent.basis_bytes(comp)}

@@ -10,6 +10,8 @@ import pytest
 import transformer
 from analysis import kv
 from transformer import latent
+from transformer.model import KVInputs
+from transformer.names import split_heads
 
 GPT = transformer.gpt2_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
 LLAMA = transformer.llama_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
@@ -25,6 +27,16 @@ def _params(cfg, seed=0):
 
 def _tokens(cfg, B=6, T=17, seed=1):
   return np.asarray(jax.random.randint(jax.random.key(seed), (B, T), 0, cfg.vocab_size))
+
+
+def _rope_np(x, pos, theta):
+  """RoPE in float64 NumPy (rotate-half: feature `i` pairs with `i + Dh/2`), `x (..., Dh)` at
+  positions `pos` broadcast against `x`'s leading axes."""
+  half = x.shape[-1] // 2
+  ang = np.asarray(pos, np.float64)[..., None] * theta ** (-np.arange(half) * 2 / x.shape[-1])
+  c, s = np.cos(ang), np.sin(ang)
+  return np.concatenate([x[..., :half] * c - x[..., half:] * s,
+                         x[..., half:] * c + x[..., :half] * s], -1)
 
 
 def test_pca_bases_are_right_singular_vectors_of_cached_keys():
@@ -51,14 +63,15 @@ def test_weight_bases_match_brute_force_moment(cfg):
   if cfg.positions == "rope":
     M = 0
     for p in np.linspace(0, cfg.max_len - 1, 4).round():  # rotate each row as a key at p
-      half = cfg.d_head // 2
-      ang = p * cfg.rope_theta ** (-np.arange(half) * 2 / cfg.d_head)
-      c, s = np.cos(ang), np.sin(ang)
-      r = np.concatenate([w[:, :half] * c - w[:, half:] * s, w[:, half:] * c + w[:, :half] * s], 1)
+      r = _rope_np(w, p, cfg.rope_theta)
       M = M + r.T @ r / 4
   else:
     M = w.T @ w
   np.testing.assert_allclose(ke[0, 0], np.linalg.eigvalsh(M)[::-1], rtol=1e-4, atol=1e-8)
+  # Before RoPE the moment is the plain `W_Kᵀ W_K`, whatever the positions.
+  ke_raw = kv.weight_bases(params, cfg, n_positions=4, pre_rope=True)[1]
+  np.testing.assert_allclose(ke_raw[0, 0], np.linalg.eigvalsh(w.T @ w)[::-1], rtol=1e-4,
+                             atol=1e-8)
 
 
 def test_greedy_ranks_optimal_on_convex_costs():
@@ -174,3 +187,118 @@ def test_ratio_that_needs_rank_above_head_width_is_one_line():
   assert "\n" not in str(e.value)
   full = 2 * GPT.n_layers * GPT.n_kv_heads * GPT.d_head
   assert full - 8 <= kv.coefficient_budget(GPT, 4, 4) <= full  # full rank less packing slack
+
+
+def _sharp_llama(seed=0):
+  """A random RoPE model whose outputs depend on its attention (sharp scores, large values
+  and logits), so the KV cache's compression moves its predictions."""
+  params = transformer.init(LLAMA, jax.random.key(seed))
+  attn = dict(params["blocks"]["attn"])
+  attn["w_q"], attn["w_k"] = attn["w_q"] * 8, attn["w_k"] * 8
+  attn["w_v"], attn["w_o"] = attn["w_v"] * 4, attn["w_o"] * 4
+  return {**params, "blocks": {**params["blocks"], "attn": attn},
+          "unembed": {"w_out": params["unembed"]["w_out"] * 8}}
+
+
+def _low_rank_keys(cfg, rank=2, seed=0):
+  """`_sharp_llama` with raw keys near a `rank`-dimensional subspace per head (as a trained
+  model's concentrate)."""
+  params = _sharp_llama(seed)
+  rng = np.random.default_rng(seed)
+  L, D, K, dh = cfg.n_layers, cfg.d_model, cfg.n_kv_heads, cfg.d_head
+  w = np.einsum("ldkr,lkre->ldke", rng.normal(size=(L, D, K, rank)),
+                rng.normal(size=(L, K, rank, dh))).reshape(L, D, K * dh)
+  w = 0.3 * w + 0.02 * rng.normal(size=(L, D, K * dh))
+  attn = {**params["blocks"]["attn"], "w_k": jnp.asarray(w, jnp.float32)}
+  return {**params, "blocks": {**params["blocks"], "attn": attn}}
+
+
+def test_keys_before_rope_reconstruct_scores_better_than_after_against_numpy_svd():
+  """Raw keys near a rank-2 subspace per head: RoPE turns each pair of dimensions at its own
+  frequency, so the rotated keys spread over more directions. At the same ratio (rank 2 of 8),
+  the scores the attention reads through the latent cache equal a float64 NumPy reference
+  (the leading right singular vectors of the calibration keys, raw or rotated) and are closer
+  to the exact scores when the keys are compressed before RoPE."""
+  cfg = LLAMA
+  L, K, dh, groups = cfg.n_layers, cfg.n_kv_heads, cfg.d_head, cfg.kv_groups
+  params, tokens = _low_rank_keys(cfg), _tokens(cfg, B=8)
+  x = jnp.asarray(tokens[:, :-1])
+  B, T = x.shape
+  pos = np.broadcast_to(np.arange(T), (B, T))
+  _, state = transformer.Transformer(cfg).apply({"params": params}, x, mutable=["intermediates"])
+  attn = state["intermediates"]["blocks"]["attn"]
+  sown = {n: np.asarray(a[0], np.float64) for n, a in attn.items()}
+  # The reference keys from the model's input to attention and `W_K`, in float64.
+  w_k = split_heads(np.asarray(params["blocks"]["attn"]["w_k"], np.float64), K, "columns")
+  k_raw = np.einsum("lbtd,lkde->lbtke", sown["attn_in"], w_k)
+  k_rot = _rope_np(k_raw, pos[None, :, :, None], cfg.rope_theta)
+  np.testing.assert_allclose(k_rot, sown["k"], atol=1e-4)
+
+  def scores(q_BTHX, k_BSKX):
+    return np.einsum("bthx,bshx->bhts", q_BTHX, np.repeat(k_BSKX, groups, axis=2))
+
+  comps = {pre: kv.compress(params, cfg, tokens, 2, "uniform", 32, pre_rope=pre)
+           for pre in (True, False)}
+  error = {}
+  for pre, comp in comps.items():
+    assert comp.pre_rope == pre and comp.key_ranks == ((2, 2), (2, 2))
+    num = den = 0.0
+    for l in range(L):
+      keys = k_raw[l] if pre else k_rot[l]
+      ref = np.empty_like(keys)
+      for h in range(K):
+        vt = np.linalg.svd(keys[:, :, h].reshape(-1, dh), full_matrices=False)[2][:2]
+        ref[:, :, h] = keys[:, :, h] @ vt.T @ vt
+      if pre:
+        ref = _rope_np(ref, pos[:, :, None], cfg.rope_theta)
+      inputs = KVInputs(*(jnp.asarray(a, jnp.float32) for a in (
+          sown["q"][l], sown["k"][l], sown["v"][l], k_raw[l])), jnp.asarray(pos))
+      q_X, k_X, _, _, _ = latent.latent_kv(comp, l, cfg)(inputs, None, 0)
+      got = scores(np.asarray(q_X, np.float64), np.asarray(k_X, np.float64))
+      want = scores(sown["q"][l], ref)
+      exact = scores(sown["q"][l], k_rot[l])
+      np.testing.assert_allclose(got, want, atol=2e-3 * np.abs(exact).max())
+      num, den = num + ((want - exact) ** 2).sum(), den + (exact ** 2).sum()
+    error[pre] = np.sqrt(num / den)
+  assert error[True] < 0.2 * error[False], error
+  # What the model does with them (values kept whole): its next-token distribution moves less.
+  full = ((dh,) * K,) * L
+  kl = {pre: float(kv.output_kl(params, cfg, latent.make_compression(
+      c.key_basis, c.value_basis, c.key_ranks, full, pre_rope=pre), x))
+        for pre, c in comps.items()}
+  assert kl[True] < 0.1 * kl[False], kl
+
+
+def test_compress_places_keys_before_rope_by_default_for_rope_models():
+  for cfg, want in ((LLAMA, True), (GPT, False)):
+    params, tokens = _params(cfg), _tokens(cfg)
+    comp = kv.compress(params, cfg, tokens, 4, "greedy", 4)
+    assert comp.pre_rope == want
+    # The quantization steps are measured on the coefficients of the keys it stores.
+    mk, _ = kv.kv_moments(params, cfg, tokens[:, :-1], pre_rope=want)
+    np.testing.assert_allclose(np.abs(comp.key_basis), np.abs(kv.pca_bases(mk)[0]), atol=1e-4)
+    k = np.asarray(kv.capture_kv(params, cfg, tokens[:, :-1], pre_rope=want)[0][0], np.float64)
+    c = k.reshape(-1, cfg.n_kv_heads * cfg.d_head) @ np.asarray(
+        latent.block_basis(comp.key_basis[0], comp.key_ranks[0]), np.float64)
+    assert np.all(comp.key_step[0] <= np.abs(c).max(0) / 8 + 1e-6)  # 4 bits: 8 steps a side
+    assert np.all(comp.key_step[0] >= 0.3 * np.abs(c).max(0) / 8 - 1e-6)
+
+
+def test_calibrated_projections_match_the_model_better_on_held_out_windows():
+  cfg = LLAMA
+  params = _sharp_llama()
+  cal, held = _tokens(cfg, B=16, seed=1), _tokens(cfg, B=16, seed=2)
+  comp = kv.compress(params, cfg, cal, 4, "uniform", 16)
+  fitted = kv.calibrate(params, cfg, comp, cal, 40, learning_rate=1e-2)
+  kl = jax.jit(kv.output_kl, static_argnums=1)
+  before, after = (float(kl(params, cfg, c, jnp.asarray(held[:, :-1]))) for c in (comp, fitted))
+  assert before > 0.1  # the compression does move this model
+  assert after < 0.9 * before, (before, after)
+  assert (fitted.key_ranks, fitted.value_ranks, fitted.bits, fitted.pre_rope) == (
+      comp.key_ranks, comp.value_ranks, comp.bits, comp.pre_rope)
+  # Only the columns within the ranks move; the others are the SVD basis as it was.
+  moved = np.abs(np.asarray(fitted.key_up) - np.asarray(comp.key_basis)).max(axis=2)  # (L, K, Dh)
+  assert moved[:, :, :2].min() > 1e-3 and moved[:, :, 2:].max() == 0
+  assert kv.calibrate(params, cfg, comp, cal, 0) is comp
+  with pytest.raises(ValueError, match="steps=-1"):
+    kv.calibrate(params, cfg, comp, cal, -1)

@@ -190,6 +190,7 @@ def test_text_segments_of_one_file_split_by_bytes_and_of_a_folder_by_file(tmp_pa
 @pytest.mark.parametrize("extra, message", [
     (["--kv-ratio", "0.5"], "must be >= 1"),
     (["--kv-ratio", "2", "--kv-bits", "4"], "above the head width"),
+    (["--kv-ratio", "2", "--kv-calibrate-steps", "-1"], "must be >= 0"),
 ])
 def test_eval_kv_ratio_bad_input_one_line(tiny_run, tmp_path, capsys, extra, message):
   text, cal = tmp_path / "text.txt", tmp_path / "cal.txt"
@@ -210,3 +211,58 @@ def test_eval_kv_ratio_without_calibration_data_is_one_line(tiny_run, tmp_path, 
                      "--seq-len", "32", "--kv-ratio", "4"]) == 2
   err = capsys.readouterr().err.strip()
   assert "no calibration text" in err and "--calibration" in err and "\n" not in err
+
+
+def test_eval_kv_calibrate_steps_fits_the_projections_on_calibration_text(tiny_run, tmp_path,
+                                                                          capsys):
+  from analysis import kv
+  from transformer import latent
+
+  text, cal_text = tmp_path / "text.txt", tmp_path / "cal.txt"
+  text.write_bytes(TEXT)
+  cal_text.write_bytes(TEXT[::-1] * 4)
+  assert eval_.main(["--checkpoint", tiny_run, "--data", str(text), "--split", "all",
+                     "--seq-len", "32", "--calibration", str(cal_text), "--kv-ratio", "4",
+                     "--kv-calibrate-steps", "20"]) == 0
+  out = capsys.readouterr()
+  got = _last_json(out.out)
+  assert "20 Adam steps" in out.err
+  assert got["kv_calibrate_steps"] == 20 and got["kv_pre_rope"] is False  # learned positions
+  assert got["kv_compression"] == pytest.approx(4.0)  # the cache is the SVD's
+  # The library on the same calibration windows; the scored text is not among them.
+  params, cfg = checkpoint.load_run(tiny_run)
+  cal = eval_.calibration_windows(np.frombuffer(cal_text.read_bytes(), np.uint8), 32)
+  svd = kv.compress(params, cfg, cal, 4)
+  comp = kv.calibrate(params, cfg, svd, cal, 20)
+  assert got["kv_basis_bytes"] == latent.basis_bytes(comp) == 2 * latent.basis_bytes(svd)
+  want = eval_.evaluate(params, cfg, np.frombuffer(TEXT, np.uint8), seq_len=32,
+                        logits_fn=eval_.latent_logits_fn(comp))
+  np.testing.assert_allclose(got["loss"], want.loss, rtol=1e-5)
+  assert got["kv_loss_rise"] == pytest.approx(got["loss"] / got["loss_uncompressed"] - 1)
+
+
+def test_eval_kv_ratio_on_a_rope_model_compresses_keys_before_rope(tmp_path, capsys):
+  from analysis import kv
+
+  cfg = transformer.llama_config(vocab_size=256, d_model=32, n_layers=2, n_heads=4,
+                                 n_kv_heads=2, d_ff=48, max_len=32)
+  transformer.to_hf(transformer.init(cfg, jax.random.key(0)), cfg, tmp_path / "hf")
+  cfg, params = transformer.from_hf(str(tmp_path / "hf"))
+  text, cal_text = tmp_path / "text.txt", tmp_path / "cal.txt"
+  text.write_bytes(TEXT)
+  cal_text.write_bytes(TEXT[::-1] * 4)
+  args = ["--hf", str(tmp_path / "hf"), "--data", str(text), "--seq-len", "32",
+          "--calibration", str(cal_text), "--kv-ratio", "4"]
+  assert eval_.main(args) == 0
+  pre = _last_json(capsys.readouterr().out)
+  assert pre["kv_pre_rope"] is True and pre["kv_compression"] == pytest.approx(4.0)
+  cal = eval_.calibration_windows(np.frombuffer(cal_text.read_bytes(), np.uint8), 32)
+  comp = kv.compress(params, cfg, cal, 4)
+  assert comp.pre_rope
+  want = eval_.evaluate(params, cfg, np.frombuffer(TEXT, np.uint8), seq_len=32,
+                        logits_fn=eval_.latent_logits_fn(comp))
+  np.testing.assert_allclose(pre["loss"], want.loss, rtol=1e-5)
+  assert eval_.main([*args, "--kv-post-rope"]) == 0
+  post = _last_json(capsys.readouterr().out)
+  assert post["kv_pre_rope"] is False and post["kv_compression"] == pre["kv_compression"]
+  assert post["loss"] != pre["loss"]

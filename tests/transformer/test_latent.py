@@ -72,15 +72,18 @@ def test_low_rank_equals_explicit_projection():
   assert float(jnp.abs(got - ref).max()) > 1e-2  # rank cuts do change the logits
 
 
-@pytest.mark.parametrize("bits", [32, 16, 8, 4, 2])
-def test_decode_with_latent_cache_equals_own_forward(bits):
+@pytest.mark.parametrize("bits, pre_rope", [(32, False), (16, False), (8, False), (4, False),
+                                            (2, False), (32, True), (4, True)])
+def test_decode_with_latent_cache_equals_own_forward(bits, pre_rope):
+  """Prefill + one-token steps = the same compression's full forward, also at low rank: with
+  keys compressed before RoPE, each cached slot is rotated at its own position."""
   cfg = CONFIGS["llama-gqa"]
   params = _params(cfg)
   tokens = jax.random.randint(jax.random.key(1), (2, 12), 0, cfg.vocab_size)
   kb, vb = _random_bases(jax.random.key(2), cfg), _random_bases(jax.random.key(3), cfg)
   kr, vr = ((3, 5), (8, 1)), ((2, 3), (4, 6))
   step = lambda ranks: [jnp.full((sum(r),), 0.3) for r in ranks]
-  comp = latent.make_compression(kb, vb, kr, vr, bits, step(kr), step(vr))
+  comp = latent.make_compression(kb, vb, kr, vr, bits, step(kr), step(vr), pre_rope=pre_rope)
   full = _fwd(cfg)(params, tokens, comp)
   fwd = jax.jit(lambda t, c: latent.forward(params, cfg, t, comp, cache=c))
   cache = latent.init_cache(cfg, comp, 2, 16)
@@ -131,6 +134,20 @@ def test_dynamic_rank_masks_equal_static_ranks_and_vary_per_sequence():
   np.testing.assert_allclose(per_seq[0], static[0], atol=1e-5)
   np.testing.assert_allclose(per_seq[1], transformer.Transformer(cfg).apply(
       {"params": params}, tokens)[1], atol=1e-5)
+
+
+def test_dynamic_rank_masks_equal_static_ranks_with_keys_before_rope():
+  cfg = CONFIGS["llama-gqa"]
+  params = _params(cfg)
+  tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, cfg.vocab_size)
+  kb, vb = _random_bases(jax.random.key(2), cfg), _random_bases(jax.random.key(3), cfg)
+  kr, vr = ((3, 5), (8, 1)), ((2, 2), (4, 6))
+  comp = latent.make_compression(kb, vb, kr, vr, pre_rope=True)
+  static = latent.forward(params, cfg, tokens, comp)
+  dyn = latent.forward(params, cfg, tokens, comp, key_rank=np.array(kr), value_rank=np.array(vr))
+  np.testing.assert_allclose(dyn, static, atol=1e-5)
+  post = latent.forward(params, cfg, tokens, latent.make_compression(kb, vb, kr, vr))
+  assert float(jnp.abs(post - static).max()) > 1e-3  # the placement matters at low rank
 
 
 def test_weight_compression_bases_are_svd_of_w_k():
@@ -201,14 +218,17 @@ VARIANTS = {
     "moba": transformer.Config(**_SMALL, attention="moba", block_size=4, top_k_blocks=1),
     "llama-tiny-gqa": transformer.preset("llama-tiny", vocab_size=64, d_model=32, d_ff=64,
                                          max_len=32),
+    "llama-tiny": transformer.preset("llama-tiny", max_len=32),
 }
 
 
-@pytest.mark.parametrize("name", list(VARIANTS))
-def test_full_rank_latent_decode_equals_model_forward(name):
+@pytest.mark.parametrize("name, pre_rope", [(n, False) for n in VARIANTS] + [
+    ("llama-tiny-gqa", True), ("llama-tiny", True)])
+def test_full_rank_latent_decode_equals_model_forward(name, pre_rope):
   """Through the model's own attention: at full rank (random orthonormal bases, float32), the
   latent cache's prefill + one-token steps give the model's full-forward logits, for every
-  compressible variant, tied keys and grouped-query heads."""
+  compressible variant, tied keys and grouped-query heads, and for RoPE models with keys
+  compressed before the rotation (rebuilt and rotated at each slot's position)."""
   cfg = VARIANTS[name]
   assert cfg.attention in latent.COMPRESSIBLE
   params = _params(cfg) if not cfg.qk_tied else transformer.init(cfg, jax.random.key(0))
@@ -217,7 +237,8 @@ def test_full_rank_latent_decode_equals_model_forward(name):
   assert float(jnp.std(ref)) > 1e-3
   full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
   comp = latent.make_compression(_random_bases(jax.random.key(2), cfg),
-                                 _random_bases(jax.random.key(3), cfg), full, full)
+                                 _random_bases(jax.random.key(3), cfg), full, full,
+                                 pre_rope=pre_rope)
   fwd = jax.jit(lambda t, c: latent.forward(params, cfg, t, comp, cache=c))
   logits, cache = fwd(tokens[:, :9], latent.init_cache(cfg, comp, 2, 16))
   rows = [logits]
@@ -273,3 +294,48 @@ def test_weight_compression_reads_w_q_when_keys_are_tied():
   vt = np.linalg.svd(w)[2]
   P = np.asarray(comp.key_basis[1, 1], np.float64)
   np.testing.assert_allclose(np.abs(P[:, :3].T @ vt[:3].T), np.eye(3), atol=1e-4)
+
+
+def _rope_projection(cfg, down, up, ranks, pre_rope):
+  """Reference `kv_fn`: each head's keys rebuilt explicitly, `k ← k D Uᵀ`, before RoPE (turn
+  the sown keys back, `R_{-p}`, project, rotate again) or after it."""
+  def kv_fn(l, k, v):
+    B, T = k.shape[:2]
+    pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+    x = transformer.rope(k, -pos, cfg.rope_theta) if pre_rope else k
+    x = jnp.stack([x[:, :, h] @ down[l, h, :, :r] @ up[l, h, :, :r].T
+                   for h, r in enumerate(ranks[l])], 2)
+    return (transformer.rope(x, pos, cfg.rope_theta) if pre_rope else x), v
+  return kv_fn
+
+
+@pytest.mark.parametrize("pre_rope", [False, True])
+def test_low_rank_with_up_projections_equals_explicit_rebuild(pre_rope):
+  """Down and up projections apart (not orthonormal, as `analysis.kv.calibrate` fits them):
+  the latent cache equals attention with `K ← K D_k U_kᵀ` (before or after RoPE) and
+  `V ← V D_v U_vᵀ`, through a cache too."""
+  cfg = CONFIGS["llama-gqa"]
+  params = _params(cfg)
+  tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, cfg.vocab_size)
+  shape = (cfg.n_layers, cfg.n_kv_heads, cfg.d_head, cfg.d_head)
+  kd, ku, vd, vu = (jax.random.normal(jax.random.key(i), shape) / 3 for i in range(4, 8))
+  kr, vr = ((3, 5), (8, 1)), ((2, 2), (4, 6))
+  comp = latent.make_compression(kd, vd, kr, vr, key_up=ku, value_up=vu, pre_rope=pre_rope)
+  keys = _rope_projection(cfg, kd, ku, kr, pre_rope)
+
+  def project(l, k, v):
+    return keys(l, k, v)[0], jnp.stack([v[:, :, h] @ vd[l, h, :, :r] @ vu[l, h, :, :r].T
+                                        for h, r in enumerate(vr[l])], 2)
+
+  want = _fwd(cfg, kv_fn=project)(params, tokens)
+  np.testing.assert_allclose(_fwd(cfg)(params, tokens, comp), want, atol=1e-5, rtol=1e-5)
+  cache = latent.init_cache(cfg, comp, 2, 10)
+  got, _ = jax.jit(lambda t, c: latent.forward(params, cfg, t, comp, cache=c))(tokens, cache)
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+  ref = transformer.Transformer(cfg).apply({"params": params}, tokens)
+  assert float(jnp.abs(got - ref).max()) > 1e-2  # the projections do change the logits
+  # The up columns count in the bytes the compression adds.
+  tied = latent.make_compression(kd, vd, kr, vr, pre_rope=pre_rope)
+  assert latent.basis_bytes(comp) == 2 * latent.basis_bytes(tied)
+  with pytest.raises(ValueError, match="key_up has shape"):
+    latent.make_compression(kd, vd, kr, vr, key_up=ku[:1])
