@@ -2,26 +2,55 @@
 
     python -m experiments claim dynamic-sparsity [--quick]
 
-Full run (3 seeds × 2 learning rates; three arms on associative recall, two on the stdlib
-corpus; `tiny`-sized models, 300 steps): designed for about 9 minutes on 2 idle CPU cores;
-`--quick` (one seed, one rate, 30 steps) about 20 s.
+**The preface's question.** "Learned dynamic sparsity patterns that adapt to input
+structure": a pattern that *adapts to the input* should read the keys this input needs, where
+a fixed pattern of the same size reads the keys it was built to read. Operationalised on
+multi-query associative recall (`k1 v1 … kn vn SEP q1 a1 … qm am`): where each query's key
+sits is drawn anew for every sequence, so only an input-dependent choice can find it. At an
+equal largest key budget, `moba` (causal own block plus the top-k past blocks its gate
+`q · mean(k)` picks) against `local` (a sliding window as wide as that budget), both against
+`full` causal softmax, trained alike. The one metric of the primary question is recall
+**accuracy** (the fraction of answers right on held-out batches; exact match, every answer of
+a sequence right, is reported beside it), compared with a margin of **10 points** (one answer
+in ten; chance is one in `recall_values`):
 
-* **Recall at equal key budget.** Multi-query associative recall with 24 key–value pairs
-  (`k1 v1 … k24 v24 SEP q1 a1 … q4 a4`, 57 tokens): a query's key lies up to 56 positions back.
-  `full` (causal softmax), `local` (window 24) and `moba` (blocks of 8, its own block plus
-  the top-2 past blocks chosen by `q · mean(k)`: at most 24 keys, like the window) are
-  trained alike; measured: exact match on held-out batches (all four answers right) and the
-  keys each query actually read (the computed entries of the sown scores, so the budget is
-  counted, not assumed).
-  The key numbers are `em_ratio = em / em_full` per seed.
-* **Loss at 75% sparsity.** On stdlib at T = 256, `moba` with blocks of 32 and one picked
-  past block (at most 64 = T/4 keys per query) against `full`; paired ratio
-  `loss_moba / loss_full − 1` and the measured fraction of causal keys skipped.
-* **Switching without retraining.** The trained `full` model evaluated with `attention =
-  "moba"` (same params): `switch_ratio = loss_switched / loss_full − 1`.
+* **adapts**: `moba − local` lies above +10 points (the learned pattern finds what the fixed
+  one misses), and
+* **reads what full attention reads**: `moba − full` lies above −10 points.
 
-Controls: `full` must learn recall (exact match ≥ 0.5), and `local` must fail it
-(`em_ratio ≤ 0.5`), or the task does not need far keys and says nothing about the gate.
+The keys each query actually read are counted from the sown scores (the budget is measured,
+not assumed). Controls, each blocking only what depends on it (`needs`): full attention
+learns the task (accuracy ≥ 0.5, twice chance), which both thresholds need; and the window
+fails it (`local − full` ≤ −10 points), without which a task that does not need far keys could
+not show adaptation, so only *adapts* needs it. What would have refuted it: MoBA not beating
+the window by 10 points, or falling more than 10 points below full attention, while the
+controls they need hold.
+
+**The recall setting was found on tuning seed 100 only.** Full attention did not learn the
+earlier setting (24 pairs from 64 keys and 64 values, 4 queries, 300 steps: loss stayed at
+ln 64, exact match 0), nor, on seed 100, 8 pairs of 8 keys and 8 values in 1,500 steps (loss
+1.1 of ln 8 = 2.08, exact match 0). With 4 pairs (4 keys, 4 values, 4 queries; 17 tokens),
+800 steps at batch 32, full attention's accuracy on seed 100 was 0.67 (local 0.37, moba 0.73):
+the setting of `FULL`. MoBA's blocks of 2 with one picked past block give at most 4 keys
+per query, as does the window of 4. Recall rate: tuned on seed 100 for `full` and shared by
+all three arms (they differ only in the attention; a rate tuned per arm does not fit the
+budget, and sharing full attention's rate can only handicap MoBA).
+
+**Extension** (its own verdict, never the headline): *natural text at the measured
+sparsity*: on stdlib at `T = seq_len`, MoBA with blocks of `text_block` and one picked past
+block against full attention (the rate tuned on seed 100 for `full`, shared): the paired loss
+ratio lies below a margin of 1% of full attention's loss (the tolerance registered before
+the first run). The fraction of causal keys skipped is measured and reported (the labels say
+what was measured, never an assumed "75%"). It has no control: the recall controls cannot
+block it.
+
+Reported beside it (no threshold): the trained full model read through the MoBA pattern
+without retraining (`switch`), `loss_switched / loss_full − 1`.
+
+`--quick` (one seed, one rate 3e-3, 30 steps) tunes nothing; its recall models learn little,
+so its primary is usually blocked by the control; indicative only. Full run: recall 2 tuning
+runs + 3 arms × 5 seeds (800 steps); stdlib 2 tuning runs + 2 arms × 5 seeds (150 steps);
+runtime in the report (measured under load, with the load average).
 """
 
 from __future__ import annotations
@@ -34,13 +63,13 @@ import optax
 
 import transformer
 from experiments import data as data_lib
-from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
-from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm
+from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm, tuned_arm, within
 
-N_PAIRS, N_QUERIES = 24, 4
-RECALL_BLOCK, RECALL_TOP_K = 8, 2
-RECALL_WINDOW = RECALL_BLOCK * (1 + RECALL_TOP_K)  # the same largest key budget
-TEXT_BLOCK, TEXT_TOP_K = 32, 1
+TUNE_SEED = 100
+ACC_MARGIN = 0.1  # 10 points of answer accuracy
+LOSS_MARGIN = 0.01  # 1% of full attention's stdlib loss
+LEARNS, FAILS = "full attention learns recall", "the window fails recall"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,40 +77,74 @@ class DynamicSparsitySizes(Sizes):
   """What a run of `dynamic-sparsity` reads about its size.
 
   Attributes:
-    steps: training steps per run (recall and stdlib alike).
+    recall_pairs: key–value pairs per recall sequence.
+    recall_queries: queries (scored answers) per sequence.
+    recall_keys: distinct key ids the keys are drawn from (without repeats).
+    recall_values: distinct value ids.
+    recall_block: MoBA's block size on recall (the window is `block · (1 + top_k)`).
+    recall_top_k: past blocks MoBA's gate picks on recall.
+    recall_steps: training steps per recall run.
     recall_batch: recall sequences per step and per exact-match batch.
     seq_len: the stdlib length `T`.
+    text_block: MoBA's block size on stdlib (one picked past block).
+    text_steps: training steps per stdlib run.
     text_batch: stdlib windows per step and per batch of the switch's losses.
-    learning_rates: the grid each arm picks its best rate from.
+    learning_rates: the grid rates are chosen from on the tuning seed (one rate: no tuning).
     eval_batches: held-out batches of the exact match and of the switch's losses.
     recall_probe: recall sequences whose keys read are counted.
     text_probe: stdlib windows whose keys read are counted.
   """
 
-  steps: int
+  recall_pairs: int
+  recall_queries: int
+  recall_keys: int
+  recall_values: int
+  recall_block: int
+  recall_top_k: int
+  recall_steps: int
   recall_batch: int
   seq_len: int
+  text_block: int
+  text_steps: int
   text_batch: int
   learning_rates: tuple[float, ...]
   eval_batches: int
   recall_probe: int
   text_probe: int
 
+  @property
+  def recall_window(self) -> int:
+    """The window with MoBA's largest key budget: its own block plus `top_k` past blocks."""
+    return self.recall_block * (1 + self.recall_top_k)
 
-QUICK = DynamicSparsitySizes(steps=30, recall_batch=16, seq_len=128, text_batch=8,
+  @property
+  def recall_len(self) -> int:
+    """Tokens per recall sequence, `2 n + 1 + 2 m` (the model reads all but the last)."""
+    return 2 * self.recall_pairs + 1 + 2 * self.recall_queries
+
+
+TEXT_TOP_K = 1
+
+QUICK = DynamicSparsitySizes(recall_pairs=4, recall_queries=4, recall_keys=4, recall_values=4,
+                             recall_block=2, recall_top_k=1, recall_steps=30, recall_batch=16,
+                             seq_len=128, text_block=16, text_steps=30, text_batch=8,
                              learning_rates=(3e-3,), eval_batches=4, recall_probe=8,
                              text_probe=4)
-FULL = DynamicSparsitySizes(steps=300, recall_batch=32, seq_len=256, text_batch=8,
+FULL = DynamicSparsitySizes(recall_pairs=4, recall_queries=4, recall_keys=4, recall_values=4,
+                            recall_block=2, recall_top_k=1, recall_steps=800, recall_batch=32,
+                            seq_len=128, text_block=16, text_steps=150, text_batch=8,
                             learning_rates=LEARNING_RATES, eval_batches=4, recall_probe=8,
                             text_probe=4)
 
 
 @dataclasses.dataclass(frozen=True)
 class RecallSource:
-  """Associative recall with `n_pairs` pairs as a data source (pure in seed, step, split)."""
+  """Associative recall as a data source (pure in seed, step, split)."""
 
-  n_pairs: int = N_PAIRS
-  n_queries: int = N_QUERIES
+  n_pairs: int
+  n_queries: int
+  n_keys: int
+  n_values: int
 
   @property
   def vocab_size(self) -> int:
@@ -89,7 +152,11 @@ class RecallSource:
 
   def batch(self, seed: int, step: int, batch_size: int, split: str = "train"):
     return data_lib.associative_recall(data_lib._rng(seed, step, split), batch_size,
-                                       self.n_pairs, self.n_queries)
+                                       self.n_pairs, self.n_queries, self.n_keys, self.n_values)
+
+
+def recall_source(z: DynamicSparsitySizes) -> RecallSource:
+  return RecallSource(z.recall_pairs, z.recall_queries, z.recall_keys, z.recall_values)
 
 
 def keys_read(params, cfg: transformer.Config, tokens_BT) -> dict:
@@ -122,84 +189,114 @@ def val_loss(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
   return float(np.mean(losses))
 
 
-def run(spec: Spec) -> dict:
-  """Recall, stdlib and the switch; see the module docstring."""
+def _recall(spec: Spec, runs: dict) -> dict:
+  """Trains the three recall arms (rate tuned on `full`, shared); fills `runs`; the setup."""
   z = spec.sizes
-  steps, recall_batch, seq_len, lrs = z.steps, z.recall_batch, z.seq_len, z.learning_rates
-  recall = RecallSource()
-  recall_arms = {
+  recall = recall_source(z)
+  arms = {
       "full": base_config(),
-      "local": base_config(attention="local", window=RECALL_WINDOW, block_size=RECALL_BLOCK),
-      "moba": base_config(attention="moba", block_size=RECALL_BLOCK, top_k_blocks=RECALL_TOP_K),
+      "local": base_config(attention="local", window=z.recall_window, block_size=z.recall_block),
+      "moba": base_config(attention="moba", block_size=z.recall_block,
+                          top_k_blocks=z.recall_top_k),
   }
-  runs = {arm: {s: {} for s in spec.seeds} for arm in ("full", "local", "moba", "switch")}
-  lr_by = {}
   probe = recall.batch(spec.seeds[0], 99_999, z.recall_probe, "val").tokens[:, :-1]
-  for arm, cfg in recall_arms.items():
-    spec.log(f"  dynamic-sparsity: {arm}: recall")
-    t = train_arm(cfg, spec.seeds, data=recall, steps=steps, batch_size=recall_batch,
-                  seq_len=probe.shape[1], learning_rates=lrs, exact_match=True,
-                  em_batches=z.eval_batches)
-    lr_by[f"recall/{arm}"] = t["lr"]
+  kw = dict(data=recall, steps=z.recall_steps, batch_size=z.recall_batch, seq_len=z.recall_len,
+            exact_match=True, em_batches=z.eval_batches)
+  spec.log(f"  dynamic-sparsity: full: recall ({z.recall_pairs} pairs, {z.recall_steps} steps)")
+  trained = {"full": tuned_arm(arms["full"], spec.seeds, tuning_seeds=(TUNE_SEED,),
+                               grid=z.learning_rates, **kw)}
+  lr = trained["full"]["lr"]
+  for arm in ("local", "moba"):
+    spec.log(f"  dynamic-sparsity: {arm}: recall at {lr:g}")
+    trained[arm] = train_arm(arms[arm], spec.seeds, learning_rates=(lr,), **kw)
+  for arm, t in trained.items():
     for s in spec.seeds:
-      kr = keys_read(t["params"][s], cfg, probe)
-      runs[arm][s].update(recall_em=t["per_seed"][s]["exact_match"],
-                          recall_loss=t["per_seed"][s]["loss"], recall_keys=kr["keys_read"])
-  for arm in ("full", "local", "moba"):
-    for s in spec.seeds:
-      full_em = runs["full"][s]["recall_em"]
-      runs[arm][s]["em_ratio"] = (runs[arm][s]["recall_em"] / full_em if full_em > 0
-                                  else float("nan"))
-  text = data_lib.source("stdlib", seq_len)
-  text_arms = {"full": base_config(),
-               "moba": base_config(attention="moba", block_size=TEXT_BLOCK,
-                                   top_k_blocks=TEXT_TOP_K)}
+      m = t["per_seed"][s]
+      runs[arm][s].update(recall_acc=m["accuracy"], recall_em=m["exact_match"],
+                          recall_loss=m["loss"],
+                          recall_diverged=m["diverged"],
+                          recall_keys=keys_read(t["params"][s], arms[arm], probe)["keys_read"])
+  return {"lr": lr, "tuning": trained["full"]["tuning"]}
+
+
+def _text(spec: Spec, runs: dict) -> dict:
+  """Trains full and MoBA on stdlib (rate tuned on full, shared), the sparsity, the switch."""
+  z = spec.sizes
+  text = data_lib.source("stdlib", z.seq_len)
+  arms = {"full": base_config(),
+          "moba": base_config(attention="moba", block_size=z.text_block, top_k_blocks=TEXT_TOP_K)}
   tokens = text.batch(spec.seeds[0], 0, z.text_probe, "val").tokens[:, :-1]
-  trained = {}
-  for arm, cfg in text_arms.items():
-    spec.log(f"  dynamic-sparsity: {arm}: stdlib T={seq_len}")
-    trained[arm] = train_arm(cfg, spec.seeds, data=text, steps=steps, batch_size=z.text_batch,
-                             seq_len=seq_len, learning_rates=lrs)
-    lr_by[f"stdlib/{arm}"] = trained[arm]["lr"]
+  kw = dict(data=text, steps=z.text_steps, batch_size=z.text_batch, seq_len=z.seq_len)
+  spec.log(f"  dynamic-sparsity: full: stdlib T={z.seq_len}")
+  trained = {"full": tuned_arm(arms["full"], spec.seeds, tuning_seeds=(TUNE_SEED,),
+                               grid=z.learning_rates, **kw)}
+  lr = trained["full"]["lr"]
+  spec.log(f"  dynamic-sparsity: moba: stdlib T={z.seq_len} at {lr:g}")
+  trained["moba"] = train_arm(arms["moba"], spec.seeds, learning_rates=(lr,), **kw)
   for s in spec.seeds:
     full_loss = trained["full"]["per_seed"][s]["loss"]
     moba_loss = trained["moba"]["per_seed"][s]["loss"]
-    kr = keys_read(trained["moba"]["params"][s], text_arms["moba"], tokens)
+    kr = keys_read(trained["moba"]["params"][s], arms["moba"], tokens)
     runs["full"][s]["loss"] = full_loss
     runs["moba"][s].update(loss=moba_loss, loss_ratio=moba_loss / full_loss - 1,
                            text_keys=kr["keys_read"], sparsity=kr["sparsity"])
     # The same trained full-attention params, read through the MoBA pattern.
-    switched = val_loss(trained["full"]["params"][s], text_arms["moba"], text, s,
+    switched = val_loss(trained["full"]["params"][s], arms["moba"], text, s,
                         n_batches=z.eval_batches, batch_size=z.text_batch)
-    full_again = val_loss(trained["full"]["params"][s], text_arms["full"], text, s,
+    full_again = val_loss(trained["full"]["params"][s], arms["full"], text, s,
                           n_batches=z.eval_batches, batch_size=z.text_batch)
     runs["switch"][s].update(loss=switched, full_loss=full_again,
                              switch_ratio=switched / full_again - 1)
+  return {"lr": lr, "tuning": trained["full"]["tuning"]}
+
+
+def run(spec: Spec) -> dict:
+  """Recall, stdlib and the switch; see the module docstring."""
+  z = spec.sizes
+  runs = {arm: {s: {} for s in spec.seeds} for arm in ("full", "local", "moba", "switch")}
+  rec = _recall(spec, runs)
+  txt = _text(spec, runs)
 
   def mean(arm, k):
-    return float(np.nanmean([runs[arm][s][k] for s in spec.seeds]))
+    return float(np.mean([runs[arm][s][k] for s in spec.seeds]))
 
+  tuned = len(z.learning_rates) > 1
+  sparsity = mean("moba", "sparsity")
+
+  def losses(t):
+    return (": losses " + ", ".join(f"{v:.3f}" for v in t["val_loss"])) if t else ""
+
+  rates = (f"recall {rec['lr']:g} (full's{losses(rec['tuning'])}), stdlib {txt['lr']:g} "
+           f"(full's{losses(txt['tuning'])}), each shared by every arm of its task")
+  arms = ("full", "local", "moba")
   notes = [
-      f"- Recall ({N_PAIRS} pairs, {N_QUERIES} queries) exact match: full "
-      f"{mean('full', 'recall_em'):.2f}, local (w={RECALL_WINDOW}) {mean('local', 'recall_em'):.2f}"
-      f", moba (bs={RECALL_BLOCK}, top-{RECALL_TOP_K}) {mean('moba', 'recall_em'):.2f}; keys read "
-      f"per query (measured): full {mean('full', 'recall_keys'):.1f}, local "
-      f"{mean('local', 'recall_keys'):.1f}, moba {mean('moba', 'recall_keys'):.1f}.",
-      f"- Stdlib at T={seq_len}: full {mean('full', 'loss'):.4f}, moba (bs={TEXT_BLOCK}, "
-      f"top-{TEXT_TOP_K}) {mean('moba', 'loss'):.4f}, paired ratio "
-      f"{mean('moba', 'loss_ratio'):+.2%} at a measured {mean('moba', 'sparsity'):.1%} of causal "
-      f"keys skipped ({mean('moba', 'text_keys'):.1f} keys per query).",
+      f"- Recall ({z.recall_pairs} pairs from {z.recall_keys} keys, {z.recall_values} values, "
+      f"{z.recall_queries} queries; {z.recall_len} tokens; {z.recall_steps} steps, batch "
+      f"{z.recall_batch}): accuracy (chance {1 / z.recall_values:.2f}) " + ", ".join(
+          f"{a} {mean(a, 'recall_acc'):.3f}" for a in arms) + "; exact match " + ", ".join(
+          f"{a} {mean(a, 'recall_em'):.3f}" for a in arms)
+      + f"; local is a window of {z.recall_window}, moba blocks of {z.recall_block} with "
+      f"top-{z.recall_top_k}; keys read per query (measured): " + ", ".join(
+          f"{a} {mean(a, 'recall_keys'):.2f}" for a in arms) + ".",
+      f"- Stdlib at T = {z.seq_len} ({z.text_steps} steps, batch {z.text_batch}): full "
+      f"{mean('full', 'loss'):.4f}, moba (blocks of {z.text_block}, top-{TEXT_TOP_K}) "
+      f"{mean('moba', 'loss'):.4f} nats, paired cost {mean('moba', 'loss_ratio'):+.2%} of "
+      f"full's loss (margin {LOSS_MARGIN:.0%}) at a measured {sparsity:.1%} of causal keys "
+      f"skipped ({mean('moba', 'text_keys'):.1f} keys per query of {(z.seq_len + 1) / 2:.1f}).",
       f"- Switching the trained full model to moba without retraining: loss "
       f"{mean('switch', 'full_loss'):.4f} → {mean('switch', 'loss'):.4f} "
       f"({mean('switch', 'switch_ratio'):+.2%}).",
-      f"- Learning rates per arm from the grid {list(lrs)}: {lr_by}.",
+      (f"- Rates chosen on tuning seed {TUNE_SEED} from {list(z.learning_rates)}: " if tuned
+       else "- Not tuned (quick): ") + rates + ".",
   ]
-  return {"setup": {"n_pairs": N_PAIRS, "n_queries": N_QUERIES, "recall_block": RECALL_BLOCK,
-                    "recall_top_k": RECALL_TOP_K, "recall_window": RECALL_WINDOW,
-                    "text_block": TEXT_BLOCK, "text_top_k": TEXT_TOP_K, "chosen_lr": lr_by,
-                    "model_config": base_config().to_dict()},
+  return {"setup": {"recall": {"rate": rec["lr"], "tuning": rec["tuning"],
+                               "window": z.recall_window, "length": z.recall_len},
+                    "text": {"rate": txt["lr"], "tuning": txt["tuning"],
+                             "top_k": TEXT_TOP_K},
+                    "tune_seed": TUNE_SEED, "model_config": base_config().to_dict()},
           "runs": runs, "notes": notes,
-          "effects": [("moba − local: recall exact match", "moba", "local", "recall_em"),
+          "effects": [("recall exact match: moba − local", "moba", "local", "recall_em"),
+                      ("stdlib: moba − full loss", "moba", "full", "loss"),
                       ("switch to moba without retraining: loss ratio", "switch", None,
                        "switch_ratio")]}
 
@@ -209,23 +306,34 @@ CLAIM = Claim(
     topic="sparsity",
     kind="new",
     preface="Learned dynamic sparsity patterns that adapt to input structure",
-    hypothesis=(f"At an equal largest key budget ({RECALL_WINDOW} keys), MoBA's learned block "
-                "gate reaches ≥ 0.9× full attention's exact match on associative recall, where "
-                "a sliding window gets ≤ 0.5×; on stdlib at T = 256 and 75% block sparsity "
-                "(one picked block of 32 plus its own) MoBA is within 1% of full attention's "
-                "loss (tiny model, 3 seeds, same learning-rate grid). The cost of switching a "
-                "trained full model to MoBA without retraining is measured and reported."),
-    refuted_if=("MoBA's recall exact-match ratio lies wholly below 0.9 while the controls hold, "
-                "or its paired stdlib loss ratio lies wholly above +1%."),
+    hypothesis=("At an equal largest key budget, MoBA's learned block gate adapts to where each "
+                "sequence's key sits: on associative recall (full run: "
+                f"{FULL.recall_pairs} pairs, budget {FULL.recall_window} keys of "
+                f"{FULL.recall_len} tokens) its answer accuracy is more than "
+                f"{ACC_MARGIN * 100:.0f} points above a sliding window's and less than "
+                f"{ACC_MARGIN * 100:.0f} points below full attention's (tiny model, seeds 0–4, "
+                "rate tuned on seed 100)."),
+    refuted_if=(f"The 95% interval of moba − local accuracy lies below +{ACC_MARGIN * 100:.0f} "
+                f"points, or that of moba − full below −{ACC_MARGIN * 100:.0f} points, while the "
+                "controls they need hold."),
     thresholds=(
-        Threshold("moba recall exact match / full's", arm="moba", metric="em_ratio",
-                  supports=">= 0.9", refutes="< 0.9"),
-        Threshold("moba / full loss − 1 (stdlib, T = 256, 75% sparsity)", arm="moba",
-                  metric="loss_ratio", supports="<= 0.01", refutes="> 0.01"),
-        Threshold("full attention learns recall (exact match)", arm="full", metric="recall_em",
-                  supports=">= 0.5", control=True),
-        Threshold("the window fails recall (exact match / full's)", arm="local",
-                  metric="em_ratio", supports="<= 0.5", control=True),
+        Threshold.beyond("adapts: moba − local recall accuracy", arm="moba",
+                         metric="recall_acc", baseline="local", margin=ACC_MARGIN,
+                         direction=">", needs=(LEARNS, FAILS), unit="fraction of answers"),
+        Threshold("reads what full reads: moba − full recall accuracy", arm="moba",
+                  metric="recall_acc", baseline="full", needs=(LEARNS,),
+                  unit="fraction of answers", **within(ACC_MARGIN, ">")),
+        Threshold(LEARNS, arm="full", metric="recall_acc", supports=">= 0.5", control=True,
+                  unit="fraction of answers"),
+        Threshold(FAILS, arm="local", metric="recall_acc", baseline="full",
+                  supports=f"<= {-ACC_MARGIN}", control=True, unit="fraction of answers"),
+    ),
+    extensions=(
+        Extension("natural text at the measured sparsity",
+                  f"On stdlib, does MoBA (one picked past block) cost less than "
+                  f"{LOSS_MARGIN:.0%} of full attention's loss?",
+                  (Threshold("moba / full loss − 1 (stdlib)", arm="moba", metric="loss_ratio",
+                             unit="fraction of full attention's loss", **within(LOSS_MARGIN)),)),
     ),
     anchors=(
         Anchor("MoBA: continued training needed; LM loss close to full attention at ~81% "
@@ -234,6 +342,7 @@ CLAIM = Claim(
         Anchor("NSA: natively trainable sparse attention matches/exceeds full attention",
                "trained end to end", "Yuan et al. 2025, Native Sparse Attention"),
     ),
+    tuning_seeds=(TUNE_SEED,),
     run=run,
     QUICK=QUICK,
     FULL=FULL,

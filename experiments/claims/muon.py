@@ -1,44 +1,74 @@
-"""Claim `muon`: does Muon reach tuned AdamW's final loss in at most 0.6× the steps?
+"""Claim `muon`: does Muon reach tuned AdamW's loss in fewer steps, by a margin that matters?
 
     python -m experiments claim muon [--quick]
 
-Full run (3 seeds): the `small` shared model shape (d 128, L 4, H 4, pre-LN, learned
-positions) trained from scratch on the stdlib corpus with batches of 8 windows of **64**
-tokens (not 128: the context is halved so that the whole claim fits the 2-core budget),
-budget `N = 120` steps: 10 tuning runs and 3 × (4 + 1) reported runs. Measured: 95 s on 2
-idle CPU cores (1667 s at load average 14–20, with about ten claims running at once).
-`--quick` (the `tiny` shape, one seed, a 24-step budget, one rate): 62 s on a loaded machine.
+**The preface's question.** "Muon optimizer orthogonalizes gradient updates, outperforming
+Adam on matrix-shaped weights" makes two statements. The first is settled by construction
+(the `theorem`: a Newton–Schulz step maps every singular value into a band around 1, so the
+update's singular values are flat); it is the control that the Muon arm does what Muon does,
+not a finding. The second is the empirical question and the headline: **with AdamW tuned as
+hard as Muon, does Muon (on the hidden matrices; AdamW on the embedding, output and vectors,
+as Muon is used) reach tuned AdamW's final validation loss in at least 10% fewer steps?** It
+is the speedrun's optimizer comparison (modded-nanogpt: steps to a target loss), the form in
+which "outperforming" is claimed. What would have refuted it: the 95% interval of Muon's
+steps-to-target ratio lying above 0.9 (less than 10% of the steps saved, or none).
 
-Expected result (full runs, 2026-11-30): supported. Tuned rates AdamW 1e-3, Muon 1e-2;
-Muon's shortest budget (0.4 N = 48 steps) already beats AdamW's 120-step loss on every seed,
-so the ratio sits at the grid's floor 0.4 (the true ratio is at most that); Muon's last
-updates have singular-value entropy ≈ 0.96 and κ_p90 ≈ 6, AdamW's ≈ 0.30 and ≈ 4e3.
+The margin, 10% of AdamW's steps: a smaller saving is within what re-tuning a schedule or a
+second hyperparameter buys either optimizer, so it would not justify switching. Steps, not
+seconds, are the measure, as in the speedrun: a Muon step costs about 1.35× an AdamW step's CPU
+time on this toy model (measured: 5 seeds × 120 steps, 109 vs 80 CPU-seconds), because
+Newton–Schulz adds `≈ 5m / (tokens per step)` to an `m × m` matrix's training FLOPs — large at
+512 tokens per step, under 1% at the speedrun's half a million.
 
-Protocol (modded-nanogpt's optimizer track): each optimizer's peak rate is tuned on the
-same grid `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` at the full budget on the spare seed 100 (never a
-reported seed).
-Both optimizers share the grid because `muon_arm` scales Muon's updates to AdamW's RMS
-(`shape_scaling="rms"`, Moonlight's matching) and runs its non-hidden leaves on AdamW at the
-same rate. AdamW at its tuned rate sets the target, its final validation loss after `N`
-steps (per seed). Muon is run at its tuned rate in **separate runs** with the budgets
-`{0.4, 0.6, 0.8, 1.0}·N` — the schedule (`budget_schedule`: 10% warm-up, linear decay to 10%
-of the peak) depends on the budget — and its steps-to-target is the smallest budget whose
-final validation loss reaches the target (`steps_to_loss`, interpolated between budgets).
-The key number is that over `N` (AdamW's steps). When even Muon's full budget does not
-reach the target, the ratio is recorded as `1.5` (worse than AdamW; the grid cannot say by
-how much).
+Protocol. Both optimizers' peak rates are tuned the same way (`tuning.tune_on_seeds`): the
+quarter-decade grid `3e-4 … 3e-2` (9 rates) at the full budget `N`, final validation loss
+averaged over the tuning seeds 100 and 101 (never reported), the grid extended by a step when
+the best rate sits at its edge (at most twice). Both share one grid because `muon_arm` scales
+Muon's updates to AdamW's RMS (`shape_scaling="rms"`, Moonlight's matching) and runs its
+non-hidden leaves on AdamW at the same rate. AdamW at its tuned rate sets the target, its final
+validation loss after `N` steps (per seed). Muon runs at its tuned rate in **separate runs**
+with the budgets `{0.1, 0.15, …, 0.4, 0.5, 0.6, 0.8, 1}·N` — the schedule (`budget_schedule`:
+10% warm-up, linear decay to 10% of the peak) depends on the budget — and its steps to target
+is the smallest budget whose final validation loss reaches the target (`steps_to_loss`,
+interpolated between budgets), over `N`; `1.5` when even `N` steps do not reach it. Muon's rate
+is tuned at `N`, not at each shorter budget: that favours AdamW. The grid goes down to
+`0.1 N` so that no ratio sits at its floor (an earlier run's grid stopped at `0.4 N`, where every
+seed already beat AdamW, so its ratio was only an upper bound); a ratio at the floor fails a
+control and blocks the verdict instead of passing as a measurement.
 
-Logged: the condition number (`σ_1/σ_⌈0.9r⌉`, and the median of the full `σ_max/σ_min`,
-often inf because LayerNorm-centred inputs give gradients an exact null direction) and the
-singular-value entropy of each optimizer's last update of the hidden matrices. Muon's should
-have entropy near 1; that Muon's updates are measurably closer to orthogonal than AdamW's is
-the control (the instrument sees what Muon does).
+Controls (each blocks the headline): AdamW's reported runs end finite and below their initial
+loss `ln V` (the target exists; diverged = non-finite or above `ln V` at the end, spikes that
+recover are counted apart); the Muon arm orthogonalises (its last update's singular-value
+entropy ≥ 0.9 in every run; the theorem gives ≥ 0.95 for every direction Newton–Schulz
+reaches); neither tuned rate sits at an edge of its (extended) grid; no seed's ratio sits at
+the budget grid's floor.
+
+Full run (seeds 0–4, tuning seeds 100–101): the `small` shared model shape (d 128, L 4, H 4,
+pre-LN, learned positions) trained from scratch on the stdlib corpus, batches of 8 windows of
+**64** tokens (half the shared models' context, to fit the 2-core budget), `N = 120` steps:
+36 tuning runs and 5 × (1 + 4.65) reported run-equivalents in 14 compiled sweeps, three times
+the work of the earlier 95-second run: estimated 4–6 minutes on 2 idle CPU cores (measured:
+5094 s at load average 8–13, 1603 CPU-seconds). `--quick` (the `quick` shape, one seed, a
+24-step budget, one untuned rate, budgets 0.6 N and N): about a minute on idle cores, and
+indicative only (192 s at load 12; Muon then barely matches AdamW, ratio ≈ 1.0).
+
+Result (full run, 2026-12-01, seeds 0–4): **supported**. Tuned rates AdamW 9.49e-4, Muon
+1.69e-2, both inside the grid. Muon reaches AdamW's 120-step loss in 0.2475 [0.212, 0.283] of
+the steps (per seed 0.21–0.27, none at the 0.1 floor); at N its loss is 0.352 [0.265, 0.439]
+nats lower. Its last updates have singular-value entropy 0.962 (AdamW's 0.285), as the theorem
+says they must.
+
+Earlier result (3 seeds, the 5-rate grid on one tuning seed, budgets from 0.4 N, before
+pre-registration): tuned rates AdamW 1e-3, Muon 1e-2; every seed's ratio at the grid's
+floor 0.4; Muon's last updates had singular-value entropy ≈ 0.96, AdamW's ≈ 0.30.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import jax
 import numpy as np
 
 from experiments import models
@@ -47,10 +77,13 @@ from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train.sweep import train_many
 
-GRID = tuning.RATE_GRID
-TUNE_SEED = 100
-FRACTIONS = (0.4, 0.6, 0.8, 1.0)
+TUNING_SEEDS = (100, 101)
+GRID = tuple(float(f"{x:.3g}") for x in np.geomspace(3e-4, 3e-2, 9))  # quarter-decade steps
+FRACTIONS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0)
 NOT_REACHED = 1.5
+MARGIN = 0.1  # of AdamW's steps N: the smallest saving worth switching optimizers for
+ENTROPY_FLOOR = 0.9  # an orthogonalised update (theorem: >= 0.95); AdamW's is ~0.3
+NS_BAND = (0.68, 1.21)  # 5 standard Newton–Schulz steps map [0.002, 1] into this band
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +98,8 @@ class MuonSizes(Sizes):
     grid: the peak-rate grid both optimizers are tuned on (its first rate is used untuned).
     fractions: Muon's budgets as fractions of `N` (increasing, ending at 1.0).
     eval_batches: validation batches per loss.
-    tune: tune each optimizer's rate on `grid` (seed `TUNE_SEED`); else use `grid[0]`.
+    tune: tune each optimizer's rate on `grid` (seeds `TUNING_SEEDS`); else use `grid[0]`.
+    extend: rates that tuning may add beyond an edge of `grid` that wins.
   """
 
   model: str
@@ -76,16 +110,56 @@ class MuonSizes(Sizes):
   fractions: tuple[float, ...]
   eval_batches: int
   tune: bool
+  extend: int
 
 
 QUICK = MuonSizes(model="quick", steps=24, batch_size=4, seq_len=32, grid=(3e-3,),
-                  fractions=(0.6, 1.0), eval_batches=2, tune=False)
+                  fractions=(0.6, 1.0), eval_batches=2, tune=False, extend=0)
 FULL = MuonSizes(model="small", steps=120, batch_size=8, seq_len=64, grid=GRID,
-                 fractions=FRACTIONS, eval_batches=4, tune=True)
+                 fractions=FRACTIONS, eval_batches=4, tune=True, extend=2)
+
+
+def budgets_of(steps: int, fractions) -> list[int]:
+  """Muon's budgets in steps, `round(f · N)` (at least 2, distinct, increasing).
+
+  Example:
+    >>> from experiments.claims.muon import budgets_of
+    >>> budgets_of(120, (0.1, 0.15, 0.2, 1.0))
+    [12, 18, 24, 120]
+  """
+  out = [max(2, round(f * steps)) for f in fractions]
+  if np.any(np.diff(out) <= 0) or out[-1] != steps:
+    raise ValueError(f"budgets_of: fractions {tuple(fractions)} give budgets {out} at N = "
+                     f"{steps}; they must be increasing, distinct, and end at 1.0")
+  return out
+
+
+def steps_ratio(budgets, losses, target: float) -> tuple[float, bool]:
+  """Muon's steps to `target` over `N = budgets[-1]`, and whether it sits at the grid's floor.
+
+  `NOT_REACHED` (1.5) when no budget reaches the target; at the floor when the smallest budget
+  already does (the ratio is then only an upper bound).
+
+  Example:
+    >>> from experiments.claims.muon import steps_ratio
+    >>> steps_ratio([30, 60, 120], [3.0, 2.6, 2.4], 2.8)
+    (0.375, False)
+    >>> steps_ratio([30, 60, 120], [2.7, 2.6, 2.4], 2.8), steps_ratio([60, 120], [3, 2.9], 2.8)
+    ((0.25, True), (1.5, False))
+  """
+  reached = tuning.steps_to_loss(budgets, losses, target)
+  if reached is None:
+    return NOT_REACHED, False
+  return reached / budgets[-1], bool(losses[0] <= target)
+
+
+def _tree_index(params, i: int):
+  """Run `i` of a `train_many` result's params (leading axes `(1, n_seeds)`)."""
+  return jax.tree.map(lambda x: x[0, i], params)
 
 
 def budget_run(cfg, make_tx, lr: float, seeds, budget: int, z: MuonSizes, *, stats: bool):
-  """Final val losses `(n_seeds,)`, divergence flags and (if `stats`) last-update statistics."""
+  """Final val losses `(n_seeds,)`, end-divergence and spike flags, last-update statistics."""
   last = {}
 
   def keep(step, params, _):
@@ -95,27 +169,18 @@ def budget_run(cfg, make_tx, lr: float, seeds, budget: int, z: MuonSizes, *, sta
                  steps=budget, eval_every=budget - 1 if stats else budget, data="stdlib",
                  batch_size=z.batch_size, seq_len=z.seq_len, eval_batches=z.eval_batches,
                  callback=keep if stats else None)
-  out = {"val_loss": r.val_loss[0, :, -1], "diverged": r.diverged[0]}
+  final = r.val_loss[0, :, -1]
+  ended = tuning.ended_diverged(final, cfg.vocab_size)
+  out = {"val_loss": final, "ended_diverged": ended, "spiked": r.diverged[0] & ~ended}
   if stats:
-    before, after = last[budget - 1], last[budget]
     out["stats"] = [updates.last_update_statistics(
-        *(jax_tree_index(p, i) for p in (before, after))) for i in range(len(seeds))]
+        _tree_index(last[budget - 1], i), _tree_index(last[budget], i))
+        for i in range(len(seeds))]
   return out
 
 
-def jax_tree_index(params, i: int):
-  """Run `i` of a `train_many` result's params (leading axes `(1, n_seeds)`)."""
-  import jax
-
-  return jax.tree.map(lambda x: x[0, i], params)
-
-
-def _mean(per_seed: dict, metric: str) -> float:
-  return float(np.mean([m[metric] for m in per_seed.values()]))
-
-
 def run(spec: Spec) -> dict:
-  """Tunes both optimizers, runs the budgets; see the module docstring."""
+  """Tunes both optimizers, runs Muon's budgets; see the module docstring."""
   z = spec.sizes
   cfg = models.RECIPES[z.model].cfg
   N, seeds = z.steps, tuple(spec.seeds)
@@ -123,58 +188,129 @@ def run(spec: Spec) -> dict:
   tuned = {}
   for name, make_tx in arms.items():
     if z.tune:
-      spec.log(f"  muon: tuning {name} on {z.grid} (seed {TUNE_SEED}, {N} steps)")
-      tuned[name] = tuning.tune(cfg, make_tx, z.grid, seed=TUNE_SEED, steps=N, data="stdlib",
-                                batch_size=z.batch_size, seq_len=z.seq_len,
-                                eval_batches=z.eval_batches)
+      spec.log(f"  muon: tuning {name} on {len(z.grid)} rates (seeds {TUNING_SEEDS}, {N} steps)")
+      tuned[name] = tuning.tune_on_seeds(cfg, make_tx, z.grid, seeds=TUNING_SEEDS, steps=N,
+                                         extend=z.extend, data="stdlib",
+                                         batch_size=z.batch_size, seq_len=z.seq_len,
+                                         eval_batches=z.eval_batches)
     else:
-      tuned[name] = {"learning_rate": z.grid[0], "index": 0, "val_loss": [], "diverged": []}
-  spec.log("  muon: tuned rates " + ", ".join(f"{a} {t['learning_rate']:g}"
-                                              for a, t in tuned.items()))
-  budgets = [max(4, round(f * N)) for f in z.fractions]
-  full = {name: budget_run(cfg, make_tx, tuned[name]["learning_rate"], seeds, N, z, stats=True)
-          for name, make_tx in arms.items()}
-  curve = {}
+      tuned[name] = tuning.untuned(z.grid[0])
+  spec.log("  muon: rates " + ", ".join(f"{a} {t['learning_rate']:g}" for a, t in tuned.items()))
+  budgets = budgets_of(N, z.fractions)
+  full = {}
+  for name, make_tx in arms.items():
+    spec.log(f"  muon: {name} at N = {N} steps on seeds {seeds}")
+    full[name] = budget_run(cfg, make_tx, tuned[name]["learning_rate"], seeds, N, z, stats=True)
+  curve = {N: full["muon"]}
   for b in budgets[:-1]:
     spec.log(f"  muon: Muon with a {b}-step budget")
     curve[b] = budget_run(cfg, arms["muon"], tuned["muon"]["learning_rate"], seeds, b, z,
-                          stats=False)["val_loss"]
-  curve[N] = full["muon"]["val_loss"]
+                          stats=False)
+  at_edge = float(sum(t["at_edge"] for t in tuned.values()))
   runs: dict = {"adamw": {}, "muon": {}}
   for i, seed in enumerate(seeds):
     target = float(full["adamw"]["val_loss"][i])
-    muon_losses = [float(curve[b][i]) for b in budgets]
-    reached = tuning.steps_to_loss(budgets, muon_losses, target)
+    losses = [float(curve[b]["val_loss"][i]) for b in budgets]
+    ratio, floor = steps_ratio(budgets, losses, target)
     for name in arms:
       runs[name][seed] = {"val_loss": float(full[name]["val_loss"][i]),
-                          "diverged": float(full[name]["diverged"][i]),
+                          "ended_diverged": float(full[name]["ended_diverged"][i]),
+                          "spiked": float(full[name]["spiked"][i]),
                           "learning_rate": tuned[name]["learning_rate"],
                           **full[name]["stats"][i]}
     runs["adamw"][seed]["steps_ratio"] = 1.0
-    runs["muon"][seed]["steps_ratio"] = reached / N if reached is not None else NOT_REACHED
-    runs["muon"][seed]["steps_to_target"] = reached if reached is not None else float("nan")
-    for b, loss in zip(budgets, muon_losses, strict=True):
-      runs["muon"][seed][f"val_loss_budget_{b}"] = loss
+    runs["muon"][seed].update(
+        steps_ratio=ratio, at_budget_floor=float(floor), rates_at_grid_edge=at_edge,
+        steps_to_target=ratio * N if ratio != NOT_REACHED else math.nan,
+        budgets_ended_diverged=float(sum(curve[b]["ended_diverged"][i] for b in budgets)),
+        **{f"val_loss_budget_{b}": loss for b, loss in zip(budgets, losses, strict=True)})
+  figure = _figure(tuned, runs, seeds, budgets, N, spec.run_dir, z.tune)
   ratio = [runs["muon"][s]["steps_ratio"] for s in seeds]
+  mean = lambda a, k: float(np.mean([runs[a][s][k] for s in seeds]))
+  rate_text = lambda t: (f"{t['learning_rate']:g} (loss {t['val_loss'][t['index']]:.4f}; grid "
+                         f"{t['grid'][0]:g} … {t['grid'][-1]:g}, {len(t['grid'])} rates"
+                         f"{', at an edge' if t['at_edge'] else ''})")
   notes = [
-      f"- Tuned peak rates (grid {list(z.grid)}, seed {TUNE_SEED}, {N} steps): "
-      + ", ".join(f"{a} {t['learning_rate']:g} (final val losses "
-                  f"{[round(v, 4) for v in t['val_loss']]})" for a, t in tuned.items()) + ".",
-      f"- Muon steps to AdamW's final loss / {N}: per seed {[round(r, 3) for r in ratio]} "
-      f"(budgets {budgets}; {NOT_REACHED} = not reached).",
-      "- Last update, hidden matrices (mean over matrices and seeds): "
-      + "; ".join(f"{a}: sv entropy {_mean(runs[a], 'update_sv_entropy'):.3f}, "
-                  f"κ_p90 {_mean(runs[a], 'update_cond_p90'):.3g}" for a in arms) + ".",
+      (f"- Tuned peak rates (lowest final val loss after {N} steps, mean over seeds "
+       f"{list(TUNING_SEEDS)}): "
+       + "; ".join(f"{a} {rate_text(t)}" for a, t in tuned.items()) + "."
+       if z.tune else f"- Peak rate, not tuned (quick): {z.grid[0]:g} for both optimizers."),
+      f"- Muon's steps to AdamW's final loss / N = {N}: per seed "
+      f"{[round(r, 3) for r in ratio]} (budgets {budgets}; {NOT_REACHED} = not reached; "
+      f"floor {budgets[0] / N:g}).",
+      f"- Final val loss at N = {N}: AdamW {mean('adamw', 'val_loss'):.4f}, Muon "
+      f"{mean('muon', 'val_loss'):.4f}; runs ended diverged: AdamW "
+      f"{int(sum(runs['adamw'][s]['ended_diverged'] for s in seeds))}, Muon (every budget) "
+      f"{int(sum(runs['muon'][s]['budgets_ended_diverged'] for s in seeds))}; recovered spikes "
+      f"at N: AdamW {int(sum(runs['adamw'][s]['spiked'] for s in seeds))}, Muon "
+      f"{int(sum(runs['muon'][s]['spiked'] for s in seeds))}.",
+      "- Last update of the hidden matrices (mean over matrices and seeds; by construction, "
+      "see the theorem): " + "; ".join(
+          f"{a}: sv entropy {mean(a, 'update_sv_entropy'):.3f}, "
+          f"κ_p90 {mean(a, 'update_cond_p90'):.3g}" for a in arms) + ".",
       f"- Model: `{z.model}` shape trained from scratch, batches {z.batch_size} × "
       f"{z.seq_len} tokens, schedule 10% warm-up then linear decay to 10% of the peak.",
   ]
-  return {"setup": {"budgets": budgets, "tune_seed": TUNE_SEED, "tuned": tuned,
+  return {"setup": {"budgets": budgets, "tuning_seeds": list(TUNING_SEEDS), "tuned": tuned,
                     "model_config": cfg.to_dict()},
-          "runs": runs, "notes": notes,
+          "runs": runs, "notes": notes, "figures": [figure],
           "effects": [("final val loss at N steps: Muon − AdamW", "muon", "adamw", "val_loss"),
                       ("update sv entropy: Muon − AdamW", "muon", "adamw", "update_sv_entropy"),
                       ("update κ_p90: Muon − AdamW", "muon", "adamw", "update_cond_p90")]}
 
+
+def _figure(tuned, runs, seeds, budgets, N, run_dir: str, tuned_on_seeds: bool) -> str:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  colors = {"adamw": "tab:blue", "muon": "tab:orange"}
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+  if tuned_on_seeds:
+    for arm, t in tuned.items():
+      ax1.plot(t["grid"], t["val_loss"], "o-", color=colors[arm], label=f"{arm} (mean of seeds)")
+      ax1.plot([t["learning_rate"]], [t["val_loss"][t["index"]]], "*", ms=14, color=colors[arm],
+               label=f"{arm} chosen: {t['learning_rate']:g}")
+    ax1.set(xscale="log", xlabel="peak learning rate",
+            ylabel=f"final val loss after N = {N} steps (nats)",
+            title=f"tuning on seeds {', '.join(map(str, TUNING_SEEDS))}")
+    ax1.legend(fontsize=8)
+  else:
+    ax1.text(0.5, 0.5, f"quick run: not tuned\n(both at {tuned['muon']['learning_rate']:g})",
+             ha="center", va="center", transform=ax1.transAxes)
+    ax1.set(xticks=[], yticks=[], title="tuning")
+  for k, s in enumerate(seeds if len(seeds) > 1 else ()):
+    ax2.plot(budgets, [runs["muon"][s][f"val_loss_budget_{b}"] for b in budgets], "-",
+             color=colors["muon"], alpha=0.35, lw=1, label="Muon, one seed" if k == 0 else None)
+  ax2.plot(budgets, [np.mean([runs["muon"][s][f"val_loss_budget_{b}"] for s in seeds])
+                     for b in budgets], "o-", color=colors["muon"], lw=2,
+           label="Muon, mean over seeds")
+  target = float(np.mean([runs["adamw"][s]["val_loss"] for s in seeds]))
+  ax2.axhline(target, color=colors["adamw"], ls="--",
+              label=f"AdamW after N = {N} steps (mean)")
+  ax2.axvline((1 - MARGIN) * N, color="k", ls=":",
+              label=f"margin: {1 - MARGIN:g} N = {(1 - MARGIN) * N:g} steps")
+  ax2.set(xlabel="Muon's budget (steps; separate runs)", ylabel="final val loss (nats)",
+          title=f"Muon's loss vs budget, {len(seeds)} seed(s)")
+  ax2.legend(fontsize=8, loc="best")
+  fig.tight_layout()
+  fig.savefig(f"{run_dir}/budgets.png", dpi=110)
+  plt.close(fig)
+  return "budgets.png"
+
+
+THEOREM = (
+    "Muon's update of a hidden matrix is s · NS(M), five Newton–Schulz steps on its momentum "
+    "M. Each step maps X = U Σ Vᵀ to U p(Σ) Vᵀ with the odd quintic p(x) = 3.4445x − 4.7750x³ "
+    "+ 2.0315x⁵ (the singular vectors are kept: XXᵀX = U Σ³ Vᵀ), starting from M/‖M‖_F, whose "
+    "singular values lie in [0, 1]. Composing p five times maps every singular value in "
+    f"[0.002, 1] into [{NS_BAND[0]}, {NS_BAND[1]}], so whenever M has no direction weaker than "
+    "0.002 ‖M‖_F, the update's normalised singular-value entropy is at least the minimum over "
+    "that band (≥ 0.95 for r ≥ 32 singular values; 1 for the exact polar factor U Vᵀ). That "
+    "Muon orthogonalises is therefore a control of the instrument, not a finding: "
+    "tests/experiments/test_claims_optimizers.py checks the band and the entropy bound on "
+    "random matrices in float64.")
 
 CLAIM = Claim(
     id="muon",
@@ -182,20 +318,31 @@ CLAIM = Claim(
     kind="existing",
     preface=("Muon optimizer orthogonalizes gradient updates, outperforming Adam on "
              "matrix-shaped weights"),
-    hypothesis=("With each optimizer's peak rate tuned on the same grid, Muon reaches tuned "
-                "AdamW's final validation loss (N = 120 steps, `small` shape, stdlib) in at "
-                "most 0.6 N steps (separate runs with shorter budgets), and its updates are "
-                "closer to orthogonal (higher singular-value entropy) than AdamW's."),
-    refuted_if=("Muon needs at least as many steps as AdamW to reach AdamW's final loss "
-                "(ratio ≥ 1 over the whole 95% interval)."),
+    theorem=THEOREM,
+    hypothesis=("With both optimizers' peak rates tuned the same way on the tuning seeds only "
+                "(one grid, the full budget N, the grid extended past a winning edge), Muon on "
+                "the hidden matrices (AdamW on the rest) reaches tuned AdamW's final validation "
+                "loss after N steps (N = 120 in full runs) in at least 10% fewer steps: the 95% "
+                "interval of its steps ratio (separate runs with shorter budgets) lies below "
+                f"{1 - MARGIN:g}."),
+    refuted_if=(f"The 95% interval of Muon's steps-to-target ratio lies above {1 - MARGIN:g} "
+                "(less than 10% of AdamW's steps saved, or none), with every control holding."),
     thresholds=(
-        Threshold("Muon steps to AdamW's final loss / AdamW's steps", arm="muon",
-                  metric="steps_ratio", supports="<= 0.6", refutes=">= 1.0"),
-        Threshold("Muon's updates more orthogonal than AdamW's (sv entropy, Muon − AdamW)",
-                  arm="muon", metric="update_sv_entropy", baseline="adamw", stat="range",
-                  supports="> 0", control=True),
-        Threshold("AdamW runs did not diverge", arm="adamw", metric="diverged", stat="range",
-                  supports="== 0", control=True),
+        Threshold.beyond("Muon's steps to AdamW's final loss / AdamW's steps", arm="muon",
+                         metric="steps_ratio", direction="<", reference=1.0, margin=MARGIN,
+                         unit="fraction of AdamW's steps N"),
+        Threshold("AdamW's reported runs end finite and below ln V (the target exists)",
+                  arm="adamw", metric="ended_diverged", stat="range", supports="== 0",
+                  control=True, unit="1 = ended diverged"),
+        Threshold(f"Muon's last update is orthogonalised: sv entropy ≥ {ENTROPY_FLOOR} (the "
+                  "theorem)", arm="muon", metric="update_sv_entropy", stat="range",
+                  supports=f">= {ENTROPY_FLOOR}", control=True, unit="normalised entropy"),
+        Threshold("neither tuned rate sits at an edge of its grid (AdamW tuned as hard as Muon)",
+                  arm="muon", metric="rates_at_grid_edge", stat="range", supports="== 0",
+                  control=True, unit="optimizers"),
+        Threshold("the budget grid resolves the ratio (no seed at its floor)", arm="muon",
+                  metric="at_budget_floor", stat="range", supports="== 0", control=True,
+                  unit="1 = at the floor"),
     ),
     anchors=(
         Anchor("Muon / AdamW steps to val loss 3.28 (GPT-2 small, FineWeb)",
@@ -203,6 +350,7 @@ CLAIM = Claim(
         Anchor("Muon compute efficiency over AdamW", "≈ 2×",
                "Liu et al. 2025, Muon is Scalable for LLM Training (Moonlight)"),
     ),
+    tuning_seeds=TUNING_SEEDS,
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -1,23 +1,42 @@
-"""Claim `psd-attention`: what does a kernel with a guaranteed PSD Gram matrix cost?
+"""Claim `psd-attention`: what does attention with a guaranteed PSD kernel cost?
 
     python -m experiments claim psd-attention [--quick]
 
-Full run (3 seeds × 2 learning rates × 4 arms, trained on the stdlib corpus and on the `copy`
-task, `tiny`-sized models, 300 steps): designed for about 8 minutes on 2 idle CPU cores;
-`--quick` (one seed, one rate, 30 steps) about 20 s.
+**The preface's question.** "Kernel-aware attention variants with guaranteed mathematical
+properties": the guarantee itself is mathematics (the `theorem`): when keys use the query
+projection (`Config.qk_tied`, `K = X W_Q`) the kernel matrix of softmax (`exp(Q Qᵀ/√dh)`,
+Schur product theorem), of the Gaussian (`rbf`) and of elu+1 linear attention (`Φ Φᵀ`) is
+symmetric positive semi-definite for every input. What could come out either way is whether
+such a variant is still a usable attention: **does the guaranteed-PSD variant cost little
+language-modelling loss against ordinary (untied) softmax attention?** Operationalised as the
+paired cost `loss_psd / loss_softmax − 1` on the stdlib corpus, where `psd` is the tied
+variant chosen *before* the reported runs: the one of `softmax-tied`, `rbf-tied`,
+`linear-tied` with the lowest validation loss on tuning seed 100 (at its tuned rate). A
+practitioner picks the best variant of a family; picking it on the tuning seed keeps the
+reported seeds out of the choice. Supported when the whole 95% interval lies below a margin
+of **3% of softmax's loss** (the budget registered before the first run and kept: a variant
+dearer than that is not one a practitioner would trade for a guarantee); refuted when it
+lies above it. What would have refuted it: the best guaranteed variant costing more than 3%
+of the loss.
 
-Arms, all the `tiny` model (d 64, L 2, H 4) with the same optimizer and the same
-learning-rate grid, the best rate per arm chosen by mean validation loss: `softmax` (the
-baseline, untied `W_Q`, `W_K`), and three attentions whose kernel matrix is symmetric PSD by
-construction because keys use the query projection (`Config.qk_tied`): `softmax-tied`
-(`exp(x W Wᵀ yᵀ/√dh)`, PSD by the Schur product theorem), `rbf-tied` (Gaussian kernel of the
-tied features) and `linear-tied` (elu+1 positive features, `Φ Φᵀ`). Measured per seed: the
-final validation loss on stdlib and the exact match of the copy task (every copied token
-right, `experiments.data.exact_match`, on held-out batches). The price of the guarantee is
-the paired loss ratio `loss_arm / loss_softmax − 1` and the exact-match difference; the
-verdict compares them with the issue's budget (≤ 3% loss, ≥ −10 points exact match). The
-control: untied softmax must learn the copy task (exact match ≥ 0.5), otherwise the copy
-comparison reads nothing.
+**Extension** (its own verdict, never the headline): *copying survives the guarantee*: on
+the `copy` task (16 symbols, then their copy), the chosen variant's exact match (every copied
+token right, `experiments.data.exact_match`, on held-out batches) is at most 10 points below
+softmax's (one sequence in ten). Control: untied softmax learns copy (exact match ≥ 0.5), or
+the comparison reads nothing; it blocks only this extension.
+
+Rates: every arm's rate is chosen from `{1e-3, 3e-3}` by its stdlib validation loss on tuning
+seed 100 (the same rate is used on copy); those four tuning runs also choose the variant. Then
+only softmax and the chosen variant are trained on seeds 0–4 (the tuning seed's losses of the
+other variants are reported in the notes, one seed, not a verdict: training all four on the
+reported seeds does not fit the 4-minute budget). On seed 100, softmax learned copy in 300
+steps at batch 8 (exact match 1.0 at both rates), so the copy control can pass.
+`--quick` (one seed, one rate 3e-3, 30 steps) tunes nothing and takes `softmax-tied` as the
+chosen variant, so its verdict is indicative only.
+
+Full run: 4 arms × 2 rates tuned on seed 100 (200 steps, stdlib windows of 64, batch 8), then
+softmax and the chosen variant on seeds 0–4: stdlib 200 steps and copy 300 steps. Runtime:
+see the report (measured under load, with the load average).
 """
 
 from __future__ import annotations
@@ -26,12 +45,18 @@ import dataclasses
 
 import numpy as np
 
-from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
-from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm
+from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm, tune_rate, within
 
 ARMS = {"softmax": {}, "softmax-tied": dict(qk_tied=True),
         "rbf-tied": dict(attention="rbf", qk_tied=True),
         "linear-tied": dict(attention="linear", qk_tied=True)}
+TIED = ("softmax-tied", "rbf-tied", "linear-tied")
+CHOSEN = "psd"  # the arm holding the tied variant chosen on the tuning seed
+UNTUNED_CHOICE = "softmax-tied"  # the choice when nothing is tuned (quick runs)
+TUNE_SEED = 100
+LOSS_MARGIN = 0.03  # 3% of softmax's loss
+EM_MARGIN = 0.1  # 10 points of exact match
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,24 +64,27 @@ class PsdAttentionSizes(Sizes):
   """What a run of `psd-attention` reads about its size.
 
   Attributes:
-    steps: AdamW steps per run (stdlib and copy alike).
+    steps: AdamW steps per stdlib run (tuning and reported).
+    copy_steps: AdamW steps per copy run.
     batch_size: training windows per step (and sequences per exact-match batch).
     seq_len: the stdlib window length.
-    learning_rates: the rate grid every arm is trained on (best by mean validation loss).
+    learning_rates: the grid every arm's rate is chosen from on the tuning seed (one rate:
+      nothing is tuned).
     exact_match_batches: held-out copy batches the exact match is averaged over.
   """
 
   steps: int
+  copy_steps: int
   batch_size: int
   seq_len: int
   learning_rates: tuple[float, ...]
   exact_match_batches: int
 
 
-QUICK = PsdAttentionSizes(steps=30, batch_size=8, seq_len=64, learning_rates=(3e-3,),
-                          exact_match_batches=4)
-FULL = PsdAttentionSizes(steps=300, batch_size=16, seq_len=128, learning_rates=LEARNING_RATES,
-                         exact_match_batches=4)
+QUICK = PsdAttentionSizes(steps=30, copy_steps=30, batch_size=8, seq_len=64,
+                          learning_rates=(3e-3,), exact_match_batches=4)
+FULL = PsdAttentionSizes(steps=200, copy_steps=300, batch_size=8, seq_len=64,
+                         learning_rates=LEARNING_RATES, exact_match_batches=4)
 
 
 def price(per_seed_arm: dict, per_seed_base: dict) -> dict:
@@ -70,78 +98,122 @@ def price(per_seed_arm: dict, per_seed_base: dict) -> dict:
   return out
 
 
+def choose(tuning_loss: dict[str, float | None]) -> str:
+  """The tied variant with the lowest tuning-seed loss; `UNTUNED_CHOICE` when none was tuned.
+
+  Example:
+    >>> from experiments.claims.psd_attention import choose
+    >>> choose({"softmax-tied": 2.1, "rbf-tied": 2.0, "linear-tied": 2.3})
+    'rbf-tied'
+    >>> choose({"softmax-tied": None, "rbf-tied": None, "linear-tied": None})
+    'softmax-tied'
+  """
+  tuned = {a: v for a, v in tuning_loss.items() if v is not None and np.isfinite(v)}
+  return min(tuned, key=tuned.get) if tuned else UNTUNED_CHOICE
+
+
 def run(spec: Spec) -> dict:
-  """Trains every arm on stdlib and on `copy`; see the module docstring."""
+  """Tunes every arm, chooses the tied variant, trains it and softmax; see the docstring."""
   z = spec.sizes
-  steps, batch_size, seq_len, lrs = z.steps, z.batch_size, z.seq_len, z.learning_rates
-  runs: dict = {}
-  lr_by = {}
+  steps, batch_size, seq_len = z.steps, z.batch_size, z.seq_len
+  tuned = len(z.learning_rates) > 1
+  rate = {}
   for arm, over in ARMS.items():
-    cfg = base_config(**over)
-    spec.log(f"  psd-attention: {arm}: stdlib")
+    if tuned:
+      spec.log(f"  psd-attention: {arm}: tuning on stdlib, seed {TUNE_SEED}")
+    rate[arm] = tune_rate(base_config(**over), tuning_seeds=(TUNE_SEED,), grid=z.learning_rates,
+                          data="stdlib", steps=steps, batch_size=batch_size, seq_len=seq_len)
+  chosen = choose({a: (min(rate[a]["tuning"]["val_loss"]) if rate[a]["tuning"] else None)
+                   for a in TIED})
+  runs: dict = {}
+  for arm in ("softmax", chosen):
+    cfg, lr = base_config(**ARMS[arm]), rate[arm]["lr"]
+    spec.log(f"  psd-attention: {arm}: stdlib at {lr:g}")
     text = train_arm(cfg, spec.seeds, data="stdlib", steps=steps, batch_size=batch_size,
-                     seq_len=seq_len, learning_rates=lrs)
-    spec.log(f"  psd-attention: {arm}: copy")
-    copy = train_arm(cfg, spec.seeds, data="task:copy", steps=steps, batch_size=batch_size,
-                     seq_len=seq_len, learning_rates=lrs, exact_match=True,
-                     em_batches=z.exact_match_batches)
-    lr_by[arm] = {"stdlib": text["lr"], "copy": copy["lr"]}
+                     seq_len=seq_len, learning_rates=(lr,))
+    spec.log(f"  psd-attention: {arm}: copy at {lr:g}")
+    copy = train_arm(cfg, spec.seeds, data="task:copy", steps=z.copy_steps,
+                     batch_size=batch_size, seq_len=seq_len, learning_rates=(lr,),
+                     exact_match=True, em_batches=z.exact_match_batches)
     runs[arm] = {s: {"loss": text["per_seed"][s]["loss"],
+                     "diverged": text["per_seed"][s]["diverged"],
                      "copy_loss": copy["per_seed"][s]["loss"],
                      "exact_match": copy["per_seed"][s]["exact_match"]} for s in spec.seeds}
-  for arm in ARMS:
-    if arm == "softmax":
-      continue
-    p = price(runs[arm], runs["softmax"])
-    for s in spec.seeds:
-      runs[arm][s].update(p[s])
-  for s in spec.seeds:
-    runs["softmax"][s].update(loss_ratio=0.0, em_diff=0.0)
-  mean = {arm: {k: float(np.mean([runs[arm][s][k] for s in spec.seeds]))
-                for k in runs[arm][spec.seeds[0]]} for arm in runs}
+  p = price(runs[chosen], runs["softmax"])
+  runs[CHOSEN] = {s: {**runs[chosen][s], **p[s]} for s in spec.seeds}
+  del runs[chosen]  # reported once, under the arm the thresholds name
+
+  def mean(arm, k):
+    return float(np.mean([runs[arm][s][k] for s in spec.seeds]))
+
+  tuning_loss = {a: min(r["tuning"]["val_loss"]) for a, r in rate.items() if r["tuning"]}
+  why = (f"lowest stdlib loss on tuning seed {TUNE_SEED} at its tuned rate: " + ", ".join(
+      f"{a} {tuning_loss[a]:.4f}" for a in TIED) if tuned
+      else "not tuned (quick): the direct tied form of softmax")
   notes = [
-      "- The price of a guaranteed PSD kernel, mean over seeds (loss ratio vs untied softmax on "
-      "stdlib; exact-match difference on copy): " + "; ".join(
-          f"{arm}: {mean[arm]['loss_ratio']:+.2%}, {mean[arm]['em_diff']:+.2f}"
-          for arm in ARMS if arm != "softmax") + ".",
-      "- Validation loss on stdlib: " + ", ".join(
-          f"{arm} {mean[arm]['loss']:.3f}" for arm in ARMS) + "; copy exact match: " + ", ".join(
-          f"{arm} {mean[arm]['exact_match']:.2f}" for arm in ARMS) + ".",
-      f"- Learning rates chosen per arm from the same grid {list(lrs)} (by mean validation "
-      f"loss over the reported seeds): {lr_by}.",
-      f"- Models: `tiny` (d 64, L 2, H 4), {steps} AdamW steps, batch {batch_size}, stdlib "
-      f"windows of {seq_len} tokens; copy: 16 symbols then their copy.",
+      f"- Chosen guaranteed-PSD variant (arm `{CHOSEN}`): **{chosen}** ({why}).",
+      f"- Its price, mean over seeds: stdlib loss {mean(CHOSEN, 'loss'):.4f} vs softmax "
+      f"{mean('softmax', 'loss'):.4f} nats, a cost of {mean(CHOSEN, 'loss_ratio'):+.2%} of "
+      f"softmax's loss (margin {LOSS_MARGIN:.0%}); copy exact match "
+      f"{mean(CHOSEN, 'exact_match'):.2f} vs {mean('softmax', 'exact_match'):.2f} "
+      f"(margin {EM_MARGIN * 100:.0f} points).",
+      ("- On the tuning seed alone (one seed, not a verdict), every variant's stdlib loss "
+       "against softmax's " + f"{tuning_loss['softmax']:.4f}: " + ", ".join(
+           f"{a} {tuning_loss[a] / tuning_loss['softmax'] - 1:+.2%}" for a in TIED) + "."
+       if tuned else "- Quick: no tuning run, so no variant but the chosen one is trained."),
+      (f"- Rates chosen on tuning seed {TUNE_SEED} from {list(z.learning_rates)} (stdlib "
+       "validation loss; the same rate on copy): " if tuned else
+       "- Not tuned (quick), every arm at: ") + ", ".join(
+          f"{a} {r['lr']:g}" for a, r in rate.items()) + ".",
+      f"- Models: `tiny` (d 64, L 2, H 4); stdlib: {steps} AdamW steps, batch {batch_size} "
+      f"windows of {seq_len} tokens; copy (16 symbols then their copy): {z.copy_steps} steps.",
   ]
-  return {"setup": {"arms": {a: dict(o) for a, o in ARMS.items()}, "chosen_lr": lr_by,
-                    "model_config": base_config().to_dict()},
+  return {"setup": {"arms": {a: dict(o) for a, o in ARMS.items()}, "chosen": chosen,
+                    "chosen_lr": {a: r["lr"] for a, r in rate.items()},
+                    "tuning": {a: r["tuning"] for a, r in rate.items()},
+                    "tune_seed": TUNE_SEED, "model_config": base_config().to_dict()},
           "runs": runs, "notes": notes,
-          "effects": [(f"{arm} − softmax: stdlib loss", arm, "softmax", "loss")
-                      for arm in ARMS if arm != "softmax"]}
+          "effects": [(f"{CHOSEN} − softmax: stdlib loss", CHOSEN, "softmax", "loss"),
+                      (f"{CHOSEN} − softmax: copy exact match", CHOSEN, "softmax",
+                       "exact_match")]}
 
 
-_ARMS_TIED = ("softmax-tied", "rbf-tied", "linear-tied")
+THEOREM = ("With tied keys K = Q = X W_Q, each variant's kernel matrix over any input is "
+           "symmetric PSD: softmax-tied's G = Q Qᵀ/√dh is a Gram matrix and exp∘G = Σ_n G^{∘n}/n! "
+           "is PSD by the Schur product theorem; rbf-tied's exp(−‖q_t − q_s‖²/(2√dh)) is a "
+           "Gaussian kernel, PSD for any points (Bochner); linear-tied's Φ(Q) Φ(Q)ᵀ with "
+           "Φ = elu + 1 is a Gram matrix. Untied (W_K ≠ W_Q) the softmax kernel is generically "
+           "not symmetric. tests/experiments/test_claims_attention.py checks all four in float64 "
+           "on random instances, and on the kernels the library's tied model forms.")
 
 CLAIM = Claim(
     id="psd-attention",
     topic="positive definiteness",
     kind="new",
     preface="Kernel-aware attention variants with guaranteed mathematical properties",
-    hypothesis=("Attention whose kernel matrix is symmetric PSD by construction (tied query/key "
-                "projection with the softmax, RBF or elu+1 linear kernel) costs at most 3% "
-                "validation loss against untied softmax on the stdlib corpus and stays within "
-                "10 points of its exact match on the copy task (tiny model, 3 seeds, same "
-                "learning-rate grid)."),
-    refuted_if=("The 95% interval of some tied variant's paired loss ratio lies wholly above "
-                "+3%, or of its exact-match difference wholly below −10 points."),
-    thresholds=tuple(
-        Threshold(f"{arm}: loss / softmax loss − 1 (stdlib)", arm=arm, metric="loss_ratio",
-                  supports="<= 0.03", refutes="> 0.03") for arm in _ARMS_TIED
-    ) + tuple(
-        Threshold(f"{arm}: exact match − softmax's (copy)", arm=arm, metric="em_diff",
-                  supports=">= -0.1", refutes="< -0.1") for arm in _ARMS_TIED
-    ) + (
-        Threshold("untied softmax learns copy (exact match)", arm="softmax",
-                  metric="exact_match", supports=">= 0.5", control=True),
+    theorem=THEOREM,
+    hypothesis=("The guaranteed-PSD attention variant chosen on the tuning seed (of tied "
+                "softmax, RBF and elu+1 linear) costs less than "
+                f"{LOSS_MARGIN:.0%} of untied softmax's validation loss on the stdlib corpus: "
+                "the 95% interval of the paired loss ratio lies below "
+                f"+{LOSS_MARGIN:.0%} (tiny model, seeds 0–4, rates tuned on seed 100)."),
+    refuted_if=(f"The 95% interval of the chosen variant's paired loss ratio lies above "
+                f"+{LOSS_MARGIN:.0%}."),
+    thresholds=(
+        Threshold("cost of the PSD guarantee: chosen tied variant / softmax loss − 1 (stdlib)",
+                  arm=CHOSEN, metric="loss_ratio", unit="fraction of softmax's loss",
+                  **within(LOSS_MARGIN)),
+    ),
+    extensions=(
+        Extension("copying survives the guarantee",
+                  f"Is the chosen variant's copy exact match at most {EM_MARGIN * 100:.0f} points "
+                  "below softmax's?",
+                  (Threshold("chosen tied variant − softmax: copy exact match", arm=CHOSEN,
+                             metric="em_diff", unit="fraction of sequences",
+                             **within(EM_MARGIN, ">")),
+                   Threshold("untied softmax learns copy (exact match)", arm="softmax",
+                             metric="exact_match", supports=">= 0.5", control=True,
+                             unit="fraction of sequences"))),
     ),
     anchors=(
         Anchor("Long Range Arena average, vanilla softmax Transformer", 54.39,
@@ -151,6 +223,7 @@ CLAIM = Claim(
         Anchor("Long Range Arena average, Linear Transformer (elu+1 features)", 50.55,
                "Tay et al. 2021, Long Range Arena, Table 1"),
     ),
+    tuning_seeds=(TUNE_SEED,),
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -36,9 +36,8 @@ Timing (not part of a verdict; in the config's `setup`, the notes and `timing.pn
 (`experiments.lab.attention_timing`), the log-log slopes and the crossover `T` from which the
 window is faster.
 
-Full run: 2 arms × (2 tuning runs + 5 seeds) at T = 256, 200 steps, then the timing sweep
-T = 256 … 2048: measured 4.5 minutes of CPU time (under load; see the report's runtime);
-`--quick` about 30 s on 2 idle cores.
+Full run: 2 arms × (2 tuning runs + 5 seeds) at T = 256, 150 steps, then the timing sweep
+T = 256 … 2048. Runtime: see the report (measured under load, with the load average).
 """
 
 from __future__ import annotations
@@ -99,7 +98,7 @@ class SlidingWindowSizes(Sizes):
 QUICK = SlidingWindowSizes(steps=30, batch_size=8, seq_len=128, learning_rates=(3e-3,),
                            probe_batch=4, rf_seq_len=128, timing_seq_lens=(128, 256),
                            timing_rounds=2)
-FULL = SlidingWindowSizes(steps=200, batch_size=8, seq_len=256, learning_rates=LEARNING_RATES,
+FULL = SlidingWindowSizes(steps=150, batch_size=8, seq_len=256, learning_rates=LEARNING_RATES,
                           probe_batch=4, rf_seq_len=128, timing_seq_lens=(256, 512, 1024, 2048),
                           timing_rounds=3)
 
@@ -167,22 +166,28 @@ def _figure(tm: dict, run_dir: str) -> str:
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
   ts = tm["T"]
   fig, ax = plt.subplots(figsize=(6, 4))
   for name, label, marker in (("softmax", "full causal softmax", "o"),
                               ("local", f"sliding window (w = {WINDOW})", "s")):
     ax.plot(ts, np.asarray(tm[name]["bwd"]) * 1e3, marker=marker,
-            label=f"{label}: slope {tm[name]['slope_bwd']:.2f}" if tm[name]["slope_bwd"]
-            is not None else label)
+            label=f"{label}: log-log slope {tm[name]['slope_bwd']:.2f}"
+            if tm[name]["slope_bwd"] is not None else label)
   cross = tm["local"]["crossover_bwd"]
   if cross is not None and cross > ts[0]:
     ax.axvline(cross, color="grey", ls=":", label=f"crossover T = {cross:.0f}")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
   ax.set_xticks(ts, [str(t) for t in ts])
+  ax.xaxis.set_minor_formatter(NullFormatter())
+  ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+  ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+  ax.yaxis.set_minor_formatter(NullFormatter())
   ax.set(xlabel="sequence length T (tokens)", ylabel="forward + backward time (ms)",
-         title=f"one attention layer (4 heads × 16), {jax.default_backend()}")
+         title=f"one attention layer (4 heads × 16, blocks of 16, batch 1)\n"
+               f"{jax.default_backend()}, shared machine: times are indicative")
   ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(f"{run_dir}/timing.png", dpi=110)
@@ -260,14 +265,14 @@ def run(spec: Spec) -> dict:
           "effects": [("local − full: stdlib loss", "local", "full", "loss")]}
 
 
-THEOREM = (f"Blocked sliding-window attention with window w lets query t read only keys s with "
-           f"t − w < s ≤ t: at most w keys per query, so it forms at most T·(⌈(w−1)/b⌉ + 1)·b "
-           f"scores with blocks of b, growing as T·w rather than T(T+1)/2. One layer's output at "
-           f"t is a function of positions t − w + 1 … t alone, so after L layers h_t depends on "
-           f"x_s exactly for t − L(w − 1) ≤ s ≤ t (each block passes its window on, and the "
-           f"residual path keeps every lag up to it). tests/experiments/test_claims_attention.py "
-           f"checks the keys read, the independence from keys outside the window, and the reach "
-           f"L(w − 1) in float64 on random instances.")
+THEOREM = ("Blocked sliding-window attention with window w lets query t read only keys s with "
+           "t − w < s ≤ t: at most w keys per query, so it forms at most T·(⌈(w−1)/b⌉ + 1)·b "
+           "scores with blocks of b, growing as T·w rather than T(T+1)/2. One layer's output at "
+           "t is a function of positions t − w + 1 … t alone, so after L layers h_t depends on "
+           "x_s exactly for t − L(w − 1) ≤ s ≤ t (each block passes its window on, and the "
+           "residual path keeps every lag up to it). tests/experiments/test_claims_attention.py "
+           "checks the keys read, the independence from keys outside the window, and the reach "
+           "L(w − 1) in float64 on random instances.")
 
 CLAIM = Claim(
     id="sliding-window",
@@ -289,14 +294,14 @@ CLAIM = Claim(
         Threshold("cost of skipping distant pairs: local / full loss − 1", arm="local",
                   metric="loss_ratio", unit="fraction of full attention's loss",
                   **within(LOSS_MARGIN)),
-        Threshold("control: the local model skips distant pairs (receptive field by gradient "
+        Threshold("the local model skips distant pairs (receptive field by gradient "
                   "is exactly L·(w − 1))", arm="local", metric="rf_exact", stat="range",
                   supports="== 1", control=True, unit="1 = exact in the seed"),
     ),
     extensions=(
         Extension("where trained full heads look",
                   f"Do trained full-attention heads put most of their mass (more than half, by "
-                  f"over {MASS_MARGIN:.0%} points) within the last {WINDOW} keys?",
+                  f"more than {MASS_MARGIN * 100:.0f} points) within the last {WINDOW} keys?",
                   (Threshold.beyond(f"trained full heads' mass within the last {WINDOW} keys",
                                     arm="full", metric="local_mass", reference=0.5,
                                     margin=MASS_MARGIN, direction=">",

@@ -65,16 +65,30 @@ def within(margin: float, direction: str = "<") -> dict:
           "margin": float(margin)}
 
 
-def exact_match_of(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
-                   batch_size: int) -> float:
-  """Mean `data.exact_match` of a model on `n_batches` held-out batches of a task source."""
+def task_scores(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
+                batch_size: int) -> dict:
+  """Exact match and answer accuracy of a model on `n_batches` held-out batches of a task.
+
+  `exact_match` is `data.exact_match` (every scored target of a sequence right); `accuracy`
+  the fraction of scored targets right (for recall: of answers), pooled over the batches.
+  """
   apply = jax.jit(transformer.Transformer(cfg).apply)
-  scores = []
+  em, right, scored = [], 0.0, 0.0
   for step in range(n_batches):
     batch = src.batch(seed, 10_000 + step, batch_size, "val")
     logits = apply({"params": params}, batch.tokens[:, :-1])
-    scores.append(data_lib.exact_match(logits, batch))
-  return float(np.mean(scores))
+    em.append(data_lib.exact_match(logits, batch))
+    hit = np.asarray(logits).argmax(-1) == batch.tokens[:, 1:]
+    right += float((hit * batch.weights).sum())
+    scored += float(batch.weights.sum())
+  return {"exact_match": float(np.mean(em)), "accuracy": right / scored}
+
+
+def exact_match_of(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
+                   batch_size: int) -> float:
+  """Mean `data.exact_match` of a model on `n_batches` held-out batches of a task source."""
+  return task_scores(params, cfg, src, seed, n_batches=n_batches,
+                     batch_size=batch_size)["exact_match"]
 
 
 def _index(tree, i: int, j: int):
@@ -108,7 +122,8 @@ def train_arm(cfg: transformer.Config, seeds, *, data, steps: int, batch_size: i
   the reported ones.
 
   Returns:
-    `{"per_seed": {seed: {"loss", "diverged", "spiked", "exact_match"?}}, "lr": best rate,
+    `{"per_seed": {seed: {"loss", "diverged", "spiked", "exact_match"?, "accuracy"?}}, "lr":
+    best rate,
     "params": per-seed params at that rate, "val_loss_grid": (n_lr, n_seeds) final losses}`.
   """
   src = data_lib.source(data, seq_len) if isinstance(data, str) else data
@@ -125,44 +140,51 @@ def train_arm(cfg: transformer.Config, seeds, *, data, steps: int, batch_size: i
     m = {"loss": float(val[best, j]), "diverged": float(ended[best, j]),
          "spiked": float(r.diverged[best, j] and not ended[best, j])}
     if exact_match:
-      m["exact_match"] = exact_match_of(p, cfg, src, seed, n_batches=em_batches,
-                                        batch_size=batch_size)
+      m.update(task_scores(p, cfg, src, seed, n_batches=em_batches, batch_size=batch_size))
     per_seed[seed], params[seed] = m, p
   return {"per_seed": per_seed, "lr": learning_rates[best], "params": params,
           "val_loss_grid": val.tolist()}
 
 
-def tuned_arm(cfg: transformer.Config, seeds, *, tuning_seeds, grid, **train_kwargs) -> dict:
-  """The arm's rate chosen on `tuning_seeds` over `grid`, then the reported `seeds` at it.
+def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, **train_kwargs) -> dict:
+  """An arm's rate chosen on `tuning_seeds` over `grid` (`train_arm`'s rule); nothing reported.
 
-  With one rate in `grid` (quick runs) nothing is tuned and every seed runs at it.
+  With one rate in `grid` (quick runs) nothing is trained and that rate is returned.
+
+  Returns:
+    `{"lr": the rate, "tuning": None when not tuned, else {"seeds", "grid", "val_loss": mean
+    final loss per rate over the tuning seeds}}`.
+  """
+  grid = tuple(grid)
+  if len(grid) == 1:
+    return {"lr": grid[0], "tuning": None}
+  if not tuning_seeds:
+    raise ValueError(f"tune_rate: a grid {grid} needs tuning seeds. Fix: pass e.g. "
+                     "tuning_seeds=(100,), or a grid of one rate.")
+  kw = {k: v for k, v in train_kwargs.items() if k not in ("exact_match", "em_batches")}
+  t = train_arm(cfg, tuple(tuning_seeds), learning_rates=grid, **kw)
+  return {"lr": t["lr"], "tuning": {"seeds": list(tuning_seeds), "grid": list(grid),
+                                    "val_loss": [float(np.mean(r)) for r in t["val_loss_grid"]]}}
+
+
+def tuned_arm(cfg: transformer.Config, seeds, *, tuning_seeds, grid, **train_kwargs) -> dict:
+  """The arm's rate chosen on `tuning_seeds` (`tune_rate`), then the reported `seeds` at it.
 
   Args:
     cfg: the arm's model.
     seeds: the reported seeds (they choose nothing).
     tuning_seeds: the seeds the rate is chosen on; disjoint from `seeds`.
-    grid: candidate rates.
+    grid: candidate rates (one rate: nothing is tuned).
     **train_kwargs: `data`, `steps`, `batch_size`, `seq_len`, `exact_match`, `em_batches` of
       `train_arm`.
 
   Returns:
-    `train_arm`'s dict for `seeds` at the chosen rate, plus `"tuning"`: `None` when not tuned,
-    else `{"seeds", "grid", "val_loss": mean final loss per rate over the tuning seeds}`.
+    `train_arm`'s dict for `seeds` at the chosen rate, plus `tune_rate`'s `"tuning"`.
   """
   overlap = set(seeds) & set(tuning_seeds)
   if overlap:
     raise ValueError(f"tuned_arm: seeds {sorted(overlap)} both tune and report. Fix: tune on "
                      "seeds that are never reported (e.g. 100).")
-  grid = tuple(grid)
-  tuning = None
-  if len(grid) > 1:
-    if not tuning_seeds:
-      raise ValueError(f"tuned_arm: a grid {grid} needs tuning seeds. Fix: pass e.g. "
-                       "tuning_seeds=(100,), or a grid of one rate.")
-    t = train_arm(cfg, tuple(tuning_seeds), learning_rates=grid,
-                  **{k: v for k, v in train_kwargs.items() if k != "exact_match"})
-    tuning = {"seeds": list(tuning_seeds), "grid": list(grid),
-              "val_loss": [float(np.mean(row)) for row in t["val_loss_grid"]]}
-    grid = (t["lr"],)
-  out = train_arm(cfg, tuple(seeds), learning_rates=grid, **train_kwargs)
-  return {**out, "tuning": tuning}
+  rate = tune_rate(cfg, tuning_seeds=tuning_seeds, grid=grid, **train_kwargs)
+  out = train_arm(cfg, tuple(seeds), learning_rates=(rate["lr"],), **train_kwargs)
+  return {**out, "tuning": rate["tuning"]}

@@ -1,8 +1,13 @@
 """Tuning and budgets for the claims that compare optimizers: one grid, one rule, one schedule.
 
-- `RATE_GRID`: the peak-rate grid every arm of the optimizer claims is tuned on;
-- `tune` / `tuned_rate`: the best rate of a grid on a tuning seed (a diverged run never wins);
-- `budget_schedule` / `on_budget`: an arm trained for a fixed step budget, warm-up + cosine;
+- `RATE_GRID`: the half-decade peak-rate grid of `condition-lr` (the `muon` and
+  `orthogonal-heads` claims freeze their own grids in their sizes);
+- `tune` / `tuned_rate`: the best rate of a grid on one tuning seed (a run that `train_many`
+  flags as diverged never wins);
+- `tune_on_seeds`: the best rate on several tuning seeds, divergence judged at the end
+  (`ended_diverged`), the grid extended past an edge that wins; `untuned` records a fixed rate;
+- `budget_schedule` / `on_budget`: an arm trained for a fixed step budget, linear warm-up then
+  linear decay;
 - `steps_to_loss`: when a loss curve (or a curve of final losses over budgets) first
   reaches a target.
 """
@@ -177,3 +182,129 @@ def tune(cfg: transformer.Config, make_tx: MakeTx, grid, *, seed: int, steps: in
   lr, i = tuned_rate(val, div, grid)
   return {"learning_rate": lr, "index": i, "val_loss": [float(v) for v in val],
           "diverged": [bool(d) for d in div]}
+
+
+# ------------------------------------------- divergence at the end; tuning on several seeds
+
+
+def ended_diverged(final_loss, vocab_size: int) -> np.ndarray:
+  r"""Whether each run *ended* diverged: its final loss is non-finite or above `ln V`.
+
+  `ln V` is the loss of uniform guessing, the loss a freshly initialised model starts at, so a
+  run that ends above it has lost everything it learned. A transient spike that training
+  recovers from is not a divergence (`experiments.train.sweep.train_many`'s `diverged` flag
+  counts it; report it apart as a spike).
+
+  Args:
+    final_loss: final (validation) losses, any shape.
+    vocab_size: `V`.
+
+  Returns:
+    Bool array of the same shape.
+
+  Example:
+    >>> import math
+    >>> from experiments.lab.tuning import ended_diverged
+    >>> ended_diverged([2.0, float("nan"), math.log(64) + 0.1], 64).tolist()
+    [False, True, True]
+  """
+  x = np.asarray(final_loss, np.float64)
+  return ~np.isfinite(x) | (x > np.log(vocab_size))
+
+
+def _best(val_loss_by_rate, diverged_by_rate) -> int | None:
+  """Index of the lowest loss among rates that did not end diverged; None if every one did."""
+  loss = np.where(np.asarray(diverged_by_rate, bool), np.inf, np.asarray(val_loss_by_rate))
+  return int(np.argmin(loss)) if np.isfinite(loss).any() else None
+
+
+def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, steps: int,
+                  extend: int = 0, **train_kwargs) -> dict[str, Any]:
+  r"""Tunes an arm's peak rate on `grid` with spare seeds; extends the grid past a best edge.
+
+  Each rate runs `on_budget(make_tx, steps)` on every tuning seed (one `train_many` call).
+  The chosen rate has the lowest final validation loss averaged over the seeds, among the
+  rates that did not end diverged on any seed (`ended_diverged`: non-finite or above `ln V` at
+  the end; a recovered spike does not disqualify a rate). When the chosen rate sits at an
+  edge of a geometric grid, the grid is extended by one step of its ratio `q` beyond that
+  edge and the new rate is run, up to `extend` times — a rule fixed before any run, so every
+  arm is tuned equally hard and none is left at a boundary of its grid:
+
+  .. math:: \eta^* = \arg\min_{\eta \in G,\ \text{not diverged}} \frac{1}{|S|}
+     \sum_{s \in S} \ell_N(\eta, s)
+
+  Args:
+    cfg: the model.
+    make_tx: the arm.
+    grid: increasing peak rates (geometric when `extend > 0`).
+    seeds: the tuning seeds (never reported ones).
+    steps: the budget of every run.
+    extend: how many rates may be added beyond the edges (in total).
+    **train_kwargs: `data`, `batch_size`, `seq_len`, `eval_batches` of `train_many`.
+
+  Returns:
+    `{"learning_rate", "index", "grid"` (the rates run, increasing, extensions included),
+    `"val_loss"` (per rate, mean over seeds), `"val_loss_by_seed"` (per rate, per seed),
+    `"diverged"` (per rate: ended diverged on some seed), `"spiked"` (per rate: a recovered
+    spike on some seed), `"seeds"`, `"at_edge"` (the chosen rate is the grid's first or last
+    while the grid has more than one rate)`}`; raises `ValueError` when every rate diverged.
+
+  Example:
+    >>> import transformer
+    >>> from experiments.lab.optimizers import adamw_arm
+    >>> from experiments.lab.tuning import tune_on_seeds
+    >>> t = tune_on_seeds(transformer.preset("tiny", d_model=32), adamw_arm(), (1e-3, 1e-2),
+    ...                   seeds=(100, 101), steps=4, data="task:modadd", batch_size=2,
+    ...                   seq_len=8, eval_batches=1)
+    >>> t["learning_rate"] in t["grid"], len(t["val_loss_by_seed"][0])
+    (True, 2)
+  """
+  from experiments.train.sweep import train_many
+
+  rates = [float(x) for x in grid]
+  if not rates or np.any(np.diff(rates) <= 0):
+    raise ValueError(f"tune_on_seeds: grid={tuple(grid)} must be non-empty and increasing")
+  if extend and len(rates) < 2:
+    raise ValueError("tune_on_seeds: extend needs a grid of two rates or more (its ratio)")
+  seeds = tuple(int(s) for s in seeds)
+  by_rate: dict[float, tuple[np.ndarray, bool, bool]] = {}
+
+  def run(new_rates):
+    r = train_many(cfg, on_budget(make_tx, steps), seeds=seeds, learning_rates=tuple(new_rates),
+                   steps=steps, eval_every=steps, **train_kwargs)
+    final = r.val_loss[:, :, -1]
+    ended = ended_diverged(final, cfg.vocab_size)
+    for k, lr in enumerate(new_rates):
+      by_rate[lr] = (final[k], bool(ended[k].any()), bool((r.diverged[k] & ~ended[k]).any()))
+
+  run(rates)
+  q = rates[1] / rates[0] if len(rates) > 1 else 1.0
+  for _ in range(extend):
+    order = sorted(by_rate)
+    i = _best([by_rate[lr][0].mean() for lr in order], [by_rate[lr][1] for lr in order])
+    if i is None or 0 < i < len(order) - 1:
+      break
+    run([order[-1] * q] if i == len(order) - 1 else [order[0] / q])
+  order = sorted(by_rate)
+  mean = [float(by_rate[lr][0].mean()) for lr in order]
+  diverged = [by_rate[lr][1] for lr in order]
+  i = _best(mean, diverged)
+  if i is None:
+    raise ValueError(f"tune_on_seeds: every rate of {tuple(order)} diverged. Fix: lower the grid.")
+  return {"learning_rate": order[i], "index": i, "grid": order, "val_loss": mean,
+          "val_loss_by_seed": [[float(v) for v in by_rate[lr][0]] for lr in order],
+          "diverged": diverged, "spiked": [by_rate[lr][2] for lr in order],
+          "seeds": list(seeds), "at_edge": len(order) > 1 and i in (0, len(order) - 1)}
+
+
+def untuned(learning_rate: float) -> dict[str, Any]:
+  """The record `tune_on_seeds` returns, for an arm run at a fixed rate without tuning.
+
+  Example:
+    >>> from experiments.lab.tuning import untuned
+    >>> untuned(3e-3)["learning_rate"], untuned(3e-3)["at_edge"]
+    (0.003, False)
+  """
+  return {"learning_rate": float(learning_rate), "index": 0, "grid": [float(learning_rate)],
+          "val_loss": [], "val_loss_by_seed": [], "diverged": [], "spiked": [], "seeds": [],
+          "at_edge": False}

@@ -1,29 +1,142 @@
-"""Measurement functions of the claims psd-attention, sliding-window and dynamic-sparsity."""
+"""The claims psd-attention, sliding-window and dynamic-sparsity: theorems, measurements, rules."""
+
+import dataclasses
+import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import transformer
 from experiments import data as data_lib
-from experiments.claims import CLAIMS, dynamic_sparsity, psd_attention, sliding_window
+from experiments.claims import CLAIMS, dynamic_sparsity, psd_attention, runner, sliding_window
+from experiments.claims.claim import Threshold
 from experiments.lab import attention_arms
+from transformer.attention import (
+  linear_quadratic,
+  local_attention,
+  rbf_attention,
+  softmax_attention,
+)
 
 TINY = transformer.Config(vocab_size=64, d_model=16, n_layers=2, n_heads=2, max_len=32,
                           positions="learned", init_std=0.1)
+RNG = np.random.default_rng(21)
+IDS = ("psd-attention", "sliding-window", "dynamic-sparsity")
 
 
-def test_claims_registered_and_built():
-  for cid in ("psd-attention", "sliding-window", "dynamic-sparsity"):
-    assert CLAIMS[cid].built and CLAIMS[cid].anchors
+# ------------------------------------------------------------------ the declarations
 
 
-def test_price_is_paired_by_seed():
-  arm = {0: {"loss": 2.2, "exact_match": 0.5}, 1: {"loss": 3.3, "exact_match": 1.0}}
-  base = {0: {"loss": 2.0, "exact_match": 0.75}, 1: {"loss": 3.0, "exact_match": 0.5}}
-  p = psd_attention.price(arm, base)
-  assert p[0]["loss_ratio"] == pytest.approx(0.1) and p[1]["loss_ratio"] == pytest.approx(0.1)
-  assert p[0]["em_diff"] == pytest.approx(-0.25) and p[1]["em_diff"] == pytest.approx(0.5)
+def test_claims_registered_built_and_pre_registered():
+  for cid in IDS:
+    c = CLAIMS[cid]
+    assert c.built and c.anchors
+    assert c.seeds == (0, 1, 2, 3, 4) and c.tuning_seeds == (100,)
+    assert not set(c.seeds) & set(c.tuning_seeds)
+    for th in c.thresholds + tuple(t for e in c.extensions for t in e.thresholds):
+      assert th.unit, th.name
+      if not th.control:  # every comparison carries its practical margin
+        assert th.margin is not None and th.margin > 0, th.name
+      # Labels must not carry sizes that only the full run has (quick runs T = 128, not 256).
+      assert "T = " not in th.name and "%" not in th.name, th.name
+  assert CLAIMS["psd-attention"].theorem and CLAIMS["sliding-window"].theorem
+
+
+def test_local_mass_is_an_extension_not_the_headline():
+  c = CLAIMS["sliding-window"]
+  assert [th.metric for th in c.thresholds] == ["loss_ratio", "rf_exact"]
+  assert [th.metric for e in c.extensions for th in e.thresholds] == ["local_mass"]
+  mass = c.extensions[0].thresholds[0]
+  assert (mass.supports, mass.refutes) == ("> 0.55", "< 0.55")
+
+
+@pytest.mark.parametrize("direction, values, expected", [
+    ("<", (0.001, 0.004, 0.002), "supported"),    # cost inside the margin
+    ("<", (0.030, 0.035, 0.040), "refuted"),      # cost beyond it
+    ("<", (0.000, 0.030, 0.015), "inconclusive"),  # straddles it
+    (">", (-0.01, 0.02, 0.0), "supported"),       # score drop smaller than the margin
+    (">", (-0.3, -0.25, -0.2), "refuted"),
+])
+def test_within_is_non_inferiority_by_the_runners_rule(direction, values, expected):
+  margin = 0.02 if direction == "<" else 0.1
+  th = Threshold("cost", "new", "m", unit="u", **attention_arms.within(margin, direction))
+  runs = {"new": {s: {"m": v} for s, v in enumerate(values)}}
+  assert runner.decide((th,), runs, (0, 1, 2))[0] == expected
+
+
+def test_within_refuses_a_zero_margin_and_unknown_direction():
+  with pytest.raises(ValueError, match="margin"):
+    attention_arms.within(0.0)
+  with pytest.raises(ValueError, match="direction"):
+    attention_arms.within(0.1, ">=")
+
+
+def test_ended_diverged_is_the_end_not_a_spike():
+  got = attention_arms.ended_diverged([1.0, math.nan, math.inf, math.log(256) + 1e-3, 5.0], 256)
+  assert got.tolist() == [False, True, True, True, False]
+
+
+# ------------------------------------------------------------------ tuning on tuning seeds
+
+
+def test_tuned_arm_chooses_on_tuning_seeds_and_reports_at_one_rate(monkeypatch):
+  calls = []
+
+  def fake(cfg, seeds, *, learning_rates, **kw):
+    calls.append((tuple(seeds), tuple(learning_rates)))
+    # The reported seeds would prefer 1e-3; the tuning seed prefers 3e-3.
+    loss = {100: [2.5, 2.0], 0: [1.0, 3.0], 1: [1.0, 3.0]}
+    grid = [[loss[s][(1e-3, 3e-3).index(lr)] for s in seeds] for lr in learning_rates]
+    best = int(np.argmin(np.mean(grid, 1)))
+    return {"per_seed": {s: {"loss": grid[best][j]} for j, s in enumerate(seeds)},
+            "lr": learning_rates[best], "params": {}, "val_loss_grid": grid}
+
+  monkeypatch.setattr(attention_arms, "train_arm", fake)
+  out = attention_arms.tuned_arm(None, (0, 1), tuning_seeds=(100,), grid=(1e-3, 3e-3),
+                                 data="x", steps=1, batch_size=1, seq_len=1)
+  assert calls == [((100,), (1e-3, 3e-3)), ((0, 1), (3e-3,))]
+  assert out["lr"] == 3e-3 and out["tuning"]["val_loss"] == [2.5, 2.0]
+  calls.clear()
+  assert attention_arms.tuned_arm(None, (0,), tuning_seeds=(100,), grid=(3e-3,), data="x",
+                                  steps=1, batch_size=1, seq_len=1)["tuning"] is None
+  assert calls == [((0,), (3e-3,))]
+  with pytest.raises(ValueError, match="both tune and report"):
+    attention_arms.tuned_arm(None, (0, 100), tuning_seeds=(100,), grid=(1e-3, 3e-3))
+
+
+def test_full_sizes_tune_and_quick_sizes_do_not():
+  for mod in (psd_attention, sliding_window, dynamic_sparsity):
+    assert len(mod.FULL.learning_rates) > 1 and len(mod.QUICK.learning_rates) == 1
+
+
+# ------------------------------------------------------------------ sliding-window theorem
+
+
+@pytest.mark.parametrize("T, w, bs", [(19, 5, 4), (32, 8, 8), (40, 7, 16)])
+def test_window_reads_at_most_w_keys_and_ignores_the_rest_float64(T, w, bs):
+  """`sliding-window` theorem: query t reads exactly min(t + 1, w) keys, its output is a
+  function of positions t − w + 1 … t alone, and the blocks form at most T·(⌈(w−1)/bs⌉+1)·bs
+  scores: linear in T at fixed w."""
+  with jax.enable_x64(True):
+    q, k, v = (jnp.asarray(RNG.standard_normal((1, T, 2, 4))) for _ in range(3))
+    out, aux = local_attention(q, k, v, None, scale=0.5, window=w, block_size=bs)
+    t = np.arange(T)
+    np.testing.assert_array_equal(np.asarray(aux["keys_read"][0, 0]), np.minimum(t + 1, w))
+    computed = int((np.asarray(aux["scores"]) > np.finfo(np.float32).min).sum())
+    assert computed <= T * (math.ceil((w - 1) / bs) + 1) * bs * 2  # 2 heads
+    # Perturb every key and value farther than w − 1 behind the last query: nothing moves.
+    far = t <= T - 1 - w
+    k2 = jnp.where(far[None, :, None, None], k + 3.0, k)
+    v2 = jnp.where(far[None, :, None, None], v - 2.0, v)
+    out2, _ = local_attention(q, k2, v2, None, scale=0.5, window=w, block_size=bs)
+    assert out.dtype == jnp.float64
+    np.testing.assert_array_equal(np.asarray(out2[0, -1]), np.asarray(out[0, -1]))
+    # ... while a key inside the window does move it.
+    k3 = k.at[0, T - w].add(3.0)
+    out3, _ = local_attention(q, k3, v, None, scale=0.5, window=w, block_size=bs)
+    assert np.abs(np.asarray(out3[0, -1] - out[0, -1])).max() > 1e-6
 
 
 @pytest.mark.parametrize("window", [3, 5])
@@ -69,6 +182,118 @@ def test_sliding_window_sizes_refuse_a_timing_grid_the_sweep_would_not_run():
                                          "timing_seq_lens": (128, 512)})
 
 
+# ------------------------------------------------------------------ psd-attention theorem
+
+
+def _psd(K, rel=1e-10):
+  lam = np.linalg.eigvalsh((K + K.T) / 2)
+  return np.allclose(K, K.T, rtol=1e-12, atol=0) and lam.min() >= -rel * np.abs(lam).max()
+
+
+@pytest.mark.parametrize("T, d, dh", [(12, 16, 4), (24, 32, 8)])
+def test_tied_rbf_and_linear_kernels_are_psd_and_untied_softmax_is_not_symmetric(T, d, dh):
+  """`psd-attention` theorem, in float64: with K = Q the Gaussian kernel and Φ(Q)Φ(Q)ᵀ
+  (Φ = elu + 1) are PSD for any input; untied, the softmax kernel is not even symmetric."""
+  elu1 = lambda x: np.where(x > 0, x + 1, np.exp(x))  # noqa: E731
+  for _ in range(5):
+    X = RNG.standard_normal((T, d))
+    W, W_k = (RNG.standard_normal((d, dh)) / np.sqrt(d) for _ in range(2))
+    Q = X @ W
+    sq = (Q * Q).sum(-1)
+    assert _psd(np.exp(-(sq[:, None] + sq[None, :] - 2 * Q @ Q.T) / (2 * np.sqrt(dh))))
+    phi = elu1(Q * dh**-0.25)
+    assert _psd(phi @ phi.T)
+    untied = np.exp(Q @ (X @ W_k).T / np.sqrt(dh))
+    assert np.abs(untied - untied.T).max() > 1e-3 * np.abs(untied).max()
+
+
+@pytest.mark.parametrize("attention", ["softmax", "rbf", "linear"])
+def test_the_library_tied_model_forms_psd_kernels(attention):
+  """The kernels the library's tied model forms (its own score functions on its own q, k)."""
+  cfg = TINY.replace(qk_tied=True, attention=attention, d_model=32, n_heads=2)
+  params = transformer.init(cfg, jax.random.key(7))
+  tokens = np.asarray(jax.random.randint(jax.random.key(8), (1, 24), 0, 64))
+  _, state = transformer.Transformer(cfg).apply({"params": params}, tokens,
+                                                 mutable=["intermediates"])
+  inter = state["intermediates"]["blocks"]["attn"]
+  q, k = (np.asarray(inter[n][0]) for n in ("q", "k"))  # (L, B, T, H, dh)
+  np.testing.assert_array_equal(q, k)  # tied: K = X W_Q exactly
+  dh = q.shape[-1]
+  everything = jnp.ones((1, 24, 24), bool)  # the bidirectional kernel matrix
+  score_fn = {"softmax": softmax_attention, "rbf": rbf_attention,
+              "linear": linear_quadratic}[attention]
+  for layer in range(q.shape[0]):
+    qa = jnp.asarray(q[layer])
+    scores = score_fn(qa, qa, qa, everything, scale=dh**-0.5)[1]["scores"]
+    kernel = np.exp(np.asarray(scores, np.float64))[0]  # (H, T, S)
+    for K in kernel:
+      lam = np.linalg.eigvalsh((K + K.T) / 2)
+      assert np.abs(K - K.T).max() <= 1e-5 * np.abs(K).max()
+      assert lam.min() >= -1e-5 * lam.max()
+
+
+def test_price_is_paired_by_seed():
+  arm = {0: {"loss": 2.2, "exact_match": 0.5}, 1: {"loss": 3.3, "exact_match": 1.0}}
+  base = {0: {"loss": 2.0, "exact_match": 0.75}, 1: {"loss": 3.0, "exact_match": 0.5}}
+  p = psd_attention.price(arm, base)
+  assert p[0]["loss_ratio"] == pytest.approx(0.1) and p[1]["loss_ratio"] == pytest.approx(0.1)
+  assert p[0]["em_diff"] == pytest.approx(-0.25) and p[1]["em_diff"] == pytest.approx(0.5)
+
+
+def test_psd_primary_is_the_variant_chosen_on_the_tuning_seed():
+  assert psd_attention.choose({"softmax-tied": 2.1, "rbf-tied": 2.3, "linear-tied": 2.05}) \
+      == "linear-tied"
+  assert psd_attention.choose({"softmax-tied": math.nan, "rbf-tied": 2.3,
+                               "linear-tied": None}) == "rbf-tied"
+  assert psd_attention.choose({a: None for a in psd_attention.TIED}) == "softmax-tied"
+  c = CLAIMS["psd-attention"]
+  assert [th.arm for th in c.thresholds] == [psd_attention.CHOSEN]
+  # The copy control blocks only its own extension, never the headline.
+  runs = {psd_attention.CHOSEN: {s: {"loss_ratio": 0.001, "em_diff": 0.0} for s in range(3)},
+          "softmax": {s: {"exact_match": 0.0} for s in range(3)},
+          **{a: {s: {"loss_ratio": 0.001} for s in range(3)} for a in psd_attention.TIED}}
+  assert runner.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
+  copy = next(e for e in c.extensions if "copy" in e.name)
+  assert runner.decide(copy.thresholds, runs, (0, 1, 2))[0] == "inconclusive"
+
+
+# ------------------------------------------------------------------ dynamic-sparsity
+
+
+def _recall_runs(full, local, moba):
+  return {"full": {s: {"recall_acc": full[s]} for s in range(3)},
+          "local": {s: {"recall_acc": local[s]} for s in range(3)},
+          "moba": {s: {"recall_acc": moba[s]} for s in range(3)}}
+
+
+def test_a_failed_recall_control_blocks_only_what_needs_it():
+  th = CLAIMS["dynamic-sparsity"].thresholds
+  ok = _recall_runs((0.95, 0.9, 0.92), (0.1, 0.05, 0.12), (0.94, 0.9, 0.91))
+  v, _, evals = runner.decide(th, ok, (0, 1, 2))
+  assert v == "supported" and not any(e["blocked"] for e in evals)
+  # The window does not fail: "adapts" cannot be read, "reads what full reads" still can.
+  easy = _recall_runs((0.95, 0.9, 0.92), (0.9, 0.85, 0.9), (0.5, 0.45, 0.55))
+  v, why, evals = runner.decide(th, easy, (0, 1, 2))
+  assert [e["blocked"] for e in evals] == [True, False, False, False]
+  assert v == "refuted" and "reads what full reads" in why
+  # Full attention does not learn: both comparisons are blocked.
+  unlearned = _recall_runs((0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
+  v, _, evals = runner.decide(th, unlearned, (0, 1, 2))
+  assert v == "inconclusive" and [e["blocked"] for e in evals] == [True, True, False, False]
+  # The stdlib half is an extension: no recall control is in its group.
+  text = CLAIMS["dynamic-sparsity"].extensions[0].thresholds
+  assert not any(t.control for t in text)
+
+
+def test_dynamic_sparsity_budget_is_equal_and_labels_come_from_sizes():
+  for z in (dynamic_sparsity.QUICK, dynamic_sparsity.FULL):
+    assert z.recall_window == z.recall_block * (1 + z.recall_top_k)
+    assert z.recall_len == 2 * z.recall_pairs + 1 + 2 * z.recall_queries
+    assert z.recall_len > z.recall_window  # some keys lie beyond the window
+  assert f"budget {dynamic_sparsity.FULL.recall_window} keys" in CLAIMS[
+      "dynamic-sparsity"].hypothesis
+
+
 def test_keys_read_counts_moba_selection_and_causal_full():
   tokens = np.asarray(jax.random.randint(jax.random.key(4), (1, 16), 0, 64))
   full = dynamic_sparsity.keys_read(transformer.init(TINY, jax.random.key(0)), TINY, tokens)
@@ -82,21 +307,22 @@ def test_keys_read_counts_moba_selection_and_causal_full():
   assert got["sparsity"] == pytest.approx(1 - want / 8.5)
 
 
-def test_recall_source_is_pure_and_far():
-  src = dynamic_sparsity.RecallSource()
+@pytest.mark.parametrize("z", [dynamic_sparsity.QUICK, dynamic_sparsity.FULL])
+def test_recall_source_is_pure_and_answers_are_the_values_of_their_keys(z):
+  src = dynamic_sparsity.recall_source(z)
   a, b = src.batch(0, 3, 4), src.batch(0, 3, 4)
   np.testing.assert_array_equal(a.tokens, b.tokens)
-  assert a.tokens.shape == (4, 2 * dynamic_sparsity.N_PAIRS + 1 + 2 * dynamic_sparsity.N_QUERIES)
-  # Each scored answer follows its query, whose key sits somewhere in the context.
+  assert a.tokens.shape == (4, z.recall_len)  # the model reads all but the last
+  n = z.recall_pairs
   for row, wrow in zip(a.tokens, a.weights, strict=True):
+    assert wrow.sum() == z.recall_queries
     for col in np.flatnonzero(wrow):
       query, answer = row[col], row[col + 1]
-      where = np.flatnonzero(row[:2 * dynamic_sparsity.N_PAIRS:2] == query)
+      where = np.flatnonzero(row[:2 * n:2] == query)
       assert len(where) == 1 and row[2 * where[0] + 1] == answer
 
 
 def test_val_loss_and_exact_match_against_numpy():
-  params = transformer.init(TINY, jax.random.key(5))
   src = data_lib.source("task:copy", 33)
   cfg = TINY.replace(vocab_size=data_lib.VOCAB_SIZE, max_len=40)
   params = transformer.init(cfg, jax.random.key(5))
@@ -113,3 +339,9 @@ def test_val_loss_and_exact_match_against_numpy():
   assert got == pytest.approx(np.mean(want), rel=1e-5)
   em = attention_arms.exact_match_of(params, cfg, src, 0, n_batches=1, batch_size=3)
   assert em == 0.0  # an untrained model copies nothing
+
+
+def test_sizes_are_frozen_dataclasses():
+  for mod in (psd_attention, sliding_window, dynamic_sparsity):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+      mod.FULL.learning_rates = (1.0,)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import transformer
+from analysis import kv
 from experiments.lab import kvcompress
 
 CFG = transformer.gpt2_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
@@ -53,3 +54,30 @@ def test_kivi_bytes_and_error(bits):
   out = kvcompress.evaluate_kivi(params, CFG, tokens, bits, group=8)
   per_head_token = 2 * 8 * bits / 8 + 2 * 8 * 2 / 8 + 2 * 2  # K, V codes; K, V lo and scale
   np.testing.assert_allclose(out["kv_compression"], 2 * 8 * 2 / per_head_token)
+
+
+@pytest.mark.parametrize("ratio, alloc, bits", [(8, "loss", 16), (16, "greedy", 4)])
+def test_calibrate_once_equals_compress_each_time(ratio, alloc, bits):
+  """One calibration reused for every setting gives kv.compress's bases, ranks and steps."""
+  params, tokens = _setup()
+  cal = kvcompress.calibrate(params, CFG, tokens, grid=3)
+  got = kvcompress.compression(params, CFG, cal, ratio, alloc, bits)
+  want = kv.compress(params, CFG, tokens, ratio, alloc, bits, grid=3)
+  assert got.key_ranks == want.key_ranks and got.value_ranks == want.value_ranks
+  assert got.bits == want.bits
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+    np.testing.assert_array_equal(a, b)
+  with pytest.raises(ValueError, match="loss table"):
+    kvcompress.compression(params, CFG, kvcompress.calibrate(params, CFG, tokens,
+                                                             loss_aware=False), 8, "loss")
+
+
+def test_rank_vs_context_equals_moments_of_each_prefix():
+  params, tokens = _setup()
+  got = kvcompress.rank_vs_context(params, CFG, tokens, (4, 16), fraction=0.9)
+  for T in (4, 16):
+    mk, mv = kv.kv_moments(params, CFG, tokens[:, :T])
+    assert got[T]["key_mean"] == float(kv.energy_rank(kv.pca_bases(mk)[1], 0.9).mean())
+    assert got[T]["value_max"] == int(kv.energy_rank(kv.pca_bases(mv)[1], 0.9).max())
+  with pytest.raises(ValueError, match="exceeds"):
+    kvcompress.rank_vs_context(params, CFG, tokens, (32,))
