@@ -48,9 +48,12 @@ cosine, clip 1, no weight decay): `full` (every parameter), `lora-qv-r4`, `lora-
 vmapped program (`train_many`), each with its own base model (`seed_indexed`).
 
 Full run (5 seeds + tuning seed 100, the shared `small` models, 150 steps of 16 × 128 tokens,
-6 rates × 4 arms on the tuning seed, 5 seeds × 4 arms reported: 44 runs in 8 programs; the
-earlier contract's 72 runs in 12 programs took 858 s): about 9–10 minutes on 2 idle CPU cores;
-`--quick` (the `quick` model, one seed, 10 steps, one fixed rate, two LoRA arms) about 20 s.
+6 rates × 4 arms on the tuning seed, 5 seeds × 4 arms reported): 44 runs of 150 steps in 8
+vmapped programs, against the earlier contract's 72 runs in 12 programs (6 rates × 4 arms × 3
+seeds), which took 858 s on 2 idle cores: estimated 9–10 minutes on 2 idle CPU cores (nothing
+was shrunk; tuning once instead of per seed and training the seeds of an arm together pay for
+the two extra seeds). `--quick` (the `quick` model, one seed, 10 steps, one fixed rate, two
+LoRA arms) about 20 s, as before.
 """
 
 from __future__ import annotations
