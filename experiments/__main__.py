@@ -48,6 +48,11 @@ def _sample(argv):
   return sample.main(argv)
 
 
+def _models(argv):
+  from experiments.commands import models
+  return models.main(argv)
+
+
 def _claim(argv):
   from experiments.claims import tour
   return tour.claim_main(argv)
@@ -66,6 +71,8 @@ COMMANDS = {
     "atlas": (_atlas, "the analysis atlas: spectra, Jacobians, the seven properties"),
     "eval": (_eval, "loss, bits per byte and perplexity of a run or HF model on any text"),
     "sample": (_sample, "continue a prompt with a trained run"),
+    "models": (_models, "the shared base models: sizes, params, tokens per param, cached "
+                        "seeds; --train pre-trains them"),
     "claim": (_claim, "test one preface claim: seeds, effects with 95% CIs, a verdict"),
     "tour": (_tour, "every preface claim in order, with the verdict table (make demo: --quick)"),
 }

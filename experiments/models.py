@@ -1,19 +1,46 @@
 """The shared trained models every claim measures, trained once and cached on disk.
 
 `base_model(name, seed)` returns `(params, cfg)` of a reference model trained on the standard
-library's bytes with AdamW (`experiments.train`'s optimizer, warm-up + cosine):
+library's bytes with AdamW (`experiments.train`'s optimizer, warm-up + cosine, peak rate 3e-3,
+30 warm-up steps). Two families of three sizes (`FAMILIES`), spanning 14× in parameters, and
+one long-context model per family (`LONG`); every one of them sees the 819,200 training tokens
+of `small` (400 steps of 2,048 tokens), so tokens per parameter falls as the size grows:
 
-| name | model | steps | batch × T |
-| --- | --- | --- | --- |
-| `small` | d 128, L 4, H 4 (the `tiny` family: pre-LN, GELU, learned positions) | 400 | 16 × 128 |
-| `quick` | the `tiny` preset (d 64, L 2, H 4) | 60 | 16 × 64 |
+| name | family | d, L, H, K | params | steps × B × T | tokens / param | s / step | 1 seed |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+| `mini` | gpt | 64, 2, 4, 4 | 132,864 | 400 × 16 × 128 | 6.17 | 0.12 | 1 min |
+| `small` | gpt | 128, 4, 4, 4 | 858,880 | 400 × 16 × 128 | 0.95 | 1.0 | 7 min |
+| `base` | gpt | 192, 4, 4, 4 | 1,878,144 | 400 × 16 × 128 | 0.44 | 2.0 | 13 min |
+| `llama-mini` | llama | 64, 2, 4, 2 | 131,392 | 400 × 16 × 128 | 6.23 | 0.24 | 2 min |
+| `llama-small` | llama | 128, 4, 4, 2 | 853,120 | 400 × 16 × 128 | 0.96 | 1.5 | 10 min |
+| `llama-base` | llama | 192, 4, 4, 2 | 1,869,504 | 400 × 16 × 128 | 0.44 | 1.7 | 11 min |
+| `small-long` | gpt | 128, 4, 4, 4 | 1,088,256 | 400 × 2 × 1024 | 0.75 | 2.2 | 15 min |
+| `llama-small-long` | llama | 128, 4, 4, 2 | 853,120 | 400 × 2 × 1024 | 0.96 | 2.4 | 16 min |
+| `quick` | gpt | 64, 2, 4, 4 | 132,864 | 60 × 16 × 64 | 0.46 | | 10 s |
 
-Both keep `max_len = 256`, so claims can read them at T = 256 (position rows beyond the
-training length stay at their initial values). The first call trains (`train_many`, in
-memory) and writes `runs/cache/<hash>/{params.npz, meta.json}`, the hash covering the model
-config, the training recipe and the seed; the folder is written under a temporary name and
-renamed into place, so a crash mid-write leaves no half-written cache. Later calls load it;
-`base_models(name, seeds)` trains the missing seeds of a list together in one program.
+d = `d_model`, L layers, H query heads, K key/value heads. GPT is the `tiny` preset's family
+(learned positions, pre-LayerNorm, tanh-GELU, biases, tied output); Llama the `llama-tiny`
+preset's (RoPE, pre-RMSNorm, SwiGLU with `d_ff = 3 d`, GQA with K = H / 2, no biases, untied
+output), shaped to match GPT's parameter count within 2% at each size. Seconds per step are
+the median of 20 jitted steps of one seed after compilation, measured under `nice` at load
+average 5–6 on the 2 shared cores (repeats varied by up to 2×: `small` took 0.60 s at load
+4.6; its six cached seeds took ≈ 2,600 s in all). Seeds trained together (`base_models`) cost
+about as much as one after another, so the seven models beside `small` at seeds 0–4 take
+≈ 5.7 h.
+
+All keep `max_len = 256` except the long models (`max_len = 2048`, trained at T = 1024), so
+every model can be read at twice its training length. Learned position rows beyond the
+training length stay at their initial values (`small` at 128–255, `small-long` at
+1024–2047); RoPE has no position parameters, so `llama-small-long` at T = 2048 is the same
+model on rotations it never saw. `model_card(name)` gives the recipe without training,
+`base_model_info(name, seed)` adds the held-out loss and bits per byte, and
+`python -m experiments models [--train NAME ...]` lists and pre-trains them.
+
+The first call trains (`train_many`, in memory) and writes `runs/cache/<hash>/{params.npz,
+meta.json}`, the hash covering the model config, the training recipe and the seed; the folder
+is written under a temporary name and renamed into place, so a crash mid-write leaves no
+half-written cache. Later calls load it; `base_models(name, seeds)` trains the missing seeds
+of a list together in one program.
 """
 
 from __future__ import annotations
@@ -22,6 +49,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import shutil
 
@@ -58,12 +86,104 @@ class Recipe:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _gpt(d: int, n_layers: int, max_len: int = 256) -> transformer.Config:
+  """The `tiny` preset's family at width `d`: learned positions, LayerNorm, GELU, 4 heads."""
+  return transformer.preset("tiny", d_model=d, n_layers=n_layers, n_heads=4, max_len=max_len)
+
+
+def _llama(d: int, n_layers: int, max_len: int = 256) -> transformer.Config:
+  """The `llama-tiny` preset's family at width `d`: RoPE, RMSNorm, SwiGLU, 4 query heads on 2.
+
+  `d_ff = 3 d` gives SwiGLU's three matrices the parameters that GPT's two `4 d` ones and its
+  full-size `w_k`, `w_v` have (`3 d² + 9 d² = 4 d² + 8 d²` per block), and the untied output
+  matrix `(d, 256)` matches GPT's `(256, d)` position matrix at `max_len = 256`.
+  """
+  return transformer.preset("llama-tiny", d_model=d, n_layers=n_layers, n_heads=4, n_kv_heads=2,
+                            d_ff=3 * d, max_len=max_len)
+
+
+def _family_recipe(cfg: transformer.Config) -> Recipe:
+  return Recipe(cfg, steps=400, batch_size=16, seq_len=128)
+
+
+def _long_recipe(cfg: transformer.Config) -> Recipe:
+  return Recipe(cfg, steps=400, batch_size=2, seq_len=1024)
+
+
 RECIPES = {
+    # `small` and `quick` are spelled out: their fields are the cache key of committed results.
     "small": Recipe(transformer.preset("tiny", d_model=128, n_layers=4, n_heads=4, max_len=256),
                     steps=400, batch_size=16, seq_len=128),
     "quick": Recipe(transformer.preset("tiny"), steps=60, batch_size=16, seq_len=64,
                     warmup_steps=10),
+    "mini": _family_recipe(_gpt(64, 2)),
+    "base": _family_recipe(_gpt(192, 4)),
+    "llama-mini": _family_recipe(_llama(64, 2)),
+    "llama-small": _family_recipe(_llama(128, 4)),
+    "llama-base": _family_recipe(_llama(192, 4)),
+    "small-long": _long_recipe(_gpt(128, 4, max_len=2048)),
+    "llama-small-long": _long_recipe(_llama(128, 4, max_len=2048)),
 }
+FAMILIES = {"gpt": ("mini", "small", "base"), "llama": ("llama-mini", "llama-small", "llama-base")}
+LONG = {"gpt": "small-long", "llama": "llama-small-long"}
+
+
+def _recipe(name: str) -> Recipe:
+  if name not in RECIPES:
+    raise ValueError(f"base_model: name={name!r} is unknown. Fix: use one of {sorted(RECIPES)}.")
+  return RECIPES[name]
+
+
+def family(cfg: transformer.Config) -> str:
+  """`llama` for a RoPE model, else `gpt` (learned positions)."""
+  return "llama" if cfg.positions == "rope" else "gpt"
+
+
+@functools.lru_cache(maxsize=64)
+def _param_count(cfg: transformer.Config) -> int:
+  abstract = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
+  return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(abstract))
+
+
+def param_count(name: str) -> int:
+  """Number of parameters of the shared model `name`, from its initialised shapes (no compute).
+
+  Example:
+    >>> from experiments.models import param_count
+    >>> param_count("small")
+    858880
+  """
+  return _param_count(_recipe(name).cfg)
+
+
+def model_card(name: str) -> dict:
+  """The recipe of the shared model `name`: shape, parameters and tokens seen; no training.
+
+  `tokens_seen = steps × batch_size × seq_len` and `tokens_per_param = tokens_seen / params`.
+
+  Args:
+    name: a key of `RECIPES`.
+
+  Returns:
+    `{"name", "family", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
+    "positions", "norm", "activation", "max_len", "params", "steps", "batch_size", "seq_len",
+    "tokens_seen", "tokens_per_param"}`.
+
+  Example:
+    >>> from experiments.models import model_card
+    >>> card = model_card("llama-small-long")
+    >>> card["family"], card["seq_len"], card["max_len"], card["n_kv_heads"]
+    ('llama', 1024, 2048, 2)
+  """
+  recipe = _recipe(name)
+  cfg = recipe.cfg
+  params = param_count(name)
+  tokens = recipe.steps * recipe.batch_size * recipe.seq_len
+  shape = {k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_head",
+                                        "d_ff", "positions", "norm", "activation", "max_len")}
+  return {"name": name, "family": family(cfg), **shape, "params": params, "steps": recipe.steps,
+          "batch_size": recipe.batch_size, "seq_len": recipe.seq_len, "tokens_seen": tokens,
+          "tokens_per_param": tokens / params}
 
 
 def _flatten(params) -> dict[str, np.ndarray]:
@@ -80,9 +200,7 @@ def _unflatten(cfg: transformer.Config, arrays) -> dict:
 
 def cache_dir(name: str, seed: int, root: str = "runs") -> str:
   """`root/cache/<hash>` of the shared model `name` at `seed`."""
-  if name not in RECIPES:
-    raise ValueError(f"base_model: name={name!r} is unknown. Fix: use one of {sorted(RECIPES)}.")
-  return os.path.join(root, "cache", RECIPES[name].key(seed))
+  return os.path.join(root, "cache", _recipe(name).key(seed))
 
 
 def _write(path: str, params, meta: dict) -> None:
@@ -103,19 +221,34 @@ def _write(path: str, params, meta: dict) -> None:
       raise
 
 
-def _train_and_write(name: str, seeds: tuple[int, ...], root: str) -> None:
-  """Trains the missing `seeds` of `name` together (one vmapped program) and caches each."""
-  recipe = RECIPES[name]
+def _train_and_write(name: str, seeds: tuple[int, ...], root: str, progress=None) -> None:
+  """Trains the missing `seeds` of `name` together (one vmapped program) and caches each.
+
+  With `progress` (a `console.progress` bar) the run is evaluated every tenth of its steps to
+  move the bar; the training itself is the same, and `train_loss` stays the mean over all steps.
+  """
+  recipe = _recipe(name)
   tc = recipe.train_config(seeds[0])
+  every = max(1, recipe.steps // 10) if progress is not None else recipe.steps
+  done = [0]
+
+  def tick(step, params, intermediates):
+    del params, intermediates
+    progress.update(step - done[0])
+    done[0] = step
+
   result = sweep.train_many(recipe.cfg, sweep.train_like(tc), seeds=seeds,
-                               learning_rates=(recipe.learning_rate,), steps=recipe.steps,
-                               data=recipe.data, batch_size=recipe.batch_size,
-                               seq_len=recipe.seq_len, eval_every=recipe.steps, eval_batches=4)
+                            learning_rates=(recipe.learning_rate,), steps=recipe.steps,
+                            data=recipe.data, batch_size=recipe.batch_size,
+                            seq_len=recipe.seq_len, eval_every=every, eval_batches=4,
+                            callback=tick if progress is not None else None)
+  chunk_steps = np.diff(result.steps, prepend=0)
+  train_loss = (result.loss[0] * chunk_steps).sum(-1) / recipe.steps
   for j, seed in enumerate(seeds):
     params = jax.tree.map(lambda x, j=j: np.asarray(x[0, j]), result.params)
     meta = {"name": name, "seed": seed, "cfg": recipe.cfg.to_dict(),
             "recipe": {k: v for k, v in dataclasses.asdict(recipe).items() if k != "cfg"},
-            "train_loss": float(result.loss[0, j, -1]),
+            **model_card(name), "train_loss": float(train_loss[j]),
             "val_loss": float(result.val_loss[0, j, -1]), "diverged": bool(result.diverged[0, j])}
     path = cache_dir(name, seed, root)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -124,6 +257,42 @@ def _train_and_write(name: str, seeds: tuple[int, ...], root: str) -> None:
 
 def _cached(name: str, seed: int, root: str) -> bool:
   return os.path.exists(os.path.join(cache_dir(name, seed, root), "meta.json"))
+
+
+def _cached_metas(name: str, root: str) -> dict[int, dict]:
+  """`{seed: meta.json}` of the cache entries of `name` under its current recipe."""
+  folder = os.path.join(root, "cache")
+  out = {}
+  for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+    path = os.path.join(folder, entry, "meta.json")
+    if ".tmp-" in entry or not os.path.exists(path):
+      continue
+    with open(path) as f:
+      meta = json.load(f)
+    if meta.get("name") == name and entry == _recipe(name).key(meta["seed"]):
+      out[int(meta["seed"])] = meta
+  return dict(sorted(out.items()))
+
+
+def cached_seeds(name: str, root: str = "runs") -> list[int]:
+  """The seeds of `name` whose model is in `root/cache` under the current recipe, sorted."""
+  return list(_cached_metas(name, root))
+
+
+def summary(root: str = "runs") -> list[dict]:
+  """One row per recipe (families, then long-context, then the rest): its `model_card` with
+  `cached_seeds` and the mean held-out `bits_per_byte` of those seeds (None if none).
+
+  Reads only `meta.json` files: nothing is trained or loaded.
+  """
+  order = [*FAMILIES["gpt"], *FAMILIES["llama"], *LONG.values()]
+  rows = []
+  for name in [*order, *(n for n in RECIPES if n not in order)]:
+    metas = _cached_metas(name, root)
+    bpb = [m["val_loss"] / math.log(2) for m in metas.values()]
+    rows.append({**model_card(name), "cached_seeds": list(metas),
+                 "bits_per_byte": float(np.mean(bpb)) if bpb else None})
+  return rows
 
 
 @functools.lru_cache(maxsize=16)
@@ -139,15 +308,15 @@ def _load(name: str, seed: int, root: str):
 
 
 def base_model(name: str, seed: int, *, root: str = "runs") -> tuple[dict, transformer.Config]:
-  """`(params, cfg)` of the shared model `name` (`small` or `quick`) trained from `seed`.
+  """`(params, cfg)` of the shared model `name` trained from `seed`.
 
   Args:
-    name: `small` or `quick` (see the module docstring).
+    name: a key of `RECIPES` (see the module docstring).
     seed: init and data-stream seed of the training run.
     root: the `runs` folder holding `cache/`.
 
   Returns:
-    `(params, cfg)`; `base_model_info` gives its losses and cache folder.
+    `(params, cfg)`; `base_model_info` gives its recipe, losses and cache folder.
 
   Example:
     >>> import tempfile
@@ -160,21 +329,45 @@ def base_model(name: str, seed: int, *, root: str = "runs") -> tuple[dict, trans
   return params, RECIPES[name].cfg
 
 
-def base_models(name: str, seeds, *, root: str = "runs") -> list[tuple[dict, transformer.Config]]:
+def base_models(name: str, seeds, *, root: str = "runs",
+                progress=None) -> list[tuple[dict, transformer.Config]]:
   """`[base_model(name, s) for s in seeds]`, training the missing seeds together first.
 
   Seeds trained together run as one vmapped program (`train_many`); their losses agree with
-  separately trained ones to float32 rounding, not bit for bit.
+  separately trained ones to float32 rounding, not bit for bit. `progress`: a
+  `console.progress(RECIPES[name].steps)` bar that the training moves.
   """
   missing = tuple(s for s in dict.fromkeys(int(s) for s in seeds) if not _cached(name, s, root))
   if missing:
-    _train_and_write(name, missing, root)
+    _train_and_write(name, missing, root, progress)
   return [base_model(name, int(s), root=root) for s in seeds]
 
 
 def base_model_info(name: str, seed: int, *, root: str = "runs") -> dict:
-  """The cached model's metadata: recipe, final train/validation loss, cache `path`."""
-  return dict(_load(name, seed, root)[1])
+  """The recipe and results of the shared model `name` at `seed` (trains it if not cached).
+
+  Args:
+    name: a key of `RECIPES`.
+    seed: the training seed.
+    root: the `runs` folder holding `cache/`.
+
+  Returns:
+    `model_card(name)` (shape, family, `params`, `tokens_seen`, `tokens_per_param`, ...) with
+    `seed`, `cfg`, `recipe`, `train_loss` (mean over the run), `val_loss` (final, nats per
+    token on 4 held-out batches), `bits_per_byte` (`val_loss / ln 2`: the models read bytes),
+    `diverged` and the cache `path`. Cache entries written before the card existed get it
+    from the recipe, which their folder's hash fixes.
+
+  Example:
+    >>> import tempfile
+    >>> from experiments.models import base_model_info
+    >>> info = base_model_info("quick", 0, root=tempfile.mkdtemp())  # trains: ~10 s
+    >>> info["params"], info["tokens_seen"], info["bits_per_byte"] > 0
+    (132864, 61440, True)
+  """
+  meta = dict(_load(name, seed, root)[1])
+  bpb = meta["val_loss"] / math.log(2) if RECIPES[name].cfg.vocab_size == 256 else None
+  return {**model_card(name), **meta, "bits_per_byte": bpb}
 
 
 def windows(seed: int, seq_len: int, n: int, split: str, step: int = 10_000) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The preface's fourteen claims, each a `Claim` that can fail, run by one runner.
 
-    python -m experiments claim causal-mask [--quick] [--seeds 0 1 2 3 4]
+    python -m experiments claim causal-mask [--quick] [--seeds 0 1 2 3 4] [--sizes mini,small]
     python -m experiments tour [--quick] [--only causal-mask softmax-kernel]
     python -m experiments.claims.table [--check README.md]
 

@@ -227,6 +227,11 @@ class Claim:
       metric)` comparisons). None: the claim is not built yet.
     QUICK: the sizes of `--quick` runs (one seed, minutes for the whole tour).
     FULL: the sizes of full runs.
+    scale_models: the base models (keys of `experiments.models.RECIPES`) a full run also
+      measures the primary effect on, for its trend with model size; the `Sizes` must have a
+      `model` field. The verdict is read only at the `FULL` sizes' own `model` (added to the
+      list when missing); `claim ID --sizes ...` overrides the list, and quick runs use one
+      size unless given `--sizes`. Empty: one size (`results.json`'s `scale` is null).
   """
 
   id: str
@@ -245,6 +250,7 @@ class Claim:
   seeds: tuple[int, ...] = DEFAULT_SEEDS
   tuning_seeds: tuple[int, ...] = ()
   trains: bool = True
+  scale_models: tuple[str, ...] = ()
 
   def __post_init__(self):
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", self.id):
@@ -266,6 +272,36 @@ class Claim:
     names = [e.name for e in self.extensions]
     if len(set(names)) != len(names):
       raise ValueError(f"Claim {self.id!r}: extension names {names} repeat. Fix: name each once.")
+    if self.scale_models:
+      self.check_scale_models(self.scale_models, "scale_models")
+
+  def check_scale_models(self, names, field: str) -> None:
+    """Raises `ValueError` unless `names` are distinct base models this claim can run at.
+
+    Each must be a key of `experiments.models.RECIPES`, the claim must have a non-control
+    threshold (its primary effect is what scales), and its `QUICK` and `FULL` sizes must have
+    a `model` field (the runner replaces it per size). `field` names the setting in the error
+    (`"scale_models"`, or `"--sizes"` on the command line).
+    """
+    from experiments import models  # deferred: a claim's declaration trains nothing
+
+    if isinstance(names, str) or not names or len(set(names)) != len(tuple(names)):
+      raise ValueError(f"Claim {self.id!r}: {field}={names!r} must be distinct model names, "
+                       "e.g. ('mini', 'small', 'base').")
+    names = tuple(names)
+    unknown = [n for n in names if n not in models.RECIPES]
+    if unknown:
+      raise ValueError(f"Claim {self.id!r}: {field} names {unknown}, not base models. Fix: "
+                       f"choose from experiments.models.RECIPES: {sorted(models.RECIPES)}.")
+    if self.primary is None:
+      raise ValueError(f"Claim {self.id!r}: {field} needs a primary effect to scale, and every "
+                       "threshold is a control. Fix: declare a non-control threshold first.")
+    for label, sizes in (("QUICK", self.QUICK), ("FULL", self.FULL)):
+      if sizes is not None and "model" not in {f.name for f in dataclasses.fields(sizes)}:
+        raise ValueError(f"Claim {self.id!r}: {field} runs the claim at several base models, "
+                         f"but its {label} sizes ({type(sizes).__name__}) have no `model` field. "
+                         f"Fix: add `model: str` to {type(sizes).__name__} and read "
+                         "`spec.sizes.model` in run(), or drop " + field + ".")
 
   def sizes(self, quick: bool) -> Sizes:
     """`QUICK` or `FULL`; raises `ValueError` naming the claim if it declares none."""
@@ -279,15 +315,26 @@ class Claim:
   def built(self) -> bool:
     return self.run is not None
 
+  @property
+  def primary(self) -> Threshold | None:
+    """The first non-control threshold: the primary effect, the one reported against size."""
+    return next((th for th in self.thresholds if not th.control), None)
+
   def to_dict(self) -> dict[str, Any]:
-    """The frozen definition (everything but `run`), as written to `claim.json`."""
-    return {"id": self.id, "topic": self.topic, "kind": self.kind, "preface": self.preface,
-            "theorem": self.theorem, "hypothesis": self.hypothesis,
-            "refuted_if": self.refuted_if,
-            "thresholds": [t.to_dict() for t in self.thresholds],
-            "extensions": [e.to_dict() for e in self.extensions],
-            "anchors": [a.to_dict() for a in self.anchors], "seeds": list(self.seeds),
-            "tuning_seeds": list(self.tuning_seeds), "trains": self.trains,
-            "built": self.built}
+    """The frozen definition (everything but `run`), as written to `claim.json`.
+
+    `scale_models` appears only when declared, so a one-size claim's `claim.json` is unchanged.
+    """
+    d = {"id": self.id, "topic": self.topic, "kind": self.kind, "preface": self.preface,
+         "theorem": self.theorem, "hypothesis": self.hypothesis,
+         "refuted_if": self.refuted_if,
+         "thresholds": [t.to_dict() for t in self.thresholds],
+         "extensions": [e.to_dict() for e in self.extensions],
+         "anchors": [a.to_dict() for a in self.anchors], "seeds": list(self.seeds),
+         "tuning_seeds": list(self.tuning_seeds), "trains": self.trains,
+         "built": self.built}
+    if self.scale_models:
+      d["scale_models"] = list(self.scale_models)
+    return d
 
 

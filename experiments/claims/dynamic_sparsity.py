@@ -57,14 +57,21 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 import optax
 
 import transformer
 from experiments import data as data_lib
+from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
-from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm, tuned_arm, within
+from experiments.lab.attention_arms import (
+  LEARNING_RATES,
+  base_config,
+  forward,
+  train_arm,
+  tuned_arm,
+  within,
+)
 
 TUNE_SEED = 100
 ACC_MARGIN = 0.1  # 10 points of answer accuracy
@@ -165,11 +172,7 @@ def keys_read(params, cfg: transformer.Config, tokens_BT) -> dict:
   Counted from the sown scores: every variant leaves `finfo.min` where it computed no score
   (or masked one), so `scores > finfo.min` are exactly the keys a query read.
   """
-  model = transformer.Transformer(cfg)
-  _, state = jax.jit(lambda p, t: model.apply({"params": p}, t, mutable=["intermediates"]))(
-      params, tokens_BT)
-  scores = state["intermediates"]["blocks"]["attn"]["scores"]
-  scores = np.asarray(scores[0] if isinstance(scores, tuple) else scores)
+  scores = np.asarray(models.intermediates(params, cfg, tokens_BT)["blocks"]["attn"]["scores"])
   kr = (scores > np.finfo(np.float32).min).sum(-1).astype(np.float64)
   T = tokens_BT.shape[1]
   mean_keys = float(kr.mean())
@@ -179,7 +182,7 @@ def keys_read(params, cfg: transformer.Config, tokens_BT) -> dict:
 def val_loss(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
              batch_size: int) -> float:
   """Mean cross-entropy of a model on `n_batches` validation batches of `src`."""
-  apply = jax.jit(transformer.Transformer(cfg).apply)
+  apply = forward(cfg)
   losses = []
   for step in range(n_batches):
     b = src.batch(seed, step, batch_size, "val")

@@ -97,7 +97,6 @@ class LoraSizes(Sizes):
     steps: fine-tuning steps per run.
     batch_size: windows per step.
     seq_len: tokens per window (fine-tuning, tuning and test).
-    eval_batches: tuning-text batches that choose each arm's rate.
     tune: choose each arm's rate on `GRID` with the tuning seed; otherwise every arm runs at
       `fixed_rate`.
     fixed_rate: the rate of every arm when `tune` is False (`QUICK`: 3e-3, the rate the shared
@@ -109,7 +108,6 @@ class LoraSizes(Sizes):
   steps: int
   batch_size: int
   seq_len: int
-  eval_batches: int
   tune: bool
   fixed_rate: float | None = None
 
@@ -124,9 +122,9 @@ class LoraSizes(Sizes):
 
 
 QUICK = LoraSizes(model="quick", arms=("lora-qv-r4", "lora-all-r16"), steps=10, batch_size=8,
-                  seq_len=64, eval_batches=8, tune=False, fixed_rate=3e-3)
+                  seq_len=64, tune=False, fixed_rate=3e-3)
 FULL = LoraSizes(model="small", arms=tuple(ARMS), steps=150, batch_size=16, seq_len=128,
-                 eval_batches=8, tune=True)
+                 tune=True)
 
 
 def held_out_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -225,8 +223,8 @@ def seed_indexed(seeds, per_seed):
   return init_fn
 
 
-def train_arm(bases, cfg, src, seeds, lrs, arm: str, *, steps, batch_size, seq_len,
-              eval_batches) -> sweep.ManyResult:
+def train_arm(bases, cfg, src, seeds, lrs, arm: str, *, steps, batch_size,
+              seq_len) -> sweep.ManyResult:
   """One arm on `len(lrs) × len(seeds)` runs as one program; run `j` fine-tunes `bases[j]`.
 
   `full` trains every parameter of its base. A LoRA arm trains `{"base", "adapters"}` with the
@@ -248,7 +246,7 @@ def train_arm(bases, cfg, src, seeds, lrs, arm: str, *, steps, batch_size, seq_l
                         float(rank))
   return sweep.train_many(cfg, make_tx(steps), seeds=seeds, learning_rates=lrs, steps=steps,
                           data=src, batch_size=batch_size, seq_len=seq_len, params_fn=params_fn,
-                          init_fn=init_fn, eval_every=steps, eval_batches=eval_batches)
+                          init_fn=init_fn, eval_every=steps, eval_batches=0)
 
 
 def trainable_fraction(cfg: transformer.Config, arm: str) -> float:
@@ -265,24 +263,26 @@ def trainable_fraction(cfg: transformer.Config, arm: str) -> float:
 
 
 def tune_rates(base, cfg, arms, z: LoraSizes, log) -> dict:
-  """Each arm's peak rate on `GRID`, chosen on the tuning seed's tuning-text loss.
+  """Each arm's peak rate on `GRID`: the lowest loss on the whole tuning text, tuning seed only.
 
-  A rate whose run *ended* diverged never wins: its final tuning-text loss is non-finite or
-  above the base model's own (fine-tuning lost more than it learned). A run that
-  `train_many` flagged but that ended below that is a spike, recorded apart.
+  The loss is `text_loss` on the tuning part, the same measure as the reported test loss. A run
+  *ended diverged* when that loss is non-finite or above the base model's own (fine-tuning
+  lost more than it learned); a non-finite run never wins, and one that `train_many` flagged
+  but ended below the base is a spike, recorded apart.
   """
-  out = {}
   if not z.tune:
     return {arm: {"learning_rate": z.fixed_rate, "index": None, "edge": False} for arm in arms}
   ft, tune, _, _ = held_out_text()
   src = data.TextSource(data.Corpus(ft, tune, (), ()), z.seq_len)
   base_tune = text_loss(base, cfg, tune, z.seq_len)
+  out = {}
   for arm in arms:
     r = train_arm([base], cfg, src, (TUNE_SEED,), GRID, arm, steps=z.steps,
-                  batch_size=z.batch_size, seq_len=z.seq_len, eval_batches=z.eval_batches)
-    val = r.val_loss[:, 0, -1]
+                  batch_size=z.batch_size, seq_len=z.seq_len)
+    val = np.array([text_loss(jax.tree.map(lambda x, k=k: x[k, 0], r.params), cfg, tune,
+                              z.seq_len) for k in range(len(GRID))])
     ended = ~np.isfinite(val) | (val > base_tune)
-    lr, i = tuning.tuned_rate(val, ended, GRID)
+    lr, i = tuning.tuned_rate(val, ~np.isfinite(val), GRID)
     out[arm] = {"learning_rate": lr, "index": i, "edge": i in (0, len(GRID) - 1),
                 "val_loss": [float(v) for v in val], "diverged": [bool(d) for d in ended],
                 "spiked": [bool(d) for d in r.diverged[:, 0] & ~ended],
@@ -303,7 +303,7 @@ def measure(bases, cfg, seeds, rates: dict, z: LoraSizes, log) -> dict:
   for arm in ("full", *z.arms):
     lr = rates[arm]["learning_rate"]
     r = train_arm(bases, cfg, src, seeds, (lr,), arm, steps=z.steps, batch_size=z.batch_size,
-                  seq_len=z.seq_len, eval_batches=0)
+                  seq_len=z.seq_len)
     runs[arm] = {}
     for j, seed in enumerate(seeds):
       params = jax.tree.map(lambda x, j=j: x[0, j], r.params)
@@ -364,10 +364,15 @@ def _figure(runs: dict, seeds, rates: dict, z: LoraSizes, run_dir: str) -> str:
   if z.tune:
     for k, arm in enumerate(("full", *arms)):
       t = rates[arm]
-      val = np.where(t["diverged"], np.nan, np.asarray(t["val_loss"], np.float64))
-      ax2.plot(GRID, val, marker="o", color=f"C{k + 3}", label=arm)
+      val = np.asarray(t["val_loss"], np.float64)
+      ax2.plot(GRID, np.where(np.isfinite(val), val, np.nan), marker="o", color=f"C{k + 3}",
+               label=arm)
       ax2.plot(t["learning_rate"], val[t["index"]], marker="*", ms=14, color=f"C{k + 3}")
-    ax2.set(xscale="log", xlabel="peak learning rate (log scale; ★ chosen; diverged: no point)",
+    base_tune = rates["full"]["base_tune_loss"]
+    ax2.axhline(base_tune, color="k", ls="--", label="base model (above: ended diverged)")
+    low = min(min(v for v in rates[a]["val_loss"] if np.isfinite(v)) for a in ("full", *arms))
+    ax2.set_ylim(low - 0.02, base_tune + (base_tune - low) + 0.02)  # far-diverged rates clip
+    ax2.set(xscale="log", xlabel="peak learning rate (log scale; ★ chosen)",
             ylabel="tuning-text loss (nats/byte)",
             title=f"rate tuning on seed {TUNE_SEED} ({z.steps} steps)")
     ax2.set_xticks(GRID, [f"{g:g}" for g in GRID])

@@ -2,14 +2,18 @@
 
 Rendering only: every number comes from a `results.json` dict (the runner writes it),
 and the thresholds' intervals are recomputed from it, so a report can be re-made from disk.
+A run at several model sizes also gets `scale.png` (`scale_figure`), a per-size table, and
+ends with one sentence computed from the slope's interval (`scale_sentence`).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import textwrap
 
-from experiments.claims.claim import INDICATIVE, Claim
-from experiments.claims.stats import evaluate, fmt
+from experiments.claims.claim import INDICATIVE, Claim, Threshold, parse_condition
+from experiments.claims.stats import evaluate, fmt, holds
 
 
 def _row(cells) -> str:
@@ -47,6 +51,191 @@ def key_number(results: dict | None, claim: Claim | None = None) -> str:
   if claim is not None and claim.thresholds and claim.thresholds[0].unit:
     unit = f" {claim.thresholds[0].unit}"
   return f"{e['name']}: {fmt(e['mean'])}{unit}{ci}"
+
+
+def params_text(params: float) -> str:
+  """A parameter count as reports write it: `0.86M`, `2.0M`, `1.2B`.
+
+  Example:
+    >>> from experiments.claims.report import params_text
+    >>> params_text(857_000), params_text(2_000_000), params_text(1.2e9)
+    ('0.86M', '2.0M', '1.2B')
+  """
+  if params >= 1e9:
+    return f"{params / 1e9:.1f}B"
+  if params >= 1e6:
+    return f"{params / 1e6:.1f}M"
+  return f"{params / 1e6:.2g}M"
+
+
+def trend_text(results: dict | None) -> str:
+  """The trend with model size and the slope's interval, or `—` for a one-size run.
+
+  Example:
+    >>> from experiments.claims.report import trend_text
+    >>> trend_text({"scale": {"sizes": [], "slope": -0.012, "slope_ci": [-0.02, -0.004],
+    ...                       "trend": "shrinks"}})
+    'shrinks: slope -0.012 [-0.02, -0.004] per e-fold of params'
+    >>> trend_text({"scale": None})
+    '—'
+  """
+  scale = (results or {}).get("scale")
+  if not scale:
+    return "—"
+  if scale["slope"] is None:
+    return f"{scale['trend']} (no slope: fewer than two sizes measured)"
+  lo, hi = scale["slope_ci"]
+  ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (no interval: under 3 points)"
+  return f"{scale['trend']}: slope {fmt(scale['slope'])}{ci} per e-fold of params"
+
+
+def scale_sentence(scale: dict) -> str:
+  """The one sentence a scaled report ends with, computed from the slope's interval.
+
+  Example:
+    >>> from experiments.claims.report import scale_sentence
+    >>> rows = [{"family": "GPT", "model": m, "params": p, "effect": 0.1, "ci": [0.0, 0.2]}
+    ...         for m, p in (("mini", 1e5), ("base", 2e6))]
+    >>> scale_sentence({"sizes": rows, "slope": -0.012, "slope_ci": [-0.02, -0.004],
+    ...                 "trend": "shrinks"})
+    'With scale (mini 0.1M → base 2.0M params, GPT family), the effect shrinks:
+    slope -0.012 [-0.02, -0.004] per e-fold of parameters.'
+  """
+  rows = scale["sizes"]
+  first, last = rows[0], rows[-1]
+  families = sorted({r["family"] for r in rows})
+  fam = (f"{families[0]} family" if len(families) == 1
+         else " and ".join(families) + " families")
+  span = (f"{first['model']} {params_text(first['params'])} → {last['model']} "
+          f"{params_text(last['params'])} params, {fam}")
+  words = {"grows": "the effect grows", "shrinks": "the effect shrinks",
+           "no trend": "the effect shows no trend"}[scale["trend"]]
+  lo, hi = scale["slope_ci"]
+  if scale["slope"] is None:
+    slope = "no slope could be fitted (fewer than two sizes with a finite effect)"
+  elif lo is None:
+    slope = (f"slope {fmt(scale['slope'])} per e-fold of parameters, with no interval "
+             "(under 3 points)")
+  else:
+    slope = (f"slope {fmt(scale['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of parameters"
+             + (" (the interval contains 0)" if scale["trend"] == "no trend" else ""))
+  return f"With scale ({span}), {words}: {slope}."
+
+
+def size_test(th: Threshold, row: dict) -> tuple[str, str]:
+  """The primary threshold's test applied to one size's interval: `(outcome, why)`.
+
+  `outcome` is what the threshold alone would say at that size: `supported` (its `supports`
+  condition holds over the whole interval), `refuted`, `inconclusive`, or `n/a` (no finite
+  effect). The interval is the size's 95% CI, or its single value with one seed.
+
+  Example:
+    >>> from experiments.claims.claim import Threshold
+    >>> from experiments.claims.report import size_test
+    >>> th = Threshold.beyond("gain", "a", "m", margin=0.1)
+    >>> size_test(th, {"effect": 0.3, "ci": [0.2, 0.4]})[0]
+    'supported'
+  """
+  if row["effect"] is None:
+    return "n/a", "no finite effect at this size"
+  lo, hi = row["ci"] if row["ci"][0] is not None else (row["effect"], row["effect"])
+  sup = th.supports is not None and holds(th.supports, (lo, hi))
+  ref = th.refutes is not None and holds(th.refutes, (lo, hi))
+  outcome = "refuted" if ref else "supported" if sup else "inconclusive"
+  met = [f"{label} `{c}`" for label, c, ok in (("supports", th.supports, sup),
+                                                ("refutes", th.refutes, ref)) if c and ok]
+  unmet = [f"{label} `{c}`" for label, c, ok in (("supports", th.supports, sup),
+                                                  ("refutes", th.refutes, ref)) if c and not ok]
+  what = "95% interval" if row["ci"][0] is not None else "single value (one seed)"
+  why = (f"its {what} [{fmt(lo)}, {fmt(hi)}] meets " + " and ".join(met) if met
+         else f"its {what} [{fmt(lo)}, {fmt(hi)}] meets neither " + " nor ".join(unmet))
+  return outcome, why
+
+
+def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
+  """The scale section: the per-size table, the threshold at each size, the trend sentence."""
+  scale, th = results["scale"], claim.primary
+  registered = (results["config"].get("sizes") or {}).get("model")
+  unit = f" ({th.unit})" if th.unit else ""
+  lines = [f"{h}# Scale: the primary effect against model size", "",
+           f"The primary effect *{th.name}*{unit} at each size, on the same seeds; the verdict "
+           f"above is read only at the registered size `{registered}`. The threshold column "
+           "applies the primary threshold's test to that size's interval.", ""]
+  rows = []
+  for r in scale["sizes"]:
+    outcome, why = size_test(th, r)
+    lo, hi = r["ci"]
+    rows.append([f"`{r['model']}`" + (" (registered)" if r["model"] == registered else ""),
+                 r["family"], params_text(r["params"]), fmt(r["effect"]),
+                 f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None else "n/a (one seed)",
+                 f"{outcome}: {why}"])
+  lines += table(["model", "family", "parameters", "effect", "95% CI",
+                  "primary threshold at this size"], rows)
+  last = scale["sizes"][-1]
+  outcome, why = size_test(th, last)
+  note = (" (the verdict reads the range over seeds; this test reads the 95% interval)"
+          if th.stat == "range" else "")
+  lines += [f"At the largest size (`{last['model']}`, {params_text(last['params'])} params) the "
+            f"primary threshold would be **{outcome}**: {why}{note}.", ""]
+  return lines
+
+
+def scale_figure(claim: Claim, scale: dict, run_dir: str, registered: str | None = None) -> str:
+  """Draws `run_dir/scale.png`: the primary effect ± 95% CI against parameters; returns its name.
+
+  One series per family, log x axis, each point named by its model, the registered size
+  ringed, and the threshold's edge (the margin line) drawn and labelled.
+  """
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from matplotlib.ticker import NullFormatter
+
+  th = claim.primary
+  fig, ax = plt.subplots(figsize=(7.0, 4.4))
+  families = list(dict.fromkeys(r["family"] for r in scale["sizes"]))
+  for fam, marker in zip(families, "osD^v<>", strict=False):
+    rs = [r for r in scale["sizes"] if r["family"] == fam and r["effect"] is not None]
+    if not rs:
+      continue
+    x = [r["params"] for r in rs]
+    y = [r["effect"] for r in rs]
+    err = [[r["effect"] - r["ci"][0] if r["ci"][0] is not None else 0.0 for r in rs],
+           [r["ci"][1] - r["effect"] if r["ci"][1] is not None else 0.0 for r in rs]]
+    ax.errorbar(x, y, yerr=err, fmt=f"{marker}-", capsize=3, label=f"{fam} family")
+    for r in rs:
+      ax.annotate(r["model"], (r["params"], r["effect"]), textcoords="offset points",
+                  xytext=(6, 6), fontsize=7)
+      if r["model"] == registered:
+        ax.plot([r["params"]], [r["effect"]], "o", ms=13, mfc="none", mec="k",
+                label=f"registered size ({r['model']}): the verdict is read here")
+  edges: dict[float, list[str]] = {}
+  for label, cond in (("supports", th.supports), ("refutes", th.refutes)):
+    if cond is not None:
+      edges.setdefault(parse_condition(cond)[1], []).append(f"{label} {cond}")
+  for value, labels in edges.items():
+    if math.isfinite(value):
+      margin = f", margin {fmt(th.margin)}" if th.margin is not None else ""
+      ax.axhline(value, color="k", ls=":", lw=1,
+                 label=f"threshold at {fmt(value)} ({'; '.join(labels)}{margin})")
+  ticks, last = [], -math.inf
+  for p in sorted({r["params"] for r in scale["sizes"]}):
+    if math.log10(p) - last >= 0.15:  # keep tick labels apart
+      ticks.append(p)
+      last = math.log10(p)
+  unit = f" ({th.unit})" if th.unit else ""
+  ax.set(xscale="log", xlabel="parameters (count, log scale; M = millions)",
+         ylabel=textwrap.fill(th.name + unit, 45),
+         title=f"primary effect vs model size (bars: 95% CI)\n{trend_text({'scale': scale})}")
+  ax.set_xticks(ticks, [params_text(p) for p in ticks])
+  ax.xaxis.set_minor_formatter(NullFormatter())
+  ax.margins(x=0.15, y=0.12)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(os.path.join(run_dir, "scale.png"), dpi=110)
+  plt.close(fig)
+  return "scale.png"
 
 
 def anchor_text(claim: Claim) -> str:
@@ -121,11 +310,15 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
     lines += [f"{h}# Published anchors", ""]
     lines += table(["what", "value", "source"],
                    [[a.what, fmt(a.value), a.source] for a in claim.anchors])
+  if results.get("scale"):
+    lines += scale_markdown(claim, results, h)
   if notes:
     lines += [f"{h}# Notes", "", *notes, ""]
   if figures:
     lines += [f"{h}# Figures", ""]
     lines += [f"![{name}]({figure_path(name)})" for name in figures] + [""]
+  if results.get("scale"):
+    lines += [f"**Trend with scale.** {scale_sentence(results['scale'])}", ""]
   return lines
 
 
@@ -137,11 +330,6 @@ def write_claim_report(claim: Claim, results: dict, evals, findings: dict, run_d
   with open(path, "w") as f:
     f.write("\n".join(lines))
   return path
-
-
-def _trend(results: dict | None) -> str:
-  scale = (results or {}).get("scale")
-  return scale["trend"] if scale else "—"
 
 
 def tour_markdown(claims, entries, results_by_id: dict, *, quick: bool, runtime_s: float,
@@ -168,7 +356,7 @@ def tour_markdown(claims, entries, results_by_id: dict, *, quick: bool, runtime_
            verdict_label(res, entry["verdict"])]
     if quick:
       row.append(full["verdict"] if full else "no committed run")
-    row += [key_number(res, claim), _trend(res), anchor_text(claim) if claim.built else "—"]
+    row += [key_number(res, claim), trend_text(res), anchor_text(claim) if claim.built else "—"]
     rows.append(row)
   header = ["#", "claim", "kind", "primary verdict"] + (["committed full verdict"] if quick
                                                         else [])

@@ -1,6 +1,6 @@
 """The claims runner: seeds, paired effects with 95% t-intervals, a verdict computed by code.
 
-    python -m experiments claim ID [--quick] [--seeds 0 1 2] [--out runs]
+    python -m experiments claim ID [--quick] [--seeds 0 1 2] [--sizes mini,small,base]
 
 A `Claim` is frozen before it runs: its `thresholds` are written to `claim.json` first, then
 `claim.run(spec)` measures, per arm and seed, a flat dict of metrics. The runner turns those
@@ -20,21 +20,42 @@ properties that must hold in every run). With one seed the interval is the singl
 the verdict is labelled "indicative (quick)". The run writes
 `runs/claims/ID/<run-id>/{claim.json, results.json, report.md, *.png}`; `results.json` is
 strict JSON (`null`, never `NaN`) and `validate_results` checks its schema.
+
+**The scale axis.** A claim that declares `scale_models` (or a run given `--sizes`) measures
+its primary effect (the first non-control threshold) at each of those base models, on the same
+seeds; the verdict is read only at the registered size (the `Sizes`' own `model`), and the
+other sizes feed `results.json`'s `scale`: the effect per size, the least-squares slope of the
+per-seed effect on log(parameters) with its 95% interval, and the trend (`grows`, `shrinks`,
+`no trend`). See `run_claim`.
 """
 
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import subprocess
 import time
+import traceback
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from experiments import jsonio
 from experiments.claims import report
-from experiments.claims.claim import INDICATIVE, Claim, Spec, Threshold
+from experiments.claims.claim import INDICATIVE, Claim, Sizes, Spec, Threshold
 from experiments.claims.schema import validate_results
-from experiments.claims.stats import arm_summary, effect, evaluate, fmt
+from experiments.claims.stats import (
+  arm_summary,
+  effect,
+  evaluate,
+  fmt,
+  mean_ci95,
+  ols_slope,
+  paired_values,
+  trend,
+)
 
 
 def describe(th: Threshold, ev: dict) -> str:
@@ -139,45 +160,134 @@ def new_run_dir(root: str, claim_id: str, quick: bool) -> str:
   return path
 
 
-def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None = None,
-              root: str = "runs", log: Callable[[str], None] = print) -> tuple[dict, str]:
-  """Runs `claim` and writes its folder; returns `(results, run_dir)`.
+def model_card(name: str) -> dict:
+  """`{"family", "model", "params"}` of base model `name`, from `experiments.models.model_card`.
+
+  Example:
+    >>> from experiments.claims.runner import model_card
+    >>> model_card("mini")["family"], model_card("mini")["model"]
+    ('gpt', 'mini')
+  """
+  from experiments import models  # deferred: reading a card trains nothing
+
+  card_of = getattr(models, "model_card", None)
+  if card_of is None:
+    raise ValueError("experiments.models has no model_card(name); the scale axis reads each "
+                     "base model's family and parameter count from it. Fix: run at one size "
+                     "(drop --sizes) until the base-model family is in experiments.models.")
+  card = card_of(name)
+  get = card.get if isinstance(card, dict) else (lambda k: getattr(card, k, None))
+  family, params = get("family"), get("params")
+  if not isinstance(family, str) or not isinstance(params, (int, float)) or not params > 0:
+    raise ValueError(f"experiments.models.model_card({name!r}) gave family={family!r}, "
+                     f"params={params!r}. Fix: a family name and a positive parameter count.")
+  return {"family": family, "model": name, "params": int(params)}
+
+
+def scale_models(claim: Claim, quick: bool, sizes: Sequence[str] | None = None) -> tuple[str, ...]:
+  """The base models a run measures, the registered one first; `()` for a one-size run.
+
+  `sizes` (the command line's `--sizes`) overrides the claim's `scale_models`; a quick run
+  uses one size unless `sizes` is given. The registered model (the run's `Sizes.model`, where
+  the verdict is read) is added when missing.
+  """
+  names = tuple(sizes) if sizes else (() if quick else claim.scale_models)
+  if not names:
+    return ()
+  claim.check_scale_models(names, "--sizes" if sizes else "scale_models")
+  registered = claim.sizes(quick).model
+  ordered = (registered, *(n for n in names if n != registered))
+  return ordered if len(ordered) > 1 else ()
+
+
+def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str, dict]) -> dict:
+  """`results.json`'s `scale`: the primary effect per size, its slope on log(params), the trend.
 
   Args:
-    claim: a built `Claim`.
-    quick: small sizes and one seed; the verdict is labelled indicative.
-    seeds: the seeds (default: the claim's pre-registered `seeds`; quick: the first of them).
-      Other seeds make an addendum: its verdict is reported, the registered one stays.
-    root: the `runs` folder.
-    log: where progress lines go.
+    claim: the claim; its `primary` threshold (first non-control) is the effect that scales.
+    per_size: `{model: runs}`, the runs of each size (`{arm: {seed: {metric: value}}}`).
+    seeds: the seeds every size ran.
+    cards: `{model: model_card(model)}`.
 
   Returns:
-    The `results.json` dict and the run folder.
+    `{"sizes": [{"family", "model", "params", "effect", "ci"}, ...] (by params), "slope",
+    "slope_ci", "trend"}`: `effect`/`ci` are the paired mean and its 95% t-interval at that
+    size; the slope is the least-squares fit of every (size, seed) point's effect on
+    `log(params)` (per e-fold of parameters), its interval from t with `n − 2` dof.
   """
-  if not claim.built:
-    raise ValueError(f"claim {claim.id!r} is not built yet; nothing to run. Fix: choose a built "
-                     "claim (python -m experiments tour lists them).")
-  seeds = tuple(int(s) for s in (seeds if seeds else (claim.seeds[:1] if quick
-                                                      else claim.seeds)))
-  if len(set(seeds)) != len(seeds):
-    raise ValueError(f"--seeds {list(seeds)} repeats a seed. Fix: give distinct seeds.")
-  tuning = sorted(set(seeds) & set(claim.tuning_seeds))
-  if tuning:
-    raise ValueError(f"--seeds {tuning}: tuning seeds of {claim.id!r} {list(claim.tuning_seeds)} "
-                     "are never reported. Fix: report other seeds.")
-  sizes = claim.sizes(quick)
-  run_dir = new_run_dir(root, claim.id, quick)
-  jsonio.dump_strict({**claim.to_dict(), "quick": quick, "seeds": list(seeds)},
-                     os.path.join(run_dir, "claim.json"))
-  start = time.perf_counter()
+  th = claim.primary
+  rows, xs, ys = [], [], []
+  for name, runs in per_size.items():
+    v = paired_values(runs, th.arm, th.metric, th.baseline, seeds)
+    m, ci = mean_ci95(v)
+    rows.append({**cards[name], "effect": m, "ci": list(ci) if ci else [None, None]})
+    finite = np.isfinite(v)
+    xs += [math.log(cards[name]["params"])] * int(finite.sum())
+    ys += v[finite].tolist()
+  rows.sort(key=lambda r: (r["params"], r["family"], r["model"]))
+  try:
+    slope, ci = ols_slope(xs, ys)
+  except ValueError:  # fewer than two sizes with a finite effect: no slope to fit
+    slope, ci = None, None
+  effects = [r["effect"] for r in rows if math.isfinite(r["effect"])]
+  mean_effect = float(np.mean(effects)) if effects else math.nan
+  return {"sizes": rows, "slope": slope, "slope_ci": list(ci) if ci else [None, None],
+          "trend": trend(ci, mean_effect)}
+
+
+def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, log,
+              saved: str | None = None, reuse: bool = False) -> dict:
+  """`claim.run` at `sizes`; with `saved`, its findings are written there (and reused if equal).
+
+  A rerun (`reuse`) loads `saved` instead of running when it records the same claim, quick
+  flag, seeds and sizes.
+  """
+  key = jsonio.strict({"claim": claim.id, "quick": quick, "seeds": list(seeds),
+                       "sizes": sizes.to_dict()})
+  if saved and reuse and os.path.exists(saved):
+    obj = jsonio.load_strict(saved)
+    if obj.get("key") == key:
+      log(f"[{claim.id}] reusing {saved}")
+      found = obj["findings"]
+      found["runs"] = {arm: {int(s): m for s, m in per.items()}
+                       for arm, per in found["runs"].items()}
+      return found
   findings = claim.run(Spec(quick=quick, seeds=seeds, run_dir=run_dir, sizes=sizes, log=log))
   if "config" in findings:
     raise ValueError(f"claim {claim.id!r}: run() returned a 'config'; the runner writes the "
                      "config from the claim's sizes. Fix: declare what the run reads in its "
                      "Sizes dataclass; return facts about the setup (model configs, tuned "
                      "rates) under 'setup'.")
-  runtime = time.perf_counter() - start
-  runs = {arm: {s: per_seed[s] for s in seeds} for arm, per_seed in findings["runs"].items()}
+  if "scale" in findings:
+    raise ValueError(f"claim {claim.id!r}: run() returned a 'scale'; the runner computes it "
+                     "from the sizes it runs. Fix: declare scale_models in the Claim (or pass "
+                     "--sizes) and drop 'scale' from the findings.")
+  if saved:
+    os.makedirs(os.path.dirname(saved), exist_ok=True)
+    try:
+      jsonio.dump_strict({"key": key, "findings": findings}, saved)
+    except (TypeError, ValueError) as e:  # findings that are not JSON: run again on a rerun
+      log(f"[{claim.id}] could not save {saved} ({e}); a rerun will run this size again")
+  return findings
+
+
+def _resume_dir(path: str, claim: Claim, quick: bool, seeds) -> str:
+  """Checks that `path` is a run folder of this claim, quick flag and seeds; returns it."""
+  frozen = os.path.join(path, "claim.json")
+  if not os.path.exists(frozen):
+    raise ValueError(f"--resume {path}: no claim.json there. Fix: give the folder of an earlier "
+                     f"run of {claim.id!r} (runs/claims/{claim.id}/<run-id>).")
+  old = jsonio.load_strict(frozen)
+  if (old.get("id"), old.get("quick"), old.get("seeds")) != (claim.id, quick, list(seeds)):
+    raise ValueError(f"--resume {path}: that run is claim {old.get('id')!r}, quick="
+                     f"{old.get('quick')}, seeds {old.get('seeds')}; this one is {claim.id!r}, "
+                     f"quick={quick}, seeds {list(seeds)}. Fix: resume with the same settings.")
+  return path
+
+
+def _results(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, runs: dict,
+             runtime: float, scale: dict | None) -> tuple[dict, list]:
+  """The `results.json` dict of a run (validated) and the primary thresholds' evaluations."""
   indicative = quick or len(seeds) < 3
   v, reason, evals = verdict(claim, runs, seeds, indicative=indicative)
   extensions = extension_verdicts(claim, runs, seeds, indicative=indicative)
@@ -194,14 +304,112 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
       "arms": {arm: arm_summary(per_seed) for arm, per_seed in runs.items()},
       "effects": effects, "verdict": v, "reason": reason,
       "thresholds": [th.to_dict() for th in claim.thresholds], "extensions": extensions,
-      "scale": findings.get("scale"), "context": findings.get("context"),
+      "scale": scale, "context": findings.get("context"),
       "anchors": [a.to_dict() for a in claim.anchors], "runtime_s": runtime,
       "env": environment(), "git": git_revision(),
   }
   results = jsonio.strict(results)
   validate_results(results)
+  return results, evals
+
+
+def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None = None,
+              root: str = "runs", log: Callable[[str], None] = print,
+              sizes: Sequence[str] | None = None, resume: str | None = None) -> tuple[dict, str]:
+  """Runs `claim` and writes its folder; returns `(results, run_dir)`.
+
+  At several base models (the claim's `scale_models`, or `sizes`), the registered size (the
+  run's `Sizes.model`) runs first, into the run folder, and its `results.json` and report are
+  written at once; the verdict and every threshold are read there and only there. Each other
+  size then runs on the same seeds into `run_dir/size-<model>/` (its own figures), every
+  size's findings are saved as `size-<model>/findings.json` as it finishes, and a size that
+  crashes is logged and left out (the others are kept). Finally `results.json` gains `scale`
+  (`scale_block`) and the report its trend and `scale.png`.
+
+  Args:
+    claim: a built `Claim`.
+    quick: small sizes and one seed; the verdict is labelled indicative.
+    seeds: the seeds (default: the claim's pre-registered `seeds`; quick: the first of them).
+      Other seeds make an addendum: its verdict is reported, the registered one stays.
+    root: the `runs` folder.
+    log: where progress lines go.
+    sizes: base models to measure the primary effect on (overrides `scale_models`; a quick
+      run measures one size unless this is given).
+    resume: an earlier run folder of this claim (same quick flag and seeds) to finish: sizes
+      whose `findings.json` records the same sizes and seeds are reused, not run again.
+
+  Returns:
+    The `results.json` dict and the run folder.
+  """
+  if not claim.built:
+    raise ValueError(f"claim {claim.id!r} is not built yet; nothing to run. Fix: choose a built "
+                     "claim (python -m experiments tour lists them).")
+  seeds = tuple(int(s) for s in (seeds if seeds else (claim.seeds[:1] if quick
+                                                      else claim.seeds)))
+  if len(set(seeds)) != len(seeds):
+    raise ValueError(f"--seeds {list(seeds)} repeats a seed. Fix: give distinct seeds.")
+  tuning = sorted(set(seeds) & set(claim.tuning_seeds))
+  if tuning:
+    raise ValueError(f"--seeds {tuning}: tuning seeds of {claim.id!r} {list(claim.tuning_seeds)} "
+                     "are never reported. Fix: report other seeds.")
+  registered = claim.sizes(quick)
+  names = scale_models(claim, quick, sizes)
+  cards = {n: model_card(n) for n in names}  # before any compute: a missing card fails now
+  run_dir = (_resume_dir(resume, claim, quick, seeds) if resume
+             else new_run_dir(root, claim.id, quick))
+  jsonio.dump_strict({**claim.to_dict(), "quick": quick, "seeds": list(seeds)},
+                     os.path.join(run_dir, "claim.json"))
+
+  def saved(name):
+    return os.path.join(run_dir, f"size-{name}", "findings.json") if names else None
+
+  def head(i, name):
+    c = cards[name]
+    return (f"[{claim.id}] size {i}/{len(names)}: {name} ({c['family']}, "
+            f"{report.params_text(c['params'])} params)")
+
+  start = time.perf_counter()
+  if names:
+    log(head(1, names[0]) + ": the registered size, where the verdict is read")
+  findings = _run_once(claim, registered, quick=quick, seeds=seeds, run_dir=run_dir, log=log,
+                       saved=saved(names[0] if names else ""), reuse=bool(resume))
+  runs = {arm: {s: per_seed[s] for s in seeds} for arm, per_seed in findings["runs"].items()}
+  results, evals = _results(claim, quick=quick, seeds=seeds, sizes=registered,
+                            findings=findings, runs=runs, runtime=time.perf_counter() - start,
+                            scale=None)
   jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
-
   report.write_claim_report(claim, results, evals, findings, run_dir)
-  return results, run_dir
+  if not names:
+    return results, run_dir
 
+  per_size, failed = {names[0]: runs}, []
+  for i, name in enumerate(names[1:], 2):
+    log(head(i, name))
+    size_dir = os.path.join(run_dir, f"size-{name}")
+    os.makedirs(size_dir, exist_ok=True)
+    try:
+      found = _run_once(claim, dataclasses.replace(registered, model=name), quick=quick,
+                        seeds=seeds, run_dir=size_dir, log=log, saved=saved(name),
+                        reuse=bool(resume))
+      per_size[name] = {arm: {s: per_seed[s] for s in seeds}
+                        for arm, per_seed in found["runs"].items()}
+    except Exception as e:  # one size's crash must not lose the others
+      traceback.print_exc()
+      log(f"[{claim.id}] size {name} FAILED ({type(e).__name__}: {e}); the other sizes are kept")
+      failed.append(f"- Size `{name}` failed and is left out of the trend: "
+                    f"{type(e).__name__}: {e}")
+  notes = list(findings.get("notes", ())) + failed
+  figures = list(findings.get("figures", ()))
+  scale = None
+  if len(per_size) > 1:
+    scale = scale_block(claim, per_size, seeds, cards)
+    figures.append(report.scale_figure(claim, scale, run_dir, registered.model))
+    notes.append(f"- Sizes other than the registered `{registered.model}` ran in "
+                 "`size-<model>/` (their findings and figures); they feed only the trend.")
+  results, evals = _results(claim, quick=quick, seeds=seeds, sizes=registered,
+                            findings=findings, runs=runs, runtime=time.perf_counter() - start,
+                            scale=scale)
+  jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
+  report.write_claim_report(claim, results, evals, {**findings, "notes": notes,
+                                                    "figures": figures}, run_dir)
+  return results, run_dir

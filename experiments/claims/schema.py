@@ -18,7 +18,7 @@ RESULT_KEYS = ("claim", "quick", "seeds", "tuning_seeds", "config", "arms", "eff
                "env", "git")
 EXTENSION_KEYS = ("name", "verdict", "reason", "thresholds")
 SCALE_KEYS = ("sizes", "slope", "slope_ci", "trend")
-SCALE_SIZE_KEYS = ("family", "params", "effect", "ci")
+SCALE_SIZE_KEYS = ("family", "model", "params", "effect", "ci")
 TRENDS = ("grows", "shrinks", "no trend")
 CONTEXT_KEYS = ("T", "effect", "ci")
 EFFECT_KEYS = ("name", "arm", "baseline", "metric", "mean", "ci95")
@@ -51,6 +51,53 @@ def _finite_tree(tree, where: str) -> None:
       _finite_tree(v, f"{where}[{i}]")
   elif isinstance(tree, float):
     _need(math.isfinite(tree), where, f"{tree} is not finite (write null)")
+
+
+def _interval(x) -> bool:
+  return isinstance(x, list) and len(x) == 2 and all(map(_is_num, x))
+
+
+def validate_scale(sc) -> None:
+  """Checks `results.json`'s `scale` (null for a one-size run); raises `ValueError`.
+
+  Example:
+    >>> from experiments.claims.schema import validate_scale
+    >>> validate_scale({"sizes": [], "slope": None, "slope_ci": [None, None],
+    ...                 "trend": "no trend"})
+    Traceback (most recent call last):
+    ...
+    ValueError: results.json schema: scale.sizes: must list at least two sizes
+  """
+  _keys(sc, SCALE_KEYS, "scale")
+  _need(sc["trend"] in TRENDS, "scale.trend", f"must be one of {TRENDS}")
+  _need(isinstance(sc["sizes"], list) and len(sc["sizes"]) >= 2, "scale.sizes",
+        "must list at least two sizes")
+  for i, row in enumerate(sc["sizes"]):
+    where = f"scale.sizes[{i}]"
+    _keys(row, SCALE_SIZE_KEYS, where)
+    _need(isinstance(row["family"], str) and row["family"], f"{where}.family",
+          "must be a non-empty string")
+    _need(isinstance(row["model"], str) and row["model"], f"{where}.model",
+          "must be a non-empty string (a base model's name)")
+    _need(_is_num(row["params"]) and row["params"] is not None and row["params"] > 0,
+          f"{where}.params", "must be a positive number")
+    _need(_is_num(row["effect"]), f"{where}.effect", "must be a number or null")
+    _need(_interval(row["ci"]), f"{where}.ci", "must be [lo, hi] of numbers or nulls")
+  models = [row["model"] for row in sc["sizes"]]
+  _need(len(set(models)) == len(models), "scale.sizes", f"models {models} repeat")
+  _need(_is_num(sc["slope"]), "scale.slope", "must be a number or null")
+  _need(_interval(sc["slope_ci"]), "scale.slope_ci", "must be [lo, hi] of numbers or nulls")
+
+
+def validate_context(ctx) -> None:
+  """Checks `results.json`'s `context`: `[{"T", "effect", "ci"}, ...]` or null."""
+  _need(isinstance(ctx, list), "context", "must be a list or null")
+  for i, row in enumerate(ctx):
+    _keys(row, CONTEXT_KEYS, f"context[{i}]")
+    _need(isinstance(row["T"], int) and not isinstance(row["T"], bool) and row["T"] > 0,
+          f"context[{i}].T", "must be a positive integer (tokens)")
+    _need(_is_num(row["effect"]), f"context[{i}].effect", "must be a number or null")
+    _need(_interval(row["ci"]), f"context[{i}].ci", "must be [lo, hi] of numbers or nulls")
 
 
 def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
@@ -112,16 +159,9 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
     _need(isinstance(e["reason"], str), f"extensions[{i}].reason", "must be a string")
     _need(isinstance(e["thresholds"], list), f"extensions[{i}].thresholds", "must be a list")
   if obj["scale"] is not None:
-    sc = obj["scale"]
-    _keys(sc, SCALE_KEYS, "scale")
-    _need(isinstance(sc["sizes"], list), "scale.sizes", "must be a list")
-    for i, row in enumerate(sc["sizes"]):
-      _keys(row, SCALE_SIZE_KEYS, f"scale.sizes[{i}]")
-    _need(sc["trend"] in TRENDS, "scale.trend", f"must be one of {TRENDS}")
+    validate_scale(obj["scale"])
   if obj["context"] is not None:
-    _need(isinstance(obj["context"], list), "context", "must be a list or null")
-    for i, row in enumerate(obj["context"]):
-      _keys(row, CONTEXT_KEYS, f"context[{i}]")
+    validate_context(obj["context"])
   _need(isinstance(obj["anchors"], list), "anchors", "must be a list")
   _need(_is_num(obj["runtime_s"]) and obj["runtime_s"] is not None, "runtime_s",
         "must be a number")

@@ -1,10 +1,11 @@
-"""The arithmetic of a verdict: t-quantiles, intervals, paired effects, rank correlations.
+"""The arithmetic of a verdict: t-quantiles, intervals, paired effects, slopes, rank correlations.
 
 Arms with the same seed share initialisation and data stream, so an effect is the paired
 difference `arm − baseline`, seed by seed; its interval is the 95% t-interval of the mean
 over seeds. `evaluate` gives the interval a `Threshold` is decided on and whether its
-conditions hold (the whole interval must satisfy a condition). `fmt` is how every number in
-a report is written.
+conditions hold (the whole interval must satisfy a condition). `ols_slope` and `trend` read
+an effect against model size (the runner's scale axis). `fmt` is how every number in a report
+is written.
 """
 
 from __future__ import annotations
@@ -104,8 +105,16 @@ def arm_summary(runs: dict) -> dict:
   return {"runs": {str(s): dict(v) for s, v in runs.items()}, "mean": mean, "std": std}
 
 
-def _values(runs: dict, arm: str, metric: str, baseline: str | None, seeds) -> np.ndarray:
-  """Per-seed values of `metric` in `arm`, minus `baseline`'s for the same seed when given."""
+def paired_values(runs: dict, arm: str, metric: str, baseline: str | None,
+                  seeds) -> np.ndarray:
+  """Per-seed values of `metric` in `arm`, minus `baseline`'s for the same seed when given.
+
+  Example:
+    >>> from experiments.claims.stats import paired_values
+    >>> runs = {"a": {0: {"m": 3.0}, 1: {"m": 5.0}}, "b": {0: {"m": 1.0}, 1: {"m": 1.5}}}
+    >>> paired_values(runs, "a", "m", "b", (0, 1)).tolist()
+    [2.0, 3.5]
+  """
   def get(a):
     if a not in runs:
       raise KeyError(f"arm {a!r} is not among the measured arms {sorted(runs)}")
@@ -117,14 +126,14 @@ def _values(runs: dict, arm: str, metric: str, baseline: str | None, seeds) -> n
 
 def effect(runs: dict, seeds, name: str, arm: str, baseline: str | None, metric: str) -> dict:
   """One `effects` entry: the mean of the (paired) quantity and its 95% t-interval."""
-  m, ci = mean_ci95(_values(runs, arm, metric, baseline, seeds))
+  m, ci = mean_ci95(paired_values(runs, arm, metric, baseline, seeds))
   return {"name": name, "arm": arm, "baseline": baseline, "metric": metric, "mean": m,
           "ci95": list(ci) if ci is not None else [None, None]}
 
 
 def evaluate(th: Threshold, runs: dict, seeds) -> dict:
   """The interval a threshold is decided on, and whether its conditions hold."""
-  x = _values(runs, th.arm, th.metric, th.baseline, seeds)
+  x = paired_values(runs, th.arm, th.metric, th.baseline, seeds)
   m, ci = mean_ci95(x)
   if th.stat == "range" or ci is None:
     interval = (float(x.min()), float(x.max())) if not np.isnan(x).any() else (math.nan,) * 2
@@ -134,6 +143,67 @@ def evaluate(th: Threshold, runs: dict, seeds) -> dict:
   return {"mean": m, "interval": interval, "what": what,
           "supports": th.supports is not None and holds(th.supports, interval),
           "refutes": th.refutes is not None and holds(th.refutes, interval)}
+
+
+def ols_slope(x, y) -> tuple[float, tuple[float, float] | None]:
+  """Ordinary least squares slope of `y` on `x`, with its 95% t-interval (`n − 2` dof).
+
+  .. math:: \\hat\\beta = \\frac{\\sum (x_i - \\bar x)(y_i - \\bar y)}{\\sum (x_i - \\bar x)^2},
+     \\quad \\hat\\beta \\pm t_{n-2}\\,\\sqrt{\\frac{\\sum r_i^2 / (n-2)}{\\sum (x_i - \\bar x)^2}}
+
+  with residuals `r_i = y_i − ŷ_i` (the slope and standard error of `scipy.stats.linregress`).
+
+  Args:
+    x: the regressor, e.g. `log(parameters)` of each (size, seed) point.
+    y: the response, e.g. the primary effect of that point; same length as `x`.
+
+  Returns:
+    `(slope, (lo, hi))`; the interval is None with fewer than 3 points (no residual dof).
+
+  Example:
+    >>> from experiments.claims.stats import ols_slope
+    >>> slope, (lo, hi) = ols_slope([0.0, 1.0, 2.0, 3.0], [0.1, 1.0, 2.1, 2.9])
+    >>> round(slope, 3), round(lo, 3), round(hi, 3)
+    (0.95, 0.783, 1.117)
+  """
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.shape != y.shape or x.ndim != 1:
+    raise ValueError(f"ols_slope: x and y must be 1-D of one length; got {x.shape=}, {y.shape=}.")
+  if x.size < 2 or float(np.ptp(x)) == 0.0:
+    raise ValueError(f"ols_slope: x takes {np.unique(x).size} distinct value(s); a slope needs "
+                     "at least two. Fix: measure at two sizes or more.")
+  dx, dy = x - x.mean(), y - y.mean()
+  sxx = float(dx @ dx)
+  slope = float(dx @ dy) / sxx
+  if x.size < 3:
+    return slope, None
+  resid = dy - slope * dx
+  se = math.sqrt(float(resid @ resid) / (x.size - 2) / sxx)
+  half = t_quantile_975(x.size - 2) * se
+  return slope, (slope - half, slope + half)
+
+
+def trend(slope_ci: tuple[float, float] | None, mean_effect: float) -> str:
+  """`"grows"`, `"shrinks"` or `"no trend"`: which way an effect's magnitude moves with size.
+
+  `"no trend"` when the slope's 95% interval contains 0 (or there is none); otherwise
+  `"grows"` when the slope has the sign of the mean effect across sizes (its magnitude rises
+  with size) and `"shrinks"` when the opposite sign. A mean effect of exactly 0 counts as
+  positive.
+
+  Example:
+    >>> from experiments.claims.stats import trend
+    >>> trend((0.1, 0.3), 2.0), trend((0.1, 0.3), -2.0), trend((-0.1, 0.3), 2.0)
+    ('grows', 'shrinks', 'no trend')
+  """
+  if slope_ci is None or any(v is None or math.isnan(v) for v in slope_ci):
+    return "no trend"
+  lo, hi = slope_ci
+  if lo <= 0.0 <= hi:
+    return "no trend"
+  if mean_effect is None or math.isnan(mean_effect):
+    return "no trend"
+  return "grows" if (lo > 0.0) == (mean_effect >= 0.0) else "shrinks"
 
 
 def fmt(x) -> str:

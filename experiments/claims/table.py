@@ -7,7 +7,9 @@
 contract (`claim.json`, `results.json`, `report.md`, figures). The table has one row per
 claim of `experiments.claims.CLAIMS`, in tour order: the primary verdict (the preface's own
 question), the extensions' verdicts, the key number with its unit and 95% interval, the
-trend with model size, and the published anchor. A claim with no committed run says so.
+trend with model size (`grows`, `shrinks` or `no trend`, with the slope's 95% interval per
+e-fold of parameters; `—` for a claim that ran at one size), and the published anchor. A
+claim with no committed run says so.
 In the README the table sits between `<!-- claims-table:start -->` and
 `<!-- claims-table:end -->`; `--check` names the first row that differs.
 """
@@ -103,11 +105,10 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     registered = res["seeds"] == list(claim.seeds)
     verdict = res["verdict"] + ("" if registered else " (addendum seeds)")
     ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
-    trend = res["scale"]["trend"] if res["scale"] else "—"
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
-                 claim.preface, verdict, ext, report.key_number(res, claim), trend,
-                 report.anchor_text(claim)])
+                 claim.preface, verdict, ext, report.key_number(res, claim),
+                 report.trend_text(res), report.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict",
             "extensions", "key number (95% CI)", "trend with size", "published anchor"]
   return report.table(header, rows)[:-1]

@@ -1,7 +1,8 @@
 """The tour: every claim in order, one verdict table. Also the `claim` command.
 
     python -m experiments tour [--quick] [--only ID ...]     # make demo: tour --quick
-    python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4] [--keep]
+    python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4] [--sizes mini,small,base]
+                                   [--resume RUN_DIR] [--keep]
 
 The tour opens with the library's own checks (the matrix catalog of `tiny`, a forward pass
 on real text, KV-cache decoding = full forward), then runs each built claim (a progress line
@@ -128,6 +129,15 @@ def tour_main(argv=None) -> int:
   return 1 if failed else 0
 
 
+def _model_list(text: str) -> tuple[str, ...]:
+  """`"mini,small,base"` -> `("mini", "small", "base")`; argparse reports a bad list."""
+  names = tuple(n.strip() for n in text.split(",") if n.strip())
+  if not names or len(set(names)) != len(names):
+    raise argparse.ArgumentTypeError(f"{text!r}: give distinct base-model names separated by "
+                                     "commas, e.g. mini,small,base")
+  return names
+
+
 def claim_main(argv=None) -> int:
   """`python -m experiments claim ID`; prints the verdict and the report's path."""
   p = argparse.ArgumentParser(prog="python -m experiments claim",
@@ -137,6 +147,14 @@ def claim_main(argv=None) -> int:
   p.add_argument("--seeds", type=int, nargs="+", default=None,
                  help="seeds (default: the claim's pre-registered seeds; with --quick the "
                       "first of them). Other seeds make an addendum, never a new headline")
+  p.add_argument("--sizes", type=_model_list, default=None, metavar="MODEL,MODEL,...",
+                 help="base models to measure the primary effect on, e.g. mini,small,base "
+                      "(default: the claim's scale_models; --quick: one size). The verdict is "
+                      "read only at the registered size (added if missing); the others give "
+                      "the trend with size")
+  p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                 help="finish an earlier run folder of this claim (same --quick and --seeds): "
+                      "sizes already saved there are reused, not run again")
   p.add_argument("--out", default="runs", help="the runs folder")
   p.add_argument("--keep", action="store_true",
                  help="copy the finished full run (pre-registered seeds) to results/ID/, the "
@@ -151,12 +169,15 @@ def claim_main(argv=None) -> int:
     print(f"claim {args.id!r} is not built yet (verdict: not built).", file=sys.stderr)
     return 2
   try:
-    res, run_dir = run_claim(claim, quick=args.quick, seeds=args.seeds, root=args.out)
+    res, run_dir = run_claim(claim, quick=args.quick, seeds=args.seeds, root=args.out,
+                             sizes=args.sizes, resume=args.resume)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   print(f"{claim.id}: {report.verdict_label(res, res['verdict'])} ({res['runtime_s']:.1f} s)\n"
         f"  {res['reason']}\n  report: {os.path.join(run_dir, 'report.md')}")
+  if res["scale"]:
+    print(f"  {report.scale_sentence(res['scale'])}")
   if args.keep:
     print(f"  kept: {table.keep(run_dir)} (regenerate the README table: "
           "python -m experiments.claims.table)")

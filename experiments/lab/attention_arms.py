@@ -11,6 +11,7 @@ a margin").
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -65,6 +66,12 @@ def within(margin: float, direction: str = "<") -> dict:
           "margin": float(margin)}
 
 
+@functools.lru_cache(maxsize=16)
+def forward(cfg: transformer.Config):
+  """`apply({"params": p}, tokens) -> logits`, jitted once per config (evaluations reuse it)."""
+  return jax.jit(transformer.Transformer(cfg).apply)
+
+
 def task_scores(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
                 batch_size: int) -> dict:
   """Exact match and answer accuracy of a model on `n_batches` held-out batches of a task.
@@ -72,7 +79,7 @@ def task_scores(params, cfg: transformer.Config, src, seed: int, *, n_batches: i
   `exact_match` is `data.exact_match` (every scored target of a sequence right); `accuracy`
   the fraction of scored targets right (for recall: of answers), pooled over the batches.
   """
-  apply = jax.jit(transformer.Transformer(cfg).apply)
+  apply = forward(cfg)
   em, right, scored = [], 0.0, 0.0
   for step in range(n_batches):
     batch = src.batch(seed, 10_000 + step, batch_size, "val")

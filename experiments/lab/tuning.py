@@ -253,8 +253,8 @@ def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, step
     >>> import transformer
     >>> from experiments.lab.optimizers import adamw_arm
     >>> from experiments.lab.tuning import tune_on_seeds
-    >>> t = tune_on_seeds(transformer.preset("tiny", d_model=32), adamw_arm(), (1e-3, 1e-2),
-    ...                   seeds=(100, 101), steps=4, data="task:modadd", batch_size=2,
+    >>> t = tune_on_seeds(transformer.preset("tiny", d_model=32), adamw_arm(), (3e-3, 3e-2),
+    ...                   seeds=(100, 101), steps=8, data="stdlib", batch_size=2,
     ...                   seq_len=8, eval_batches=1)
     >>> t["learning_rate"] in t["grid"], len(t["val_loss_by_seed"][0])
     (True, 2)

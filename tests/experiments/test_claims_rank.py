@@ -246,7 +246,7 @@ def test_seeds_train_together_from_their_own_bases():
   ft, tune, _, _ = lora_claim.held_out_text()
   src = data.TextSource(data.Corpus(ft, tune, (), ()), 16)
   got = lora_claim.train_arm(bases, cfg, src, (5, 9), (3e-3,), "lora-qv-r4", steps=3,
-                             batch_size=2, seq_len=16, eval_batches=0)
+                             batch_size=2, seq_len=16)
   rank, targets = lora_claim.ARMS["lora-qv-r4"]
   ref = sweep.train_many(cfg, lora_claim.make_tx(3), seeds=(9,), learning_rates=(3e-3,),
                          steps=3, data=src, batch_size=2, seq_len=16,

@@ -1,0 +1,296 @@
+"""The scale axis of the claims runner: sizes, the slope on log(params), the trend, the table."""
+
+import dataclasses
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from experiments import jsonio, models
+from experiments.claims import CLAIMS, report, runner, schema, stats, table, tour
+from experiments.claims.claim import Claim, Sizes, Threshold
+
+PARAMS = {"mini": 100_000, "small": 860_000, "base": 2_000_000, "llama-mini": 120_000,
+          "llama-base": 2_300_000}
+FAMILY = {"mini": "GPT", "small": "GPT", "base": "GPT", "llama-mini": "Llama",
+          "llama-base": "Llama"}
+
+
+@pytest.fixture(autouse=True)
+def cards(monkeypatch):
+  """Known base models: every name is a recipe, and its card gives a family and a size."""
+  for name in PARAMS:
+    monkeypatch.setitem(models.RECIPES, name, models.RECIPES["quick"])
+  monkeypatch.setattr(models, "model_card",
+                      lambda name: {"family": FAMILY[name], "params": PARAMS[name]},
+                      raising=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleSizes(Sizes):
+  model: str
+  n: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class NoModelSizes(Sizes):
+  n: int
+
+
+SEEDS = (0, 1, 2)
+GAIN = Threshold.beyond("gain", "treated", "score", baseline="control", margin=0.1, unit="nats")
+
+
+def fake_run(effect: dict, calls: list | None = None, fail=()):
+  """A claim's `run` whose paired effect at model `m` and seed `s` is `effect[m] + 0.01 s`."""
+  def run(spec):
+    m = spec.sizes.model
+    if calls is not None:
+      calls.append((m, spec.run_dir))
+    if m in fail:
+      raise RuntimeError(f"out of memory at {m}")
+    return {"runs": {"treated": {s: {"score": effect[m] + 0.01 * s} for s in spec.seeds},
+                     "control": {s: {"score": 0.0} for s in spec.seeds}},
+            "notes": [f"- ran {m}"]}
+  return run
+
+
+def scale_claim(run, **kw):
+  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), **kw}
+  return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+               run=run, QUICK=ScaleSizes("mini"), FULL=ScaleSizes("small"), **kw)
+
+
+def quiet(*_):
+  pass
+
+
+def points(effect, names):
+  x = [math.log(PARAMS[m]) for m in names for _ in SEEDS]
+  y = [effect[m] + 0.01 * s for m in names for s in SEEDS]
+  return x, y
+
+
+def test_ols_slope_matches_scipy_linregress_in_float64():
+  rng = np.random.default_rng(0)
+  x = np.log(np.repeat([1e5, 8.6e5, 2e6], 5))
+  y = 0.3 - 0.02 * x + 0.01 * rng.standard_normal(x.size)
+  slope, (lo, hi) = stats.ols_slope(x, y)
+  ref = scipy.stats.linregress(x, y)
+  half = scipy.stats.t.ppf(0.975, x.size - 2) * ref.stderr
+  assert slope == pytest.approx(ref.slope, rel=1e-12, abs=1e-15)
+  assert (lo, hi) == pytest.approx((ref.slope - half, ref.slope + half), rel=1e-6)
+  assert stats.ols_slope([0.0, 1.0], [1.0, 3.0]) == (2.0, None)  # no residual dof
+  with pytest.raises(ValueError, match="two sizes"):
+    stats.ols_slope([1.0, 1.0, 1.0], [0.0, 1.0, 2.0])
+
+
+def block(effect: dict, noise: dict | None = None) -> dict:
+  """`scale_block` over sizes whose seed-s effect is `effect[m] + noise[s]`."""
+  noise = noise or {s: 0.01 * s for s in SEEDS}
+  per_size = {m: {"treated": {s: {"score": effect[m] + noise[s]} for s in SEEDS},
+                  "control": {s: {"score": 0.0} for s in SEEDS}} for m in effect}
+  claim = scale_claim(fake_run(effect))
+  return runner.scale_block(claim, per_size, SEEDS, {m: runner.model_card(m) for m in effect})
+
+
+@pytest.mark.parametrize("effect, expected", [
+    ({"mini": 0.2, "small": 0.4, "base": 0.6}, "grows"),      # positive, rising
+    ({"mini": -0.2, "small": -0.4, "base": -0.6}, "grows"),   # negative, falling: |effect| up
+    ({"mini": 0.6, "small": 0.4, "base": 0.2}, "shrinks"),
+    ({"mini": -0.6, "small": -0.4, "base": -0.2}, "shrinks"),
+])
+def test_trend_follows_the_magnitude_of_the_effect(effect, expected):
+  sc = block(effect)
+  assert sc["trend"] == expected
+  assert sc["slope_ci"][0] * sc["slope_ci"][1] > 0  # the interval excludes 0
+
+
+def test_no_trend_when_the_slope_interval_contains_zero():
+  sc = block({"mini": 0.40, "small": 0.41, "base": 0.40}, noise={0: -0.3, 1: 0.3, 2: 0.0})
+  assert sc["slope_ci"][0] < 0 < sc["slope_ci"][1] and sc["trend"] == "no trend"
+  assert stats.trend(None, 1.0) == "no trend"
+
+
+def test_sizes_run_through_the_runner_with_slope_equal_to_scipys(tmp_path):
+  effect = {"mini": 0.5, "small": 0.4, "base": 0.25}
+  calls = []
+  claim = scale_claim(fake_run(effect, calls))
+  lines = []
+  res, run_dir = runner.run_claim(claim, sizes=("mini", "base"), root=str(tmp_path),
+                                  log=lines.append)
+  # The registered size runs first, into the run folder; the others into size-<model>/.
+  assert calls == [("small", run_dir), ("mini", os.path.join(run_dir, "size-mini")),
+                   ("base", os.path.join(run_dir, "size-base"))]
+  assert [line for line in lines if "size " in line and "/3" in line] == [
+      "[toy] size 1/3: small (GPT, 0.86M params): the registered size, where the verdict is "
+      "read", "[toy] size 2/3: mini (GPT, 0.1M params)", "[toy] size 3/3: base (GPT, 2.0M params)"]
+  on_disk = jsonio.load_strict(os.path.join(run_dir, "results.json"))
+  schema.validate_results(on_disk, ["toy"])
+  sc = on_disk["scale"]
+  assert [r["model"] for r in sc["sizes"]] == ["mini", "small", "base"]  # by params
+  ci = scipy.stats.t.interval(0.95, 2, loc=0.51, scale=scipy.stats.sem([0.5, 0.51, 0.52]))
+  assert sc["sizes"][0] == {"family": "GPT", "model": "mini", "params": 100_000,
+                            "effect": pytest.approx(0.51), "ci": pytest.approx(list(ci))}
+  x, y = points(effect, ["mini", "small", "base"])
+  ref = scipy.stats.linregress(x, y)
+  half = scipy.stats.t.ppf(0.975, len(x) - 2) * ref.stderr
+  assert sc["slope"] == pytest.approx(ref.slope, rel=1e-9)
+  assert sc["slope_ci"] == pytest.approx([ref.slope - half, ref.slope + half], rel=1e-6)
+  assert sc["trend"] == "shrinks"
+  for name in ("mini", "small", "base"):
+    assert os.path.exists(os.path.join(run_dir, f"size-{name}", "findings.json"))
+  assert os.path.exists(os.path.join(run_dir, "scale.png"))
+  text = open(os.path.join(run_dir, "report.md")).read()
+  assert "## Scale: the primary effect against model size" in text and "![scale.png]" in text
+  assert text.rstrip().endswith(report.scale_sentence(sc))
+  assert "With scale (mini 0.1M → base 2.0M params, GPT family), the effect shrinks" in text
+  assert "At the largest size (`base`, 2.0M params) the primary threshold would be **supported**"\
+      in text
+  frozen = json.load(open(os.path.join(run_dir, "claim.json")))
+  assert "scale_models" not in frozen  # not declared: claim.json as before
+
+
+def test_the_verdict_is_read_only_at_the_registered_size(tmp_path):
+  effect = {"mini": 0.5, "small": 0.4, "base": -0.3}  # base alone would refute
+  claim = scale_claim(fake_run(effect))
+  one, _ = runner.run_claim(claim, root=str(tmp_path / "a"), log=quiet)
+  res, run_dir = runner.run_claim(claim, sizes=("mini", "small", "base"),
+                                  root=str(tmp_path / "b"), log=quiet)
+  assert one["scale"] is None and res["scale"] is not None
+  for key in ("verdict", "reason", "effects", "arms", "extensions", "config"):
+    assert res[key] == one[key], key
+  assert res["verdict"] == "supported"
+  base = res["scale"]["sizes"][-1]
+  assert base["model"] == "base" and report.size_test(GAIN, base)[0] == "refuted"
+  text = open(os.path.join(run_dir, "report.md")).read()
+  assert "**Verdict: supported.**" in text and "would be **refuted**" in text
+
+
+def test_two_families_and_declared_sizes_but_quick_runs_one_size(tmp_path):
+  effect = {"mini": 0.5, "small": 0.4, "base": 0.3, "llama-mini": 0.6, "llama-base": 0.35}
+  claim = scale_claim(fake_run(effect), scale_models=("mini", "base", "llama-mini",
+                                                      "llama-base"))
+  assert claim.to_dict()["scale_models"] == ["mini", "base", "llama-mini", "llama-base"]
+  quick, quick_dir = runner.run_claim(claim, quick=True, root=str(tmp_path), log=quiet)
+  assert quick["scale"] is None and not any(n.startswith("size-") for n in os.listdir(quick_dir))
+  res, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet)
+  assert {r["family"] for r in res["scale"]["sizes"]} == {"GPT", "Llama"}
+  assert len(res["scale"]["sizes"]) == 5  # the registered `small` added to the declared four
+  assert "GPT and Llama families" in report.scale_sentence(res["scale"])
+  assert os.path.exists(os.path.join(run_dir, "scale.png"))
+
+
+def test_a_crashed_size_loses_nothing_and_resume_reruns_only_it(tmp_path):
+  effect = {"mini": 0.5, "small": 0.4, "base": 0.3}
+  calls = []
+  claim = scale_claim(fake_run(effect, calls, fail=("mini",)))
+  res, run_dir = runner.run_claim(claim, sizes=("mini", "base"), root=str(tmp_path), log=quiet)
+  assert [r["model"] for r in res["scale"]["sizes"]] == ["small", "base"]
+  assert "Size `mini` failed" in open(os.path.join(run_dir, "report.md")).read()
+  assert res["verdict"] == "supported"
+  calls.clear()
+  fixed = dataclasses.replace(claim, run=fake_run(effect, calls))
+  again, same_dir = runner.run_claim(fixed, sizes=("mini", "base"), resume=run_dir, log=quiet)
+  assert same_dir == run_dir and [m for m, _ in calls] == ["mini"]  # the others were reused
+  assert [r["model"] for r in again["scale"]["sizes"]] == ["mini", "small", "base"]
+  assert again["verdict"] == res["verdict"] and again["effects"] == res["effects"]
+  with pytest.raises(ValueError, match="same settings"):
+    runner.run_claim(fixed, quick=True, resume=run_dir, log=quiet)
+
+
+def test_a_crash_at_the_registered_size_is_raised(tmp_path):
+  claim = scale_claim(fake_run({"mini": 0.5, "small": 0.4}, fail=("small",)))
+  with pytest.raises(RuntimeError, match="small"):
+    runner.run_claim(claim, sizes=("mini",), root=str(tmp_path), log=quiet)
+
+
+def test_scale_declarations_are_checked_at_construction(monkeypatch):
+  run = fake_run({})
+  with pytest.raises(ValueError, match=r"scale_models names \['huge'\].*Fix: choose from"):
+    scale_claim(run, scale_models=("mini", "huge"))
+  with pytest.raises(ValueError, match="distinct"):
+    scale_claim(run, scale_models=("mini", "mini"))
+  with pytest.raises(ValueError, match="no `model` field. Fix: add `model: str`"):
+    Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+          thresholds=(GAIN,), run=run, trains=False, QUICK=NoModelSizes(1),
+          FULL=NoModelSizes(2), scale_models=("mini",))
+  no_field = Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+                   thresholds=(GAIN,), run=run, trains=False, QUICK=NoModelSizes(1),
+                   FULL=NoModelSizes(2))
+  with pytest.raises(ValueError, match="--sizes runs the claim at several base models"):
+    runner.run_claim(no_field, sizes=("mini",), log=quiet)
+  with pytest.raises(ValueError, match="--sizes names"):
+    runner.run_claim(scale_claim(run), sizes=("huge",), log=quiet)
+  monkeypatch.delattr(models, "model_card")
+  with pytest.raises(ValueError, match="no model_card"):
+    runner.run_claim(scale_claim(run), sizes=("mini",), log=quiet)
+
+
+def test_registered_claims_keep_their_claim_json():
+  for claim in CLAIMS.values():
+    if not claim.scale_models:
+      assert "scale_models" not in claim.to_dict()
+  for cid in table.committed_runs():
+    frozen = jsonio.load_strict(os.path.join(table.RESULTS_DIR, cid, "claim.json"))
+    assert CLAIMS[cid].scale_models or "scale_models" not in frozen
+
+
+def _valid_scale():
+  rows = [{"family": "GPT", "model": m, "params": p, "effect": 0.1, "ci": [0.0, 0.2]}
+          for m, p in (("mini", 1e5), ("base", 2e6))]
+  return {"sizes": rows, "slope": -0.01, "slope_ci": [-0.02, -0.001], "trend": "shrinks"}
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda s: s.update(trend="up"), "trend"),
+    (lambda s: s.pop("slope_ci"), "keys"),
+    (lambda s: s["sizes"][0].pop("model"), r"sizes\[0\]: keys"),
+    (lambda s: s["sizes"][1].update(params=0), "params"),
+    (lambda s: s["sizes"][1].update(ci=[0.1]), "ci"),
+    (lambda s: s["sizes"].pop(), "at least two"),
+    (lambda s: s["sizes"][1].update(model="mini"), "repeat"),
+    (lambda s: s.update(slope="steep"), "slope"),
+    (lambda s: s.update(slope_ci=[math.nan, 0.0]), "not finite"),
+])
+def test_the_schema_rejects_a_malformed_scale(breakage, message):
+  from tests.experiments.test_claims import _valid
+
+  good = {**_valid(), "scale": _valid_scale(),
+          "context": [{"T": 256, "effect": 0.1, "ci": [0.0, 0.2]}]}
+  schema.validate_results(good)
+  broken = json.loads(json.dumps(good))
+  breakage(broken["scale"])
+  with pytest.raises(ValueError, match=message):
+    schema.validate_results(broken)
+  bad_context = {**good, "context": [{"T": 256.5, "effect": 0.1, "ci": [0.0, 0.2]}]}
+  with pytest.raises(ValueError, match="context"):
+    schema.validate_results(bad_context)
+
+
+def test_the_table_shows_the_trend_with_the_slope_interval(tmp_path):
+  committed = table.committed_runs()
+  cid = next(iter(committed))
+  res = {**committed[cid], "scale": _valid_scale()}
+  (tmp_path / cid).mkdir()
+  jsonio.dump_strict(res, str(tmp_path / cid / "results.json"))
+  row = next(line for line in table.table_lines(str(tmp_path)) if f"`{cid}`" in line)
+  cells = [c.strip() for c in row.strip("|").split(" | ")]
+  assert cells[8] == "shrinks: slope -0.01 [-0.02, -0.001] per e-fold of params"
+  other = next(line for line in table.table_lines() if f"`{cid}`" in line)
+  assert [c.strip() for c in other.strip("|").split(" | ")][8] == "—"  # scale null: a dash
+
+
+def test_claim_cli_takes_sizes(tmp_path, monkeypatch, capsys):
+  claim = scale_claim(fake_run({"mini": 0.5, "small": 0.4, "base": 0.3}))
+  monkeypatch.setattr(tour, "CLAIMS", {"toy": claim})
+  assert tour.claim_main(["toy", "--sizes", "mini,base", "--out", str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert "the effect shrinks" in out and "toy: supported" in out
+  with pytest.raises(SystemExit):
+    tour.claim_main(["toy", "--sizes", "mini,mini", "--out", str(tmp_path)])
+  assert tour.claim_main(["toy", "--sizes", "huge", "--out", str(tmp_path)]) == 2
+  assert "--sizes names ['huge']" in capsys.readouterr().err
