@@ -2,7 +2,8 @@
 
 The cache holds every layer's keys and values for `S` slots (`KVCache`); `prefill`
 writes the prompt, `decode_step` appends one token, and `generate` loops `decode_step`
-inside `lax.scan`, so the whole generation is one compiled program.
+inside `lax.scan`, so the whole generation is one compiled program. `prefill` and
+`decode_step` donate the cache they are given and write into it in place.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from transformer.config import Config
 from transformer.model import KVCache, Transformer, is_key, key_order_error, param_tree
@@ -22,23 +24,56 @@ def init_cache(cfg: Config, batch: int, length: int | None = None, dtype=None) -
   if S > cfg.max_len and cfg.positions == "learned":
     raise ValueError(f"init_cache: length={S} exceeds max_len={cfg.max_len} of the learned "
                      "positions. Fix: use a shorter length or a config with a larger max_len.")
-  shape = (cfg.n_layers, batch, S, cfg.n_kv_heads, cfg.d_head)
+  shape = (cfg.n_layers, batch, cfg.n_kv_heads, S, cfg.d_head)
   dtype = cfg.jnp_dtype if dtype is None else dtype
   return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype),
                  jnp.zeros((batch, S), bool), jnp.zeros((), jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnames="cfg")
+def cache_nbytes(cache) -> int:
+  """Bytes of every array of a cache, from their shapes and dtypes: keys, values, validity
+  flags and index of a `KVCache` or a `transformer.latent.LatentCache` (or of its
+  `jax.eval_shape`, nothing allocated).
+
+  Example:
+    >>> import transformer
+    >>> cfg = transformer.preset("tiny")
+    >>> cache = transformer.init_cache(cfg, batch=1, length=8)
+    >>> cache_nbytes(cache) == cache.k.nbytes + cache.v.nbytes + 8 + 4  # valid (bool), index
+    True
+  """
+  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(cache))
+
+
+def bytes_per_token(cache) -> float:
+  """Bytes a cache allocates per cached token: `cache_nbytes(cache) / (B·S)`, each of its `B`
+  sequences' `S` slots a token.
+
+  For a `KVCache` that is `2·L·K·Dh·itemsize + 1 + 4/(B·S)`: a key and a value per layer and KV
+  head, its validity flag, and the shared index.
+  """
+  B, S = cache.valid.shape
+  return cache_nbytes(cache) / (B * S)
+
+
+@functools.partial(jax.jit, static_argnames="cfg", donate_argnames="cache")
 def prefill(params, cfg: Config, prompt_BT: jax.Array, cache: KVCache,
             padding_mask=None) -> tuple[jax.Array, KVCache]:
-  """Run the prompt through the model, writing its keys/values; returns `(logits_BTV, cache)`."""
+  """Run the prompt through the model, writing its keys/values; returns `(logits_BTV, cache)`.
+
+  The cache passed in is donated (its buffers become the returned cache's, written in place):
+  use the returned one."""
   return Transformer(cfg).apply({"params": param_tree(params)}, prompt_BT, cache=cache,
                                 padding_mask=padding_mask)
 
 
-@functools.partial(jax.jit, static_argnames="cfg")
+@functools.partial(jax.jit, static_argnames="cfg", donate_argnames="cache")
 def decode_step(params, cfg: Config, token_B: jax.Array, cache: KVCache):
-  """Append one token per sequence; returns `(logits_BV, cache)`."""
+  """Append one token per sequence; returns `(logits_BV, cache)`.
+
+  The cache passed in is donated: the token's keys and values are written into its buffers in
+  place, and a step reads the cache once instead of also copying it whole. Use the returned
+  cache; the one passed in is deleted."""
   logits_B1V, cache = Transformer(cfg).apply({"params": param_tree(params)}, token_B[:, None],
                                              cache=cache)
   return logits_B1V[:, 0], cache

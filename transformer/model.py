@@ -19,7 +19,8 @@ only the block's input.
 
 The KV hook. What an attention layer stores of its keys and values, and what it reads back,
 is one function, `kv_hook(inputs, slot, offset)` (`KVHook`); the default, `dense_kv`, writes
-`K` and `V` into the layer's `KVCache` slot and reads them all. A hook may read other
+`K` and `V` into the layer's slot of a cache and reads them all (in the layer scan,
+`stacked_kv` does so on the whole `KVCache`, carried through the scan). A hook may read other
 coordinates (`transformer.latent` reads basis coefficients: queries, keys and values in a
 key/value basis, the output mapped back before `W_O`); the attention function of the registry
 and everything around it (norms, residual, feed-forward, embedding, unembedding) is the
@@ -140,22 +141,56 @@ def _identity(x):
   return x
 
 
+def _write(cache, x_BTKDh, offset, *lead):
+  """`cache` `(*lead, B, K, S, Dh)` with the chunk written at slot `offset` (of entry `lead`)."""
+  x = x_BTKDh.transpose(0, 2, 1, 3).astype(cache.dtype)[(None,) * len(lead)]
+  return jax.lax.dynamic_update_slice(cache, x, (*lead, 0, 0, offset, 0))
+
+
 def dense_kv(inputs: KVInputs, slot, offset):
   """The default KV hook: attend to this chunk's `K`, `V`, or write them into the layer's
-  cache `slot = (k_BSKDh, v_BSKDh)` at `offset` and attend to every slot."""
+  cache `slot = (k_BKSDh, v_BKSDh)` at `offset` and attend to every slot (read as `k_BSKDh`,
+  a transpose that XLA folds into the einsums, whose batch axes `(B, K)` lead)."""
   if slot is None:
     return inputs.q, inputs.k, inputs.v, None, _identity
-  k_BSKDh = jax.lax.dynamic_update_slice(slot[0], inputs.k.astype(slot[0].dtype), (0, offset, 0, 0))
-  v_BSKDh = jax.lax.dynamic_update_slice(slot[1], inputs.v.astype(slot[1].dtype), (0, offset, 0, 0))
-  return inputs.q, k_BSKDh, v_BSKDh, (k_BSKDh, v_BSKDh), _identity
+  k_BKSDh, v_BKSDh = _write(slot[0], inputs.k, offset), _write(slot[1], inputs.v, offset)
+  return (inputs.q, k_BKSDh.transpose(0, 2, 1, 3), v_BKSDh.transpose(0, 2, 1, 3),
+          (k_BKSDh, v_BKSDh), _identity)
+
+
+def stacked_kv(inputs: KVInputs, slot, offset):
+  """`dense_kv` on the whole cache, `slot = (k_LBKSDh, v_LBKSDh, l)`: the hook of the layer
+  scan, which carries the cache and writes it in place (when the caller donates it, as
+  `transformer.decode_step` does); a layer's slot scanned in and stacked out would be a second
+  cache, written whole at every decoded token.
+
+  A step still pays for XLA:CPU copying layer `l`'s slice before the einsums (one more read
+  and a write of each byte): `L` separate arrays read by an unrolled layer loop
+  (`forward_layerwise`, `dense_kv`) skip it, 1.7–2.6× faster at `T` = 2048–8192 in
+  `experiments.benchmarks.kv_cache`, but compile in time linear in `L` (0.3 s per layer)."""
+  if slot is None:
+    return dense_kv(inputs, None, offset)
+  k_LBKSDh, v_LBKSDh, l = slot
+  k_LBKSDh, v_LBKSDh = _write(k_LBKSDh, inputs.k, offset, l), _write(v_LBKSDh, inputs.v, offset, l)
+  return (inputs.q, k_LBKSDh[l].transpose(0, 2, 1, 3), v_LBKSDh[l].transpose(0, 2, 1, 3),
+          (k_LBKSDh, v_LBKSDh, l), _identity)
+
+
+def _repeat_heads(x_BSKX, groups: int):
+  """`(B, S, K·groups, X)`, each KV head once per query head it serves; repeated heads before
+  slots, a cache's layout, so that XLA reads a cache without transposing it."""
+  return x_BSKX if groups == 1 else jnp.repeat(
+      x_BSKX.transpose(0, 2, 1, 3), groups, axis=1).transpose(0, 2, 1, 3)
 
 
 class KVCache(NamedTuple):
   """Keys and values of every layer for `S` slots, plus which slots hold real tokens.
 
   Attributes:
-    k: `(L, B, S, K, Dh)` keys (after RoPE).
-    v: `(L, B, S, K, Dh)` values.
+    k: `(L, B, K, S, Dh)` keys (after RoPE): heads before slots, so that decoding reads each
+      head's keys in place; stored `(L, B, S, K, Dh)`, every layer's keys and values would be
+      transposed into a fresh buffer at every decoded token (`dense_kv`).
+    v: `(L, B, K, S, Dh)` values.
     valid: `(B, S)` True where a slot holds a real (written, non-padding) token.
     index: `()` int32, the next slot to write.
   """
@@ -223,8 +258,8 @@ class Attention(nn.Module):
         KVInputs(q_BTHDh, k_BTKDh, v_BTKDh, k_raw_BTKDh, pos_BT), kv, offset)
 
     # Grouped-query attention: each key/value head serves H / K query heads.
-    k_BSHX = jnp.repeat(k_BSKX.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
-    v_BSHY = jnp.repeat(v_BSKY.astype(cfg.jnp_dtype), cfg.kv_groups, axis=2)
+    k_BSHX = _repeat_heads(k_BSKX.astype(cfg.jnp_dtype), cfg.kv_groups)
+    v_BSHY = _repeat_heads(v_BSKY.astype(cfg.jnp_dtype), cfg.kv_groups)
     fn = ATTENTION[cfg.attention]
     out_BTHY, aux = fn(q_BTHX, k_BSHX, v_BSHY, mask_BTS, scale=dh**-0.5,
                        **attention_options(fn, cfg, offset))
@@ -303,6 +338,20 @@ class Block(nn.Module):
     return x_BTD, kv
 
 
+class ScanBlock(Block):
+  """`Block` as the layer scan's body (same parameters): its carry is `x_BTD`, or with a cache
+  `(x_BTD, k_LBKSDh, v_LBKSDh)` and the layer index as the scanned input (`stacked_kv`)."""
+
+  kv_hook: KVHook | None = stacked_kv
+
+  def __call__(self, carry, l, ctx):
+    if l is None:
+      return super().__call__(carry, None, ctx)
+    x_BTD, k_LBKSDh, v_LBKSDh = carry
+    x_BTD, (k_LBKSDh, v_LBKSDh, _) = super().__call__(x_BTD, (k_LBKSDh, v_LBKSDh, l), ctx)
+    return (x_BTD, k_LBKSDh, v_LBKSDh), None
+
+
 class Embed(nn.Module):
   """A lookup table `E: (n, D)`; `embed(ids) = one_hot(ids) @ E`, `attend(h) = h @ Eᵀ`."""
 
@@ -359,7 +408,7 @@ class Transformer(nn.Module):
     policy = (jax.checkpoint_policies.nothing_saveable if cfg.remat
               else jax.checkpoint_policies.save_only_these_names(*SAVED_FOR_BACKWARD))
     # Inside a scan the remat needs no CSE barrier (the loop body is not CSE'd with its copy).
-    block = nn.remat(Block, policy=policy, prevent_cse=False)
+    block = nn.remat(ScanBlock, policy=policy, prevent_cse=False)
     self.blocks = nn.scan(block, variable_axes={"params": 0, "intermediates": 0},
                           split_rngs={"params": True}, in_axes=(0, nn.broadcast),
                           length=cfg.n_layers)(cfg)
@@ -396,14 +445,14 @@ class Transformer(nn.Module):
         cfg, B, T, positions=positions, padding_mask=padding_mask, offset=offset,
         cache_valid=None if cache is None else cache.valid)
     x_BTD = self.embed_tokens(tokens_BT, positions)
-    kv = None if cache is None else (cache.k, cache.v)
     # A Python-int offset would be traced by the remat: pass it only with a cache.
-    ctx = (positions, mask_BTS) if cache is None else (positions, mask_BTS, offset)
-    x_BTD, kv = self.blocks(x_BTD, kv, ctx)
-    logits_BTV = self.logits(x_BTD)
     if cache is None:
-      return logits_BTV
-    return logits_BTV, KVCache(kv[0], kv[1], k_valid_BS, cache.index + T)
+      x_BTD, _ = self.blocks(x_BTD, None, (positions, mask_BTS))
+      return self.logits(x_BTD)
+    # The cache is carried through the layer scan and written in place (`stacked_kv`).
+    (x_BTD, k, v), _ = self.blocks((x_BTD, cache.k, cache.v), jnp.arange(cfg.n_layers),
+                                   (positions, mask_BTS, offset))
+    return self.logits(x_BTD), KVCache(k, v, k_valid_BS, cache.index + T)
 
 
 class Unembed(nn.Module):

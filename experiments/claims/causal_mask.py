@@ -242,6 +242,7 @@ THEOREM = ("A causal softmax attention matrix is lower triangular with diagonal 
 
 CLAIM = Claim(
     id="causal-mask",
+    scale_models=("mini", "small", "base"),
     topic="full rank & causality",
     kind="existing",
     preface="Causal masking lets GPT see the past but not the future",

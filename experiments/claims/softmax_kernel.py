@@ -199,6 +199,7 @@ THEOREM = ("With W_Q ≠ W_K the kernel κ = exp(X W_Q W_Kᵀ Xᵀ/√dh) is gen
 
 CLAIM = Claim(
     id="softmax-kernel",
+    scale_models=("mini", "small", "base"),
     topic="positive definiteness",
     kind="existing",
     preface=("Softmax attention produces positive semi-definite Gram matrices, making attention "
