@@ -2,15 +2,17 @@
 
 `base_model(name, seed)` returns `(params, cfg)` of a reference model trained on the standard
 library's bytes with AdamW (`experiments.train`'s optimizer, warm-up + cosine, peak rate 3e-3,
-30 warm-up steps). Two families of three sizes (`FAMILIES`), spanning 14× in parameters, and
+30 warm-up steps). Two families of four sizes (`FAMILIES`), spanning 45× in parameters, and
 one long-context model per family (`LONG`); every one of them sees the 819,200 training tokens
 of `small` (400 steps of 2,048 tokens), so tokens per parameter falls as the size grows:
 
 | name | family | d, L, H, K | params | steps × B × T | tokens / param | s / step | 1 seed |
 | --- | --- | --- | --- | --- | --- | --- | --- |
+| `micro` | gpt | 32, 2, 4, 4 | 41,856 | 400 × 16 × 128 | 19.6 | — | — |
 | `mini` | gpt | 64, 2, 4, 4 | 132,864 | 400 × 16 × 128 | 6.17 | 0.12 | 1 min |
 | `small` | gpt | 128, 4, 4, 4 | 858,880 | 400 × 16 × 128 | 0.95 | 1.0 | 7 min |
 | `base` | gpt | 192, 4, 4, 4 | 1,878,144 | 400 × 16 × 128 | 0.44 | 2.0 | 13 min |
+| `llama-micro` | llama | 32, 2, 4, 2 | 41,120 | 400 × 16 × 128 | 19.9 | — | — |
 | `llama-mini` | llama | 64, 2, 4, 2 | 131,392 | 400 × 16 × 128 | 6.23 | 0.24 | 2 min |
 | `llama-small` | llama | 128, 4, 4, 2 | 853,120 | 400 × 16 × 128 | 0.96 | 1.5 | 10 min |
 | `llama-base` | llama | 192, 4, 4, 2 | 1,869,504 | 400 × 16 × 128 | 0.44 | 1.7 | 11 min |
@@ -25,8 +27,9 @@ output), shaped to match GPT's parameter count within 2% at each size. Seconds p
 the median of 20 jitted steps of one seed after compilation, measured under `nice` at load
 average 5–6 on the 2 shared cores (repeats varied by up to 2×: `small` took 0.60 s at load
 4.6; its six cached seeds took ≈ 2,600 s in all). Seeds trained together (`base_models`) cost
-about as much as one after another, so the seven models beside `small` at seeds 0–4 take
-≈ 5.7 h.
+about as much as one after another, so the models beside `small` at seeds 0–4 take ≈ 6 h;
+that is why a claim's full run on CPU scales over `CPU_SCALE` (`micro`, `mini`, `small`: 20×
+in parameters) and leaves `base` to `claim ID --sizes ...` on an accelerator.
 
 All keep `max_len = 256` except the long models (`max_len = 2048`, trained at T = 1024), so
 every model can be read at twice its training length. Learned position rows beyond the
@@ -116,15 +119,21 @@ RECIPES = {
                     steps=400, batch_size=16, seq_len=128),
     "quick": Recipe(transformer.preset("tiny"), steps=60, batch_size=16, seq_len=64,
                     warmup_steps=10),
+    "micro": _family_recipe(_gpt(32, 2)),
     "mini": _family_recipe(_gpt(64, 2)),
     "base": _family_recipe(_gpt(192, 4)),
+    "llama-micro": _family_recipe(_llama(32, 2)),
     "llama-mini": _family_recipe(_llama(64, 2)),
     "llama-small": _family_recipe(_llama(128, 4)),
     "llama-base": _family_recipe(_llama(192, 4)),
     "small-long": _long_recipe(_gpt(128, 4, max_len=2048)),
     "llama-small-long": _long_recipe(_llama(128, 4, max_len=2048)),
 }
-FAMILIES = {"gpt": ("mini", "small", "base"), "llama": ("llama-mini", "llama-small", "llama-base")}
+FAMILIES = {"gpt": ("micro", "mini", "small", "base"),
+            "llama": ("llama-micro", "llama-mini", "llama-small", "llama-base")}
+# The three sizes a claim's full run measures on 2 CPU cores (20× in parameters); `base` is
+# there for `claim ID --sizes ...` on an accelerator (≈ 16× small's cost per step on CPU).
+CPU_SCALE = {"gpt": ("micro", "mini", "small"), "llama": ("llama-micro", "llama-mini", "llama-small")}
 LONG = {"gpt": "small-long", "llama": "llama-small-long"}
 
 

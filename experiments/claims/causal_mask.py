@@ -3,7 +3,10 @@
     python -m experiments claim causal-mask [--quick]
 
 Full run (5 seeds, the shared `small` models): about 5–8 minutes on 2 CPU cores once the
-models are cached (training them adds a few minutes the first time); `--quick` about 20 s.
+models are cached (training them adds a few minutes the first time); `--quick` about 20 s. The
+full run also measures the primary effect on the GPT family's `micro` and `mini` models (the
+scale axis, `scale_models`; the verdict is read at `small`): two layers each, so about half
+of `small`'s measurement time apiece.
 
 **The preface's question.** The topic asks "what if everything survives, but in temporal
 order?" and the sentence is "causal masking lets GPT see the past but not the future". Two
@@ -242,7 +245,7 @@ THEOREM = ("A causal softmax attention matrix is lower triangular with diagonal 
 
 CLAIM = Claim(
     id="causal-mask",
-    scale_models=("mini", "small", "base"),
+    scale_models=models.CPU_SCALE["gpt"],
     topic="full rank & causality",
     kind="existing",
     preface="Causal masking lets GPT see the past but not the future",

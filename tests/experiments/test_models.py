@@ -46,11 +46,14 @@ def test_each_family_spans_at_least_8x_in_parameters_at_matched_sizes():
   gpt = [models.param_count(n) for n in models.FAMILIES["gpt"]]
   llama = [models.param_count(n) for n in models.FAMILIES["llama"]]
   for sizes in (gpt, llama):
-    assert sizes[0] * 4 <= sizes[1] and sizes[1] * 2 <= sizes[2]
-    assert sizes[2] >= 8 * sizes[0]
+    assert all(2 * a <= b for a, b in zip(sizes, sizes[1:]))
+    assert sizes[-1] >= 8 * sizes[0]
+  for fam, names in models.CPU_SCALE.items():  # the sizes a full run on CPU measures
+    assert names == models.FAMILIES[fam][:3]
+    assert models.param_count(names[-1]) >= 8 * models.param_count(names[0])
   # Llama's SwiGLU + GQA shapes are chosen to match GPT's sizes within 2%.
   np.testing.assert_allclose(llama, gpt, rtol=0.02)
-  assert models.FAMILIES["gpt"][1] == "small"
+  assert models.FAMILIES["gpt"][2] == "small"
 
 
 @pytest.mark.parametrize("fam", ["gpt", "llama"])
@@ -66,7 +69,7 @@ def test_families_are_what_their_names_say(fam):
       assert (cfg.positions, cfg.norm, cfg.activation) == ("rope", "rmsnorm", "swiglu")
       assert cfg.n_kv_heads == cfg.n_heads // 2 and not cfg.use_bias
   # The long-context model is its family's middle size with a longer reach.
-  long, middle = models.RECIPES[models.LONG[fam]], models.RECIPES[models.FAMILIES[fam][1]]
+  long, middle = models.RECIPES[models.LONG[fam]], models.RECIPES[models.FAMILIES[fam][2]]
   assert long.cfg == middle.cfg.replace(max_len=long.cfg.max_len)
   assert long.seq_len >= 1024 and long.cfg.max_len >= 2 * long.seq_len
 
