@@ -23,7 +23,9 @@ setup(
     packages=find_packages(include=["transformer", "transformer.*", "analysis", "analysis.*",
                                     "optim", "optim.*", "experiments", "experiments.*"]),
     package_data={"transformer": ["py.typed"], "analysis": ["py.typed"], "optim": ["py.typed"],
-                  "experiments": ["py.typed"]},
+                  # The `mixed` corpus's CPython files (experiments/corpora/README.md).
+                  "experiments": ["py.typed", "corpora/*.tar.gz", "corpora/README.md",
+                                  "corpora/LICENSE-PSF.txt"]},
     install_requires=[
         "jax>=0.6.0",
         "flax>=0.10.0",

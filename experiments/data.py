@@ -9,6 +9,18 @@ Text is bytes (vocabulary 256). The default corpus is the running interpreter's 
 library `.py` sources, in sorted order, split into train and validation **by file**; any file,
 folder or glob works the same way. The bytes are read once into one array per split.
 
+Corpora (`--data NAME`):
+
+* `stdlib`: the standard library's `.py` files (code only); train/val by a hash of each file's
+  name (`is_validation`). Every shared base model (`experiments.models`) trains on its train
+  split, so this split never changes.
+* `mixed`: code and English prose, split train/val/test by file. Its code is `stdlib` (same
+  train/val files) plus CPython 3.11.2's `Tools/` scripts; its prose is CPython 3.11.2's own
+  documentation sources (tutorial, FAQ, HOWTOs, language reference, …; `.rst`). The CPython
+  files ship with this package as one archive (`experiments/corpora/`, see its README), so
+  nothing is downloaded. Its `test` split holds only archive files: none is a `stdlib` file,
+  so no base model has trained on it. `corpus_card` counts its code and prose bytes per split.
+
 Synthetic tasks (each with an exact-answer metric, `exact_match`):
 
 * `recall`: multi-query associative recall, ``k1 v1 … kn vn | q1 a1 … qm am``.
@@ -31,6 +43,7 @@ import functools
 import glob
 import os
 import sysconfig
+import tarfile
 import zlib
 from collections.abc import Callable
 from typing import NamedTuple
@@ -38,7 +51,14 @@ from typing import NamedTuple
 import numpy as np
 
 VOCAB_SIZE = 256
-SPLITS = {"train": 0, "val": 1}
+SPLITS = {"train": 0, "val": 1, "test": 2}
+CORPORA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpora")
+# CPython 3.11.2's Doc/ sources (prose) and Tools/ scripts (code), as shipped by Debian's
+# python3.11-doc and python3.11-examples; `experiments/corpora/README.md` says how it was built.
+CPYTHON_ARCHIVE = os.path.join(CORPORA, "cpython-3.11.2.tar.gz")
+MIXED_TEST, MIXED_VAL = 0.2, 0.1  # fractions of the archive's files held out, by name hash
+CODE_SUFFIXES = (".py",)
+PROSE_SUFFIXES = (".rst", ".txt", ".md")
 
 
 class Batch(NamedTuple):
@@ -114,6 +134,9 @@ def scan_files(spec: str) -> Files:
   """
   if spec == "stdlib":
     return Files(stdlib_files(), 0, 0)
+  if spec == "mixed":
+    raise ValueError("--data 'mixed' is not a folder: part of it is read from an archive. "
+                     "Fix: read it with `load_corpus('mixed')` (`--split val` in `eval`).")
   if os.path.isfile(spec):
     if is_binary(spec):
       raise ValueError(f"--data {spec!r} is a binary file (it holds NUL bytes). Fix: pass a "
@@ -135,7 +158,7 @@ def scan_files(spec: str) -> Files:
     what = "glob"
     if not matches:
       raise FileNotFoundError(
-          f"--data {spec!r}: no such file, folder or glob match. Fix: pass 'stdlib', an "
+          f"--data {spec!r}: no such file, folder or glob match. Fix: pass 'stdlib', 'mixed', an "
           "existing text file, a folder of text files, or a glob such as 'docs/**/*.md'.")
   files = sorted(f for f in candidates if not is_binary(f))
   found = Files(files, hidden, len(candidates) - len(files))
@@ -161,21 +184,103 @@ def is_validation(name: str, val_fraction: float) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Corpus:
-  """The bytes of a corpus, read once: one uint8 array per split, and the files of each."""
+  """The bytes of a corpus, read once: one uint8 array per split, and the files of each.
+
+  `test` is None for a corpus without a held-out test split (every corpus but `mixed`).
+  """
 
   train: np.ndarray
   val: np.ndarray
   train_files: tuple[str, ...]
   val_files: tuple[str, ...]
   note: str = ""  # what the scan skipped (`Files.note`)
+  test: np.ndarray | None = None
+  test_files: tuple[str, ...] = ()
 
 
-def _read(files) -> np.ndarray:
-  chunks = []
-  for f in files:
-    with open(f, "rb") as fh:
-      chunks.append(np.frombuffer(fh.read(), np.uint8))
+@functools.lru_cache(maxsize=1)
+def archive_texts(path: str = CPYTHON_ARCHIVE) -> dict[str, bytes]:
+  """The files of the corpus archive at `path`: `{path/member: bytes}`, in sorted order.
+
+  The keys are the archive's path joined with each member's name, so they name the file and
+  can never equal a file of the standard library.
+
+  Raises:
+    FileNotFoundError: if the archive is missing (it ships with the package).
+
+  Example:
+    >>> from experiments.data import archive_texts, CPYTHON_ARCHIVE
+    >>> texts = archive_texts()
+    >>> texts[CPYTHON_ARCHIVE + "/Doc/tutorial/index.rst"].splitlines()[0]
+    b'.. _tutorial-index:'
+  """
+  if not os.path.isfile(path):
+    raise FileNotFoundError(
+        f"the corpus archive {path} is missing; the `mixed` corpus reads its prose and part of "
+        "its code from it. Fix: reinstall the package from a full checkout (`pip install -e .` "
+        "ships experiments/corpora/*.tar.gz as package data), or restore the file with git.")
+  out = {}
+  with tarfile.open(path, "r:gz") as tar:
+    for member in tar.getmembers():
+      if member.isfile():
+        out[f"{path}/{member.name}"] = tar.extractfile(member).read()
+  return dict(sorted(out.items()))
+
+
+def _bytes_of(f: str) -> bytes:
+  if f.startswith(CPYTHON_ARCHIVE + "/"):
+    return archive_texts()[f]
+  with open(f, "rb") as fh:
+    return fh.read()
+
+
+def read_files(files) -> np.ndarray:
+  """The bytes of `files` (paths, or `archive_texts` keys), concatenated in the given order."""
+  chunks = [np.frombuffer(_bytes_of(f), np.uint8) for f in files]
   return np.concatenate(chunks) if chunks else np.zeros((0,), np.uint8)
+
+
+def file_kind(name: str) -> str:
+  """`code` (`.py`), `prose` (`.rst`, `.txt`, `.md`) or `other`, by the file name's suffix."""
+  if name.endswith(CODE_SUFFIXES):
+    return "code"
+  return "prose" if name.endswith(PROSE_SUFFIXES) else "other"
+
+
+def archive_split(name: str) -> str:
+  """The split of the `mixed` corpus that the archive file `name` (its member name) belongs to.
+
+  A hash of the name decides, as in `is_validation` but salted so the two rules are unrelated:
+  `test` for the first `MIXED_TEST` of the hash range, `val` for the next `MIXED_VAL`, else
+  `train`.
+
+  Example:
+    >>> from experiments.data import archive_split
+    >>> [archive_split(f"Doc/{n}.rst") for n in ("tutorial/index", "tutorial/classes", "bugs")]
+    ['train', 'val', 'test']
+  """
+  u = zlib.crc32(f"mixed/{name}".encode()) % 10_000
+  if u < MIXED_TEST * 10_000:
+    return "test"
+  return "val" if u < (MIXED_TEST + MIXED_VAL) * 10_000 else "train"
+
+
+def mixed_files(val_fraction: float = 0.05) -> dict[str, tuple[str, ...]]:
+  """The files of each split of the `mixed` corpus: `{"train", "val", "test": files}`.
+
+  `train` and `val` are `load_corpus("stdlib", val_fraction)`'s files plus the archive's files
+  of that split (`archive_split`); `test` holds archive files only. At the default
+  `val_fraction` (the one every base model trains with) no `val` or `test` file is in any base
+  model's training text.
+  """
+  stdlib = load_corpus("stdlib", val_fraction)
+  prefix = len(CPYTHON_ARCHIVE) + 1
+  by_split = {"train": [], "val": [], "test": []}
+  for f in archive_texts():
+    by_split[archive_split(f[prefix:])].append(f)
+  return {"train": stdlib.train_files + tuple(by_split["train"]),
+          "val": stdlib.val_files + tuple(by_split["val"]),
+          "test": tuple(by_split["test"])}
 
 
 @functools.lru_cache(maxsize=4)
@@ -189,8 +294,10 @@ def load_corpus(spec: str = "stdlib", val_fraction: float = 0.05) -> Corpus:
   in both splits. A single file has nothing to split by, so its last `val_fraction` of bytes
   is the validation text instead.
 
+  `mixed` also has a `test` split (`mixed_files`).
+
   Args:
-    spec: `stdlib`, a path to a file, a folder, or a glob.
+    spec: `stdlib`, `mixed`, a path to a file, a folder, or a glob.
     val_fraction: target fraction of files (or bytes, for one file) held out.
 
   Returns:
@@ -198,10 +305,14 @@ def load_corpus(spec: str = "stdlib", val_fraction: float = 0.05) -> Corpus:
   """
   if not 0 < val_fraction < 1:
     raise ValueError(f"val_fraction={val_fraction} must lie in (0, 1). Fix: use e.g. 0.05.")
+  if spec == "mixed":
+    files = mixed_files(val_fraction)
+    return Corpus(read_files(files["train"]), read_files(files["val"]), files["train"],
+                  files["val"], test=read_files(files["test"]), test_files=files["test"])
   found = scan_files(spec)
   files = found.files
   if len(files) == 1:
-    data = _read(files)
+    data = read_files(files)
     cut = int(len(data) * (1 - val_fraction))
     return Corpus(data[:cut], data[cut:], tuple(files), tuple(files), found.note())
   root = os.path.commonpath(files)
@@ -211,7 +322,49 @@ def load_corpus(spec: str = "stdlib", val_fraction: float = 0.05) -> Corpus:
   if not val or not train:
     raise ValueError(f"--data {spec!r}: {len(files)} files give an empty split at "
                      f"val_fraction={val_fraction}. Fix: add files or change val_fraction.")
-  return Corpus(_read(train), _read(val), train, val, found.note())
+  return Corpus(read_files(train), read_files(val), train, val, found.note())
+
+
+def corpus_card(spec: str = "mixed", val_fraction: float = 0.05) -> dict:
+  """Files and bytes of code and prose in each split of `load_corpus(spec, val_fraction)`.
+
+  Code and prose are told apart by suffix (`file_kind`); a file of neither kind counts as
+  `other_bytes`.
+
+  Returns:
+    `{"spec", "splits": {split: {"files", "code_files", "prose_files", "code_bytes",
+    "prose_bytes", "other_bytes", "prose_fraction"}}}` with `prose_fraction` the prose bytes
+    over all bytes of the split; `test` only where the corpus has one.
+
+  Example:
+    >>> from experiments.data import corpus_card
+    >>> card = corpus_card("mixed")
+    >>> sorted(card["splits"]), card["splits"]["test"]["code_files"] > 0
+    (['test', 'train', 'val'], True)
+  """
+  corpus = load_corpus(spec, val_fraction)
+  parts = {"train": corpus.train_files, "val": corpus.val_files}
+  if corpus.test is not None:
+    parts["test"] = corpus.test_files
+  if parts["train"] == parts["val"]:  # one file, split by bytes: count the arrays
+    sizes = {"train": {parts["train"][0]: len(corpus.train)},
+             "val": {parts["val"][0]: len(corpus.val)}}
+  else:
+    archive = archive_texts() if spec == "mixed" else {}
+    sizes = {split: {f: len(archive[f]) if f in archive else os.path.getsize(f) for f in files}
+             for split, files in parts.items()}
+  splits = {}
+  for split, size in sizes.items():
+    kinds = {f: file_kind(f) for f in size}
+    by = {k: sum(n for f, n in size.items() if kinds[f] == k) for k in ("code", "prose", "other")}
+    total = sum(by.values())
+    splits[split] = {"files": len(size),
+                     "code_files": sum(k == "code" for k in kinds.values()),
+                     "prose_files": sum(k == "prose" for k in kinds.values()),
+                     "code_bytes": by["code"], "prose_bytes": by["prose"],
+                     "other_bytes": by["other"],
+                     "prose_fraction": by["prose"] / total if total else 0.0}
+  return {"spec": spec, "splits": splits}
 
 
 def unigram_entropy(data: np.ndarray) -> float:
@@ -233,12 +386,16 @@ class TextSource:
     return VOCAB_SIZE
 
   def batch(self, seed: int, step: int, batch_size: int, split: str = "train") -> Batch:
-    data = self.corpus.train if split == "train" else self.corpus.val
+    rng = _rng(seed, step, split)  # refuses an unknown split
+    data = {"train": self.corpus.train, "val": self.corpus.val, "test": self.corpus.test}[split]
+    if data is None:
+      raise ValueError("split='test': this corpus has no test split. Fix: use --data mixed, "
+                       "or split 'val'.")
     span = self.seq_len + 1
     if len(data) < span:
       raise ValueError(f"the {split} text has {len(data)} bytes, fewer than seq_len + 1 = "
                        f"{span}. Fix: lower --seq-len or pass more text.")
-    starts_B = _rng(seed, step, split).integers(0, len(data) - span + 1, batch_size)
+    starts_B = rng.integers(0, len(data) - span + 1, batch_size)
     tokens = data[starts_B[:, None] + np.arange(span)[None, :]].astype(np.int32)
     return Batch(tokens, np.ones((batch_size, self.seq_len), np.float32))
 

@@ -133,7 +133,8 @@ FAMILIES = {"gpt": ("micro", "mini", "small", "base"),
             "llama": ("llama-micro", "llama-mini", "llama-small", "llama-base")}
 # The three sizes a claim's full run measures on 2 CPU cores (20× in parameters); `base` is
 # there for `claim ID --sizes ...` on an accelerator (≈ 16× small's cost per step on CPU).
-CPU_SCALE = {"gpt": ("micro", "mini", "small"), "llama": ("llama-micro", "llama-mini", "llama-small")}
+CPU_SCALE = {"gpt": ("micro", "mini", "small"),
+             "llama": ("llama-micro", "llama-mini", "llama-small")}
 LONG = {"gpt": "small-long", "llama": "llama-small-long"}
 
 

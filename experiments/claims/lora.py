@@ -29,18 +29,33 @@ fixed rate (noted in the report).
 * *a larger adapter*: LoRA rank 16 on every hidden matrix within the same 1%;
 * *full fine-tuning's update is low rank* (the mechanism LoRA relies on): the stable rank
   `‖ΔW‖_F² / ‖ΔW‖₂²` of full fine-tuning's `ΔW = W_ft − W_base` is at least 0.15 below a
-  Gaussian matrix's ≈ 1/4 of `min(D_in, D_out)`, i.e. below 10%.
+  Gaussian matrix's ≈ 1/4 of `min(D_in, D_out)`, i.e. below 10%;
+* *in-domain adaptation* (the setting of the LoRA paper, which adapts a model to text of the
+  kind it was trained on): the primary question asked again within the shared models' own
+  domain, held-out standard-library `.py` files (see **Text**). It mirrors the primary: the
+  quantity `test_loss(LoRA r4 on W_Q, W_V) / test_loss(full) − 1` on the in-domain test part,
+  the same 1% margin, the same controls (full fine-tuning gains; both tuned rates inside the
+  grid), every rate chosen on the tuning seed from the same `GRID` by `tune_rates` on the
+  in-domain tuning part. Read beside the headline, it separates *adapting* (in-domain) from
+  *learning new knowledge* (the primary's English text); its metrics carry the prefix
+  `in_domain_`.
 
 Beside them (effects, no verdict): LoRA rank 16 on `W_Q`, `W_V` (rank or placement?), the
 top-4 energy of `ΔW`, and the overlap of its top-4 singular subspaces with LoRA's rank-4
-update on `W_Q`, `W_V` (mean squared cosine of the principal angles; random: `4 / D`).
+update on `W_Q`, `W_V` (mean squared cosine of the principal angles; random: `4 / D`); and for
+the in-domain setting full fine-tuning's gain, the stable rank of its `ΔW`, and LoRA r4's
+excess over full fine-tuning in-domain minus on the new text (paired by seed).
 
 **Text.** The shared models are trained on the standard library's `.py` files. The fine-tuning
 text is IDLE's plain-text documents (`idlelib/*.txt`: CREDITS, HISTORY, NEWS, NEWS2x, README,
 TODO and extend on this Python 3.11): English release notes and prose, never in the training
 corpus. Their bytes, concatenated in sorted order, are cut into fine-tuning text (the first
 80%), a tuning part (the next 10%: picks each arm's rate on the tuning seed) and a test part
-(the last 10%: every reported loss).
+(the last 10%: every reported loss). The in-domain text (`in_domain_text`) is the `stdlib`
+corpus's validation files, which every shared model holds out (97 files, 2.07 MB on Python
+3.11.7): in the order of a hash of their names, the first files holding ≥ 4% of the bytes
+are the test part (5 files, 90 kB), the next ≥ 4% the tuning part (4 files, 84 kB), the rest
+the fine-tuning text (88 files, 1.9 MB), so the three share no file.
 
 **Arms** (all from the same base model per seed, the same batches, Adam with 10% warm-up +
 cosine, clip 1, no weight decay): `full` (every parameter), `lora-qv-r4`, `lora-all-r16`,
@@ -52,8 +67,14 @@ Full run (5 seeds + tuning seed 100, the shared `small` models, 150 steps of 16 
 vmapped programs, against the earlier contract's 72 runs in 12 programs (6 rates × 4 arms × 3
 seeds), which took 858 s on 2 idle cores: estimated 9–10 minutes on 2 idle CPU cores (nothing
 was shrunk; tuning once instead of per seed and training the seeds of an arm together pay for
-the two extra seeds). `--quick` (the `quick` model, one seed, 10 steps, one fixed rate, two
-LoRA arms) about 20 s, as before.
+the two extra seeds). The in-domain extension adds 2 arms (`full`, `lora-qv-r4`): 6 rates × 2
+arms on the tuning seed and 5 seeds × 2 arms, 22 runs in 4 programs (half the above: 4.5–5
+min), plus 27 evaluations of an 85–90 kB part on `small` (11 s each measured at load average
+6.3 under `nice -n 19`, about 3–5 s on idle cores: 1.5–2.5 min): estimated +6–8 minutes, so
+15–18 minutes for the full run on 2 idle cores. `--quick` (the `quick` model, one seed, 10
+steps, one fixed rate, two LoRA arms; in-domain: `full` and `lora-qv-r4`) about 40 s: the
+in-domain part measured 55 s at load average 6.4 under `nice -n 19` beside 70 s for the
+primary part, which takes about 20 s on idle cores, so about 15–20 s idle.
 """
 
 from __future__ import annotations
@@ -63,6 +84,7 @@ import functools
 import glob
 import os
 import sysconfig
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +106,10 @@ HIDDEN = {"w_q": "attn", "w_k": "attn", "w_v": "attn", "w_o": "attn", "w_1": "ff
 GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # frozen: every arm's peak rate is chosen on it
 TUNE_SEED = 100
 MARGIN = 0.01  # 1% of full fine-tuning's test loss
+IN_DOMAIN = "in_domain_"  # the prefix of every metric of the in-domain setting
+# Test and tuning parts of the in-domain text, as fractions of the held-out files' bytes: about
+# 85 kB each, which bounds the cost of evaluating them (`text_loss` reads all of a part).
+IN_DOMAIN_TEST = IN_DOMAIN_TUNE = 0.04
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +127,8 @@ class LoraSizes(Sizes):
       `fixed_rate`.
     fixed_rate: the rate of every arm when `tune` is False (`QUICK`: 3e-3, the rate the shared
       models were trained at, fixed before any quick run).
+    in_domain_arms: the LoRA arms trained beside `full` in the in-domain setting (`lora-qv-r4`
+      is required: the extension reads it).
   """
 
   model: str
@@ -110,6 +138,7 @@ class LoraSizes(Sizes):
   seq_len: int
   tune: bool
   fixed_rate: float | None = None
+  in_domain_arms: tuple[str, ...] = ("lora-qv-r4",)
 
   def __post_init__(self):
     unknown = [a for a in self.arms if a not in ARMS]
@@ -117,6 +146,11 @@ class LoraSizes(Sizes):
       raise ValueError(f"LoraSizes.arms={self.arms!r}: every arm must be one of {list(ARMS)} "
                        "and 'lora-qv-r4' and 'lora-all-r16' must be among them (the "
                        "thresholds read them). Fix: e.g. arms=('lora-qv-r4', 'lora-all-r16').")
+    if (any(a not in ARMS for a in self.in_domain_arms)
+        or "lora-qv-r4" not in self.in_domain_arms):
+      raise ValueError(f"LoraSizes.in_domain_arms={self.in_domain_arms!r}: every arm must be "
+                       f"one of {list(ARMS)} and 'lora-qv-r4' must be among them (the "
+                       "in-domain extension reads it). Fix: e.g. in_domain_arms=('lora-qv-r4',).")
     if not self.tune and self.fixed_rate is None:
       raise ValueError("LoraSizes: tune=False needs fixed_rate. Fix: e.g. fixed_rate=1e-2.")
 
@@ -138,6 +172,37 @@ def held_out_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
   raw = np.concatenate([np.fromfile(f, np.uint8) for f in files])
   a, b = int(0.8 * len(raw)), int(0.9 * len(raw))
   return raw[:a], raw[a:b], raw[b:], files
+
+
+def in_domain_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, tuple[str, ...]]]:
+  """`(fine-tune, tune, test)` bytes of held-out standard-library `.py` files, and the files.
+
+  The files are the `stdlib` corpus's validation files (`data.load_corpus("stdlib")`, the
+  split every shared model trains with: no shared model has trained on them). In the order of
+  a hash of their names, the first files holding at least `IN_DOMAIN_TEST` of the bytes are the
+  test part, the next ones holding at least `IN_DOMAIN_TUNE` more the tuning part, the rest the
+  fine-tuning text; each part is its files' bytes in sorted order. So the parts share no file.
+
+  Returns:
+    `(ft, tune, test, files)` with `files = {"fine-tune", "tune", "test": files}`.
+  """
+  val_files = data.load_corpus("stdlib").val_files
+  if not val_files:
+    raise FileNotFoundError("lora claim: the stdlib corpus has no validation files to adapt on.")
+  root = os.path.commonpath(data.stdlib_files())
+  order = sorted(val_files, key=lambda f: (zlib.crc32(
+      f"lora/{os.path.relpath(f, root)}".encode()), f))
+  sizes = {f: os.path.getsize(f) for f in order}
+  total, seen = sum(sizes.values()), 0
+  parts: dict[str, list[str]] = {"test": [], "tune": [], "fine-tune": []}
+  for f in order:
+    part = ("test" if seen < IN_DOMAIN_TEST * total else
+            "tune" if seen < (IN_DOMAIN_TEST + IN_DOMAIN_TUNE) * total else "fine-tune")
+    parts[part].append(f)
+    seen += sizes[f]
+  files = {k: tuple(sorted(v)) for k, v in parts.items()}
+  ft, tune, test = (data.read_files(files[k]) for k in ("fine-tune", "tune", "test"))
+  return ft, tune, test, files
 
 
 def make_tx(steps: int):
@@ -262,17 +327,18 @@ def trainable_fraction(cfg: transformer.Config, arm: str) -> float:
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(adapters)) / hidden
 
 
-def tune_rates(base, cfg, arms, z: LoraSizes, log) -> dict:
+def tune_rates(base, cfg, arms, z: LoraSizes, log, text=None) -> dict:
   """Each arm's peak rate on `GRID`: the lowest loss on the whole tuning text, tuning seed only.
 
   The loss is `text_loss` on the tuning part, the same measure as the reported test loss. A run
   *ended diverged* when that loss is non-finite or above the base model's own (fine-tuning
   lost more than it learned); a non-finite run never wins, and one that `train_many` flagged
-  but ended below the base is a spike, recorded apart.
+  but ended below the base is a spike, recorded apart. `text` is the setting's
+  `(fine-tune, tune, test)` bytes (default: `held_out_text`, the primary's).
   """
   if not z.tune:
     return {arm: {"learning_rate": z.fixed_rate, "index": None, "edge": False} for arm in arms}
-  ft, tune, _, _ = held_out_text()
+  ft, tune, _ = held_out_text()[:3] if text is None else text
   src = data.TextSource(data.Corpus(ft, tune, (), ()), z.seq_len)
   base_tune = text_loss(base, cfg, tune, z.seq_len)
   out = {}
@@ -293,14 +359,19 @@ def tune_rates(base, cfg, arms, z: LoraSizes, log) -> dict:
   return out
 
 
-def measure(bases, cfg, seeds, rates: dict, z: LoraSizes, log) -> dict:
-  """Every arm's metrics at every seed (see the module docstring), arm by arm."""
-  ft, tune, test, _ = held_out_text()
+def measure(bases, cfg, seeds, rates: dict, z: LoraSizes, log, text=None, arms=None) -> dict:
+  """Every arm's metrics at every seed (see the module docstring), arm by arm.
+
+  `text` is the setting's `(fine-tune, tune, test)` bytes (default: `held_out_text`, the
+  primary's) and `arms` its LoRA arms (default: `z.arms`; `lora-qv-r4` must be among them).
+  """
+  ft, tune, test = held_out_text()[:3] if text is None else text
+  arms = z.arms if arms is None else tuple(arms)
   src = data.TextSource(data.Corpus(ft, tune, (), ()), z.seq_len)
   base_test = [text_loss(b, cfg, test, z.seq_len) for b in bases]
   runs = {"base": {s: {"test_loss": base_test[j]} for j, s in enumerate(seeds)}}
   tuned = {}
-  for arm in ("full", *z.arms):
+  for arm in ("full", *arms):
     lr = rates[arm]["learning_rate"]
     r = train_arm(bases, cfg, src, seeds, (lr,), arm, steps=z.steps, batch_size=z.batch_size,
                   seq_len=z.seq_len)
@@ -315,7 +386,7 @@ def measure(bases, cfg, seeds, rates: dict, z: LoraSizes, log) -> dict:
                          "spiked": float(bool(r.diverged[0, j]) and not ended)}
     log(f"    {arm} at lr {lr:g}: test loss " + ", ".join(
         f"{runs[arm][s]['test_loss']:.4f}" for s in seeds))
-  for arm in ("full", *z.arms):
+  for arm in ("full", *arms):
     for seed in seeds:
       runs[arm][seed]["excess_over_full"] = (runs[arm][seed]["test_loss"]
                                              / runs["full"][seed]["test_loss"] - 1)
@@ -349,12 +420,22 @@ def _figure(runs: dict, seeds, rates: dict, z: LoraSizes, run_dir: str) -> str:
   from experiments.claims.stats import mean_ci95
 
   arms = [a for a in ARMS if a in runs]
+  in_arms = [a for a in arms if IN_DOMAIN + "excess_over_full" in runs[a][seeds[0]]]
   fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2),
                                  gridspec_kw={"width_ratios": (1, 1.2)})
-  stats = [mean_ci95([100 * runs[a][s]["excess_over_full"] for s in seeds]) for a in arms]
-  y = np.array([m for m, _ in stats])
-  err = np.array([[m - ci[0], ci[1] - m] if ci else [0.0, 0.0] for m, ci in stats]).T
-  ax1.bar(range(len(arms)), y, yerr=err, capsize=5, color=["C0", "C1", "C2"][:len(arms)])
+  width = 0.38 if in_arms else 0.6
+  for metric, group, shift, color, label in (
+      ("excess_over_full", arms, -width / 2 if in_arms else 0.0, "C0",
+       "new text: IDLE's English docs (primary)"),
+      (IN_DOMAIN + "excess_over_full", in_arms, width / 2, "C1",
+       "in-domain: held-out stdlib .py files")):
+    if not group:
+      continue
+    stats = [mean_ci95([100 * runs[a][s][metric] for s in seeds]) for a in group]
+    y = np.array([m for m, _ in stats])
+    err = np.array([[m - ci[0], ci[1] - m] if ci else [0.0, 0.0] for m, ci in stats]).T
+    ax1.bar([arms.index(a) + shift for a in group], y, width, yerr=err, capsize=4, color=color,
+            label=label)
   ax1.axhline(100 * MARGIN, color="k", ls=":", label=f"margin {100 * MARGIN:g}%")
   ax1.axhline(0, color="0.5", lw=0.8)
   ax1.set_xticks(range(len(arms)), arms)
@@ -374,15 +455,23 @@ def _figure(runs: dict, seeds, rates: dict, z: LoraSizes, run_dir: str) -> str:
     ax2.set_ylim(low - 0.02, base_tune + (base_tune - low) + 0.02)  # far-diverged rates clip
     ax2.set(xscale="log", xlabel="peak learning rate (log scale; ★ chosen)",
             ylabel="tuning-text loss (nats/byte)",
-            title=f"rate tuning on seed {TUNE_SEED} ({z.steps} steps)")
+            title=f"rate tuning on seed {TUNE_SEED}, new text ({z.steps} steps)")
     ax2.set_xticks(GRID, [f"{g:g}" for g in GRID])
     ax2.minorticks_off()
     ax2.legend(fontsize=7)
   else:
     names = ["full", *arms]
-    ax2.bar(range(len(names)), [np.mean([runs[a][s]["gain"] for s in seeds]) for a in names],
-            color="C0")
+    in_names = ["full", *in_arms] if in_arms else []
+    for metric, group, shift, color, label in (
+        ("gain", names, -width / 2 if in_arms else 0.0, "C0", "new text"),
+        (IN_DOMAIN + "gain", in_names, width / 2, "C1", "in-domain")):
+      if group:
+        ax2.bar([names.index(a) + shift for a in group],
+                [np.mean([runs[a][s][metric] for s in seeds]) for a in group], width,
+                color=color, label=label)
+    ax2.axhline(0, color="0.5", lw=0.8)
     ax2.set_xticks(range(len(names)), names)
+    ax2.legend(fontsize=7)
     ax2.set(ylabel="test loss drop from the base model (nats/byte)",
             title=f"no tuning: every arm at lr {z.fixed_rate:g} (quick)")
   fig.tight_layout()
@@ -406,13 +495,32 @@ def run(spec: Spec) -> dict:
   rates = tune_rates(tune_base, cfg, ("full", *z.arms), z, spec.log)
   spec.log(f"  lora: seeds {list(seeds)}")
   runs = measure(bases, cfg, seeds, rates, z, spec.log)
+  # The extension: the same protocol (tuning seed, grid, arms' batches) within the domain.
+  *in_text, in_files = in_domain_text()
+  spec.log(f"  lora: in-domain adaptation on {sum(map(len, in_files.values()))} held-out "
+           f"stdlib files (arms full, {', '.join(z.in_domain_arms)})")
+  in_rates = tune_rates(tune_base, cfg, ("full", *z.in_domain_arms), z, spec.log,
+                        text=in_text)
+  in_runs = measure(bases, cfg, seeds, in_rates, z, spec.log, text=in_text,
+                    arms=z.in_domain_arms)
+  for arm, by_seed in in_runs.items():
+    for seed, metrics in by_seed.items():
+      runs[arm][seed].update({IN_DOMAIN + k: v for k, v in metrics.items()})
+  for seed in seeds:
+    r4 = runs["lora-qv-r4"][seed]
+    r4["in_domain_minus_new_text_excess"] = (r4[IN_DOMAIN + "excess_over_full"]
+                                             - r4["excess_over_full"])
   figure = _figure(runs, seeds, rates, z, spec.run_dir)
 
   def mean(arm, metric):
     return float(np.mean([runs[arm][s][metric] for s in seeds]))
 
   arms = z.arms
+  in_arms = z.in_domain_arms
   frac = {a: trainable_fraction(cfg, a) for a in ("full", *arms)}
+  root = os.path.commonpath(data.stdlib_files())
+  in_bytes = {k: len(v) for k, v in zip(("fine-tune", "tune", "test"), in_text, strict=True)}
+  ind = IN_DOMAIN
   notes = [
       f"- Text: {len(files)} files idlelib/*.txt ({', '.join(os.path.basename(f) for f in files)})"
       ", not in the `.py` training corpus; 80/10/10% fine-tune/tune/test.",
@@ -444,9 +552,32 @@ def run(spec: Spec) -> dict:
           f"{a} {int(sum(runs[a][s]['diverged'] for s in seeds))}/"
           f"{int(sum(runs[a][s]['spiked'] for s in seeds))} of {len(seeds)}"
           for a in ("full", *arms)) + ".",
+      "- In-domain adaptation (extension): the shared models' held-out stdlib `.py` files, "
+      "split by file: " + ", ".join(
+          f"{k} {len(in_files[k])} files ({in_bytes[k]:,} bytes)" for k in in_bytes)
+      + "; rates: " + ", ".join(
+          f"{a} {in_rates[a]['learning_rate']:g}" + (" (grid edge)" if in_rates[a]["edge"]
+                                                       else "") for a in ("full", *in_arms))
+      + ".",
+      f"- In-domain: base test loss {mean('base', ind + 'test_loss'):.4f} nats/byte; "
+      + ", ".join(f"{a} {mean(a, ind + 'test_loss'):.4f}" for a in ("full", *in_arms))
+      + "; test loss above full fine-tuning: " + ", ".join(
+          f"{a} {mean(a, ind + 'excess_over_full'):+.2%} (new text: "
+          f"{mean(a, 'excess_over_full'):+.2%})" for a in in_arms)
+      + "; recovery of full fine-tuning's gain: " + ", ".join(
+          f"{a} {mean(a, ind + 'gain') / mean('full', ind + 'gain'):.1%}" for a in in_arms)
+      + f"; full FT's ΔW stable rank {mean('full', ind + 'dW_stable_rank_frac'):.3f} of "
+      f"min(D_in, D_out) (new text: {mean('full', 'dW_stable_rank_frac'):.3f}).",
+      "- In-domain runs that ended diverged / spiked: " + ", ".join(
+          f"{a} {int(sum(runs[a][s][ind + 'diverged'] for s in seeds))}/"
+          f"{int(sum(runs[a][s][ind + 'spiked'] for s in seeds))} of {len(seeds)}"
+          for a in ("full", *in_arms)) + ".",
   ]
   return {"setup": {"files": [os.path.basename(f) for f in files], "grid": list(GRID),
                     "tune_seed": TUNE_SEED if z.tune else None, "rates": rates,
+                    "in_domain": {"files": {k: [os.path.relpath(f, root) for f in v]
+                                            for k, v in in_files.items()},
+                                  "bytes": in_bytes, "rates": in_rates},
                     "trainable_fraction": frac, "model_config": cfg.to_dict()},
           "runs": runs, "figures": [figure], "notes": notes,
           "effects": [("gain, full fine-tuning", "full", None, "gain"),
@@ -455,18 +586,25 @@ def run(spec: Spec) -> dict:
                         if "lora-qv-r16" in runs else []),
                       ("top-4 overlap, W_Q input side", "lora-qv-r4", None, "overlap_w_q_in"),
                       ("top-4 overlap, W_V input side", "lora-qv-r4", None, "overlap_w_v_in"),
-                      ("top-4 energy of full-FT ΔW", "full", None, "dW_top4_energy")]}
+                      ("top-4 energy of full-FT ΔW", "full", None, "dW_top4_energy"),
+                      ("in-domain: gain, full fine-tuning", "full", None, IN_DOMAIN + "gain"),
+                      ("LoRA r4 on W_Q, W_V − full FT: in-domain minus new text",
+                       "lora-qv-r4", None, "in_domain_minus_new_text_excess"),
+                      ("in-domain: stable rank of full FT's ΔW / min(D_in, D_out)", "full",
+                       None, IN_DOMAIN + "dW_stable_rank_frac")]}
 
 
-def _controls(arm: str) -> tuple[Threshold, ...]:
+def _controls(arm: str, setting: str = "") -> tuple[Threshold, ...]:
   """The controls of a comparison with full fine-tuning: it must gain, and both rates must be
-  inside the grid."""
-  return (Threshold("full fine-tuning improves the test loss", arm="full", metric="gain",
-                    stat="range", supports="> 0", control=True, unit="nats/byte"),
-          Threshold("full fine-tuning's tuned rate inside the grid", arm="full",
-                    metric="edge_lr", stat="range", supports="== 0", control=True),
-          Threshold(f"{arm}'s tuned rate inside the grid", arm=arm, metric="edge_lr",
-                    stat="range", supports="== 0", control=True))
+  inside the grid. `setting="in-domain"` reads the in-domain setting's metrics instead."""
+  name, metric = (f"{setting}: ", IN_DOMAIN) if setting else ("", "")
+  return (Threshold(f"{name}full fine-tuning improves the test loss", arm="full",
+                    metric=metric + "gain", stat="range", supports="> 0", control=True,
+                    unit="nats/byte"),
+          Threshold(f"{name}full fine-tuning's tuned rate inside the grid", arm="full",
+                    metric=metric + "edge_lr", stat="range", supports="== 0", control=True),
+          Threshold(f"{name}{arm}'s tuned rate inside the grid", arm=arm,
+                    metric=metric + "edge_lr", stat="range", supports="== 0", control=True))
 
 
 CLAIM = Claim(
@@ -503,6 +641,15 @@ CLAIM = Claim(
                                     reference=0.25, margin=0.15,
                                     unit="fraction of min(D_in, D_out)"),
                    _controls("lora-qv-r4")[0])),
+        Extension("in-domain adaptation",
+                  "Adapting within the base model's own domain (fine-tuning on held-out "
+                  "standard-library .py files, tested on other held-out files), does LoRA rank "
+                  "4 on W_Q, W_V end within 1% of full fine-tuning's test loss?",
+                  (Threshold("in-domain: LoRA r4 on W_Q, W_V − full fine-tuning (test loss)",
+                             arm="lora-qv-r4", metric=IN_DOMAIN + "excess_over_full",
+                             supports=f"< {MARGIN}", refutes=f"> {MARGIN}", margin=MARGIN,
+                             unit="fraction of full fine-tuning's test loss"),
+                   *_controls("lora-qv-r4", "in-domain"))),
     ),
     tuning_seeds=(TUNE_SEED,),
     anchors=(

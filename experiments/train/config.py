@@ -25,7 +25,8 @@ class TrainConfig:
 
   model: str = _field("tiny", "model preset", choices=sorted(transformer.PRESETS))
   model_overrides: str = _field("", "Config overrides, e.g. 'd_model=32,n_layers=2'")
-  data: str = _field("stdlib", "'stdlib', a text file, folder or glob, or task:NAME "
+  data: str = _field("stdlib", "'stdlib', 'mixed' (code + prose), a text file, folder or "
+                     "glob, or task:NAME "
                      f"({', '.join(data.TASKS)})")
   val_fraction: float = _field(0.05, "fraction of files held out for validation")
   seq_len: int = _field(64, "tokens per training sequence (text data)")

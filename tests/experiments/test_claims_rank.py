@@ -1,6 +1,7 @@
 """The rank claims (kv-compression, adaptive-rank, lora): measurements, theorem, thresholds."""
 
 import itertools
+import pathlib
 
 import jax
 import numpy as np
@@ -274,3 +275,81 @@ def test_lora_primary_margin_and_controls(excess, edge, expected):
                 ("lora-qv-r4", "edge_lr"): (edge,) * 5, ("full", "edge_lr"): (0.0,) * 5,
                 ("full", "gain"): (0.3,) * 5})
   assert decide(lora_claim.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == expected
+
+
+def test_lora_primary_is_unchanged_by_the_in_domain_extension():
+  """The headline reads the IDLE-docs setting only, with the thresholds it was registered with."""
+  got = [(t.name, t.arm, t.metric, t.stat, t.supports, t.refutes, t.control, t.margin)
+         for t in lora_claim.CLAIM.thresholds]
+  assert got == [
+      ("LoRA r4 on W_Q, W_V − full fine-tuning (test loss)", "lora-qv-r4", "excess_over_full",
+       "ci", "< 0.01", "> 0.01", False, 0.01),
+      ("full fine-tuning improves the test loss", "full", "gain", "range", "> 0", None, True,
+       None),
+      ("full fine-tuning's tuned rate inside the grid", "full", "edge_lr", "range", "== 0",
+       None, True, None),
+      ("lora-qv-r4's tuned rate inside the grid", "lora-qv-r4", "edge_lr", "range", "== 0",
+       None, True, None)]
+  assert lora_claim.CLAIM.hypothesis.startswith("Fine-tuning a shared base model on text it "
+                                                "never saw (IDLE's .txt documents)")
+  names = [e.name for e in lora_claim.CLAIM.extensions]
+  assert names == ["a larger adapter", "full fine-tuning's update is low rank",
+                   "in-domain adaptation"]
+  ext = lora_claim.CLAIM.extensions[2]
+  assert all(t.metric.startswith(lora_claim.IN_DOMAIN) for t in ext.thresholds)
+  # It mirrors the primary: the same arms, conditions, margin and controls, on its own metrics.
+  assert [(t.arm, t.metric.removeprefix(lora_claim.IN_DOMAIN), t.stat, t.supports, t.refutes,
+           t.control, t.margin) for t in ext.thresholds] == [g[1:] for g in got]
+
+
+def test_in_domain_text_is_held_out_and_split_by_file():
+  ft, tune, test, files = lora_claim.in_domain_text()
+  stdlib = data.load_corpus("stdlib")
+  assert models.RECIPES["small"].train_config(0).val_fraction == 0.05  # the shared models' split
+  assert models.RECIPES["small"].data == models.RECIPES["quick"].data == "stdlib"
+  parts = [set(files[k]) for k in ("fine-tune", "tune", "test")]
+  assert all(parts) and not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
+  assert parts[0] | parts[1] | parts[2] == set(stdlib.val_files)
+  assert not set(stdlib.train_files) & (parts[0] | parts[1] | parts[2])
+  for text, key in ((ft, "fine-tune"), (tune, "tune"), (test, "test")):
+    assert text.tobytes() == b"".join(pathlib.Path(f).read_bytes() for f in files[key])
+  # No test or tuning file's bytes are a fine-tuning file's (a copy would be one file twice).
+  fine = {pathlib.Path(f).read_bytes() for f in files["fine-tune"]}
+  assert not any(pathlib.Path(f).read_bytes() in fine for f in files["test"] + files["tune"])
+  total = len(ft) + len(tune) + len(test)
+  assert lora_claim.IN_DOMAIN_TEST <= len(test) / total < 0.1
+  assert lora_claim.IN_DOMAIN_TUNE * 0.5 < len(tune) / total < 0.1
+  assert files == lora_claim.in_domain_text()[3]  # deterministic
+
+
+def _in_domain_runs(excess, gain=(0.05,) * 5, edge=0.0, primary_excess=(0.2,) * 5):
+  ind = lora_claim.IN_DOMAIN
+  return _runs({("lora-qv-r4", ind + "excess_over_full"): excess,
+                ("lora-qv-r4", ind + "edge_lr"): (edge,) * 5,
+                ("full", ind + "edge_lr"): (0.0,) * 5, ("full", ind + "gain"): gain,
+                # The primary's setting, far outside its margin: it must not leak in.
+                ("lora-qv-r4", "excess_over_full"): primary_excess,
+                ("lora-qv-r4", "edge_lr"): (0.0,) * 5, ("full", "edge_lr"): (0.0,) * 5,
+                ("full", "gain"): (0.3,) * 5})
+
+
+@pytest.mark.parametrize("excess, gain, edge, expected", [
+    ((0.002, 0.004, 0.003, 0.005, 0.001), (0.05,) * 5, 0.0, "supported"),
+    ((0.03, 0.05, 0.04, 0.06, 0.035), (0.05,) * 5, 0.0, "refuted"),
+    ((0.004, 0.016, 0.009, 0.013, 0.006), (0.05,) * 5, 0.0, "inconclusive"),  # straddles 1%
+    ((0.002, 0.004, 0.003, 0.005, 0.001), (0.05, 0.04, -0.01, 0.05, 0.05), 0.0,
+     "inconclusive"),  # full fine-tuning did not gain on one seed: nothing can be read
+    ((0.002, 0.004, 0.003, 0.005, 0.001), (0.05,) * 5, 1.0, "inconclusive"),  # rate at an edge
+])
+def test_lora_in_domain_extension_verdict(excess, gain, edge, expected):
+  ext = lora_claim.CLAIM.extensions[2]
+  runs = _in_domain_runs(excess, gain, edge)
+  assert decide(ext.thresholds, runs, (0, 1, 2, 3, 4))[0] == expected
+  # The headline is read from the primary's metrics alone (here refuted, whatever in-domain says).
+  assert decide(lora_claim.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == "refuted"
+
+
+def test_lora_sizes_refuse_in_domain_arms_without_the_extensions_arm():
+  assert lora_claim.QUICK.in_domain_arms == lora_claim.FULL.in_domain_arms == ("lora-qv-r4",)
+  with pytest.raises(ValueError, match="in_domain_arms"):
+    lora_claim.LoraSizes(**{**lora_claim.QUICK.to_dict(), "in_domain_arms": ("lora-all-r16",)})

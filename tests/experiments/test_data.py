@@ -1,7 +1,11 @@
 """Data: the split by file, batches as pure functions of (seed, step), the synthetic tasks."""
 
+import hashlib
 import os
 import re
+import sys
+import sysconfig
+import zlib
 
 import numpy as np
 import pytest
@@ -177,3 +181,103 @@ def test_binary_files_and_empty_folders_are_refused(tmp_path):
   with pytest.raises(ValueError, match=r"empty: it holds no text files \(skipped 1 hidden and 1 "
                                        "binary files\\)"):
     data.scan_files(only_binary)
+
+
+# ------------------------------------------------------------------------------ the corpora
+
+
+def test_stdlib_corpus_is_unchanged(corpus):
+  """The split every base model trains on: the original rule, and its files pinned on 3.11.7."""
+  files = data.stdlib_files()
+  root = os.path.commonpath(files)
+  val = tuple(f for f in files if zlib.crc32(os.path.relpath(f, root).encode()) % 10_000 < 500)
+  assert corpus.val_files == val
+  assert corpus.train_files == tuple(f for f in files if f not in set(val))
+  assert corpus.test is None and corpus.test_files == ()
+  if sys.version_info[:3] == (3, 11, 7):  # the interpreter the pins were taken on
+    stdlib = sysconfig.get_paths()["stdlib"]
+
+    def digest(names):
+      return hashlib.sha256("\n".join(os.path.relpath(f, stdlib) for f in names).encode())
+
+    assert (len(corpus.train_files), len(corpus.val_files)) == (1693, 97)
+    assert (len(corpus.train), len(corpus.val)) == (29_455_921, 2_069_303)
+    assert digest(corpus.train_files).hexdigest().startswith("1e9062adc91684a6")
+    assert digest(corpus.val_files).hexdigest().startswith("9888c633cb493bed")
+
+
+@pytest.fixture(scope="module")
+def mixed():
+  return data.load_corpus("mixed")
+
+
+def test_mixed_splits_are_disjoint_by_file_complete_and_deterministic(corpus, mixed):
+  splits = data.mixed_files()
+  assert splits == data.mixed_files()  # no hidden state
+  names = {s: set(f) for s, f in splits.items()}
+  assert not names["train"] & names["val"] and not names["train"] & names["test"]
+  assert not names["val"] & names["test"] and names["test"]
+  archive = set(data.archive_texts())
+  assert names["train"] | names["val"] | names["test"] == set(data.stdlib_files()) | archive
+  # The stdlib part keeps the base models' split; the archive's files split by their names.
+  assert splits["train"][:len(corpus.train_files)] == corpus.train_files
+  assert splits["val"][:len(corpus.val_files)] == corpus.val_files
+  prefix = len(data.CPYTHON_ARCHIVE) + 1
+  for split, files in splits.items():
+    assert all(data.archive_split(f[prefix:]) == split for f in files if f in archive)
+  assert [data.archive_split(f"Doc/{n}.rst") for n in ("tutorial/index", "tutorial/classes",
+                                                       "bugs")] == ["train", "val", "test"]
+  assert (mixed.train_files, mixed.val_files, mixed.test_files) == (
+      splits["train"], splits["val"], splits["test"])
+  texts = data.archive_texts()
+  assert mixed.test.tobytes() == b"".join(texts[f] for f in mixed.test_files)
+  assert len(mixed.train) == len(corpus.train) + sum(
+      len(texts[f]) for f in splits["train"] if f in archive)
+
+
+def test_mixed_corpus_card_counts_code_and_prose(mixed):
+  """Every split holds both; prose is 2-8% of train (the stdlib dominates it), 10-30% of val
+  and 30-60% of test (where only the archive's files are)."""
+  card = data.corpus_card("mixed")
+  assert card["spec"] == "mixed" and sorted(card["splits"]) == ["test", "train", "val"]
+  arrays = {"train": mixed.train, "val": mixed.val, "test": mixed.test}
+  ranges = {"train": (0.02, 0.08), "val": (0.10, 0.30), "test": (0.30, 0.60)}
+  for split, row in card["splits"].items():
+    assert row["code_bytes"] + row["prose_bytes"] == len(arrays[split])
+    assert row["other_bytes"] == 0 and row["code_files"] > 0 and row["prose_files"] > 0
+    assert row["code_files"] + row["prose_files"] == row["files"]
+    lo, hi = ranges[split]
+    assert lo < row["prose_fraction"] < hi, (split, row)
+    assert row["prose_fraction"] == pytest.approx(row["prose_bytes"] / len(arrays[split]))
+  prose = [f for f in mixed.test_files if data.file_kind(f) == "prose"]
+  assert prose and all(f.endswith(".rst") for f in prose)
+  stdlib_card = data.corpus_card("stdlib")["splits"]
+  assert "test" not in stdlib_card and stdlib_card["train"]["prose_bytes"] == 0
+
+
+def test_mixed_test_split_shares_no_file_with_the_stdlib_corpus(corpus, mixed):
+  stdlib = set(corpus.train_files) | set(corpus.val_files)
+  assert not set(mixed.test_files) & stdlib
+  assert all(f.startswith(data.CPYTHON_ARCHIVE + "/") for f in mixed.test_files)
+  seen = set()
+  for f in stdlib:
+    with open(f, "rb") as fh:
+      seen.add(hashlib.sha256(fh.read()).digest())
+  texts = data.archive_texts()
+  assert not any(hashlib.sha256(texts[f]).digest() in seen for f in mixed.test_files)
+
+
+def test_test_split_batches_and_clear_errors(tmp_path, corpus, mixed):
+  src = data.TextSource(mixed, seq_len=32)
+  batch = src.batch(0, 3, 4, "test")
+  assert not np.array_equal(batch.tokens, src.batch(0, 3, 4, "val").tokens)
+  for row in batch.tokens:
+    assert mixed.test.tobytes().find(row.astype(np.uint8).tobytes()) >= 0
+  with pytest.raises(ValueError, match="no test split"):
+    data.TextSource(corpus, seq_len=32).batch(0, 3, 4, "test")
+  with pytest.raises(ValueError, match="split='holdout' is unknown"):
+    src.batch(0, 3, 4, "holdout")
+  with pytest.raises(FileNotFoundError, match="corpus archive .* is missing"):
+    data.archive_texts(str(tmp_path / "gone.tar.gz"))
+  with pytest.raises(ValueError, match="load_corpus\\('mixed'\\)"):
+    data.scan_files("mixed")
