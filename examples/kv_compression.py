@@ -4,8 +4,8 @@
 
 Trains the `tiny` model for a few steps on text (the sources of Python's `email` package,
 found on every installation), then scores held-out text through a compressed KV cache:
-`python -m experiments eval --checkpoint RUN --split val --kv-ratio 4` projects every head's keys and
-values onto a low-rank basis calibrated on the training text (`analysis.kv.compress`) and
+`python -m experiments eval --checkpoint RUN --split val --kv-ratio 4` projects every head's
+keys and values onto a low-rank basis calibrated on the training text (`analysis.kv.compress`) and
 reports the loss with and without compression and the ratio measured from the cache's bytes.
 A short run learns little, so read the numbers as the mechanics, not the claim
 (`python -m experiments claim kv-compression` is the measured version).
