@@ -1,5 +1,10 @@
 """Attention variants against float64 numpy references, their kernel properties, causality,
-decode = forward, the receptive field of a window, and the MoBA gate's causality."""
+decode = forward, the receptive field of a window, and the MoBA gate's causality.
+
+Compilation is what these tests cost: every attention call and Jacobian runs under one `jit`
+(op by op, each primitive of each shape would compile on its own), and model parameters are
+drawn by numpy (`random_params`) rather than by compiling each config's initializer.
+"""
 
 import functools
 
@@ -9,6 +14,7 @@ import numpy as np
 import pytest
 
 import transformer as tr
+from tests.conftest import random_params
 from transformer.attention import (
     ATTENTION,
     _random_blocks,
@@ -53,8 +59,9 @@ def _np_attention(logits, allowed, v):
 def _padded_mask(B, T, n_pad=3):
   valid = np.ones((B, T), bool)
   valid[-1, :n_pad] = False  # the last sequence is left-padded
-  pos = jnp.broadcast_to(jnp.arange(T), (B, T))
-  return np.asarray(make_mask(pos, pos, causal=True, k_valid_BS=jnp.asarray(valid))), valid
+  pos = np.broadcast_to(np.arange(T, dtype=np.int32), (B, T))
+  mask = jax.jit(make_mask, static_argnames="causal")(pos, pos, causal=True, k_valid_BS=valid)
+  return np.asarray(mask), valid
 
 
 def _check(out, want, valid, atol=1e-5):
@@ -65,14 +72,19 @@ def _check(out, want, valid, atol=1e-5):
 
 
 def _f32(*xs):
-  return tuple(jnp.asarray(x, jnp.float32) for x in xs)
+  return tuple(jnp.asarray(np.asarray(x, np.float32)) for x in xs)
+
+
+def _jit(fn, **options):
+  """`fn(q, k, v, mask)` with its keyword options fixed, compiled once."""
+  return jax.jit(functools.partial(fn, **options))
 
 
 def test_rbf_matches_numpy():
   q, k, v = _qkv(0)
   B, T, H, Dh = q.shape
   mask, valid = _padded_mask(B, T)
-  out, aux = rbf_attention(*_f32(q, k, v), jnp.asarray(mask), scale=Dh**-0.5)
+  out, aux = _jit(rbf_attention, scale=Dh**-0.5)(*_f32(q, k, v), mask)
   d2 = ((q[:, :, None] - k[:, None, :]) ** 2).sum(-1).transpose(0, 3, 1, 2)  # (B, H, T, S)
   want, a = _np_attention(-d2 / (2 * np.sqrt(Dh)), mask[:, None], v)
   _check(out, want, valid)
@@ -87,9 +99,9 @@ def test_linear_running_sums_equal_quadratic_form_and_numpy(causal, T):
     mask, valid = _padded_mask(B, T)
   else:
     mask, valid = np.ones((B, T, T), bool), np.ones((B, T), bool)
-  args = (*_f32(q, k, v), jnp.asarray(mask))
-  out, aux = linear_attention(*args, scale=Dh**-0.5, causal=causal)
-  quad, _ = linear_quadratic(*args, scale=Dh**-0.5)
+  args = (*_f32(q, k, v), mask)
+  out, aux = _jit(linear_attention, scale=Dh**-0.5, causal=causal)(*args)
+  quad, _ = _jit(linear_quadratic, scale=Dh**-0.5)(*args)
   _check(out, np.asarray(quad), valid)
 
   def phi(x):
@@ -109,8 +121,8 @@ def test_local_equals_dense_window(window, block_size, T):
   q, k, v = _qkv(2, T=T)
   B, _, H, Dh = q.shape
   mask, valid = _padded_mask(B, T)
-  out, aux = local_attention(*_f32(q, k, v), jnp.asarray(mask), scale=Dh**-0.5, window=window,
-                             block_size=block_size)
+  out, aux = _jit(local_attention, scale=Dh**-0.5, window=window,
+                  block_size=block_size)(*_f32(q, k, v), mask)
   t, s = np.arange(T)[:, None], np.arange(T)[None]
   allowed = mask & ((t - s) < window)[None]
   want, a = _np_attention(np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(Dh), allowed[:, None], v)
@@ -125,9 +137,10 @@ def test_bigbird_equals_numpy_pattern():
   B, T, H, Dh = q.shape
   w, bs, g, r = 3, 4, 2, 2
   mask, valid = _padded_mask(B, T)
-  out, aux = bigbird_attention(*_f32(q, k, v), jnp.asarray(mask), scale=Dh**-0.5, window=w,
-                               block_size=bs, n_global=g, n_random=r)
-  blocks, ok = (np.asarray(x) for x in _random_blocks(jnp.arange(T // bs + 1), r))
+  out, aux = _jit(bigbird_attention, scale=Dh**-0.5, window=w, block_size=bs, n_global=g,
+                  n_random=r)(*_f32(q, k, v), mask)
+  blocks, ok = (np.asarray(x) for x in jax.jit(_random_blocks, static_argnums=1)(
+      np.arange(T // bs + 1, dtype=np.int32), r))
   pattern = np.zeros((T, T), bool)
   for t in range(T):
     for s in range(t + 1):
@@ -146,8 +159,8 @@ def test_moba_equals_numpy_gate_and_pattern():
   B, T, H, Dh = q.shape
   bs, top = 4, 2
   mask, valid = _padded_mask(B, T)
-  out, aux = moba_attention(*_f32(q, k, v), jnp.asarray(mask), scale=Dh**-0.5, block_size=bs,
-                            top_k_blocks=top)
+  out, aux = _jit(moba_attention, scale=Dh**-0.5, block_size=bs,
+                  top_k_blocks=top)(*_f32(q, k, v), mask)
   allowed = np.zeros((B, H, T, T), bool)
   for b in range(B):
     for h in range(H):
@@ -172,13 +185,13 @@ def test_moba_equals_numpy_gate_and_pattern():
 
 def test_moba_gate_reads_only_the_past():
   """Perturbing every position ≥ p changes neither the outputs nor the selection before p."""
-  q, k, v = _f32(*_qkv(5, B=1, T=24))
-  fn = jax.jit(functools.partial(moba_attention, scale=0.5, block_size=4, top_k_blocks=2))
-  out, aux = fn(q, k, v, None)
+  qkv = _qkv(5, B=1, T=24)
+  fn = _jit(moba_attention, scale=0.5, block_size=4, top_k_blocks=2)
+  out, aux = fn(*_f32(*qkv), None)
   for p in (5, 8, 13, 20):
-    noise = jax.random.normal(jax.random.key(p), (3,) + q.shape) * 10.0
-    later = (jnp.arange(q.shape[1]) >= p)[None, :, None, None]
-    qp, kp, vp = (x + jnp.where(later, n, 0.0) for x, n in zip((q, k, v), noise, strict=True))
+    noise = np.random.default_rng(p).normal(size=(3,) + qkv[0].shape) * 10.0
+    later = (np.arange(qkv[0].shape[1]) >= p)[None, :, None, None]
+    qp, kp, vp = _f32(*(x + np.where(later, n, 0.0) for x, n in zip(qkv, noise, strict=True)))
     out_p, aux_p = fn(qp, kp, vp, None)
     np.testing.assert_array_equal(out_p[:, :p], out[:, :p])
     np.testing.assert_array_equal(aux_p["blocks"][:, :, :p], aux["blocks"][:, :, :p])
@@ -198,7 +211,7 @@ def test_exact_causality_by_gradient(name):
 
   T = q.shape[1]
   future = np.arange(T)[None, :] > np.arange(T)[:, None]  # [t, s]: s after t
-  for J in jax.jacrev(f, argnums=(0, 1, 2))(q, k, v):
+  for J in jax.jit(jax.jacrev(f, argnums=(0, 1, 2)))(q, k, v):
     J_TS = np.abs(np.asarray(J)[:, :, 0, :, 0, :]).sum((1, 3))
     assert (J_TS[future] == 0).all()
     assert (J_TS[~future] > 0).sum() >= T - 1  # and the past does move it (not q_0, k_0)
@@ -213,19 +226,21 @@ def _variant_cfg(name):
 @pytest.mark.parametrize("name", sorted(ATTENTION))
 def test_model_decode_equals_forward(name):
   cfg = _variant_cfg(name)
-  params = tr.init(cfg, jax.random.key(0))
-  tokens = jax.random.randint(jax.random.key(1), (2, 14), 0, cfg.vocab_size)
-  full = jax.jit(tr.Transformer(cfg).apply)({"params": params}, tokens)
+  params = random_params(cfg)
+  tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, (2, 14), dtype=np.int32)
+  apply = jax.jit(tr.Transformer(cfg).apply)
+  full = apply({"params": params}, tokens)
   cache = init_cache(cfg, 2, 16)
   logits, cache = prefill(params, cfg, tokens[:, :6], cache)
   steps = [logits]
   for t in range(6, 14):
     logits_t, cache = decode_step(params, cfg, tokens[:, t], cache)
     steps.append(logits_t[:, None])
-  np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-5)
+  np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
   # The full model is causal too: a later token cannot move earlier logits.
-  changed = tokens.at[:, 9].set((tokens[:, 9] + 1) % cfg.vocab_size)
-  full_2 = jax.jit(tr.Transformer(cfg).apply)({"params": params}, changed)
+  changed = tokens.copy()
+  changed[:, 9] = (tokens[:, 9] + 1) % cfg.vocab_size
+  full_2 = apply({"params": params}, changed)
   np.testing.assert_array_equal(full_2[:, :9], full[:, :9])
   assert not np.allclose(full_2[:, 9:], full[:, 9:])
 
@@ -233,12 +248,16 @@ def test_model_decode_equals_forward(name):
 def test_bigbird_model_reads_global_token_beyond_the_window():
   """Token 0 is global: with window 3 and 2 layers (reach 4), logits at t = 15 still see it."""
   cfg = _variant_cfg("bigbird").replace(n_random=0, n_global=1)
-  params = tr.init(cfg, jax.random.key(0))
-  tokens = jax.random.randint(jax.random.key(1), (1, 16), 0, cfg.vocab_size)
+  params = random_params(cfg)
+  tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, (1, 16), dtype=np.int32)
   apply = jax.jit(tr.Transformer(cfg).apply)
-  base = apply({"params": params}, tokens)
-  moved_0 = apply({"params": params}, tokens.at[0, 0].set((tokens[0, 0] + 1) % 64))
-  moved_5 = apply({"params": params}, tokens.at[0, 5].set((tokens[0, 5] + 1) % 64))
+
+  def moved(s):
+    changed = tokens.copy()
+    changed[0, s] = (tokens[0, s] + 1) % 64
+    return apply({"params": params}, changed)
+
+  base, moved_0, moved_5 = apply({"params": params}, tokens), moved(0), moved(5)
   assert np.abs(moved_0[0, 15] - base[0, 15]).max() > 1e-6  # the global token reaches t = 15
   np.testing.assert_array_equal(moved_5[0, 10:], base[0, 10:])  # a local one reaches t ≤ 9
 
@@ -248,7 +267,7 @@ def test_receptive_field_is_layers_times_window_minus_one():
   L, w, T = 3, 3, 16
   cfg = tr.Config(vocab_size=32, d_model=16, n_layers=L, n_heads=2, max_len=T,
                   attention="local", window=w, block_size=4, positions="none")
-  params = tr.init(cfg, jax.random.key(0))
+  params = random_params(cfg)
   f_l = tr.block_fn(cfg)
 
   def stack(x_TD):
@@ -256,7 +275,7 @@ def test_receptive_field_is_layers_times_window_minus_one():
       x_TD = f_l(tr.layer(params, layer), x_TD)
     return x_TD
 
-  x = jax.random.normal(jax.random.key(1), (T, cfg.d_model))
+  x = np.random.default_rng(1).normal(size=(T, cfg.d_model)).astype(np.float32)
   J_TS = np.abs(np.asarray(jax.jit(jax.jacrev(stack))(x))).sum((1, 3))
   lag = np.arange(T)[:, None] - np.arange(T)[None, :]
   reach = (lag >= 0) & (lag <= L * (w - 1))
@@ -270,7 +289,7 @@ def test_receptive_field_is_layers_times_window_minus_one():
 
 def _bidirectional(fn, q, k, v):
   B, T = q.shape[:2]
-  return fn(q, k, v, jnp.ones((B, T, k.shape[1]), bool), scale=q.shape[-1] ** -0.5)
+  return _jit(fn, scale=q.shape[-1] ** -0.5)(q, k, v, np.ones((B, T, k.shape[1]), bool))
 
 
 @pytest.mark.parametrize("name", ["softmax", "rbf", "linear"])
@@ -316,10 +335,11 @@ def test_untied_softmax_fails_the_properties():
 def test_qk_tied_model_has_no_w_k_and_psd_scores():
   cfg = tr.Config(vocab_size=64, d_model=32, n_layers=2, n_heads=2, max_len=16,
                   positions="rope", qk_tied=True, causal=False, init_std=0.3)
-  params = tr.init(cfg, jax.random.key(0))
+  params = random_params(cfg)  # the initializer's tree
   assert "w_k" not in params["blocks"]["attn"] and "b_k" not in params["blocks"]["attn"]
-  tokens = jax.random.randint(jax.random.key(1), (1, 16), 0, 64)
-  _, state = tr.Transformer(cfg).apply({"params": params}, tokens, mutable=["intermediates"])
+  tokens = np.random.default_rng(1).integers(0, 64, (1, 16), dtype=np.int32)
+  _, state = jax.jit(functools.partial(tr.Transformer(cfg).apply, mutable=["intermediates"]))(
+      {"params": params}, tokens)
   inter = state["intermediates"]["blocks"]["attn"]
   q, k = np.asarray(inter["q"][0], np.float64), np.asarray(inter["k"][0], np.float64)
   np.testing.assert_array_equal(q, k)  # keys are the (rotated) queries
@@ -361,7 +381,7 @@ def test_direct_calls_refuse_bad_options():
 
 def test_softmax_registry_entry_unchanged():
   q, k, v = _f32(*_qkv(9, B=1, T=6))
-  out, _ = softmax_attention(q, k, v, None, scale=0.5)
+  out, _ = _jit(softmax_attention, scale=0.5)(q, k, v, None)
   want, _ = _np_attention(np.einsum("bthd,bshd->bhts", *_qkv(9, B=1, T=6)[:2]) * 0.5,
                           np.tril(np.ones((6, 6), bool))[None, None], _qkv(9, B=1, T=6)[2])
   np.testing.assert_allclose(out, want, atol=1e-5)
