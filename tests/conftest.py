@@ -18,10 +18,11 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 def random_params(cfg, seed: int = 0):
   """Parameters with the tree, shapes and dtypes of `transformer.init(cfg, key)`, drawn by numpy.
 
-  The tree comes from `jax.eval_shape` (traced, never compiled); norm scales are 1, biases 0
-  and every other leaf is N(0, cfg.init_std²), as the initializer draws them. For a test of a
-  property that holds for any parameters: compiling the initializer of each config (a
-  threefry draw per leaf) costs more than the rest of such a test.
+  The tree comes from `jax.eval_shape` (traced, never compiled) and the distribution is the
+  initializer's: norm scales 1, biases 0, every other leaf N(0, init_std²), `w_o` and `w_2`
+  divided by sqrt(2 L) under `Config.init_residual_scale`. For a test of a property that holds
+  for any parameters: compiling the initializer of each config (a threefry draw per leaf)
+  costs more than the rest of such a test.
 
   Example: `params = random_params(transformer.preset("tiny"))`.
   """
@@ -35,7 +36,9 @@ def random_params(cfg, seed: int = 0):
     elif name == "bias" or name.startswith("b_"):
       x = np.zeros(leaf.shape)
     else:
-      x = rng.normal(0.0, cfg.init_std, leaf.shape)
-    return jax.numpy.asarray(x.astype(leaf.dtype))
+      residual = cfg.init_residual_scale and name in ("w_o", "w_2")
+      x = rng.normal(0.0, cfg.init_std / (2 * cfg.n_layers) ** 0.5 if residual else cfg.init_std,
+                     leaf.shape)
+    return jax.device_put(x.astype(leaf.dtype))  # `jnp.asarray` would compile a copy per shape
 
   return jax.tree_util.tree_map_with_path(draw, shapes)

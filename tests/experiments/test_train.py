@@ -21,8 +21,15 @@ from transformer import names
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = train.TrainConfig(model_overrides="d_model=32,n_heads=2,max_len=64", seq_len=32,
                           batch_size=8, steps=40, warmup_steps=5, learning_rate=3e-3,
-                          eval_every=20, eval_batches=2, log_every=5, checkpoint_every=10,
+                          eval_every=20, eval_batches=2, log_every=5, checkpoint_every=20,
                           progress=False)
+
+
+# The run of the tests of what a run prints and logs (progress lines, sharpness rows): one config,
+# so its programs (init, step) compile once for all of them.
+LOGGED = train.TrainConfig(model_overrides="d_model=16,n_heads=2,n_layers=1,max_len=32",
+                           seq_len=16, batch_size=4, steps=12, warmup_steps=2, eval_every=0,
+                           log_every=6, checkpoint_every=0, progress=False)
 
 
 def losses(run_dir):
@@ -112,7 +119,7 @@ def test_sigkill_loses_at_most_one_checkpoint_interval(tmp_path):
 
 def test_ctrl_c_saves_the_current_step_and_exits_130(tmp_path):
   run_dir = str(tmp_path / "interrupted")
-  proc = start_training(run_dir, every=5)
+  proc = start_training(run_dir, every=5, checkpoints=2)
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=60)
   assert proc.returncode == 130, err
@@ -179,7 +186,7 @@ def test_callback_and_ctrl_c_saves(tmp_path):
   logged = {r["step"]: r["loss"] for r in losses(tc.run_dir) if "loss" in r}
   assert all(logged[s] == loss for s, _, loss in seen)
   mgr = checkpoint.open_manager(tc.run_dir)
-  assert mgr.latest_step() == 14  # saved on interrupt, off the every-10 grid
+  assert mgr.latest_step() == 14  # saved on interrupt, off the every-20 grid
   mgr.close()
 
 
@@ -329,12 +336,12 @@ def test_exact_match_is_reported_on_synthetic_tasks(tmp_path, tiny_run):
   assert rows and 0 <= rows[-1]["val_exact_match"] <= 1
   # Reference: the host-side metric of `experiments.data` on the same validation batches.
   import transformer
-  model = transformer.Transformer(train.model_config(tc))
+  apply = jax.jit(transformer.Transformer(train.model_config(tc)).apply)  # one compilation
   src = data.source(tc.data, tc.seq_len)
   acc = []
   for i in range(tc.eval_batches):
     batch = src.batch(tc.seed, i, tc.batch_size, "val")
-    logits = model.apply({"params": result.state.params}, jnp.asarray(batch.tokens[:, :-1]))
+    logits = apply({"params": result.state.params}, batch.tokens[:, :-1])
     acc.append(data.exact_match(logits, batch))
   assert rows[-1]["val_exact_match"] == pytest.approx(np.mean(acc), abs=1e-6)
   with open(os.path.join(tc.run_dir, "results.json")) as f:
@@ -412,27 +419,21 @@ def test_progress_lines_show_the_logged_step_numbers_not_the_previous_ones(tmp_p
   """A printed progress line carries the loss of its own step, as `metrics.jsonl` logs it."""
   from experiments import jsonio
 
-  tc = train.TrainConfig(model_overrides="d_model=16,n_heads=2,n_layers=1,max_len=32",
-                         seq_len=16, batch_size=4, steps=20, warmup_steps=2, eval_every=0,
-                         log_every=10, checkpoint_every=0, progress=True,
-                         run_dir=str(tmp_path / "run"))
+  tc = LOGGED.replace(progress=True, run_dir=str(tmp_path / "run"))
   train.train(tc)
   err = capsys.readouterr().err
-  line = [x for x in err.splitlines() if x.startswith("train: 20/20")][-1]
+  line = [x for x in err.splitlines() if x.startswith("train: 12/12")][-1]
   logged = {r["step"]: r for r in jsonio.read_jsonl(tmp_path / "run" / "metrics.jsonl")
             if "loss" in r}
-  assert f"loss={logged[20]['loss']:.3f}" in line
-  assert f"tok_s={logged[20]['tokens_per_s']:,.0f}" in line
+  assert f"loss={logged[12]['loss']:.3f}" in line
+  assert f"tok_s={logged[12]['tokens_per_s']:,.0f}" in line
 
 
 def test_track_sharpness_logs_the_top_hessian_eigenvalue_beside_its_threshold(tmp_path):
   """`--track-sharpness`: rows with the sharpness and 38/lr (Adam, β₁ = 0.9), and the plot."""
   from experiments import jsonio
 
-  tc = train.TrainConfig(model_overrides="d_model=16,n_heads=2,n_layers=1,max_len=32",
-                         seq_len=16, batch_size=4, steps=12, warmup_steps=2, eval_every=0,
-                         log_every=6, checkpoint_every=0, progress=False, track_sharpness=6,
-                         run_dir=str(tmp_path / "run"))
+  tc = LOGGED.replace(track_sharpness=6, run_dir=str(tmp_path / "run"))
   train.train(tc)
   rows = [r for r in jsonio.read_jsonl(tmp_path / "run" / "metrics.jsonl") if "sharpness" in r]
   assert [r["step"] for r in rows] == [6, 12]

@@ -5,11 +5,14 @@ singular values inside the Newton–Schulz band of the coefficients, while AdamW
 least 5× on the same gradient), leave embeddings and output layers to AdamW, and raise one
 line naming the leaves and the fix on a tree it cannot place.
 (`optim/roles.py`: `optim.labels`, `optim.labels_by_shape`, `optim.MatrixAxes`.)
+
+Compilation is what these tests cost: gradients and constant trees are made by numpy (a jax
+array op by op compiles each primitive of each shape on its own), and every optimizer update
+runs under `jit`.
 """
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -44,13 +47,19 @@ def band(lowest):
 SPECTRUM = np.geomspace(1.0, 0.3, 24)  # every hidden gradient's singular values (κ = 3.3)
 
 
-def _matrix_grad(key, m, n):
-  """`U diag(SPECTRUM[:k]) Vᵀ` with random orthogonal factors, `k = min(m, n)`."""
+def _matrix_grad(seed, m, n):
+  """`U diag(SPECTRUM[:k]) Vᵀ` with random orthogonal factors, `k = min(m, n)` (numpy)."""
   k = min(m, n)
-  u = np.linalg.qr(np.asarray(jax.random.normal(key, (m, m))))[0][:, :k]
-  v = np.linalg.qr(np.asarray(jax.random.normal(jax.random.fold_in(key, 1), (n, n))))[0][:, :k]
+  rng = np.random.default_rng(seed)
+  u = np.linalg.qr(rng.normal(size=(m, m)))[0][:, :k]
+  v = np.linalg.qr(rng.normal(size=(n, n)))[0][:, :k]
   s = np.geomspace(1.0, 0.3, k)
-  return jnp.asarray(u * s @ v.T, jnp.float32)
+  return (u * s @ v.T).astype(np.float32)
+
+
+def _array(x):
+  """A jax array of numpy's `x` (float32), without compiling anything (`jnp.asarray` would)."""
+  return jax.device_put(np.asarray(x, np.float32))
 
 
 def _grads(params, hidden_matrices):
@@ -59,14 +68,13 @@ def _grads(params, hidden_matrices):
   leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
   out = []
   for i, (path, p) in enumerate(leaves):
-    key = jax.random.key(i)
     spec = hidden_matrices(optim.roles.path_str(path), p.shape)
     if spec is None:
-      out.append(jax.random.normal(key, p.shape))
+      out.append(_array(np.random.default_rng(i).normal(size=p.shape)))
     else:
       m, n, to_leaf, count = spec
-      mats = jnp.stack([_matrix_grad(jax.random.fold_in(key, j), m, n) for j in range(count)])
-      out.append(to_leaf(mats))
+      mats = np.stack([_matrix_grad((i, j), m, n) for j in range(count)])
+      out.append(_array(to_leaf(mats)))
   return jax.tree.unflatten(treedef, out)
 
 
@@ -85,8 +93,8 @@ def _check_muon(params, grads, hidden, as_matrices, tx=None):
   """
   tx = tx or optim.muon(1.0, shape_scaling="none", adam_learning_rate=1.0)
   adam = optax.adamw(1.0, b1=0.9, b2=0.95, weight_decay=0.0)
-  u, _ = jax.jit(tx.update)(grads, tx.init(params), params)
-  u_adam, _ = adam.update(grads, adam.init(params), params)
+  u, _ = _first_update(tx, grads, params)
+  u_adam, _ = _first_update(adam, grads, params)
   lo, hi = band(SPECTRUM.min() / np.sqrt(np.sum(SPECTRUM**2)))
   assert hi / lo < 1.75  # the band of an orthogonalized update
   seen = set()
@@ -111,6 +119,11 @@ def _check_muon(params, grads, hidden, as_matrices, tx=None):
   assert seen == set(hidden)
 
 
+def _first_update(tx, grads, params):
+  """`tx.update(grads, tx.init(params), params)`, init and update in one compiled program."""
+  return jax.jit(lambda g, p: tx.update(g, tx.init(p), p))(grads, params)
+
+
 def _plain(path, x):
   return np.asarray(x)[None]
 
@@ -127,7 +140,7 @@ class LinenLM(nn.Module):
 
 
 def test_linen_model():
-  params = LinenLM().init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+  params = jax.jit(LinenLM().init)(jax.random.key(0), np.zeros((1, 4), np.int32))
   roles = optim.labels(params)["params"]
   assert roles["fc1"] == {"kernel": "hidden", "bias": "vector"}
   assert roles["Embed_0"]["embedding"] == "embedding"
@@ -140,7 +153,7 @@ def test_linen_model():
   # Every transform's default mask now finds the kernels (it used to fail in jax's tree utils).
   for tx in (optim.spectral_cap(0.5), optim.scale_by_condition(),
              optim.spectral_cap(0.5, mask=optim.select(names=("kernel",)))):
-    state = tx.init(params).inner_state
+    state = jax.jit(tx.init)(params).inner_state
     per_leaf = state.v if isinstance(state, optim.SpectralState) else state.kappa
     assert {optim.roles.path_str(p) for p, _ in jax.tree_util.tree_leaves_with_path(per_leaf)
             } == hidden
@@ -165,17 +178,18 @@ def _hf_llama():
       "model.norm.weight": (D,),
       "lm_head.weight": (V, D),
   }
-  return {k: jnp.full(s, 0.1) for k, s in shapes.items()}
+  return {k: _array(np.full(s, 0.1)) for k, s in shapes.items()}
 
 
 def _hf_gpt2():
   """A nested GPT-2 tree: `Conv1D` weights are `(d_in, d_out)`, `c_attn` is fused QKV."""
-  block = {"ln_1": {"weight": jnp.ones(D), "bias": jnp.zeros(D)},
-           "attn": {"c_attn": {"weight": jnp.ones((D, 3 * D)), "bias": jnp.zeros(3 * D)},
-                    "c_proj": {"weight": jnp.ones((D, D)), "bias": jnp.zeros(D)}},
-           "mlp": {"c_fc": {"weight": jnp.ones((D, F))}, "c_proj": {"weight": jnp.ones((F, D))}}}
-  return {"transformer": {"wte": {"weight": jnp.ones((V, D))}, "wpe": {"weight": jnp.ones((16, D))},
-                          "h": {"0": block}, "ln_f": {"weight": jnp.ones(D)}}}
+  ones, zeros = lambda *s: _array(np.ones(s)), lambda *s: _array(np.zeros(s))
+  block = {"ln_1": {"weight": ones(D), "bias": zeros(D)},
+           "attn": {"c_attn": {"weight": ones(D, 3 * D), "bias": zeros(3 * D)},
+                    "c_proj": {"weight": ones(D, D), "bias": zeros(D)}},
+           "mlp": {"c_fc": {"weight": ones(D, F)}, "c_proj": {"weight": ones(F, D)}}}
+  return {"transformer": {"wte": {"weight": ones(V, D)}, "wpe": {"weight": ones(16, D)},
+                          "h": {"0": block}, "ln_f": {"weight": ones(D)}}}
 
 
 @pytest.mark.parametrize("tree", ["llama", "gpt2"])
@@ -202,7 +216,7 @@ def test_hugging_face_names(tree):
   # down_proj weight (D, F) = (d_out, d_in) by sqrt(max(1, D/F)) = 1, a (d_in, d_out) by 1.22.
   if tree == "llama":
     tx = optim.muon(1.0, adam_learning_rate=1.0)
-    u, _ = tx.update(grads, tx.init(params), params)
+    u, _ = _first_update(tx, grads, params)
     name = "model.layers.0.mlp.gate_proj.weight"  # (F, D) = (d_out, d_in): d_out/d_in = 1.5
     s = np.linalg.svd(np.asarray(-u[name], np.float64), compute_uv=False)
     s_ref = ns_singular_values(np.linalg.svd(np.asarray(grads[name], np.float64),
@@ -252,7 +266,7 @@ def test_nnx_state_and_einsum_axes():
   with pytest.raises(ValueError, match=r"which axes are the matrix of 'qkv/kernel' \(32, 4, 8\)"):
     optim.muon(0.02).init(params)
   shapes = {"fc1/kernel": (D, F, lambda m: m[0], 1), "fc2/kernel": (F, D, lambda m: m[0], 1),
-            "qkv/kernel": (D, D // H, lambda m: jnp.moveaxis(m, 0, 1), H)}
+            "qkv/kernel": (D, D // H, lambda m: np.moveaxis(m, 0, 1), H)}
   grads = _grads(params, lambda p, s: shapes.get(p))
   tx = optim.muon(1.0, shape_scaling="none", adam_learning_rate=1.0, matrix_axes=PER_HEAD)
   _check_muon(params, grads, hidden, _per_head, tx)
@@ -270,7 +284,7 @@ def test_nnx_optimizer_trains_with_orthogonal_hidden_updates():
   tx = optim.muon(lr, beta=beta, shape_scaling="none", adam_learning_rate=3e-3,
                   matrix_axes=PER_HEAD)
   opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
-  tokens = jax.random.randint(jax.random.key(2), (8, 17), 0, V // 4)  # a learnable sub-vocab
+  tokens = np.random.default_rng(2).integers(0, V // 4, (8, 17), dtype=np.int32)  # a sub-vocab
 
   def loss_fn(model, batch):
     logits = model(batch[:, :-1])
@@ -313,8 +327,8 @@ def _one_line(excinfo, *needles):
 
 
 def test_unlabelled_tree_raises_one_line():
-  params = {"encoder": {"proj_x": jnp.ones((D, D)), "gain": jnp.ones(D)},
-            "mixer": {"table": jnp.ones((4, D, D))}}
+  params = {"encoder": {"proj_x": _array(np.ones((D, D))), "gain": _array(np.ones(D))},
+            "mixer": {"table": _array(np.ones((4, D, D)))}}
   for build in (lambda: optim.muon(0.02), lambda: optim.spectral_cap(1.0),
                 lambda: optim.scale_by_condition(), lambda: optim.spectral_normalize()):
     with pytest.raises(ValueError) as e:
@@ -323,7 +337,7 @@ def test_unlabelled_tree_raises_one_line():
               "labels_by_shape")
   # The fixes: optax's every-2-D rule, or overrides in our table; then it runs.
   tx = optim.muon(0.02, label_fn=optim.labels_by_shape)
-  u, _ = tx.update(params, tx.init(params), params)
+  u, _ = _first_update(tx, params, params)
   assert u["mixer"]["table"].shape == (4, D, D)
   import functools
   label_fn = functools.partial(optim.labels, overrides={"proj_x": "hidden", "table": "vector"})
@@ -331,7 +345,8 @@ def test_unlabelled_tree_raises_one_line():
 
 
 def test_nothing_selected_raises_one_line():
-  vectors_only = {"embed": {"embedding": jnp.ones((V, D))}, "norm": {"scale": jnp.ones(D)}}
+  vectors_only = {"embed": {"embedding": _array(np.ones((V, D)))},
+                  "norm": {"scale": _array(np.ones(D))}}
   with pytest.raises(ValueError) as e:
     optim.muon(0.02).init(vectors_only)
   _one_line(e, "no leaf has a role in ['hidden']", "'embed/embedding' (40, 32)", "label_fn=")
@@ -347,26 +362,27 @@ def test_nothing_selected_raises_one_line():
   # An explicit label_fn is trusted: nothing selected is then a no-op, not a crash.
   tx = optim.spectral_cap(1.0, mask=optim.select(label_fn=optim.labels_by_shape,
                                                  names=("nothing",)))
-  u, _ = tx.update(vectors_only, tx.init(vectors_only), vectors_only)
-  assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), u, vectors_only))
+  u, _ = _first_update(tx, vectors_only, vectors_only)
+  assert jax.tree.all(jax.tree.map(lambda a, b: bool(np.all(np.asarray(a) == np.asarray(b))), u,
+                                   vectors_only))
 
 
 def test_ambiguous_stacks_need_explicit_axes():
   """A scanned linen stack `(L, d_in, d_out)`: muon and the default masks refuse to guess;
   `MatrixAxes(-2, -1)` orthogonalizes each layer's matrix on its own."""
   L = 3
-  params = {"params": {"layers": {"fc1": {"kernel": jnp.ones((L, D, F))}}}}
+  params = {"params": {"layers": {"fc1": {"kernel": _array(np.ones((L, D, F)))}}}}
   for build in (lambda: optim.muon(0.02), lambda: optim.spectral_cap(1.0)):
     with pytest.raises(ValueError) as e:
       build().init(params)
     _one_line(e, "'params/layers/fc1/kernel' (3, 32, 48)")
-  g = {"params": {"layers": {"fc1": {"kernel": jnp.stack(
-      [_matrix_grad(jax.random.key(l), D, F) for l in range(L)])}}}}
+  g = {"params": {"layers": {"fc1": {"kernel": _array(np.stack(
+      [_matrix_grad(l, D, F) for l in range(L)]))}}}}
   tx = optim.muon(1.0, shape_scaling="none", matrix_axes=optim.MatrixAxes(-2, -1))
-  u, _ = tx.update(g, tx.init(params), params)
+  u, _ = _first_update(tx, g, params)
   lo, hi = band(SPECTRUM.min() / np.sqrt(np.sum(SPECTRUM**2)))
   for l in range(L):
-    s = np.linalg.svd(-np.asarray(u["params"]["layers"]["fc1"]["kernel"][l], np.float64),
+    s = np.linalg.svd(-np.asarray(u["params"]["layers"]["fc1"]["kernel"], np.float64)[l],
                       compute_uv=False)
     assert lo - 2e-3 <= s.min() and s.max() <= hi + 2e-3
 
@@ -374,7 +390,7 @@ def test_ambiguous_stacks_need_explicit_axes():
 def test_matrix_axes_round_trip_and_equivalence():
   """`as_matrices` against numpy's transpose/reshape; orthogonalizing an Einsum kernel as one
   `(D, H·Dh)` matrix equals orthogonalizing its reshape."""
-  x = jax.random.normal(jax.random.key(0), (5, D, H, 8))
+  x = _array(np.random.default_rng(0).normal(size=(5, D, H, 8)))
   M, restore = optim.roles.as_matrices(x, optim.MatrixAxes(reduction=1, output=(2, 3)))
   np.testing.assert_array_equal(M, np.asarray(x).reshape(5, D, H * 8))
   np.testing.assert_array_equal(restore(M), x)
@@ -383,11 +399,12 @@ def test_matrix_axes_round_trip_and_equivalence():
   np.testing.assert_array_equal(restore(M), x)
   with pytest.raises(ValueError, match="distinct"):
     optim.roles.as_matrices(x, optim.MatrixAxes(1, 1))
-  k = {"w": jax.random.normal(jax.random.key(1), (D, H, 8))}
+  w = np.random.default_rng(1).normal(size=(D, H, 8))
+  k = {"w": _array(w)}
   tx = optim.scale_by_muon(0.0, nesterov=False, shape_scaling="none",
                            matrix_axes=optim.MatrixAxes(0, (1, 2)))
-  u, _ = tx.update(k, tx.init(k))
-  flat = {"w": k["w"].reshape(D, H * 8)}
+  u, _ = tx.update(k, tx.init(k))  # eager, both: the same op sequence to within rtol 1e-6
+  flat = {"w": _array(w.reshape(D, H * 8))}
   ref = optim.scale_by_muon(0.0, nesterov=False, shape_scaling="none")
-  np.testing.assert_allclose(u["w"].reshape(D, H * 8), ref.update(flat, ref.init(flat))[0]["w"],
-                             rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(np.asarray(u["w"]).reshape(D, H * 8),
+                             ref.update(flat, ref.init(flat))[0]["w"], rtol=1e-6, atol=1e-7)

@@ -55,9 +55,9 @@ def build(name, schedule=SCHEDULE, inject=False):
   return tx if peak is None else wrap(tx, lambda t: peak * schedule(t))
 
 
-def _orthogonal(key, shape):
-  q = np.linalg.qr(np.asarray(jax.random.normal(key, shape[:-2] + (max(shape[-2:]),) * 2)))[0]
-  return jnp.asarray(q[..., : shape[-2], : shape[-1]], jnp.float32)
+def _orthogonal(rng, shape):
+  q = np.linalg.qr(rng.normal(size=shape[:-2] + (max(shape[-2:]),) * 2))[0]
+  return q[..., : shape[-2], : shape[-1]]
 
 
 def loss(params, data):
@@ -71,21 +71,24 @@ def loss(params, data):
   return 0.5 * (jnp.sum(r_q**2) + jnp.sum(r_1**2) + jnp.sum(r_s**2))
 
 
+@functools.cache
 def problem(kind, dtype=jnp.float32):
-  """`(data, params0)` of the quadratic or the least-squares problem (same shapes)."""
-  keys = jax.random.split(jax.random.key(0), 8)
-  data = {"t_q": _orthogonal(keys[0], (2, 8, 8)), "t_1": _orthogonal(keys[1], (8, 16)),
-          "t_s": jnp.linspace(0.5, 1.5, 8)}
+  """`(data, params0)` of the quadratic or the least-squares problem (same shapes), drawn by
+  numpy once per kind and dtype (a jax array op by op would compile each op on its own)."""
+  rng = np.random.default_rng(0)
+  data = {"t_q": _orthogonal(rng, (2, 8, 8)), "t_1": _orthogonal(rng, (8, 16)),
+          "t_s": np.linspace(0.5, 1.5, 8)}
   if kind == "quadratic":
-    data["X"] = jnp.concatenate([jnp.eye(8), jnp.zeros((8, 8))])
-    h = lambda k, shape: jax.random.uniform(k, shape, minval=0.7, maxval=1.4)
+    data["X"] = np.concatenate([np.eye(8), np.zeros((8, 8))])
+    h = lambda shape: rng.uniform(0.7, 1.4, shape)
   else:
-    data["X"] = _orthogonal(keys[2], (16, 8)) * jnp.linspace(0.7, 1.2, 8)[None, :]
-    h = lambda k, shape: jnp.ones(shape)
-  data.update(h_q=h(keys[3], (2, 16, 8)), h_1=h(keys[4], (16, 16)), h_s=h(keys[5], (8,)))
-  params0 = {"w_q": 0.1 * jax.random.normal(keys[6], (2, 8, 8)),
-             "w_1": 0.1 * jax.random.normal(keys[7], (8, 16)), "scale": jnp.zeros(8)}
-  return data, jax.tree.map(lambda x: x.astype(dtype), params0)
+    data["X"] = _orthogonal(rng, (16, 8)) * np.linspace(0.7, 1.2, 8)[None, :]
+    h = lambda shape: np.ones(shape)
+  data.update(h_q=h((2, 16, 8)), h_1=h((16, 16)), h_s=h((8,)))
+  params0 = {"w_q": 0.1 * rng.normal(size=(2, 8, 8)), "w_1": 0.1 * rng.normal(size=(8, 16)),
+             "scale": np.zeros(8)}
+  return (jax.tree.map(lambda x: jax.device_put(x.astype(np.float32)), data),
+          jax.tree.map(lambda x: jax.device_put(x.astype(dtype)), params0))
 
 
 def stepper(tx):

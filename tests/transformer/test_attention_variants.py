@@ -72,12 +72,14 @@ def _check(out, want, valid, atol=1e-5):
 
 
 def _f32(*xs):
-  return tuple(jnp.asarray(np.asarray(x, np.float32)) for x in xs)
+  return tuple(jax.device_put(np.asarray(x, np.float32)) for x in xs)
 
 
 def _jit(fn, **options):
-  """`fn(q, k, v, mask)` with its keyword options fixed, compiled once."""
-  return jax.jit(functools.partial(fn, **options))
+  """`fn(q, k, v, mask)` with its keyword options fixed, compiled once; its outputs as numpy
+  arrays (an index into a jax array compiles on its own)."""
+  jitted = jax.jit(functools.partial(fn, **options))
+  return lambda *args: jax.tree.map(np.asarray, jitted(*args))
 
 
 def test_rbf_matches_numpy():
@@ -228,14 +230,15 @@ def test_model_decode_equals_forward(name):
   cfg = _variant_cfg(name)
   params = random_params(cfg)
   tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, (2, 14), dtype=np.int32)
-  apply = jax.jit(tr.Transformer(cfg).apply)
+  jitted = jax.jit(tr.Transformer(cfg).apply)
+  apply = lambda variables, tokens: np.asarray(jitted(variables, tokens))
   full = apply({"params": params}, tokens)
   cache = init_cache(cfg, 2, 16)
   logits, cache = prefill(params, cfg, tokens[:, :6], cache)
-  steps = [logits]
+  steps = [np.asarray(logits)]
   for t in range(6, 14):
     logits_t, cache = decode_step(params, cfg, tokens[:, t], cache)
-    steps.append(logits_t[:, None])
+    steps.append(np.asarray(logits_t)[:, None])
   np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
   # The full model is causal too: a later token cannot move earlier logits.
   changed = tokens.copy()
@@ -250,7 +253,8 @@ def test_bigbird_model_reads_global_token_beyond_the_window():
   cfg = _variant_cfg("bigbird").replace(n_random=0, n_global=1)
   params = random_params(cfg)
   tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, (1, 16), dtype=np.int32)
-  apply = jax.jit(tr.Transformer(cfg).apply)
+  jitted = jax.jit(tr.Transformer(cfg).apply)
+  apply = lambda variables, tokens: np.asarray(jitted(variables, tokens))
 
   def moved(s):
     changed = tokens.copy()
@@ -297,7 +301,7 @@ def test_tied_kernel_gram_is_psd_and_attention_spectrum_in_unit_interval(name):
   fn = functools.partial(linear_quadratic) if name == "linear" else ATTENTION[name]
   with jax.enable_x64(True):
     rng = np.random.default_rng(7)
-    x = jnp.asarray(rng.normal(size=(1, 12, 1, 6)))  # q = k: a tied projection
+    x = jax.device_put(rng.normal(size=(1, 12, 1, 6)))  # q = k: a tied projection
     _, aux = _bidirectional(fn, x, x, x)
     K = np.exp(np.asarray(aux["scores"][0, 0], np.float64))
     assert aux["scores"].dtype == jnp.float32  # scores are float32 by contract ...
@@ -340,6 +344,7 @@ def test_qk_tied_model_has_no_w_k_and_psd_scores():
   tokens = np.random.default_rng(1).integers(0, 64, (1, 16), dtype=np.int32)
   _, state = jax.jit(functools.partial(tr.Transformer(cfg).apply, mutable=["intermediates"]))(
       {"params": params}, tokens)
+  state = jax.tree.map(np.asarray, state)
   inter = state["intermediates"]["blocks"]["attn"]
   q, k = np.asarray(inter["q"][0], np.float64), np.asarray(inter["k"][0], np.float64)
   np.testing.assert_array_equal(q, k)  # keys are the (rotated) queries
@@ -372,7 +377,7 @@ def test_invalid_variant_config_names_the_field(field, kwargs):
 
 
 def test_direct_calls_refuse_bad_options():
-  q = jnp.ones((1, 4, 1, 2))
+  q = np.ones((1, 4, 1, 2), np.float32)
   with pytest.raises(ValueError, match="block_size"):
     local_attention(q, q, q, None, scale=1.0, window=2, block_size=0)
   with pytest.raises(ValueError, match="window"):

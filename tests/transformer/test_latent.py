@@ -49,18 +49,20 @@ def _model(params, cfg, tokens):
 @functools.cache
 def _reference(cfg):
   """The model's own logits of `TOKENS` (full forward, no cache): computed once per config."""
-  return _model(_params(cfg), cfg, TOKENS)
+  return np.asarray(_model(_params(cfg), cfg, TOKENS))
 
 
 def _fwd(cfg, **kw):
-  return jax.jit(lambda params, tokens, comp=None: latent.forward(params, cfg, tokens, comp, **kw))
+  """Jitted `latent.forward` of `cfg`, its logits as a numpy array."""
+  f = jax.jit(lambda params, tokens, comp=None: latent.forward(params, cfg, tokens, comp, **kw))
+  return lambda *args: np.asarray(f(*args))
 
 
 def _random_bases(seed, cfg):
   """Random orthonormal bases (L, K, Dh, Dh): exactness must not depend on which basis."""
   a = np.random.default_rng(seed).normal(size=(cfg.n_layers, cfg.n_kv_heads, cfg.d_head,
                                                cfg.d_head))
-  return jnp.asarray(np.linalg.qr(a)[0].astype(np.float32))
+  return jax.device_put(np.linalg.qr(a)[0].astype(np.float32))
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -68,8 +70,8 @@ def test_full_rank_reproduces_model_logits(name):
   cfg = CONFIGS[name]
   params, tokens, ref = _params(cfg), TOKENS, _reference(cfg)
   assert float(np.std(ref)) > 0.1
-  np.testing.assert_allclose(jax.jit(latent.forward, static_argnums=1)(params, cfg, tokens),
-                             ref, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(jax.jit(latent.forward, static_argnums=1)(
+      params, cfg, tokens)), ref, atol=1e-5)
   full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
   kb, vb = _random_bases(2, cfg), _random_bases(3, cfg)
   comp = latent.make_compression(kb, vb, full, full)
@@ -141,9 +143,13 @@ def test_pack_roundtrip_and_midrise_error(bits):
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _dynamic(params, cfg, tokens, comp, key_rank, value_rank):
-  """`latent.forward` at traced ranks (the dynamic-rank mode)."""
+def _dynamic_jit(params, cfg, tokens, comp, key_rank, value_rank):
   return latent.forward(params, cfg, tokens, comp, key_rank=key_rank, value_rank=value_rank)
+
+
+def _dynamic(*args):
+  """`latent.forward` at traced ranks (the dynamic-rank mode), as a numpy array."""
+  return np.asarray(_dynamic_jit(*args))
 
 
 def test_dynamic_rank_masks_equal_static_ranks_and_vary_per_sequence():
@@ -180,9 +186,9 @@ def test_weight_compression_bases_are_svd_of_w_k():
   cfg = CONFIGS["gpt2"]
   params = _params(cfg)
   comp = latent.weight_compression(params, cfg, 3)
-  w = np.asarray(params["blocks"]["attn"]["w_k"][1], np.float64)[:, 8:16]  # layer 1, head 1
+  w = np.asarray(params["blocks"]["attn"]["w_k"], np.float64)[1, :, 8:16]  # layer 1, head 1
   _, s, vt = np.linalg.svd(w)
-  P = np.asarray(comp.key_basis[1, 1], np.float64)
+  P = np.asarray(comp.key_basis, np.float64)[1, 1]
   np.testing.assert_allclose(np.abs(P[:, :3].T @ vt[:3].T), np.eye(3), atol=1e-4)
   np.testing.assert_allclose(P.T @ P, np.eye(8), atol=1e-5)
 
@@ -226,7 +232,8 @@ def test_latent_model_is_exactly_causal(name, rank):
     logits, _ = latent.forward(p, cfg, tokens, comp, cache=latent.init_cache(cfg, comp, 1, T))
     return logits[0]
 
-  jac_TVTD = np.asarray(jax.jit(jax.jacrev(logits_of))(params["pos_embed"]["embedding"][:T]))
+  pos_TD = np.asarray(params["pos_embed"]["embedding"])[:T]
+  jac_TVTD = np.asarray(jax.jit(jax.jacrev(logits_of))(pos_TD))
   per_pair = np.abs(jac_TVTD).max(axis=(1, 3))  # (t, s)
   future = np.triu(np.ones((T, T), bool), 1)
   assert per_pair[future].max() == 0.0
@@ -302,7 +309,7 @@ def test_refuses_a_variant_it_cannot_compress_by_name():
     assert "\n" not in str(err.value)
   # The uncompressed mode (a transform of K and V) is not a compression: it runs.
   same = _fwd(cfg, kv_fn=lambda l, k, v: (k, v))(params, tokens)
-  np.testing.assert_allclose(same, _model(params, cfg, tokens), atol=1e-6)
+  np.testing.assert_allclose(same, np.asarray(_model(params, cfg, tokens)), atol=1e-6)
 
 
 def test_weight_compression_reads_w_q_when_keys_are_tied():
@@ -310,9 +317,9 @@ def test_weight_compression_reads_w_q_when_keys_are_tied():
   params = _params(cfg)  # the initializer's tree (`random_params`)
   assert "w_k" not in params["blocks"]["attn"]
   comp = latent.weight_compression(params, cfg, 3)
-  w = np.asarray(params["blocks"]["attn"]["w_q"][1], np.float64)[:, 16:32]  # layer 1, head 1
+  w = np.asarray(params["blocks"]["attn"]["w_q"], np.float64)[1, :, 16:32]  # layer 1, head 1
   vt = np.linalg.svd(w)[2]
-  P = np.asarray(comp.key_basis[1, 1], np.float64)
+  P = np.asarray(comp.key_basis, np.float64)[1, 1]
   np.testing.assert_allclose(np.abs(P[:, :3].T @ vt[:3].T), np.eye(3), atol=1e-4)
 
 
@@ -337,8 +344,8 @@ def test_low_rank_with_up_projections_equals_explicit_rebuild(pre_rope):
   cfg = CONFIGS["llama-gqa"]
   params, tokens = _params(cfg), TOKENS
   shape = (cfg.n_layers, cfg.n_kv_heads, cfg.d_head, cfg.d_head)
-  kd, ku, vd, vu = (jnp.asarray(np.random.default_rng(i).normal(size=shape).astype(np.float32)
-                                / 3) for i in range(4, 8))
+  kd, ku, vd, vu = (jax.device_put(np.random.default_rng(i).normal(size=shape).astype(
+      np.float32) / 3) for i in range(4, 8))
   kr, vr = ((3, 5), (8, 1)), ((2, 2), (4, 6))
   comp = latent.make_compression(kd, vd, kr, vr, key_up=ku, value_up=vu, pre_rope=pre_rope)
   keys = _rope_projection(cfg, kd, ku, kr, pre_rope)
@@ -351,6 +358,7 @@ def test_low_rank_with_up_projections_equals_explicit_rebuild(pre_rope):
   np.testing.assert_allclose(_fwd(cfg)(params, tokens, comp), want, atol=1e-5, rtol=1e-5)
   cache = latent.init_cache(cfg, comp, 2, 16)
   got, _ = jax.jit(lambda t, c: latent.forward(params, cfg, t, comp, cache=c))(tokens, cache)
+  got = np.asarray(got)
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
   # the projections do change the logits
   assert float(np.abs(got - _reference(cfg)).max()) > 1e-2
