@@ -52,7 +52,9 @@ down from 256 to fit the budget): 178 s of CPU time (554 s wall on 2 cores share
 The registered full run (5 seeds) refutes it: the causal policy is *worse* than uniform rank
 Dh/4 by 0.42% [0.28, 0.55] of the loss; the oracle beats uniform by 0.32% [0.18, 0.46]
 (headroom: inconclusive against the 0.2% margin); hard sequences need slightly *lower* rank
-(Spearman −0.14 [−0.26, −0.02]).
+(Spearman −0.14 [−0.26, −0.02]). Across sizes (git 6bc792d) the policy is never better than
+uniform: +0.76% [−0.39, 1.90] at `micro`, +0.22% [0.01, 0.44] at `mini`, +0.42% [0.28, 0.55]
+at `small`; no trend (slope −0.09% [−0.34, 0.16] of the loss per e-fold of parameters).
 """
 
 from __future__ import annotations
