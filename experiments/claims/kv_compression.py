@@ -51,7 +51,11 @@ The registered full run (5 seeds) is inconclusive: the loss rise at a measured 8
 [0.86, 1.69], straddling 1%. Loss-aware ranks beat uniform ranks by 2.5 [1.6, 3.5] points;
 32× with 4-bit coefficients costs +4.5% [3.3, 5.7] (refuted); rank against 2-bit KIVI at
 equal bytes: 0.52 [0.04, 1.01] points better (inconclusive against the 0.2 margin); neither
-the key rank nor the 8× loss rise grows from T = 64 to 128.
+the key rank nor the 8× loss rise grows from T = 64 to 128. Across sizes (git 6bc792d, the
+same numbers at `small`) the 8× loss rise is +4.9% [−0.8, 10.6] at `micro` (Dh 8), +1.57%
+[0.66, 2.48] at `mini` (Dh 16) and +1.28% [0.86, 1.69] at `small` (Dh 32): it falls as the
+heads widen, but the slope, −1.1% [−2.3, +0.1] of the loss per e-fold of parameters, is not
+distinguishable from no trend at three sizes.
 """
 
 from __future__ import annotations
