@@ -17,7 +17,9 @@ runs of 120 steps (20 tuning, 12 reported). Runs are vmapped by `train_many`, so
 `lax.cond(count % every == 0, …)` of `scale_by_condition` becomes a select and the QR-based κ̂
 refresh runs at every step; that costs little (the 3-run tuning sweep of the `condition` arm
 took under 3 minutes at load average 3.5). `--quick` (the `quick` shape, one seed, 24 steps, one
-rate, no tuning) is indicative only.
+rate, no tuning) is indicative only. The full run also measures the primary effect on the
+`micro` and `mini` shapes of the GPT family, trained from scratch the same way with their own
+tuned rates (the scale axis, `scale_models`; the verdict is read at `small`).
 
 **A deadlock, found and fixed.** Earlier full runs hung with every thread idle. gdb showed
 both threads of XLA:CPU's intra-op pool inside jaxlib's batched LAPACK QR
@@ -252,6 +254,7 @@ CLAIM = Claim(
         Anchor("iterations saved by a geometry-aware preconditioner over AdamW", "> 40% fewer",
                "Vyas et al. 2024, SOAP: Improving and Stabilizing Shampoo using Adam"),
     ),
+    scale_models=models.CPU_SCALE["gpt"],
     run=run,
     QUICK=QUICK,
     FULL=FULL,
