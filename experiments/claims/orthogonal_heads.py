@@ -53,7 +53,10 @@ Full run (seeds 0–4, tuning seeds 100–101): the `small` shared model shape w
 (half the shared models' context, to fit the 2-core budget), `N = 120` steps: 50 tuning runs
 (2 seeds × 5 rates × 5 arm settings) and 15 reported runs, estimated about 5 minutes on 2 idle
 CPU cores (see the report's runtime). `--quick` (the `quick` shape, H 4, one seed, 24 steps,
-one untuned rate, `λ = 0.5`): about a minute.
+one untuned rate, `λ = 0.5`): about a minute. The full run also measures the primary effect
+on the `micro` (d 32, dh 4) and `mini` (d 64, dh 8) shapes with the same 8 heads, trained from
+scratch with their own tuned rates and λ (the scale axis, `scale_models`; the verdict is read
+at `small`).
 
 Earlier result (3 seeds, before pre-registration, 12 thresholds of which any could refute):
 refuted. The pull lowered the largest principal cosine between heads by 30–45% at no loss cost,
@@ -382,6 +385,7 @@ CLAIM = Claim(
                "head)", "modded-nanogpt (Jordan et al. 2024)"),
     ),
     tuning_seeds=TUNING_SEEDS,
+    scale_models=models.CPU_SCALE["gpt"],
     run=run,
     QUICK=QUICK,
     FULL=FULL,
