@@ -74,7 +74,17 @@ min), plus 27 evaluations of an 85–90 kB part on `small` (11 s each measured a
 15–18 minutes for the full run on 2 idle cores. `--quick` (the `quick` model, one seed, 10
 steps, one fixed rate, two LoRA arms; in-domain: `full` and `lora-qv-r4`) about 40 s: the
 in-domain part measured 55 s at load average 6.4 under `nice -n 19` beside 70 s for the
-primary part, which takes about 20 s on idle cores, so about 15–20 s idle.
+primary part, which takes about 20 s on idle cores, so about 15–20 s idle. Those estimates
+were far too low: the registered full run (git a24e932) took 6,327 s wall at load average 3–5
+beside two other runs (the first arm's tuning alone about 18 minutes), so expect about an hour
+on 2 idle cores.
+
+The registered full run (5 seeds) refutes it: LoRA rank 4 on `W_Q`, `W_V` ends +9.6% [8.7,
+10.6] above full fine-tuning's test loss on the new text (full fine-tuning gains 0.43 nats;
+both tuned rates inside the grid). Extensions: rank 16 on every hidden matrix +0.76% [0.44,
+1.07] (inconclusive against 1%); full fine-tuning's `ΔW` has stable rank 5.2% [5.0, 5.4] of
+`min(D_in, D_out)` (supported: low rank); in-domain the gap is smaller, +3.5% [2.2, 4.8], but
+still above 1% (refuted; full fine-tuning gains only 0.075 nats there).
 """
 
 from __future__ import annotations
