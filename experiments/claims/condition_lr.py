@@ -30,6 +30,15 @@ refresh runs at every step, so two such QRs met sooner or later. `optim.estimate
 now calls LAPACK one matrix at a time on CPU (`transformer.linalg.one_at_a_time`); the run
 that hung within 90 s (the `condition` arm at 3e-3 on seeds 0–2) finishes in 25 s.
 
+The registered full run (5 seeds, git a24e932 for the scale rerun, the same numbers at `small`)
+is refuted by its second primary: tracking κ ends 0.0069 [−0.0046, 0.0184] nats *above*
+freezing the first multipliers (needs < −0.01); steps to AdamW's final loss, condition −
+AdamW, −0.06 [−0.47, 0.35] of `N` (needs < −0.05). Across sizes that first primary, the
+speed-up over tuned AdamW, shrinks as the model grows: −0.48 [−0.69, −0.26] of `N` at
+`micro`, −0.24 [−0.81, 0.33] at `mini`, −0.06 at `small`; the slope, +0.13 [−0.01, 0.28] per
+e-fold of parameters, is not resolved at three sizes (Wen et al. 2025 measure matrix
+optimizers' speed-up over AdamW shrinking from 1.4× at 0.1B to 1.1× at 1.2B).
+
 Earlier result, before pre-registration (3 seeds: 168 s; `--seeds 0 1 2 3 4 5 6 7`: 244 s, on 2
 idle cores; thresholds at a bare 0, and the seed count raised after an inconclusive result,
 which the contract now forbids): **inconclusive** at 3 seeds, **refuted** at 8. Tracking κ does
