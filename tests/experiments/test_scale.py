@@ -274,14 +274,16 @@ def test_the_schema_rejects_a_malformed_scale(breakage, message):
 def test_the_table_shows_the_trend_with_the_slope_interval(tmp_path):
   committed = table.committed_runs()
   cid = next(iter(committed))
-  res = {**committed[cid], "scale": _valid_scale()}
-  (tmp_path / cid).mkdir()
-  jsonio.dump_strict(res, str(tmp_path / cid / "results.json"))
-  row = next(line for line in table.table_lines(str(tmp_path)) if f"`{cid}`" in line)
-  cells = [c.strip() for c in row.strip("|").split(" | ")]
-  assert cells[8] == "shrinks: slope -0.01 [-0.02, -0.001] per e-fold of params"
-  other = next(line for line in table.table_lines() if f"`{cid}`" in line)
-  assert [c.strip() for c in other.strip("|").split(" | ")][8] == "—"  # scale null: a dash
+
+  def trend_cell(scale, folder):
+    (folder / cid).mkdir(parents=True)
+    jsonio.dump_strict({**committed[cid], "scale": scale}, str(folder / cid / "results.json"))
+    row = next(line for line in table.table_lines(str(folder)) if f"`{cid}`" in line)
+    return [c.strip() for c in row.strip("|").split(" | ")][8]
+
+  assert (trend_cell(_valid_scale(), tmp_path / "scaled")
+          == "shrinks: slope -0.01 [-0.02, -0.001] per e-fold of params")
+  assert trend_cell(None, tmp_path / "one-size") == "—"  # scale null: a dash
 
 
 def test_claim_cli_takes_sizes(tmp_path, monkeypatch, capsys):
