@@ -58,6 +58,13 @@ on the `micro` (d 32, dh 4) and `mini` (d 64, dh 8) shapes with the same 8 heads
 scratch with their own tuned rates and λ (the scale axis, `scale_models`; the verdict is read
 at `small`).
 
+The registered full run (5 seeds) supports it at every size (the scale rerun, git a24e932,
+repeats the committed numbers at `small`): pattern similarity orth − AdamW −0.26 [−0.43, −0.09]
+at `micro`, −0.24 [−0.45, −0.03] at `mini`, −0.30 [−0.37, −0.23] at `small`; no trend (slope
+−0.016 [−0.072, 0.041] per e-fold of parameters). The extension *non-redundant in function*
+is refuted at `small` (+0.23 [0.04, 0.43] of the heads prunable): the pulled heads correlate
+less, yet more of them can be removed.
+
 Earlier result (3 seeds, before pre-registration, 12 thresholds of which any could refute):
 refuted. The pull lowered the largest principal cosine between heads by 30–45% at no loss cost,
 yet raised the number of prunable heads; per-head Muon lowered the loss but its heads'
