@@ -232,6 +232,12 @@ class Claim:
       `model` field. The verdict is read only at the `FULL` sizes' own `model` (added to the
       list when missing); `claim ID --sizes ...` overrides the list, and quick runs use one
       size unless given `--sizes`. Empty: one size (`results.json`'s `scale` is null).
+    context_lengths: the lengths `T` (tokens) a full run also measures the primary effect at,
+      for its trend with context (`results.json`'s `context`); `claim ID --lengths ...`
+      overrides them, and quick runs measure none unless given `--lengths`. Needs `at_length`.
+    at_length: `at_length(sizes, T) -> Sizes`, the claim's own sizes for a run at length `T`
+      (typically a base model trained at `T` or longer, `seq_len = T`, and fewer windows so the
+      tokens measured stay about constant). The verdict is never read from these runs.
   """
 
   id: str
@@ -251,6 +257,8 @@ class Claim:
   tuning_seeds: tuple[int, ...] = ()
   trains: bool = True
   scale_models: tuple[str, ...] = ()
+  context_lengths: tuple[int, ...] = ()
+  at_length: Callable[[Sizes, int], Sizes] | None = None
 
   def __post_init__(self):
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", self.id):
@@ -274,6 +282,30 @@ class Claim:
       raise ValueError(f"Claim {self.id!r}: extension names {names} repeat. Fix: name each once.")
     if self.scale_models:
       self.check_scale_models(self.scale_models, "scale_models")
+    if self.context_lengths:
+      self.check_context_lengths(self.context_lengths, "context_lengths")
+
+  def check_context_lengths(self, lengths, field: str) -> None:
+    """Raises `ValueError` unless `lengths` are distinct positive token counts this claim can run.
+
+    The claim must declare `at_length` (how its sizes change with `T`) and a non-control
+    threshold (the primary effect measured against `T`). `field` names the setting in the
+    error (`"context_lengths"`, or `"--lengths"` on the command line).
+    """
+    lengths = tuple(lengths) if not isinstance(lengths, (str, int)) else ()
+    ok = (lengths and len(set(lengths)) == len(lengths)
+          and all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in lengths))
+    if not ok:
+      raise ValueError(f"Claim {self.id!r}: {field} must be distinct positive integers "
+                       "(tokens), e.g. (256, 512, 1024).")
+    if self.at_length is None:
+      raise ValueError(f"Claim {self.id!r}: {field} asks for runs at other lengths, but the "
+                       "claim declares no at_length(sizes, T). Fix: declare how its sizes "
+                       "change with T, or drop " + field + ".")
+    if self.primary is None:
+      raise ValueError(f"Claim {self.id!r}: {field} needs a primary effect to measure against "
+                       "T, and every threshold is a control. Fix: declare a non-control "
+                       "threshold first.")
 
   def check_scale_models(self, names, field: str) -> None:
     """Raises `ValueError` unless `names` are distinct base models this claim can run at.
@@ -323,7 +355,8 @@ class Claim:
   def to_dict(self) -> dict[str, Any]:
     """The frozen definition (everything but `run`), as written to `claim.json`.
 
-    `scale_models` appears only when declared, so a one-size claim's `claim.json` is unchanged.
+    `scale_models` and `context_lengths` appear only when declared, so a one-size claim's
+    `claim.json` is unchanged.
     """
     d = {"id": self.id, "topic": self.topic, "kind": self.kind, "preface": self.preface,
          "theorem": self.theorem, "hypothesis": self.hypothesis,
@@ -335,6 +368,8 @@ class Claim:
          "built": self.built}
     if self.scale_models:
       d["scale_models"] = list(self.scale_models)
+    if self.context_lengths:
+      d["context_lengths"] = list(self.context_lengths)
     return d
 
 

@@ -122,6 +122,56 @@ FULL = KvCompressionSizes(model="small", seq_len=128, short_len=64,
                           kivi_bits=(4, 2))
 
 
+LONG_MODEL = models.LONG["llama"]  # the base model every full run at another length reads
+LEAST_T = 16  # shortest context length a run at another length accepts
+
+
+def model_at_length(claim_id: str, model: str, quick_model: str, T: int) -> str:
+  """The base model a run of `claim_id` at context length `T` reads, once `T` is checked.
+
+  At quick sizes (`model == quick_model`) the quick model is kept, a smoke test of the code
+  path; otherwise `llama-small-long` (`models.LONG["llama"]`), trained at T = 1024, so every
+  length of the axis is read by one model on positions it was trained on.
+
+  Raises:
+    ValueError: `T` is below `LEAST_T` or above the model's training length
+      (`models.RECIPES[name].seq_len`): positions it never saw would confound the trend.
+
+  Example:
+    >>> model_at_length("kv-compression", "small", "quick", 1024)
+    'llama-small-long'
+  """
+  quick = model == quick_model
+  name = quick_model if quick else LONG_MODEL
+  trained = models.RECIPES[name].seq_len
+  if not isinstance(T, int) or not LEAST_T <= T <= trained:
+    fix = (f"quick sizes are a smoke test: pass --lengths between {LEAST_T} and {trained} with "
+           f"--quick, or run the full sizes (`{LONG_MODEL}`, trained at "
+           f"{models.RECIPES[LONG_MODEL].seq_len})" if quick else
+           f"use context lengths between {LEAST_T} and {trained}")
+    raise ValueError(f"{claim_id}: context length T={T} is outside [{LEAST_T}, {trained}]: "
+                     f"`{name}` was trained at T = {trained}, and positions beyond were never "
+                     f"trained. Fix: {fix}.")
+  return name
+
+
+def windows_at_length(n: int, ref_T: int, T: int, least: int = 4) -> int:
+  """`n` windows of `ref_T` tokens rescaled to about the same tokens at length `T`.
+
+  .. math:: n_T = \\max\\big(\\min(n, \\text{least}),\\ \\mathrm{round}(n \\cdot
+     \\text{ref\\_T} / T)\\big)
+
+  so a run at `T = 1024` reads as many tokens as one at `ref_T = 128` (hence costs about the
+  same, up to attention's `T²`), and never fewer than `least` windows (nor more than `n` only
+  because of the floor).
+
+  Example:
+    >>> windows_at_length(64, 128, 1024), windows_at_length(32, 128, 1024, least=8)
+    (8, 8)
+  """
+  return max(min(n, least), round(n * ref_T / T))
+
+
 def full_rank_error(params, cfg: transformer.Config, tokens_BT, cal=None) -> float:
   """Max |logit difference| between the model and its latent form at full rank, float32 cache.
 

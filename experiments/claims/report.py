@@ -177,7 +177,95 @@ def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
           if th.stat == "range" else "")
   lines += [f"At the largest size (`{last['model']}`, {params_text(last['params'])} params) the "
             f"primary threshold would be **{outcome}**: {why}{note}.", ""]
+  if scale.get("families"):
+    lines += ["With two families the trend is the slope shared by both, each with its own "
+              "intercept; each family's own fit:", ""]
+    lines += table(["family", "trend", "slope per e-fold of params", "95% CI"],
+                   [[f, b["trend"], fmt(b["slope"]),
+                     f"[{fmt(b['slope_ci'][0])}, {fmt(b['slope_ci'][1])}]"
+                     if b["slope_ci"][0] is not None else "n/a"]
+                    for f, b in scale["families"].items()])
   return lines
+
+
+def context_sentence(context: list[dict], trend_: dict) -> str:
+  """The sentence on the trend with context, computed from the slope on `log T`.
+
+  Example:
+    >>> from experiments.claims.report import context_sentence
+    >>> rows = [{"T": 256, "effect": 0.1, "ci": [0.0, 0.2]},
+    ...         {"T": 1024, "effect": 0.3, "ci": [0.2, 0.4]}]
+    >>> context_sentence(rows, {"slope": 0.14, "slope_ci": [0.05, 0.23], "trend": "grows"})
+    'From T = 256 to T = 1024 the effect grows: slope 0.14 [0.05, 0.23] per e-fold of T.'
+  """
+  words = {"grows": "the effect grows", "shrinks": "the effect shrinks",
+           "no trend": "the effect shows no trend"}[trend_["trend"]]
+  lo, hi = trend_["slope_ci"]
+  if trend_["slope"] is None:
+    slope = "no slope could be fitted (fewer than two lengths with a finite effect)"
+  elif lo is None:
+    slope = f"slope {fmt(trend_['slope'])} per e-fold of T, with no interval (under 3 points)"
+  else:
+    slope = (f"slope {fmt(trend_['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of T"
+             + (" (the interval contains 0)" if trend_["trend"] == "no trend" else ""))
+  return f"From T = {context[0]['T']} to T = {context[-1]['T']} {words}: {slope}."
+
+
+def context_markdown(claim: Claim, results: dict, h: str, trend_: dict | None) -> list[str]:
+  """The context section: the primary effect and its threshold's test at each length `T`."""
+  th = claim.primary
+  unit = f" ({th.unit})" if th.unit else ""
+  lines = [f"{h}# Context: the primary effect against the length T", "",
+           f"The primary effect *{th.name}*{unit} at each context length, on the same seeds "
+           "(each length's model and counts are the claim's `at_length`; see the notes). The "
+           "verdict above is never read from these runs; the last column applies the primary "
+           "threshold's test to each length's interval.", ""]
+  rows = []
+  for r in results["context"]:
+    outcome, why = size_test(th, r)
+    lo, hi = r["ci"]
+    rows.append([str(r["T"]), fmt(r["effect"]),
+                 f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None else "n/a (one seed)",
+                 f"{outcome}: {why}"])
+  lines += table(["T (tokens)", "effect", "95% CI", "primary threshold at this T"], rows)
+  if trend_:
+    lines += [context_sentence(results["context"], trend_), ""]
+  return lines
+
+
+def context_figure(claim: Claim, context: list[dict], trend_: dict, run_dir: str,
+                   models_at=()) -> str:
+  """Draws `run_dir/context.png`: the primary effect ± 95% CI against `T`; returns its name."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from matplotlib.ticker import NullFormatter
+
+  th = claim.primary
+  fig, ax = plt.subplots(figsize=(7.0, 4.4))
+  rs = [r for r in context if r["effect"] is not None]
+  err = [[r["effect"] - r["ci"][0] if r["ci"][0] is not None else 0.0 for r in rs],
+         [r["ci"][1] - r["effect"] if r["ci"][1] is not None else 0.0 for r in rs]]
+  on = f" ({', '.join(models_at)})" if models_at else ""
+  ax.errorbar([r["T"] for r in rs], [r["effect"] for r in rs], yerr=err, fmt="o-", capsize=3,
+              label=f"primary effect{on}")
+  for label, cond in (("supports", th.supports), ("refutes", th.refutes)):
+    if cond is not None and math.isfinite(parse_condition(cond)[1]):
+      ax.axhline(parse_condition(cond)[1], color="k", ls=":", lw=1, label=f"{label} {cond}")
+  unit = f" ({th.unit})" if th.unit else ""
+  sentence = textwrap.fill(context_sentence(context, trend_), 80) if rs else ""
+  ax.set(xscale="log", xlabel="context length T (tokens, log scale)",
+         ylabel=textwrap.fill(th.name + unit, 45),
+         title=f"primary effect vs context length (bars: 95% CI)\n{sentence}")
+  ax.set_xticks([r["T"] for r in context], [str(r["T"]) for r in context])
+  ax.xaxis.set_minor_formatter(NullFormatter())
+  ax.margins(x=0.15, y=0.12)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(os.path.join(run_dir, "context.png"), dpi=110)
+  plt.close(fig)
+  return "context.png"
 
 
 def scale_figure(claim: Claim, scale: dict, run_dir: str, registered: str | None = None) -> str:
@@ -246,8 +334,13 @@ def anchor_text(claim: Claim) -> str:
 
 
 def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: int = 1,
-                   figure_path=lambda name: name) -> list[str]:
-  """The body of a claim's report: verdict, thresholds, arms, effects, anchors, figures."""
+                   figure_path=lambda name: name, context_trend: dict | None = None
+                   ) -> list[str]:
+  """The body of a claim's report: verdict, thresholds, arms, effects, anchors, figures.
+
+  `context_trend` (`runner.context_block`'s slope of the effect on `log T`) adds the sentence
+  on the trend with context; without it the context table stands alone.
+  """
   h = "#" * level
   evals = evaluations(claim, results)
   sizes = results["config"].get("sizes", {}) if isinstance(results["config"], dict) else {}
@@ -312,6 +405,8 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
                    [[a.what, fmt(a.value), a.source] for a in claim.anchors])
   if results.get("scale"):
     lines += scale_markdown(claim, results, h)
+  if results.get("context"):
+    lines += context_markdown(claim, results, h, context_trend)
   if notes:
     lines += [f"{h}# Notes", "", *notes, ""]
   if figures:
@@ -319,13 +414,17 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
     lines += [f"![{name}]({figure_path(name)})" for name in figures] + [""]
   if results.get("scale"):
     lines += [f"**Trend with scale.** {scale_sentence(results['scale'])}", ""]
+  if results.get("context") and context_trend:
+    lines += [f"**Trend with context.** {context_sentence(results['context'], context_trend)}",
+              ""]
   return lines
 
 
 def write_claim_report(claim: Claim, results: dict, evals, findings: dict, run_dir: str) -> str:
   """Writes `run_dir/report.md`; returns its path."""
   del evals  # recomputed from `results`, so the report depends on nothing but the file
-  lines = claim_markdown(claim, results, findings.get("notes", ()), findings.get("figures", ()))
+  lines = claim_markdown(claim, results, findings.get("notes", ()), findings.get("figures", ()),
+                         context_trend=findings.get("context_trend"))
   path = os.path.join(run_dir, "report.md")
   with open(path, "w") as f:
     f.write("\n".join(lines))

@@ -213,26 +213,82 @@ def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str,
     `{"sizes": [{"family", "model", "params", "effect", "ci"}, ...] (by params), "slope",
     "slope_ci", "trend"}`: `effect`/`ci` are the paired mean and its 95% t-interval at that
     size; the slope is the least-squares fit of every (size, seed) point's effect on
-    `log(params)` (per e-fold of parameters), its interval from t with `n − 2` dof.
+    `log(params)` (per e-fold of parameters), its interval from t. With two families or more
+    the slope is the common one with an intercept per family (`stats.ols_slope`'s `groups`),
+    and `"families"` adds `{family: {"slope", "slope_ci", "trend"}}`, each family's own fit.
   """
   th = claim.primary
-  rows, xs, ys = [], [], []
+  rows, points = [], []  # points: (family, log params, effect) of every finite (size, seed)
   for name, runs in per_size.items():
     v = paired_values(runs, th.arm, th.metric, th.baseline, seeds)
     m, ci = mean_ci95(v)
     rows.append({**cards[name], "effect": m, "ci": list(ci) if ci else [None, None]})
-    finite = np.isfinite(v)
-    xs += [math.log(cards[name]["params"])] * int(finite.sum())
-    ys += v[finite].tolist()
+    points += [(cards[name]["family"], math.log(cards[name]["params"]), float(e))
+               for e in v[np.isfinite(v)]]
   rows.sort(key=lambda r: (r["params"], r["family"], r["model"]))
+
+  def fit(pts, grouped):
+    fams, xs, ys = zip(*pts, strict=True) if pts else ((), (), ())
+    try:
+      slope, ci = ols_slope(xs, ys, groups=fams if grouped else None)
+    except ValueError:  # fewer than two sizes with a finite effect: no slope to fit
+      slope, ci = None, None
+    effects = [r["effect"] for r in rows if math.isfinite(r["effect"])
+               and (grouped or r["family"] == pts[0][0])] if pts else []
+    mean_effect = float(np.mean(effects)) if effects else math.nan
+    return {"slope": slope, "slope_ci": list(ci) if ci else [None, None],
+            "trend": trend(ci, mean_effect)}
+
+  families = sorted({r["family"] for r in rows})
+  block = {"sizes": rows, **fit(points, grouped=True)}
+  if len(families) > 1:
+    block["families"] = {f: fit([p for p in points if p[0] == f], grouped=False)
+                         for f in families}
+  return block
+
+
+def context_lengths(claim: Claim, quick: bool, lengths: Sequence[int] | None = None
+                    ) -> tuple[int, ...]:
+  """The lengths `T` a run also measures the primary effect at; `()` for none.
+
+  `lengths` (the command line's `--lengths`) overrides the claim's `context_lengths`; a quick
+  run measures none unless `lengths` is given.
+  """
+  Ts = tuple(lengths) if lengths else (() if quick else claim.context_lengths)
+  if Ts:
+    claim.check_context_lengths(Ts, "--lengths" if lengths else "context_lengths")
+  return tuple(sorted(Ts))
+
+
+def context_block(claim: Claim, per_length: dict[int, dict], seeds) -> tuple[list, dict]:
+  """`results.json`'s `context` and the trend of the primary effect with `log T`.
+
+  Args:
+    claim: the claim; its `primary` threshold is the effect measured against `T`.
+    per_length: `{T: runs}` (`{arm: {seed: {metric: value}}}`), the runs at each length.
+    seeds: the seeds every length ran.
+
+  Returns:
+    `([{"T", "effect", "ci"}, ...] by T, {"slope", "slope_ci", "trend"})`: the paired mean and
+    its 95% t-interval at each `T`; the least-squares slope of every (T, seed) point's effect
+    on `log T` (per e-fold of context) and the trend it implies (`stats.trend`).
+  """
+  th = claim.primary
+  rows, xs, ys = [], [], []
+  for T in sorted(per_length):
+    v = paired_values(per_length[T], th.arm, th.metric, th.baseline, seeds)
+    m, ci = mean_ci95(v)
+    rows.append({"T": int(T), "effect": m, "ci": list(ci) if ci else [None, None]})
+    xs += [math.log(T)] * int(np.isfinite(v).sum())
+    ys += v[np.isfinite(v)].tolist()
   try:
     slope, ci = ols_slope(xs, ys)
-  except ValueError:  # fewer than two sizes with a finite effect: no slope to fit
+  except ValueError:  # fewer than two lengths with a finite effect
     slope, ci = None, None
   effects = [r["effect"] for r in rows if math.isfinite(r["effect"])]
   mean_effect = float(np.mean(effects)) if effects else math.nan
-  return {"sizes": rows, "slope": slope, "slope_ci": list(ci) if ci else [None, None],
-          "trend": trend(ci, mean_effect)}
+  return rows, {"slope": slope, "slope_ci": list(ci) if ci else [None, None],
+                "trend": trend(ci, mean_effect)}
 
 
 def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, log,
@@ -258,6 +314,10 @@ def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, l
                      "config from the claim's sizes. Fix: declare what the run reads in its "
                      "Sizes dataclass; return facts about the setup (model configs, tuned "
                      "rates) under 'setup'.")
+  if "context" in findings:
+    raise ValueError(f"claim {claim.id!r}: run() returned a 'context'; the runner computes it "
+                     "from the lengths it runs. Fix: declare context_lengths and at_length in "
+                     "the Claim (or pass --lengths) and drop 'context' from the findings.")
   if "scale" in findings:
     raise ValueError(f"claim {claim.id!r}: run() returned a 'scale'; the runner computes it "
                      "from the sizes it runs. Fix: declare scale_models in the Claim (or pass "
@@ -315,7 +375,8 @@ def _results(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, 
 
 def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None = None,
               root: str = "runs", log: Callable[[str], None] = print,
-              sizes: Sequence[str] | None = None, resume: str | None = None) -> tuple[dict, str]:
+              sizes: Sequence[str] | None = None, resume: str | None = None,
+              lengths: Sequence[int] | None = None) -> tuple[dict, str]:
   """Runs `claim` and writes its folder; returns `(results, run_dir)`.
 
   At several base models (the claim's `scale_models`, or `sizes`), the registered size (the
@@ -325,6 +386,11 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   size's findings are saved as `size-<model>/findings.json` as it finishes, and a size that
   crashes is logged and left out (the others are kept). Finally `results.json` gains `scale`
   (`scale_block`) and the report its trend and `scale.png`.
+
+  At several lengths (the claim's `context_lengths`, or `lengths`), the claim runs again on
+  the same seeds at `claim.at_length(sizes, T)` for each `T`, into `run_dir/context-T<T>/`
+  (crashes kept out the same way); `results.json` gains `context` (`context_block`: the
+  primary effect at each `T`) and the report its trend with `log T` and `context.png`.
 
   Args:
     claim: a built `Claim`.
@@ -336,7 +402,9 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     sizes: base models to measure the primary effect on (overrides `scale_models`; a quick
       run measures one size unless this is given).
     resume: an earlier run folder of this claim (same quick flag and seeds) to finish: sizes
-      whose `findings.json` records the same sizes and seeds are reused, not run again.
+      and lengths whose `findings.json` records the same sizes and seeds are reused.
+    lengths: context lengths to measure the primary effect at (overrides `context_lengths`;
+      a quick run measures none unless this is given).
 
   Returns:
     The `results.json` dict and the run folder.
@@ -354,6 +422,7 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
                      "are never reported. Fix: report other seeds.")
   registered = claim.sizes(quick)
   names = scale_models(claim, quick, sizes)
+  Ts = context_lengths(claim, quick, lengths)
   cards = {n: model_card(n) for n in names}  # before any compute: a missing card fails now
   run_dir = (_resume_dir(resume, claim, quick, seeds) if resume
              else new_run_dir(root, claim.id, quick))
@@ -361,7 +430,10 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
                      os.path.join(run_dir, "claim.json"))
 
   def saved(name):
-    return os.path.join(run_dir, f"size-{name}", "findings.json") if names else None
+    """Where a size's findings are kept for `resume`: none for a one-size, one-length run."""
+    if names:
+      return os.path.join(run_dir, f"size-{name}", "findings.json")
+    return os.path.join(run_dir, "findings.json") if Ts else None
 
   def head(i, name):
     c = cards[name]
@@ -379,37 +451,57 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
                             scale=None)
   jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
   report.write_claim_report(claim, results, evals, findings, run_dir)
-  if not names:
+  if not names and not Ts:
     return results, run_dir
 
-  per_size, failed = {names[0]: runs}, []
+  def measure(label, sizes_here, sub):
+    """One extra run (a size or a length) in `run_dir/sub`; None (logged) if it crashed."""
+    here = os.path.join(run_dir, sub)
+    os.makedirs(here, exist_ok=True)
+    try:
+      found = _run_once(claim, sizes_here, quick=quick, seeds=seeds, run_dir=here, log=log,
+                        saved=os.path.join(here, "findings.json"), reuse=bool(resume))
+      return {arm: {s: per_seed[s] for s in seeds} for arm, per_seed in found["runs"].items()}
+    except Exception as e:  # one size's or length's crash must not lose the others
+      traceback.print_exc()
+      log(f"[{claim.id}] {label} FAILED ({type(e).__name__}: {e}); the others are kept")
+      failed.append(f"- {label[0].upper() + label[1:]} failed and is left out of the trend: "
+                    f"{type(e).__name__}: {e}")
+      return None
+
+  per_size, per_length, failed = ({names[0]: runs} if names else {}), {}, []
   for i, name in enumerate(names[1:], 2):
     log(head(i, name))
-    size_dir = os.path.join(run_dir, f"size-{name}")
-    os.makedirs(size_dir, exist_ok=True)
-    try:
-      found = _run_once(claim, dataclasses.replace(registered, model=name), quick=quick,
-                        seeds=seeds, run_dir=size_dir, log=log, saved=saved(name),
-                        reuse=bool(resume))
-      per_size[name] = {arm: {s: per_seed[s] for s in seeds}
-                        for arm, per_seed in found["runs"].items()}
-    except Exception as e:  # one size's crash must not lose the others
-      traceback.print_exc()
-      log(f"[{claim.id}] size {name} FAILED ({type(e).__name__}: {e}); the other sizes are kept")
-      failed.append(f"- Size `{name}` failed and is left out of the trend: "
-                    f"{type(e).__name__}: {e}")
+    got = measure(f"size `{name}`", dataclasses.replace(registered, model=name), f"size-{name}")
+    if got is not None:
+      per_size[name] = got
+  for i, T in enumerate(Ts, 1):
+    at_T = claim.at_length(registered, T)
+    where = f" on `{at_T.model}`" if hasattr(at_T, "model") else ""
+    log(f"[{claim.id}] context {i}/{len(Ts)}: T = {T}{where}")
+    got = measure(f"length T = {T}", at_T, f"context-T{T}")
+    if got is not None:
+      per_length[T] = got
   notes = list(findings.get("notes", ())) + failed
   figures = list(findings.get("figures", ()))
-  scale = None
+  scale = context = context_trend = None
   if len(per_size) > 1:
     scale = scale_block(claim, per_size, seeds, cards)
     figures.append(report.scale_figure(claim, scale, run_dir, registered.model))
     notes.append(f"- Sizes other than the registered `{registered.model}` ran in "
                  "`size-<model>/` (their findings and figures); they feed only the trend.")
+  if per_length:
+    context, context_trend = context_block(claim, per_length, seeds)
+    models_at = sorted({getattr(claim.at_length(registered, T), "model", "") for T in per_length}
+                       - {""})
+    figures.append(report.context_figure(claim, context, context_trend, run_dir, models_at))
+    notes.append("- The runs at other lengths ran in `context-T<T>/` (their findings and "
+                 "figures); they feed only the trend with context, never the verdict.")
   results, evals = _results(claim, quick=quick, seeds=seeds, sizes=registered,
-                            findings=findings, runs=runs, runtime=time.perf_counter() - start,
-                            scale=scale)
+                            findings={**findings, "context": context}, runs=runs,
+                            runtime=time.perf_counter() - start, scale=scale)
   jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
   report.write_claim_report(claim, results, evals, {**findings, "notes": notes,
-                                                    "figures": figures}, run_dir)
+                                                    "figures": figures,
+                                                    "context_trend": context_trend}, run_dir)
   return results, run_dir

@@ -18,6 +18,7 @@ RESULT_KEYS = ("claim", "quick", "seeds", "tuning_seeds", "config", "arms", "eff
                "env", "git")
 EXTENSION_KEYS = ("name", "verdict", "reason", "thresholds")
 SCALE_KEYS = ("sizes", "slope", "slope_ci", "trend")
+SCALE_FIT_KEYS = ("slope", "slope_ci", "trend")  # `scale.families.<family>`, with 2+ families
 SCALE_SIZE_KEYS = ("family", "model", "params", "effect", "ci")
 TRENDS = ("grows", "shrinks", "no trend")
 CONTEXT_KEYS = ("T", "effect", "ci")
@@ -68,7 +69,14 @@ def validate_scale(sc) -> None:
     ...
     ValueError: results.json schema: scale.sizes: must list at least two sizes
   """
-  _keys(sc, SCALE_KEYS, "scale")
+  _keys({k: v for k, v in sc.items() if k != "families"} if isinstance(sc, dict) else sc,
+        SCALE_KEYS, "scale")
+  for fam, fit in (sc.get("families") or {}).items():
+    _keys(fit, SCALE_FIT_KEYS, f"scale.families.{fam}")
+    _need(fit["trend"] in TRENDS, f"scale.families.{fam}.trend", f"must be one of {TRENDS}")
+    _need(_is_num(fit["slope"]), f"scale.families.{fam}.slope", "must be a number or null")
+    _need(_interval(fit["slope_ci"]), f"scale.families.{fam}.slope_ci",
+          "must be [lo, hi] of numbers or nulls")
   _need(sc["trend"] in TRENDS, "scale.trend", f"must be one of {TRENDS}")
   _need(isinstance(sc["sizes"], list) and len(sc["sizes"]) >= 2, "scale.sizes",
         "must list at least two sizes")

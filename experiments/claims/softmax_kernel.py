@@ -62,20 +62,59 @@ QUICK = SoftmaxKernelSizes(model="quick", seq_len=32, batch_size=2)
 FULL = SoftmaxKernelSizes(model="small", seq_len=64, batch_size=4)
 
 
-def tie_keys_to_queries(params) -> dict:
-  """The params with `w_k := w_q` and `b_k := b_q` in every layer (so `K = Q`)."""
+def tie_keys_to_queries(params, cfg: transformer.Config) -> tuple[dict, transformer.Config]:
+  """The model with `w_k := w_q` (and `b_k := b_q`) in every layer, so that `K = Q`.
+
+  Under grouped-query attention (`n_kv_heads < n_heads`) `w_k` has fewer columns than `w_q`,
+  so the tied model has one key/value head per query head: `n_kv_heads := n_heads`, and each
+  value head is the one query head `h` read before, `h // kv_groups` (the model's own
+  grouping), so the values are unchanged. With RoPE the keys are rotated as the queries are,
+  `k_t = R_t W_Q x_t = q_t`.
+
+  Returns:
+    `(params, cfg)` of the tied model (`cfg` unchanged when `n_kv_heads == n_heads`).
+  """
   attn = dict(params["blocks"]["attn"])
   attn["w_k"] = attn["w_q"]
   if "b_q" in attn:
     attn["b_k"] = attn["b_q"]
-  return {**params, "blocks": {**params["blocks"], "attn": attn}}
+  if cfg.n_kv_heads != cfg.n_heads:
+    g, dh = cfg.kv_groups, cfg.d_head
+
+    def per_query_head(w):  # (..., K·dh) -> (..., H·dh): KV head h // g for query head h
+      w_KDh = w.reshape(w.shape[:-1] + (cfg.n_kv_heads, dh))
+      return np.repeat(np.asarray(w_KDh), g, axis=-2).reshape(w.shape[:-1] + (-1,))
+
+    attn["w_v"] = per_query_head(attn["w_v"])
+    if "b_v" in attn:
+      attn["b_v"] = per_query_head(attn["b_v"])
+    cfg = cfg.replace(n_kv_heads=cfg.n_heads)
+  return {**params, "blocks": {**params["blocks"], "attn": attn}}, cfg
 
 
-def kernel_certificate(q_LBTHD, k_LBTHD, scale: float, *, causal: bool) -> dict:
-  """Per-head `psd_certificate` of the softmax kernel, plus `min_eig_rel` and `max_score`."""
+def kernel_certificate(q_LBTHD, k_LBTKD, scale: float, *, causal: bool) -> dict:
+  """Per-head `psd_certificate` of the softmax kernel, plus `min_eig_rel` and `max_score`.
+
+  Args:
+    q_LBTHD: queries as the model scores them (after RoPE), `(L, B, T, H, dh)`.
+    k_LBTKD: keys as cached (after RoPE), `(L, B, T, K, dh)` with `H % K == 0`; query head `h`
+      reads key head `h // (H / K)`, the model's grouped-query attention.
+    scale: the score scale, `dh ** -0.5`.
+    causal: zero the kernel above the diagonal.
+
+  Returns:
+    `analysis.psd_certificate`'s per-head arrays `(L·B, H)`, with `min_eig_rel`,
+    `negative_mass` and the float `max_score`.
+  """
   q = np.asarray(q_LBTHD)
-  k = np.asarray(k_LBTHD)
+  k = np.asarray(k_LBTKD)
   L, B, T, H, dh = q.shape
+  K = k.shape[3]
+  if k.shape[:3] != (L, B, T) or k.shape[4] != dh or H % K:
+    raise ValueError(f"kernel_certificate: keys {k.shape} do not fit queries {q.shape}: they "
+                     "need the same (L, B, T, dh) and a number of heads K dividing H. Fix: pass "
+                     "the sown q and k of one forward pass.")
+  k = np.repeat(k, H // K, axis=3)  # as `transformer.model._repeat_heads`
   q, k = q.reshape(L * B, T, H, dh), k.reshape(L * B, T, H, dh)
   kappa = np.asarray(analysis.softmax_kernel(q, k, scale))
   if causal:
@@ -159,9 +198,10 @@ def run(spec: Spec) -> dict:
     spec.log(f"  softmax-kernel: seed {seed}: init, trained, tied")
     tokens = models.val_tokens(seq_len, batch_size, seed)
     init = transformer.init(cfg, jax.random.key(seed))
-    models_by_arm = {"init": init, "trained": params, "tied": tie_keys_to_queries(params)}
-    for stage, p in models_by_arm.items():
-      for mask, cert in measure(p, cfg, tokens).items():
+    models_by_arm = {"init": (init, cfg), "trained": (params, cfg),
+                     "tied": tie_keys_to_queries(params, cfg)}
+    for stage, (p, c) in models_by_arm.items():
+      for mask, cert in measure(p, c, tokens).items():
         runs.setdefault(f"{stage}-{mask}", {})[seed] = kernel_metrics(cert)
         if seed == spec.seeds[0] and mask == "bidirectional":
           figure_data[stage] = (cert["asymmetry"].ravel(), cert["min_eig_rel"].ravel())

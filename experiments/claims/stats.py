@@ -145,20 +145,25 @@ def evaluate(th: Threshold, runs: dict, seeds) -> dict:
           "refutes": th.refutes is not None and holds(th.refutes, interval)}
 
 
-def ols_slope(x, y) -> tuple[float, tuple[float, float] | None]:
+def ols_slope(x, y, groups=None) -> tuple[float, tuple[float, float] | None]:
   """Ordinary least squares slope of `y` on `x`, with its 95% t-interval (`n − 2` dof).
 
   .. math:: \\hat\\beta = \\frac{\\sum (x_i - \\bar x)(y_i - \\bar y)}{\\sum (x_i - \\bar x)^2},
      \\quad \\hat\\beta \\pm t_{n-2}\\,\\sqrt{\\frac{\\sum r_i^2 / (n-2)}{\\sum (x_i - \\bar x)^2}}
 
   with residuals `r_i = y_i − ŷ_i` (the slope and standard error of `scipy.stats.linregress`).
+  With `groups` (e.g. each point's model family) the slope is the common one with an intercept
+  per group (x and y centred within each group; `n − g − 1` dof for `g` groups): two families
+  at different offsets then share one slope instead of the offset posing as a trend.
 
   Args:
     x: the regressor, e.g. `log(parameters)` of each (size, seed) point.
     y: the response, e.g. the primary effect of that point; same length as `x`.
+    groups: optional labels, same length as `x`; one intercept per distinct label.
 
   Returns:
-    `(slope, (lo, hi))`; the interval is None with fewer than 3 points (no residual dof).
+    `(slope, (lo, hi))`; the interval is None with no residual dof (under 3 points, or
+    `g + 2` with groups).
 
   Example:
     >>> from experiments.claims.stats import ols_slope
@@ -169,17 +174,28 @@ def ols_slope(x, y) -> tuple[float, tuple[float, float] | None]:
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
   if x.shape != y.shape or x.ndim != 1:
     raise ValueError(f"ols_slope: x and y must be 1-D of one length; got {x.shape=}, {y.shape=}.")
-  if x.size < 2 or float(np.ptp(x)) == 0.0:
-    raise ValueError(f"ols_slope: x takes {np.unique(x).size} distinct value(s); a slope needs "
-                     "at least two. Fix: measure at two sizes or more.")
-  dx, dy = x - x.mean(), y - y.mean()
+  labels = np.zeros(x.shape, np.int64) if groups is None else np.unique(
+      np.asarray(groups), return_inverse=True)[1].reshape(-1)
+  if labels.shape != x.shape:
+    raise ValueError(f"ols_slope: groups must have x's length {x.size}; got {labels.size}.")
+  n_groups = int(labels.max()) + 1 if x.size else 0
+  dx, dy = x.copy(), y.copy()
+  for g in range(n_groups):
+    at = labels == g
+    dx[at] -= x[at].mean()
+    dy[at] -= y[at].mean()
   sxx = float(dx @ dx)
+  if x.size < 2 or sxx == 0.0:
+    raise ValueError(f"ols_slope: x takes {np.unique(x).size} distinct value(s)"
+                     + (" within every group" if n_groups > 1 else "") + "; a slope needs "
+                     "at least two. Fix: measure at two sizes or more.")
   slope = float(dx @ dy) / sxx
-  if x.size < 3:
+  dof = x.size - n_groups - 1
+  if dof < 1:
     return slope, None
   resid = dy - slope * dx
-  se = math.sqrt(float(resid @ resid) / (x.size - 2) / sxx)
-  half = t_quantile_975(x.size - 2) * se
+  se = math.sqrt(float(resid @ resid) / dof / sxx)
+  half = t_quantile_975(dof) * se
   return slope, (slope - half, slope + half)
 
 

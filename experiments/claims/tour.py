@@ -2,7 +2,7 @@
 
     python -m experiments tour [--quick] [--only ID ...]     # make demo: tour --quick
     python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4] [--sizes mini,small,base]
-                                   [--resume RUN_DIR] [--keep]
+                                   [--lengths 256,1024] [--resume RUN_DIR] [--keep]
 
 The tour opens with the library's own checks (the matrix catalog of `tiny`, a forward pass
 on real text, KV-cache decoding = full forward), then runs each built claim (a progress line
@@ -138,6 +138,18 @@ def _model_list(text: str) -> tuple[str, ...]:
   return names
 
 
+def _length_list(text: str) -> tuple[int, ...]:
+  """`"256,1024"` -> `(256, 1024)`; argparse reports a bad list."""
+  try:
+    Ts = tuple(int(t) for t in text.split(",") if t.strip())
+  except ValueError:
+    Ts = ()
+  if not Ts or len(set(Ts)) != len(Ts) or min(Ts) <= 0:
+    raise argparse.ArgumentTypeError(f"{text!r}: give distinct positive lengths (tokens) "
+                                     "separated by commas, e.g. 256,512,1024")
+  return Ts
+
+
 def claim_main(argv=None) -> int:
   """`python -m experiments claim ID`; prints the verdict and the report's path."""
   p = argparse.ArgumentParser(prog="python -m experiments claim",
@@ -152,9 +164,13 @@ def claim_main(argv=None) -> int:
                       "(default: the claim's scale_models; --quick: one size). The verdict is "
                       "read only at the registered size (added if missing); the others give "
                       "the trend with size")
+  p.add_argument("--lengths", type=_length_list, default=None, metavar="T,T,...",
+                 help="context lengths to measure the primary effect at, e.g. 256,1024 "
+                      "(default: the claim's context_lengths; --quick: none). The claim's "
+                      "at_length picks the model and counts at each T; never the verdict")
   p.add_argument("--resume", metavar="RUN_DIR", default=None,
                  help="finish an earlier run folder of this claim (same --quick and --seeds): "
-                      "sizes already saved there are reused, not run again")
+                      "sizes and lengths already saved there are reused, not run again")
   p.add_argument("--out", default="runs", help="the runs folder")
   p.add_argument("--keep", action="store_true",
                  help="copy the finished full run (pre-registered seeds) to results/ID/, the "
@@ -170,7 +186,7 @@ def claim_main(argv=None) -> int:
     return 2
   try:
     res, run_dir = run_claim(claim, quick=args.quick, seeds=args.seeds, root=args.out,
-                             sizes=args.sizes, resume=args.resume)
+                             sizes=args.sizes, resume=args.resume, lengths=args.lengths)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -178,6 +194,10 @@ def claim_main(argv=None) -> int:
         f"  {res['reason']}\n  report: {os.path.join(run_dir, 'report.md')}")
   if res["scale"]:
     print(f"  {report.scale_sentence(res['scale'])}")
+  if res["context"]:
+    print("  effect against context: " + "; ".join(
+        f"T = {r['T']}: {report.fmt(r['effect'])}" for r in res["context"])
+        + " (the trend with T is in the report)")
   if args.keep:
     print(f"  kept: {table.keep(run_dir)} (regenerate the README table: "
           "python -m experiments.claims.table)")

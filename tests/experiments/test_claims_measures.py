@@ -67,11 +67,53 @@ def test_kernel_certificate_tied_is_psd_untied_is_not():
   assert metrics["frac_kernel"] == 0.0 and 0.0 <= metrics["frac_psd"] <= 1.0
 
 
+def test_kernel_certificate_gqa_reads_key_head_h_over_groups():
+  # 4 query heads on 2 key heads: query head h must read key head h // 2 (the model's grouping).
+  rng = np.random.default_rng(2)
+  q = rng.normal(size=(2, 1, 10, 4, 4)).astype(np.float32)  # (L, B, T, H, dh)
+  k = rng.normal(size=(2, 1, 10, 2, 4)).astype(np.float32)  # (L, B, T, K, dh)
+  got = softmax_kernel.kernel_certificate(q, k, 0.5, causal=False)
+  for l in range(2):
+    for h in range(4):
+      K64 = np.exp(0.5 * q[l, 0, :, h].astype(np.float64) @ k[l, 0, :, h // 2].T.astype(
+          np.float64))
+      lam = np.linalg.eigvalsh((K64 + K64.T) / 2)
+      neg = -lam[lam < 0].sum() / np.abs(lam).sum()
+      np.testing.assert_allclose(got["negative_mass"][l, h], neg, rtol=1e-4, atol=1e-9)
+  # The other grouping (h % K) gives other kernels: the test can tell them apart.
+  K64 = np.exp(0.5 * q[0, 0, :, 1].astype(np.float64) @ k[0, 0, :, 1].T.astype(np.float64))
+  lam = np.linalg.eigvalsh((K64 + K64.T) / 2)
+  assert abs(got["negative_mass"][0, 1] - (-lam[lam < 0].sum() / np.abs(lam).sum())) > 1e-3
+  with pytest.raises(ValueError, match="number of heads K dividing H"):
+    softmax_kernel.kernel_certificate(q, k[:, :, :, :1].repeat(3, axis=3), 0.5, causal=False)
+
+
 def test_tying_keys_to_queries_makes_k_equal_q():
   cfg = transformer.preset("tiny", d_model=16, n_layers=2, n_heads=2, max_len=16)
-  params = softmax_kernel.tie_keys_to_queries(transformer.init(cfg, jax.random.key(0)))
+  params, tied_cfg = softmax_kernel.tie_keys_to_queries(transformer.init(cfg, jax.random.key(0)),
+                                                        cfg)
+  assert tied_cfg == cfg
   inter = models.intermediates(params, cfg, np.arange(8)[None])["blocks"]["attn"]
   np.testing.assert_array_equal(inter["q"], inter["k"])
+
+
+def test_tying_keys_to_queries_under_gqa_and_rope():
+  # Llama: RoPE, 4 query heads on 2 KV heads. The tied model has a key head per query head,
+  # k = q after the rotation, and query head h keeps the values of KV head h // 2.
+  cfg = transformer.preset("llama-tiny", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                           d_ff=48, max_len=16)
+  params = transformer.init(cfg, jax.random.key(0))
+  tied, tied_cfg = softmax_kernel.tie_keys_to_queries(params, cfg)
+  assert (tied_cfg.n_kv_heads, tied_cfg.n_heads) == (4, 4)
+  tokens = np.arange(8)[None]
+  got = models.intermediates(tied, tied_cfg, tokens)["blocks"]["attn"]
+  np.testing.assert_array_equal(got["q"], got["k"])
+  was = models.intermediates(params, cfg, tokens)["blocks"]["attn"]
+  np.testing.assert_array_equal(got["q"][0], was["q"][0])  # layer 0 reads the same input
+  for h in range(4):
+    np.testing.assert_allclose(got["v"][0, :, :, h], was["v"][0, :, :, h // 2], rtol=1e-6)
+  assert float(softmax_kernel.kernel_certificate(got["q"], got["k"], cfg.d_head**-0.5,
+                                                 causal=False)["negative_mass"].max()) <= 1e-3
 
 
 def test_contract_measurement_quick(monkeypatch):

@@ -296,3 +296,133 @@ def test_claim_cli_takes_sizes(tmp_path, monkeypatch, capsys):
     tour.claim_main(["toy", "--sizes", "mini,mini", "--out", str(tmp_path)])
   assert tour.claim_main(["toy", "--sizes", "huge", "--out", str(tmp_path)]) == 2
   assert "--sizes names ['huge']" in capsys.readouterr().err
+
+
+def test_two_families_share_one_slope_with_an_intercept_each():
+  # The Llama sizes sit 0.5 above the GPT sizes; within each family the effect falls by 0.05
+  # per e-fold. A pooled fit would mix the offset into the slope; the shared one must not.
+  effect = {m: -0.05 * math.log(PARAMS[m]) + (0.5 if FAMILY[m] == "Llama" else 0.0)
+            for m in ("mini", "small", "base", "llama-mini", "llama-base")}
+  noise = {0: 0.01, 1: -0.02, 2: 0.015}
+  sc = block(effect, noise)
+  fams = np.array([FAMILY[r] for r in effect for _ in SEEDS])
+  x = np.array([math.log(PARAMS[m]) for m in effect for _ in SEEDS])
+  y = np.array([effect[m] + noise[s] for m in effect for s in SEEDS])
+  design = np.c_[x, fams == "GPT", fams == "Llama"].astype(np.float64)
+  coef, rss, *_ = np.linalg.lstsq(design, y, rcond=None)
+  dof = x.size - 3
+  cov = float(rss[0]) / dof * np.linalg.inv(design.T @ design)
+  half = scipy.stats.t.ppf(0.975, dof) * math.sqrt(cov[0, 0])
+  assert sc["slope"] == pytest.approx(coef[0], rel=1e-9)
+  assert sc["slope_ci"] == pytest.approx([coef[0] - half, coef[0] + half], rel=1e-6)
+  assert sc["trend"] == "grows"  # the mean effect is negative and falls: its magnitude rises
+  assert set(sc["families"]) == {"GPT", "Llama"}
+  for fam in ("GPT", "Llama"):
+    at = fams == fam
+    ref = scipy.stats.linregress(x[at], y[at])
+    assert sc["families"][fam]["slope"] == pytest.approx(ref.slope, rel=1e-9)
+  with pytest.raises(ValueError, match="groups must have"):
+    stats.ols_slope([0.0, 1.0, 2.0], [0.0, 1.0, 2.0], groups=["a", "b"])
+  bad = {**_valid_scale(), "families": {"GPT": {"slope": 0.1, "slope_ci": [0.0, 0.2]}}}
+  with pytest.raises(ValueError, match=r"scale.families.GPT: keys"):
+    schema.validate_scale(bad)
+  one_family = block({"mini": 0.2, "small": 0.4, "base": 0.6})
+  assert "families" not in one_family
+
+
+@dataclasses.dataclass(frozen=True)
+class LengthSizes(Sizes):
+  model: str
+  seq_len: int
+
+
+def length_claim(effect_at, calls=None, fail=(), **kw):
+  """A claim whose paired effect at length T and seed s is `effect_at(T) + 0.01 s`."""
+  def run(spec):
+    T = spec.sizes.seq_len
+    if calls is not None:
+      calls.append((spec.sizes.model, T, spec.run_dir))
+    if T in fail:
+      raise RuntimeError(f"out of memory at T = {T}")
+    return {"runs": {"treated": {s: {"score": effect_at(T) + 0.01 * s} for s in spec.seeds},
+                     "control": {s: {"score": 0.0} for s in spec.seeds}}}
+
+  def at_length(sizes, T):
+    return LengthSizes(model="base", seq_len=T)
+
+  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), "at_length": at_length, **kw}
+  return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+               run=run, QUICK=LengthSizes("mini", 32), FULL=LengthSizes("small", 128), **kw)
+
+
+def test_context_lengths_run_through_the_runner_with_a_slope_on_log_T(tmp_path):
+  def effect_at(T):
+    return 0.05 * math.log(T)
+
+  calls = []
+  claim = length_claim(effect_at, calls, context_lengths=(1024, 256, 512))
+  assert claim.to_dict()["context_lengths"] == [1024, 256, 512]
+  one, _ = runner.run_claim(length_claim(effect_at), root=str(tmp_path / "a"), log=quiet)
+  lines = []
+  res, run_dir = runner.run_claim(claim, root=str(tmp_path / "b"), log=lines.append)
+  assert [(m, T) for m, T, _ in calls] == [("small", 128), ("base", 256), ("base", 512),
+                                          ("base", 1024)]
+  assert calls[3][2] == os.path.join(run_dir, "context-T1024")
+  assert "[toy] context 3/3: T = 1024 on `base`" in lines
+  for key in ("verdict", "reason", "effects", "arms", "config"):
+    assert res[key] == one[key], key  # the verdict never reads the other lengths
+  on_disk = jsonio.load_strict(os.path.join(run_dir, "results.json"))
+  schema.validate_results(on_disk, ["toy"])
+  assert [r["T"] for r in on_disk["context"]] == [256, 512, 1024]
+  for row in on_disk["context"]:
+    vals = [effect_at(row["T"]) + 0.01 * s for s in SEEDS]
+    ci = scipy.stats.t.interval(0.95, 2, loc=np.mean(vals), scale=scipy.stats.sem(vals))
+    assert row["effect"] == pytest.approx(np.mean(vals))
+    assert row["ci"] == pytest.approx(list(ci))
+  x = [math.log(T) for T in (256, 512, 1024) for _ in SEEDS]
+  y = [effect_at(T) + 0.01 * s for T in (256, 512, 1024) for s in SEEDS]
+  ref = scipy.stats.linregress(x, y)
+  text = open(os.path.join(run_dir, "report.md")).read()
+  assert "## Context: the primary effect against the length T" in text
+  assert f"From T = 256 to T = 1024 the effect grows: slope {stats.fmt(ref.slope)}" in text
+  assert os.path.exists(os.path.join(run_dir, "context.png")) and "![context.png]" in text
+  quick, quick_dir = runner.run_claim(claim, quick=True, root=str(tmp_path), log=quiet)
+  assert quick["context"] is None  # quick runs measure no other length unless asked
+  calls.clear()
+  asked, _ = runner.run_claim(claim, quick=True, lengths=(64,), root=str(tmp_path), log=quiet)
+  assert [r["T"] for r in asked["context"]] == [64] and calls[-1][:2] == ("base", 64)
+
+
+def test_a_crashed_length_is_left_out_and_resume_reruns_only_it(tmp_path):
+  calls = []
+  claim = length_claim(lambda T: 0.3, calls, fail=(512,), context_lengths=(256, 512))
+  res, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet)
+  assert [r["T"] for r in res["context"]] == [256]
+  assert "Length T = 512 failed and is left out" in open(os.path.join(run_dir,
+                                                                     "report.md")).read()
+  calls.clear()
+  fixed = dataclasses.replace(claim, run=length_claim(lambda T: 0.3, calls).run)
+  again, _ = runner.run_claim(fixed, resume=run_dir, log=quiet)
+  assert [T for _, T, _ in calls] == [512] and [r["T"] for r in again["context"]] == [256, 512]
+
+
+def test_context_declarations_are_checked():
+  with pytest.raises(ValueError, match="context_lengths must be distinct positive integers"):
+    length_claim(lambda T: 0.0, context_lengths=(256, 256))
+  with pytest.raises(ValueError, match="declares no at_length"):
+    length_claim(lambda T: 0.0, context_lengths=(256,), at_length=None)
+  claim = length_claim(lambda T: 0.0)
+  with pytest.raises(ValueError, match="--lengths must be distinct positive integers"):
+    runner.run_claim(claim, lengths=(0,), log=quiet)
+  def returns_context(spec):
+    return {"runs": {"treated": {0: {"score": 1.0}}}, "context": []}
+  with pytest.raises(ValueError, match="returned a 'context'"):
+    runner.run_claim(dataclasses.replace(claim, run=returns_context), seeds=(0,), log=quiet)
+
+
+def test_claim_cli_takes_lengths(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(tour, "CLAIMS", {"toy": length_claim(lambda T: 0.1 * T / 256)})
+  assert tour.claim_main(["toy", "--lengths", "256,512", "--out", str(tmp_path)]) == 0
+  assert "effect against context: T = 256: 0.11; T = 512: 0.21" in capsys.readouterr().out
+  with pytest.raises(SystemExit):
+    tour.claim_main(["toy", "--lengths", "256,x", "--out", str(tmp_path)])
