@@ -440,7 +440,11 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     return (f"[{claim.id}] size {i}/{len(names)}: {name} ({c['family']}, "
             f"{report.params_text(c['params'])} params)")
 
-  start = time.perf_counter()
+  # A resumed run's runtime adds the earlier invocation's (what its saved sizes cost).
+  earlier = os.path.join(run_dir, "results.json")
+  before = (float(jsonio.load_strict(earlier).get("runtime_s") or 0.0)
+            if resume and os.path.exists(earlier) else 0.0)
+  start = time.perf_counter() - before
   if names:
     log(head(1, names[0]) + ": the registered size, where the verdict is read")
   findings = _run_once(claim, registered, quick=quick, seeds=seeds, run_dir=run_dir, log=log,

@@ -404,6 +404,7 @@ def test_a_crashed_length_is_left_out_and_resume_reruns_only_it(tmp_path):
   fixed = dataclasses.replace(claim, run=length_claim(lambda T: 0.3, calls).run)
   again, _ = runner.run_claim(fixed, resume=run_dir, log=quiet)
   assert [T for _, T, _ in calls] == [512] and [r["T"] for r in again["context"]] == [256, 512]
+  assert again["runtime_s"] >= res["runtime_s"]  # the resumed run counts the earlier one
 
 
 def test_context_declarations_are_checked():
