@@ -51,6 +51,24 @@ without retraining (`switch`), `loss_switched / loss_full − 1`.
 so its primary is usually blocked by the control; indicative only. Full run: recall 2 tuning
 runs + 3 arms × 5 seeds (800 steps); stdlib 2 tuning runs + 2 arms × 5 seeds (150 steps);
 runtime in the report (measured under load, with the load average).
+
+**The context axis** (`context_lengths = (16, 64, 256)`; never read by the verdict): does
+the gate still find the key when it is far away? `at_length` makes the model read `T` tokens
+of recall (`T + 1` with the last answer): the pairs stay first and the queries last, and
+`T − 16` distractors (ids that are no key, value or marker, drawn per sequence) fill the gap
+(`RecallSource`), so every key lies `T − 13 … T − 1` positions before its query while full
+attention can still match it exactly. The key budget stays `FULL`'s (window 4; blocks of 2,
+top-1), so at `T = 256` a query near the end reads 4 of its ~256 causal keys. The batch
+shrinks so the tokens per step stay `32 · 16` (batch 32, 8, 2), the held-out batches grow so
+the answers scored stay 512, the rate is tuned again on seed 100 at each `T`, the model's
+`max_len` follows `T` past 256, and the stdlib half is not run. Caveat: the answers seen per
+step fall as `1/T`, so the trend mixes distance with supervision; each length's findings
+give full attention's own accuracy (tuning seed 100, rate 1e-3, measured once: 0.57 at
+`T = 64`, 0.51 at `T = 256`, against 0.67 at 16 above). `T = 1024` is left out: at batch 1
+a 5-seed full-attention step took 3.3 s on the 2 shared CPU cores (load ≈ 5; 0.38 s at
+`T = 256`), about 80 minutes for that one length against about 14 at 256, and fewer steps
+cannot be justified where one sequence of 4 answers per step is all the model sees (run it
+on an accelerator with `--lengths 16,64,256,1024`).
 """
 
 from __future__ import annotations
@@ -67,6 +85,7 @@ from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Thre
 from experiments.lab.attention_arms import (
   LEARNING_RATES,
   base_config,
+  config_at,
   forward,
   train_arm,
   tuned_arm,
@@ -100,6 +119,11 @@ class DynamicSparsitySizes(Sizes):
     eval_batches: held-out batches of the exact match and of the switch's losses.
     recall_probe: recall sequences whose keys read are counted.
     text_probe: stdlib windows whose keys read are counted.
+    recall_filler: distractor tokens between the last pair and `SEP` (0: the registered
+      layout); `at_length` sets it so that the model reads `T` tokens.
+
+  `text_steps = 0` runs no stdlib half (the runs of `at_length`, which measure only the
+  primary question).
   """
 
   recall_pairs: int
@@ -118,6 +142,13 @@ class DynamicSparsitySizes(Sizes):
   eval_batches: int
   recall_probe: int
   text_probe: int
+  recall_filler: int = 0
+
+  def __post_init__(self):
+    for name in ("recall_filler", "text_steps"):
+      if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
+        raise ValueError(f"DynamicSparsitySizes.{name}={getattr(self, name)!r} must be an int "
+                         ">= 0. Fix: e.g. 0 (set recall_filler through at_length(sizes, T)).")
 
   @property
   def recall_window(self) -> int:
@@ -126,11 +157,14 @@ class DynamicSparsitySizes(Sizes):
 
   @property
   def recall_len(self) -> int:
-    """Tokens per recall sequence, `2 n + 1 + 2 m` (the model reads all but the last)."""
-    return 2 * self.recall_pairs + 1 + 2 * self.recall_queries
+    """Tokens per recall sequence, `2 n + filler + 1 + 2 m` (the model reads all but the last)."""
+    return 2 * self.recall_pairs + self.recall_filler + 1 + 2 * self.recall_queries
 
 
 TEXT_TOP_K = 1
+# Recall context T of a full run (tokens read): 16 is the registered layout, then 4x, 16x.
+# 1024 is left out: measured on 2 shared CPU cores, see the module docstring.
+CONTEXT_LENGTHS = (16, 64, 256)
 
 QUICK = DynamicSparsitySizes(recall_pairs=4, recall_queries=4, recall_keys=4, recall_values=4,
                              recall_block=2, recall_top_k=1, recall_steps=30, recall_batch=16,
@@ -146,24 +180,92 @@ FULL = DynamicSparsitySizes(recall_pairs=4, recall_queries=4, recall_keys=4, rec
 
 @dataclasses.dataclass(frozen=True)
 class RecallSource:
-  """Associative recall as a data source (pure in seed, step, split)."""
+  """Associative recall as a data source (pure in seed, step, split).
+
+  ``k1 v1 … kn vn [d1 … dF] SEP q1 a1 … qm am``: `data.associative_recall`'s sequence with
+  `n_filler` distractors `d` inserted after the last pair, drawn uniformly from the ids that
+  are neither a key, a value nor a marker (`[n_keys + n_values, SEP)`), so each query still
+  matches exactly one earlier token and full attention can solve it at any length; the
+  distance from a key to its query grows by `F`. With `n_filler = 0` (the registered
+  layout) the batch is `data.associative_recall`'s, draw for draw.
+  """
 
   n_pairs: int
   n_queries: int
   n_keys: int
   n_values: int
+  n_filler: int = 0
 
   @property
   def vocab_size(self) -> int:
     return data_lib.VOCAB_SIZE
 
   def batch(self, seed: int, step: int, batch_size: int, split: str = "train"):
-    return data_lib.associative_recall(data_lib._rng(seed, step, split), batch_size,
-                                       self.n_pairs, self.n_queries, self.n_keys, self.n_values)
+    rng = data_lib._rng(seed, step, split)
+    b = data_lib.associative_recall(rng, batch_size, self.n_pairs, self.n_queries,
+                                    self.n_keys, self.n_values)
+    if not self.n_filler:
+      return b
+    cut = 2 * self.n_pairs
+    filler_BF = rng.integers(self.n_keys + self.n_values, data_lib.SEP,
+                             (batch_size, self.n_filler))
+    tokens = np.concatenate([b.tokens[:, :cut], filler_BF, b.tokens[:, cut:]], 1)
+    return data_lib._answers_only(tokens, cut + self.n_filler + 2
+                                  + 2 * np.arange(self.n_queries))
 
 
 def recall_source(z: DynamicSparsitySizes) -> RecallSource:
-  return RecallSource(z.recall_pairs, z.recall_queries, z.recall_keys, z.recall_values)
+  return RecallSource(z.recall_pairs, z.recall_queries, z.recall_keys, z.recall_values,
+                      z.recall_filler)
+
+
+def at_length(sizes: DynamicSparsitySizes, T: int) -> DynamicSparsitySizes:
+  """`sizes` at context length `T`: recall with distractors between the pairs and the queries.
+
+  The model reads `T` tokens (a sequence is `T + 1`: the last answer is only predicted). The
+  pairs stay at the start and the queries at the end; `T − (2 n + 2 m)` distractors fill the gap
+  (`recall_filler`), so every key lies about `T` positions before its query. The key budget is
+  `sizes`'s (the window and MoBA's blocks and top-k), so at long `T` both read a far smaller
+  fraction of the sequence. `recall_batch` shrinks so the tokens read per step stay what they
+  are in `sizes` (at least one sequence); `eval_batches` grows so the answers scored stay as
+  many; `recall_probe` shrinks like the batch. Steps and the rate grid are kept (the rate is
+  tuned again at `T` on the tuning seed). The stdlib half is not run (`text_steps = 0`): only
+  the primary question is measured against `T`. The model's `max_len` follows `T` in `run`
+  (`attention_arms.config_at`).
+
+  Args:
+    sizes: the claim's `FULL` (or `QUICK`) sizes.
+    T: tokens the model reads: at least `2 n + 2 m` (the layout without filler), a multiple
+      of `recall_block`.
+
+  Returns:
+    The sizes of the run at `T`.
+
+  Example:
+    >>> from experiments.claims import dynamic_sparsity as ds
+    >>> z = ds.at_length(ds.FULL, 256)
+    >>> z.recall_len - 1, z.recall_filler, z.recall_batch, z.eval_batches, z.text_steps
+    (256, 240, 2, 64, 0)
+  """
+  bare = 2 * sizes.recall_pairs + 2 * sizes.recall_queries
+  if not isinstance(T, int) or isinstance(T, bool) or T < bare or T % sizes.recall_block:
+    raise ValueError(f"dynamic-sparsity: context length T={T!r} must hold the recall layout "
+                     f"({sizes.recall_pairs} pairs, SEP, {sizes.recall_queries} queries: "
+                     f"T >= {bare}) and be a multiple of MoBA's blocks ({sizes.recall_block}). "
+                     f"Fix: e.g. T = {max(bare, 64)}, 256 or 1024.")
+  if T > bare and sizes.recall_keys + sizes.recall_values >= data_lib.SEP:
+    raise ValueError(f"dynamic-sparsity: recall_keys + recall_values = "
+                     f"{sizes.recall_keys + sizes.recall_values} leaves no id below SEP = "
+                     f"{data_lib.SEP} for the distractors at T={T}. Fix: fewer keys or values.")
+  if T == sizes.recall_len - 1:  # the sizes' own length: their run (the runner reuses it)
+    return sizes
+  tokens = sizes.recall_batch * (sizes.recall_len - 1)
+  batch = max(1, tokens // T)
+  answers_scored = sizes.eval_batches * sizes.recall_batch
+  return dataclasses.replace(
+      sizes, recall_filler=T - bare, recall_batch=batch,
+      eval_batches=-(-answers_scored // batch),
+      recall_probe=max(1, sizes.recall_probe * (sizes.recall_len - 1) // T), text_steps=0)
 
 
 def keys_read(params, cfg: transformer.Config, tokens_BT) -> dict:
@@ -196,16 +298,18 @@ def _recall(spec: Spec, runs: dict) -> dict:
   """Trains the three recall arms (rate tuned on `full`, shared); fills `runs`; the setup."""
   z = spec.sizes
   recall = recall_source(z)
+  T = z.recall_len - 1  # the model reads all but the last answer
   arms = {
-      "full": base_config(),
-      "local": base_config(attention="local", window=z.recall_window, block_size=z.recall_block),
-      "moba": base_config(attention="moba", block_size=z.recall_block,
-                          top_k_blocks=z.recall_top_k),
+      "full": config_at(T),
+      "local": config_at(T, attention="local", window=z.recall_window, block_size=z.recall_block),
+      "moba": config_at(T, attention="moba", block_size=z.recall_block,
+                        top_k_blocks=z.recall_top_k),
   }
   probe = recall.batch(spec.seeds[0], 99_999, z.recall_probe, "val").tokens[:, :-1]
   kw = dict(data=recall, steps=z.recall_steps, batch_size=z.recall_batch, seq_len=z.recall_len,
             exact_match=True, em_batches=z.eval_batches)
-  spec.log(f"  dynamic-sparsity: full: recall ({z.recall_pairs} pairs, {z.recall_steps} steps)")
+  spec.log(f"  dynamic-sparsity: full: recall ({z.recall_pairs} pairs, T={T}, "
+           f"{z.recall_steps} steps)")
   trained = {"full": tuned_arm(arms["full"], spec.seeds, tuning_seeds=(TUNE_SEED,),
                                grid=z.learning_rates, **kw)}
   lr = trained["full"]["lr"]
@@ -254,54 +358,68 @@ def _text(spec: Spec, runs: dict) -> dict:
 
 
 def run(spec: Spec) -> dict:
-  """Recall, stdlib and the switch; see the module docstring."""
+  """Recall, then (unless `text_steps = 0`) stdlib and the switch; see the module docstring."""
   z = spec.sizes
-  runs = {arm: {s: {} for s in spec.seeds} for arm in ("full", "local", "moba", "switch")}
+  text = z.text_steps > 0
+  runs = {arm: {s: {} for s in spec.seeds}
+          for arm in ("full", "local", "moba") + (("switch",) if text else ())}
   rec = _recall(spec, runs)
-  txt = _text(spec, runs)
+  txt = _text(spec, runs) if text else None
 
   def mean(arm, k):
     return float(np.mean([runs[arm][s][k] for s in spec.seeds]))
 
   tuned = len(z.learning_rates) > 1
-  sparsity = mean("moba", "sparsity")
 
   def losses(t):
     return (": losses " + ", ".join(f"{v:.3f}" for v in t["val_loss"])) if t else ""
 
-  rates = (f"recall {rec['lr']:g} (full's{losses(rec['tuning'])}), stdlib {txt['lr']:g} "
-           f"(full's{losses(txt['tuning'])}), each shared by every arm of its task")
+  rates = f"recall {rec['lr']:g} (full's{losses(rec['tuning'])})" + (
+      f", stdlib {txt['lr']:g} (full's{losses(txt['tuning'])}), each shared by every arm of "
+      "its task" if text else ", shared by every arm")
   arms = ("full", "local", "moba")
+  filler = (f", {z.recall_filler} distractors between the pairs and SEP"
+            if z.recall_filler else "")
   notes = [
       f"- Recall ({z.recall_pairs} pairs from {z.recall_keys} keys, {z.recall_values} values, "
-      f"{z.recall_queries} queries; {z.recall_len} tokens; {z.recall_steps} steps, batch "
-      f"{z.recall_batch}): accuracy (chance {1 / z.recall_values:.2f}) " + ", ".join(
+      f"{z.recall_queries} queries; {z.recall_len} tokens{filler}; {z.recall_steps} steps, "
+      f"batch {z.recall_batch}): accuracy (chance {1 / z.recall_values:.2f}) " + ", ".join(
           f"{a} {mean(a, 'recall_acc'):.3f}" for a in arms) + "; exact match " + ", ".join(
           f"{a} {mean(a, 'recall_em'):.3f}" for a in arms)
       + f"; local is a window of {z.recall_window}, moba blocks of {z.recall_block} with "
       f"top-{z.recall_top_k}; keys read per query (measured): " + ", ".join(
           f"{a} {mean(a, 'recall_keys'):.2f}" for a in arms) + ".",
-      f"- Stdlib at T = {z.seq_len} ({z.text_steps} steps, batch {z.text_batch}): full "
-      f"{mean('full', 'loss'):.4f}, moba (blocks of {z.text_block}, top-{TEXT_TOP_K}) "
-      f"{mean('moba', 'loss'):.4f} nats, paired cost {mean('moba', 'loss_ratio'):+.2%} of "
-      f"full's loss (margin {LOSS_MARGIN:.0%}) at a measured {sparsity:.1%} of causal keys "
-      f"skipped ({mean('moba', 'text_keys'):.1f} keys per query of {(z.seq_len + 1) / 2:.1f}).",
-      f"- Switching the trained full model to moba without retraining: loss "
-      f"{mean('switch', 'full_loss'):.4f} → {mean('switch', 'loss'):.4f} "
-      f"({mean('switch', 'switch_ratio'):+.2%}).",
-      (f"- Rates chosen on tuning seed {TUNE_SEED} from {list(z.learning_rates)}: " if tuned
-       else "- Not tuned (quick): ") + rates + ".",
   ]
+  if text:
+    sparsity = mean("moba", "sparsity")
+    notes += [
+        f"- Stdlib at T = {z.seq_len} ({z.text_steps} steps, batch {z.text_batch}): full "
+        f"{mean('full', 'loss'):.4f}, moba (blocks of {z.text_block}, top-{TEXT_TOP_K}) "
+        f"{mean('moba', 'loss'):.4f} nats, paired cost {mean('moba', 'loss_ratio'):+.2%} of "
+        f"full's loss (margin {LOSS_MARGIN:.0%}) at a measured {sparsity:.1%} of causal keys "
+        f"skipped ({mean('moba', 'text_keys'):.1f} keys per query of "
+        f"{(z.seq_len + 1) / 2:.1f}).",
+        f"- Switching the trained full model to moba without retraining: loss "
+        f"{mean('switch', 'full_loss'):.4f} → {mean('switch', 'loss'):.4f} "
+        f"({mean('switch', 'switch_ratio'):+.2%}).",
+    ]
+  else:
+    notes.append("- No stdlib half in this run (a run at another length measures only the "
+                 "primary question).")
+  notes.append((f"- Rates chosen on tuning seed {TUNE_SEED} from {list(z.learning_rates)}: "
+                if tuned else "- Not tuned (quick): ") + rates + ".")
+  effects = [("recall exact match: moba − local", "moba", "local", "recall_em")]
+  if text:
+    effects += [("stdlib: moba − full loss", "moba", "full", "loss"),
+                ("switch to moba without retraining: loss ratio", "switch", None,
+                 "switch_ratio")]
   return {"setup": {"recall": {"rate": rec["lr"], "tuning": rec["tuning"],
                                "window": z.recall_window, "length": z.recall_len},
-                    "text": {"rate": txt["lr"], "tuning": txt["tuning"],
-                             "top_k": TEXT_TOP_K},
-                    "tune_seed": TUNE_SEED, "model_config": base_config().to_dict()},
-          "runs": runs, "notes": notes,
-          "effects": [("recall exact match: moba − local", "moba", "local", "recall_em"),
-                      ("stdlib: moba − full loss", "moba", "full", "loss"),
-                      ("switch to moba without retraining: loss ratio", "switch", None,
-                       "switch_ratio")]}
+                    "text": txt and {"rate": txt["lr"], "tuning": txt["tuning"],
+                                     "top_k": TEXT_TOP_K},
+                    "tune_seed": TUNE_SEED,
+                    "model_config": config_at(z.recall_len - 1).to_dict()},
+          "runs": runs, "notes": notes, "effects": effects}
 
 
 CLAIM = Claim(
@@ -349,4 +467,6 @@ CLAIM = Claim(
     run=run,
     QUICK=QUICK,
     FULL=FULL,
+    context_lengths=CONTEXT_LENGTHS,
+    at_length=at_length,
 )

@@ -482,6 +482,10 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   for i, T in enumerate(Ts, 1):
     at_T = claim.at_length(registered, T)
     where = f" on `{at_T.model}`" if hasattr(at_T, "model") else ""
+    if at_T == registered:  # the registered run already is this length's run: reuse it
+      log(f"[{claim.id}] context {i}/{len(Ts)}: T = {T} is the registered run; reused")
+      per_length[T] = runs
+      continue
     log(f"[{claim.id}] context {i}/{len(Ts)}: T = {T}{where}")
     got = measure(f"length T = {T}", at_T, f"context-T{T}")
     if got is not None:

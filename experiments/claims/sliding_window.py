@@ -39,6 +39,15 @@ window is faster.
 
 Full run: 2 arms × (2 tuning runs + 5 seeds) at T = 256, 150 steps, then the timing sweep
 T = 256 … 2048. Runtime: see the report (measured under load, with the load average).
+
+**The context axis** (`context_lengths = (256, 512, 1024)`; never read by the verdict): the
+primary cost `loss_local / loss_full − 1` is measured again at each `T` by `at_length`: both
+arms trained from scratch at `seq_len = T` for the same 150 steps, with the batch shrunk so
+the tokens per step stay `8 · 256` (batch 8, 4, 2), each arm's rate tuned again on seed 100
+from the same grid (a rate is never carried across lengths), the probe batch of the mass
+scaled alike, the model's `max_len` raised to `T` where `T` passes the preset's 256 (the
+registered run's model is unchanged), and no timing sweep (the registered run times
+`T = 256 … 2048` once). At `T = 1024` the window reads 1/32 of the last query's causal keys.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ import transformer
 from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import attention_timing
-from experiments.lab.attention_arms import LEARNING_RATES, base_config, tuned_arm, within
+from experiments.lab.attention_arms import LEARNING_RATES, config_at, tuned_arm, within
 
 WINDOW = 32
 TUNE_SEED = 100
@@ -75,7 +84,8 @@ class SlidingWindowSizes(Sizes):
     rf_seq_len: positions of the random input of the receptive-field measurement (more than
       `L (w − 1)`, so the whole reach is seen).
     timing_seq_lens: the `T` of the timing sweep, doubling from the first (the sweep runs
-      `T = min, 2·min, … max`).
+      `T = min, 2·min, … max`); `()`: no timing sweep (the runs of `at_length`; the
+      registered run times it once).
     timing_rounds: timed repetitions per `T`.
   """
 
@@ -89,11 +99,13 @@ class SlidingWindowSizes(Sizes):
   timing_rounds: int
 
   def __post_init__(self):
+    if not self.timing_seq_lens:
+      return
     t0 = self.timing_seq_lens[0]
     if self.timing_seq_lens != tuple(t0 * 2**i for i in range(len(self.timing_seq_lens))):
       raise ValueError(f"SlidingWindowSizes.timing_seq_lens={self.timing_seq_lens!r} does not "
                        "double from its first length, but the timing sweep runs T = min, "
-                       "2·min, … max. Fix: e.g. (256, 512, 1024, 2048).")
+                       "2·min, … max. Fix: e.g. (256, 512, 1024, 2048), or () for no sweep.")
 
 
 QUICK = SlidingWindowSizes(steps=30, batch_size=8, seq_len=128, learning_rates=(3e-3,),
@@ -102,6 +114,41 @@ QUICK = SlidingWindowSizes(steps=30, batch_size=8, seq_len=128, learning_rates=(
 FULL = SlidingWindowSizes(steps=150, batch_size=8, seq_len=256, learning_rates=LEARNING_RATES,
                           probe_batch=4, rf_seq_len=128, timing_seq_lens=(256, 512, 1024, 2048),
                           timing_rounds=3)
+
+
+def at_length(sizes: SlidingWindowSizes, T: int) -> SlidingWindowSizes:
+  """`sizes` for a run at context length `T`: the same tokens per step, steps and rate grid.
+
+  `seq_len = T`; `batch_size` and `probe_batch` shrink (or grow) so that `batch · T` stays
+  what it is in `sizes` (at least one window); the rate grid is kept, so each arm tunes again
+  at `T` on the tuning seed; `rf_seq_len` is kept (the reach `L (w − 1)` does not depend on
+  `T`); the timing sweep is dropped (`timing_seq_lens = ()`: the registered run times it).
+  The model's `max_len` follows `T` in `run` (`attention_arms.config_at`).
+
+  Args:
+    sizes: the claim's `FULL` (or `QUICK`) sizes.
+    T: the context length, a multiple of the window's blocks (`WINDOW`) longer than the window.
+
+  Returns:
+    The sizes of the run at `T`.
+
+  Example:
+    >>> from experiments.claims import sliding_window as sw
+    >>> z = sw.at_length(sw.FULL, 1024)
+    >>> z.seq_len, z.batch_size, z.steps, z.timing_seq_lens
+    (1024, 2, 150, ())
+  """
+  if not isinstance(T, int) or isinstance(T, bool) or T <= WINDOW or T % WINDOW:
+    raise ValueError(f"sliding-window: context length T={T!r} must be a multiple of the "
+                     f"window's blocks ({WINDOW}) longer than the window, or the local arm "
+                     f"skips nothing (or pads its last block). Fix: e.g. T = {4 * WINDOW}, "
+                     f"{8 * WINDOW} or {32 * WINDOW}.")
+  if T == sizes.seq_len:  # the sizes' own length: their run (the runner reuses it)
+    return sizes
+  tokens = sizes.batch_size * sizes.seq_len
+  return dataclasses.replace(sizes, seq_len=T, batch_size=max(1, tokens // T),
+                             probe_batch=max(1, sizes.probe_batch * sizes.seq_len // T),
+                             timing_seq_lens=())
 
 
 def receptive_field(params, cfg: transformer.Config, seq_len: int, key,
@@ -196,12 +243,28 @@ def _figure(tm: dict, run_dir: str) -> str:
   return "timing.png"
 
 
+def _timing_note(tm: dict | None) -> str:
+  """The notes' line on the timing sweep (`tm`: `timing`'s dict; None: no sweep at this run)."""
+  if tm is None:
+    return ("- No timing sweep in this run (a run at another length: the registered run times "
+            "one attention layer once).")
+  loc = tm["local"]
+  return (f"- One attention layer (4 heads × 16, blocks of 16), T = {tm['T']}: fwd+bwd ms "
+          "softmax " + "/".join(f"{x * 1e3:.2f}" for x in tm["softmax"]["bwd"]) + ", local "
+          + "/".join(f"{x * 1e3:.2f}" for x in loc["bwd"])
+          + (f"; log-log slope softmax {tm['softmax']['slope_bwd']:.2f}, local "
+             f"{loc['slope_bwd']:.2f}" if loc["slope_bwd"] is not None else "")
+          + f"; crossover T (fwd+bwd) {_t(loc['crossover_bwd'])}, forward only "
+          f"{_t(loc['crossover_fwd'])} (BigBird advises full attention below 1024 tokens); "
+          f"{jax.default_backend()}, machine shared, so times are indicative.")
+
+
 def run(spec: Spec) -> dict:
   """Tunes and trains both arms, measures reach and mass, then times; see the docstring."""
   z = spec.sizes
   seq_len = z.seq_len
-  arms = {"full": base_config(), "local": base_config(attention="local", window=WINDOW,
-                                                       block_size=WINDOW)}
+  arms = {"full": config_at(seq_len),
+          "local": config_at(seq_len, attention="local", window=WINDOW, block_size=WINDOW)}
   tuned = len(z.learning_rates) > 1
   trained, runs = {}, {}
   for arm, cfg in arms.items():
@@ -220,16 +283,17 @@ def run(spec: Spec) -> dict:
     rf = receptive_field(trained["local"]["params"][s], arms["local"], z.rf_seq_len,
                          jax.random.key(s))
     runs["local"][s].update(rf)
-  spec.log("  sliding-window: timing softmax vs local")
-  tm = timing(z.timing_seq_lens, z.timing_rounds)
-  figure = _figure(tm, spec.run_dir)
+  tm, figures = None, []
+  if z.timing_seq_lens:
+    spec.log("  sliding-window: timing softmax vs local")
+    tm = timing(z.timing_seq_lens, z.timing_rounds)
+    figures.append(_figure(tm, spec.run_dir))
   first = spec.seeds[0]
 
   def mean(arm, k):
     return float(np.mean([runs[arm][s][k] for s in spec.seeds]))
 
   skipped = 1 - WINDOW / seq_len
-  loc = tm["local"]
   rates = ", ".join(f"{a} {t['lr']:g}" for a, t in trained.items())
   notes = [
       f"- Loss at T = {seq_len} ({z.steps} steps, batch {z.batch_size}): full "
@@ -244,14 +308,7 @@ def run(spec: Spec) -> dict:
       f"{runs['local'][first]['reach']:.0f} = L(w−1) = {runs['local'][first]['expected']:.0f}; "
       f"exact in {int(sum(runs['local'][s]['rf_exact'] for s in spec.seeds))}/"
       f"{len(spec.seeds)} seeds.",
-      f"- One attention layer (4 heads × 16, blocks of 16), T = {tm['T']}: fwd+bwd ms softmax "
-      + "/".join(f"{x * 1e3:.2f}" for x in tm["softmax"]["bwd"]) + ", local "
-      + "/".join(f"{x * 1e3:.2f}" for x in loc["bwd"])
-      + (f"; log-log slope softmax {tm['softmax']['slope_bwd']:.2f}, local "
-         f"{loc['slope_bwd']:.2f}" if loc["slope_bwd"] is not None else "")
-      + f"; crossover T (fwd+bwd) {_t(loc['crossover_bwd'])}, forward only "
-      f"{_t(loc['crossover_fwd'])} (BigBird advises full attention below 1024 tokens); "
-      f"{jax.default_backend()}, machine shared, so times are indicative.",
+      _timing_note(tm),
       (f"- Rates chosen on tuning seed {TUNE_SEED} from {list(z.learning_rates)}: {rates}; "
        "tuning losses " + "; ".join(
            f"{a} " + ", ".join(f"{v:.4f}" for v in t["tuning"]["val_loss"])
@@ -262,7 +319,7 @@ def run(spec: Spec) -> dict:
                     "chosen_lr": {a: t["lr"] for a, t in trained.items()},
                     "tuning": {a: t["tuning"] for a, t in trained.items()},
                     "timing": tm, "model_config": arms["local"].to_dict()},
-          "runs": runs, "notes": notes, "figures": [figure],
+          "runs": runs, "notes": notes, "figures": figures,
           "effects": [("local − full: stdlib loss", "local", "full", "loss")]}
 
 
@@ -320,4 +377,6 @@ CLAIM = Claim(
     run=run,
     QUICK=QUICK,
     FULL=FULL,
+    context_lengths=(256, 512, 1024),
+    at_length=at_length,
 )

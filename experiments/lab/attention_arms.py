@@ -29,6 +29,22 @@ def base_config(**overrides) -> transformer.Config:
   return transformer.preset("tiny", **overrides)
 
 
+def config_at(seq_len: int, **overrides) -> transformer.Config:
+  """`base_config(**overrides)` whose `max_len` (rows of the learned positions) reaches `seq_len`.
+
+  Up to the preset's `max_len` (256) it is `base_config(**overrides)` itself, so a run at the
+  preset's lengths keeps its model; beyond it `max_len = seq_len` (the context axis of the
+  attention claims).
+
+  Example:
+    >>> from experiments.lab.attention_arms import base_config, config_at
+    >>> config_at(256) == base_config(), config_at(1024).max_len
+    (True, 1024)
+  """
+  cfg = base_config(**overrides)
+  return cfg if seq_len <= cfg.max_len else cfg.replace(max_len=seq_len)
+
+
 def make_tx(learning_rate):
   """AdamW with global-norm clipping at 1 (weight decay 0.01), one rate per run."""
   import optax

@@ -182,6 +182,135 @@ def test_sliding_window_sizes_refuse_a_timing_grid_the_sweep_would_not_run():
                                          "timing_seq_lens": (128, 512)})
 
 
+# ------------------------------------------------------------------ the context axis
+
+SW_FULL = sliding_window.SlidingWindowSizes(
+    steps=150, batch_size=8, seq_len=256, learning_rates=(1e-3, 3e-3), probe_batch=4,
+    rf_seq_len=128, timing_seq_lens=(256, 512, 1024, 2048), timing_rounds=3)
+
+
+def test_sliding_window_full_sizes_are_the_registered_ones():
+  assert sliding_window.FULL == SW_FULL  # the registered run is unchanged by the context axis
+  assert CLAIMS["sliding-window"].context_lengths == (256, 512, 1024)
+  assert CLAIMS["sliding-window"].at_length is sliding_window.at_length
+
+
+@pytest.mark.parametrize("T, batch", [(512, 4), (1024, 2), (2048, 1), (4096, 1)])
+def test_sliding_window_at_length_keeps_tokens_per_step(T, batch):
+  z = sliding_window.at_length(sliding_window.FULL, T)
+  assert (z.seq_len, z.batch_size) == (T, batch)
+  if T <= 2048:  # at least one window: beyond 8 · 256 tokens the batch cannot shrink further
+    assert z.batch_size * z.seq_len == SW_FULL.batch_size * SW_FULL.seq_len
+    assert z.probe_batch * z.seq_len == SW_FULL.probe_batch * SW_FULL.seq_len or z.probe_batch == 1
+  # Same steps and rate grid (each length tunes again), same reach input, no timing sweep.
+  assert (z.steps, z.learning_rates, z.rf_seq_len) == (150, (1e-3, 3e-3), 128)
+  assert z.timing_seq_lens == ()
+  assert sliding_window.FULL == SW_FULL  # at_length returns new sizes, FULL is untouched
+  cfg = attention_arms.config_at(T)
+  assert cfg.max_len >= T and cfg.replace(max_len=256) == attention_arms.base_config()
+
+
+def test_sliding_window_at_its_own_length_is_the_registered_run():
+  assert sliding_window.at_length(SW_FULL, 256) == SW_FULL  # so the runner reuses that run
+  assert attention_arms.config_at(256) == attention_arms.base_config()  # its model too
+  quick = sliding_window.at_length(sliding_window.QUICK, 64)
+  assert (quick.seq_len, quick.batch_size, quick.steps) == (64, 16, sliding_window.QUICK.steps)
+
+
+@pytest.mark.parametrize("T", [100, 32, 16, 0, -64, 256.0, True])
+def test_sliding_window_at_length_refuses_a_length_off_the_blocks(T):
+  with pytest.raises(ValueError, match="multiple of the window's blocks"):
+    sliding_window.at_length(sliding_window.FULL, T)
+
+
+DS = dynamic_sparsity
+
+
+def test_dynamic_sparsity_full_sizes_are_the_registered_ones():
+  z = DS.FULL
+  assert (z.recall_filler, z.recall_len, z.recall_batch, z.text_steps) == (0, 17, 32, 150)
+  assert (z.recall_window, z.recall_block, z.recall_top_k) == (4, 2, 1)
+  assert CLAIMS["dynamic-sparsity"].context_lengths == DS.CONTEXT_LENGTHS
+  for T in DS.CONTEXT_LENGTHS:
+    assert DS.at_length(DS.FULL, T).recall_len == T + 1
+  assert DS.at_length(DS.FULL, 16) == DS.FULL  # its own length: the runner reuses that run
+
+
+@pytest.mark.parametrize("T, batch, eval_batches", [(64, 8, 16), (256, 2, 64), (512, 1, 128),
+                                                    (1024, 1, 128)])
+def test_dynamic_sparsity_at_length_keeps_tokens_budget_and_answers_scored(T, batch, eval_batches):
+  z = DS.at_length(DS.FULL, T)
+  assert z.recall_len - 1 == T and z.recall_filler == T - 16
+  assert (z.recall_batch, z.eval_batches) == (batch, eval_batches)
+  if T <= 512:
+    assert z.recall_batch * T == 32 * 16  # tokens read per step, as in FULL
+  assert z.eval_batches * z.recall_batch == 4 * 32  # sequences (so answers) scored, as in FULL
+  # The key budget is FULL's: the window is 4 and MoBA reads its own block plus one of 2.
+  assert (z.recall_window, z.recall_block, z.recall_top_k) == (4, 2, 1)
+  assert (z.recall_steps, z.learning_rates, z.recall_pairs, z.recall_queries) == (
+      800, (1e-3, 3e-3), 4, 4)
+  assert z.text_steps == 0  # only the primary question is measured against T
+  assert DS.FULL.recall_filler == 0 and DS.FULL.recall_batch == 32  # FULL untouched
+  assert attention_arms.config_at(T).max_len >= T
+
+
+@pytest.mark.parametrize("T", [14, 15, 65, 0, 64.0, "64"])
+def test_dynamic_sparsity_at_length_refuses_a_length_the_layout_cannot_take(T):
+  with pytest.raises(ValueError, match="multiple of MoBA's blocks"):
+    DS.at_length(DS.FULL, T)
+
+
+def test_dynamic_sparsity_at_length_refuses_when_no_id_is_left_for_distractors():
+  crowded = dataclasses.replace(DS.FULL, recall_keys=200, recall_values=46)
+  assert DS.at_length(crowded, 16).recall_filler == 0  # no filler needed: fine
+  with pytest.raises(ValueError, match="no id below SEP"):
+    DS.at_length(crowded, 64)
+  with pytest.raises(ValueError, match="recall_filler"):
+    dataclasses.replace(DS.FULL, recall_filler=-1)
+
+
+def test_recall_without_filler_is_associative_recall_draw_for_draw():
+  got = DS.recall_source(DS.FULL).batch(7, 3, 5, "val")
+  want = data_lib.associative_recall(data_lib._rng(7, 3, "val"), 5, 4, 4, 4, 4)
+  np.testing.assert_array_equal(got.tokens, want.tokens)
+  np.testing.assert_array_equal(got.weights, want.weights)
+
+
+@pytest.mark.parametrize("T", [64, 256])
+def test_long_recall_answers_are_their_keys_values_about_T_positions_back(T):
+  """Read independently of the construction: each scored answer's query occurs exactly once
+  earlier in its sequence, as a key (even position among the pairs) followed by the answer,
+  and the distance from that key to the query lies in [T − 13, T − 1]."""
+  z = DS.at_length(DS.FULL, T)
+  src = DS.recall_source(z)
+  b = src.batch(0, 5, 32)
+  np.testing.assert_array_equal(b.tokens, src.batch(0, 5, 32).tokens)  # pure in (seed, step)
+  assert not np.array_equal(b.tokens, src.batch(0, 6, 32).tokens)
+  assert not np.array_equal(b.tokens, src.batch(0, 5, 32, "val").tokens)
+  assert b.tokens.shape == (32, T + 1) and b.weights.shape == (32, T)
+  distances = []
+  for row, w in zip(b.tokens, b.weights, strict=True):
+    scored = np.flatnonzero(w)  # weight column j scores token j + 1 (the answer after query j)
+    assert len(scored) == 4 and (w[scored] == 1).all()
+    assert row[scored[0] - 1] == data_lib.SEP and (row == data_lib.SEP).sum() == 1
+    for j in scored:
+      earlier = np.flatnonzero(row[:j] == row[j])
+      assert len(earlier) == 1, "the query must match exactly one earlier token"
+      p = earlier[0]
+      assert p % 2 == 0 and p < 8 and row[p + 1] == row[j + 1]
+      distances.append(j - p)
+    sep = scored[0] - 1
+    filler = row[8:sep]
+    assert len(filler) == T - 16 and ((filler >= 8) & (filler < data_lib.SEP)).all()
+  assert min(distances) >= T - 13 and max(distances) == T - 1
+
+
+def test_context_lengths_of_the_quick_smoke_are_accepted():
+  assert sliding_window.at_length(sliding_window.QUICK, 128).seq_len == 128
+  z = DS.at_length(DS.QUICK, 32)
+  assert (z.recall_len, z.recall_batch, z.recall_steps) == (33, 8, DS.QUICK.recall_steps)
+
+
 # ------------------------------------------------------------------ psd-attention theorem
 
 
@@ -307,7 +436,8 @@ def test_keys_read_counts_moba_selection_and_causal_full():
   assert got["sparsity"] == pytest.approx(1 - want / 8.5)
 
 
-@pytest.mark.parametrize("z", [dynamic_sparsity.QUICK, dynamic_sparsity.FULL])
+@pytest.mark.parametrize("z", [dynamic_sparsity.QUICK, dynamic_sparsity.FULL,
+                               dynamic_sparsity.at_length(dynamic_sparsity.FULL, 64)])
 def test_recall_source_is_pure_and_answers_are_the_values_of_their_keys(z):
   src = dynamic_sparsity.recall_source(z)
   a, b = src.batch(0, 3, 4), src.batch(0, 3, 4)

@@ -388,6 +388,12 @@ def test_context_lengths_run_through_the_runner_with_a_slope_on_log_T(tmp_path):
   assert os.path.exists(os.path.join(run_dir, "context.png")) and "![context.png]" in text
   quick, quick_dir = runner.run_claim(claim, quick=True, root=str(tmp_path), log=quiet)
   assert quick["context"] is None  # quick runs measure no other length unless asked
+  same = length_claim(effect_at, calls, context_lengths=(128, 256),
+                      at_length=lambda sizes, T: dataclasses.replace(sizes, seq_len=T))
+  calls.clear()
+  reused, _ = runner.run_claim(same, root=str(tmp_path / "c"), log=quiet)
+  assert [T for _, T, _ in calls] == [128, 256]  # T = 128 is the registered run, not rerun
+  assert reused["context"][0]["effect"] == pytest.approx(effect_at(128) + 0.01)
   calls.clear()
   asked, _ = runner.run_claim(claim, quick=True, lengths=(64,), root=str(tmp_path), log=quiet)
   assert [r["T"] for r in asked["context"]] == [64] and calls[-1][:2] == ("base", 64)
