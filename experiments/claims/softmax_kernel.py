@@ -4,9 +4,11 @@
 
 Full run (5 seeds, the shared `small` models): about 2–3 minutes on 2 CPU cores once the
 models are cached; `--quick` a few seconds after `causal-mask` has cached its model. The full
-run also measures the primary effect on the GPT family's `micro` and `mini` models (the scale
-axis, `scale_models`; the verdict is read at `small`); training those two at seeds 0–4 the
-first time costs about half an hour on 2 cores.
+run also measures the primary effect on the GPT family's `micro` and `mini` models and on the
+Llama family's three (`llama-micro`, `llama-mini`, `llama-small`: RoPE, grouped-query
+attention with 2 key heads for 4 query heads, where query head `h` reads key head `h // 2`)
+(the scale axis, `scale_models`; the verdict is read at `small`); training those five at
+seeds 0–4 the first time costs about an hour on 2 cores.
 
 Softmax attention is `A = D⁻¹ κ(Q, K)` with the unnormalised kernel
 `κ_ij = exp(q_i · k_j / √dh)` (`analysis.softmax_kernel`). The preface's sentence, "softmax
@@ -242,7 +244,7 @@ THEOREM = ("With W_Q ≠ W_K the kernel κ = exp(X W_Q W_Kᵀ Xᵀ/√dh) is gen
 
 CLAIM = Claim(
     id="softmax-kernel",
-    scale_models=models.CPU_SCALE["gpt"],
+    scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
     topic="positive definiteness",
     kind="existing",
     preface=("Softmax attention produces positive semi-definite Gram matrices, making attention "
