@@ -138,6 +138,35 @@ CPU_SCALE = {"gpt": ("micro", "mini", "small"),
 LONG = {"gpt": "small-long", "llama": "llama-small-long"}
 
 
+def model_at_length(claim_id: str, model: str, T: int, *, quick_model: str = "quick") -> str:
+  """The base model a claim's run at context length `T` reads (its `at_length`).
+
+  At quick sizes (`model == quick_model`) the quick model is kept: a smoke test of the code
+  path. Otherwise the Llama family's long-context model (`LONG["llama"]`, RoPE, trained at
+  T = 1024), so every `T` is a length the model was trained on.
+
+  Raises:
+    ValueError: `T` is outside `[16, the model's training length]`, naming the claim and the
+      fix.
+
+  Example:
+    >>> from experiments import models
+    >>> models.model_at_length("causal-mask", "small", 1024)
+    'llama-small-long'
+  """
+  quick = model == quick_model
+  name = quick_model if quick else LONG["llama"]
+  trained = RECIPES[name].seq_len
+  if not (isinstance(T, int) and not isinstance(T, bool) and 16 <= T <= trained):
+    fix = (f"pass --lengths within [16, {trained}] with --quick (quick sizes are a smoke "
+           f"test), or run the full sizes on `{LONG['llama']}`" if quick
+           else f"use lengths within [16, {trained}]")
+    raise ValueError(f"{claim_id}: context length T={T!r} must lie in [16, {trained}]: shorter "
+                     f"windows leave too little to measure, and `{name}` was trained at "
+                     f"T = {trained} (it is not read on positions it never trained). Fix: {fix}.")
+  return name
+
+
 def _recipe(name: str) -> Recipe:
   if name not in RECIPES:
     raise ValueError(f"base_model: name={name!r} is unknown. Fix: use one of {sorted(RECIPES)}.")

@@ -37,6 +37,13 @@ the prefix curves (the *causal policy*) it can be.
 Nothing is tuned: the rank grid, budgets, prefix length and allocator are fixed here, and no
 rate exists, so the claim has no tuning seeds.
 
+**Context axis** (`context_lengths`, `at_length`): a full run also reads the primary effect
+(policy − uniform at rank Dh/4) at T = 256, 512 and 1024 on `llama-small-long` (Llama,
+trained at T = 1024): held-out sequences of T tokens whose first quarter the policy reads,
+with the sequence and calibration counts scaled by 128/T (at least 16 sequences) so the tokens
+measured per seed stay those of the full run. It feeds the trend with context only, never the
+verdict. One seed at T = 1024 took 48 s on 2 cores at load ≈ 2.
+
 Per seed, nested per-head PCA bases of the cached keys and values come from calibration
 windows of the training split (`analysis.kv`, files disjoint from the evaluated ones), and
 every held-out sequence's loss is measured with every head at each rank of the grid
@@ -101,6 +108,35 @@ QUICK = AdaptiveRankSizes(model="quick", seq_len=64, n_sequences=64, prefix_len=
                           n_calibration=8)
 FULL = AdaptiveRankSizes(model="small", seq_len=128, n_sequences=192, prefix_len=33,
                          n_calibration=32)
+
+
+def at_length(sizes: AdaptiveRankSizes, T: int) -> AdaptiveRankSizes:
+  """The sizes of a run at context length `T` (`Claim.at_length`, the context axis).
+
+  What changes with `T`: the model (full sizes: `llama-small-long`, trained at T = 1024, for
+  every `T`; quick sizes keep the quick model, `T ≤ 64`), the held-out and calibration
+  windows (`seq_len = T`: the policy − uniform loss, the primary effect, is read on sequences
+  of `T` tokens), and the prefix the causal policy reads, which keeps its share of the
+  sequence (`prefix_len − 1` predicted tokens scale by `T / seq_len`: `FULL`'s first 32 of 128
+  become the first 256 of 1024). `n_sequences` and `n_calibration` scale by `seq_len / T`, so
+  the tokens measured per seed, and the run time, stay about those of `sizes`; never below
+  `min(n, 4)` calibration windows, nor 16 sequences to allocate over (`FULL` at T = 1024 has
+  24).
+
+  Raises:
+    ValueError: `T` is outside `[16, trained length of the model]` (`models.model_at_length`).
+
+  Example:
+    >>> z = at_length(FULL, 1024)
+    >>> z.model, z.seq_len, z.prefix_len, z.n_sequences, z.n_calibration
+    ('llama-small-long', 1024, 257, 24, 4)
+  """
+  model = models.model_at_length("adaptive-rank", sizes.model, T, quick_model=QUICK.model)
+  ref = sizes.seq_len
+  return dataclasses.replace(
+      sizes, model=model, seq_len=T, prefix_len=1 + round((sizes.prefix_len - 1) * T / ref),
+      n_sequences=max(min(sizes.n_sequences, 16), round(sizes.n_sequences * ref / T)),
+      n_calibration=max(min(sizes.n_calibration, 4), round(sizes.n_calibration * ref / T)))
 
 
 def _fill(losses_NB, ranks, idx, cap: float) -> np.ndarray:
@@ -197,7 +233,8 @@ def full_bases(params, cfg: transformer.Config, calibration_tokens) -> latent.Co
   """Nested PCA bases of keys and values at full rank (float32), from calibration text."""
   cal = kvcompress.calibrate(params, cfg, calibration_tokens, loss_aware=False)
   full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
-  return latent.make_compression(cal.key_basis, cal.value_basis, full, full, 32)
+  return latent.make_compression(cal.key_basis, cal.value_basis, full, full, 32,
+                                 pre_rope=cal.pre_rope)
 
 
 def batched_rank_losses(params, cfg, comp, tokens_BT1, ranks, batch_size: int = 64):
@@ -402,7 +439,9 @@ CLAIM = Claim(
         Anchor("rank allocation across heads/layers (static, not per input)", "Fisher-based "
                "search beats uniform", "Chang et al. 2024, Palu"),
     ),
-    scale_models=models.CPU_SCALE["gpt"],
+    scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
+    context_lengths=(256, 512, 1024),
+    at_length=at_length,
     run=run,
     QUICK=QUICK,
     FULL=FULL,

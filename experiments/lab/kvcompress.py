@@ -83,6 +83,8 @@ class Calibration:
     cost: `kv.loss_cost`'s `(2·L·K, Dh+1)` sensitivity table, or None (no loss-aware
       allocation).
     tokens: `(B, T+1)` the calibration text (the quantization steps are fitted on it).
+    pre_rope: whether the key bases are those of the keys before RoPE (`kv.compress`'s default
+      for RoPE models: the latent cache stores unrotated keys and rotates what it rebuilds).
   """
 
   key_basis: jax.Array
@@ -91,10 +93,12 @@ class Calibration:
   value_energy: np.ndarray
   cost: np.ndarray | None
   tokens: np.ndarray
+  pre_rope: bool = False
 
 
 def calibrate(params, cfg: transformer.Config, calibration_tokens, *, grid: int | None = 8,
-              cost_windows: int | None = None, loss_aware: bool = True) -> Calibration:
+              cost_windows: int | None = None, loss_aware: bool = True,
+              pre_rope: bool | None = None) -> Calibration:
   """PCA bases from all of `calibration_tokens`, the loss table from its first `cost_windows`.
 
   Args:
@@ -105,19 +109,24 @@ def calibrate(params, cfg: transformer.Config, calibration_tokens, *, grid: int 
     cost_windows: calibration windows the loss table is measured on (None: all); the table
       costs `2·L·K·grid` forward passes, so this is the knob of its run time.
     loss_aware: measure the loss table (needed by `alloc="loss"`).
+    pre_rope: compress the keys before RoPE (`kv.compress`'s `pre_rope`); None, the default,
+      does so for RoPE models, as `kv.compress` does. False keeps the rotated keys, whose
+      energy the rotation spreads over every pair of coordinates: far more rank for the same
+      error.
 
   Returns:
     A `Calibration`.
   """
   tokens = np.asarray(calibration_tokens)
-  mk, mv = kv.kv_moments(params, cfg, tokens[:, :-1])
+  pre_rope = cfg.positions == "rope" if pre_rope is None else bool(pre_rope)
+  mk, mv = kv.kv_moments(params, cfg, tokens[:, :-1], pre_rope=pre_rope)
   (kb, ke), (vb, ve) = kv.pca_bases(mk), kv.pca_bases(mv)
   cost = None
   if loss_aware:
     full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
-    comp = latent.make_compression(kb, vb, full, full, 32)
+    comp = latent.make_compression(kb, vb, full, full, 32, pre_rope=pre_rope)
     cost = kv.loss_cost(params, cfg, comp, jnp.asarray(tokens[:cost_windows]), grid)
-  return Calibration(kb, vb, ke, ve, cost, tokens)
+  return Calibration(kb, vb, ke, ve, cost, tokens, pre_rope)
 
 
 def compression(params, cfg: transformer.Config, cal: Calibration, kv_ratio: float,
@@ -139,12 +148,13 @@ def compression(params, cfg: transformer.Config, cal: Calibration, kv_ratio: flo
                      "calibrate(..., loss_aware=True).")
   kr, vr = kv.allocate(cfg, budget, kv_alloc, energies=(cal.key_energy, cal.value_energy),
                        cost=cal.cost)
-  kb, vb = cal.key_basis, cal.value_basis
+  kb, vb, pre = cal.key_basis, cal.value_basis, cal.pre_rope
   if kv_bits < 16:
-    ks, vs = kv.calibrate_steps(params, cfg, latent.make_compression(kb, vb, kr, vr, 32),
-                                cal.tokens[:, :-1], kv_bits)
-    return latent.make_compression(kb, vb, kr, vr, kv_bits, ks, vs)
-  return latent.make_compression(kb, vb, kr, vr, kv_bits)
+    ks, vs = kv.calibrate_steps(
+        params, cfg, latent.make_compression(kb, vb, kr, vr, 32, pre_rope=pre),
+        cal.tokens[:, :-1], kv_bits)
+    return latent.make_compression(kb, vb, kr, vr, kv_bits, ks, vs, pre_rope=pre)
+  return latent.make_compression(kb, vb, kr, vr, kv_bits, pre_rope=pre)
 
 
 def evaluate(params, cfg: transformer.Config, comp: latent.Compression, tokens, *,
@@ -284,9 +294,14 @@ def evaluate_kivi(params, cfg: transformer.Config, tokens, bits: int, *, group: 
           "kv_compression": ratio, "kv_bits": bits}
 
 
-def rank_vs_context(params, cfg: transformer.Config, tokens, lengths, fraction: float = 0.99):
+def rank_vs_context(params, cfg: transformer.Config, tokens, lengths, fraction: float = 0.99,
+                    pre_rope: bool | None = None):
   """Per context length `T`, the rank holding `fraction` of the cached key (and value) energy,
   from the keys of the first `T` positions: mean and max over layers and heads.
+
+  For a RoPE model the keys are those before the rotation unless `pre_rope=False` (the keys
+  `calibrate` compresses by default; the rotation alone spreads a key over more directions as
+  `T` grows).
 
   The keys and values are captured once at the longest length: in a causal model the first
   `T` positions' keys do not depend on later tokens, so each prefix's moments are sums over
@@ -299,8 +314,9 @@ def rank_vs_context(params, cfg: transformer.Config, tokens, lengths, fraction: 
   if max(lengths) > tokens.shape[1]:
     raise ValueError(f"rank_vs_context: length {max(lengths)} exceeds the tokens' "
                      f"{tokens.shape[1]}.")
-  k, v = (np.asarray(a, np.float64) for a in jax.jit(kv.capture_kv, static_argnums=1)(
-      params, cfg, tokens[:, :max(lengths)]))
+  pre_rope = cfg.positions == "rope" if pre_rope is None else bool(pre_rope)
+  capture = jax.jit(functools.partial(kv.capture_kv, pre_rope=pre_rope), static_argnums=1)
+  k, v = (np.asarray(a, np.float64) for a in capture(params, cfg, tokens[:, :max(lengths)]))
   out = {}
   for T in lengths:
     mk, mv = (np.einsum("lbtkd,lbtke->lkde", x[:, :, :T], x[:, :, :T]) for x in (k, v))

@@ -110,6 +110,23 @@ def test_adaptive_rank_primary_is_a_difference_with_a_margin(diffs, expected):
   assert decide(adaptive_rank.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
 
 
+def test_adaptive_rank_at_length_reads_the_long_model_at_t():
+  z = adaptive_rank.at_length(adaptive_rank.FULL, 1024)
+  assert (z.model, z.seq_len) == ("llama-small-long", 1024)
+  assert models.RECIPES[z.model].seq_len >= z.seq_len
+  assert z.prefix_len == 257  # the policy still reads the first quarter (32 of 128 -> 256)
+  assert z.n_sequences * z.seq_len == adaptive_rank.FULL.n_sequences * 128  # tokens kept
+  assert (z.n_calibration, adaptive_rank.at_length(adaptive_rank.FULL, 256).n_sequences) == (4, 96)
+  assert adaptive_rank.CLAIM.context_lengths == (256, 512, 1024)
+  with pytest.raises(ValueError, match="T=2048.*trained at T = 1024"):
+    adaptive_rank.at_length(adaptive_rank.FULL, 2048)
+  with pytest.raises(ValueError, match="T=128.*smoke test"):
+    adaptive_rank.at_length(adaptive_rank.QUICK, 128)
+  q = adaptive_rank.at_length(adaptive_rank.QUICK, 64)
+  assert q == adaptive_rank.QUICK  # the quick model at its training length: QUICK itself
+  assert 2 <= q.prefix_len < q.seq_len <= models.RECIPES[q.model].cfg.max_len
+
+
 # ----------------------------------------------------------------------------- kv-compression
 
 
@@ -154,6 +171,30 @@ def test_kv_sizes_refuse_missing_threshold_arms():
   with pytest.raises(ValueError, match="must include"):
     kv_compression.KvCompressionSizes(**{**kv_compression.QUICK.to_dict(),
                                          "context_lengths": (16, 32, 64), "kivi_bits": (4,)})
+
+
+def test_kv_at_length_reads_the_long_model_at_t():
+  full = kv_compression.FULL
+  z = kv_compression.at_length(full, 1024)
+  assert (z.model, z.seq_len, z.short_len) == ("llama-small-long", 1024, 512)
+  assert models.RECIPES[z.model].seq_len >= z.seq_len
+  assert z.context_lengths == (16, 32, 64, 128, 256, 512, 1024)
+  assert z.n_eval * z.seq_len == full.n_eval * full.seq_len  # tokens measured kept
+  assert z.n_calibration * z.seq_len == full.n_calibration * full.seq_len
+  assert z.cost_windows == 4  # 16 of 128 tokens would be 2 of 1024: the floor of 4 windows
+  assert z.exact_windows <= z.n_eval and (z.allocs, z.kivi_bits) == (full.allocs, full.kivi_bits)
+  assert kv_compression.at_length(full, 512).n_eval == 16
+  assert kv_compression.CLAIM.context_lengths == (256, 512, 1024)
+  with pytest.raises(ValueError, match="T=2048.*trained at T = 1024"):
+    kv_compression.at_length(full, 2048)
+  with pytest.raises(ValueError, match=r"T=8.*within \[16, 1024\]"):
+    kv_compression.at_length(full, 8)
+  with pytest.raises(ValueError, match="T=128.*smoke test"):
+    kv_compression.at_length(kv_compression.QUICK, 128)
+  q = kv_compression.at_length(kv_compression.QUICK, 64)
+  assert q == kv_compression.QUICK  # the quick model at its training length: QUICK itself
+  assert max(q.context_lengths) <= q.seq_len <= models.RECIPES[q.model].cfg.max_len
+  assert q.cost_windows <= q.n_calibration and q.exact_windows <= q.n_eval
 
 
 @pytest.mark.parametrize("rise, expected", [
