@@ -89,6 +89,23 @@ def trend_text(results: dict | None) -> str:
   return f"{scale['trend']}: slope {fmt(scale['slope'])}{ci} per e-fold of params"
 
 
+def context_text(results: dict | None) -> str:
+  """The primary effect at each context length, or `—` when the run measured none.
+
+  Example:
+    >>> from experiments.claims.report import context_text
+    >>> context_text({"context": [{"T": 256, "effect": 0.1, "ci": [0.0, 0.2]},
+    ...                           {"T": 1024, "effect": 0.3, "ci": [0.2, 0.4]}]})
+    'T = 256: 0.1 [0, 0.2]; T = 1024: 0.3 [0.2, 0.4]'
+  """
+  rows = (results or {}).get("context")
+  if not rows:
+    return "—"
+  return "; ".join(f"T = {r['T']}: {fmt(r['effect'])}"
+                   + (f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None
+                      else "") for r in rows)
+
+
 def scale_sentence(scale: dict) -> str:
   """The one sentence a scaled report ends with, computed from the slope's interval.
 
