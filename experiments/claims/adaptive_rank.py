@@ -53,7 +53,7 @@ Full run (5 seeds, the shared `small` models, 192 validation sequences of 128 to
 down from 256 to fit the budget): 178 s of CPU time (554 s wall on 2 cores shared at load
 ≈ 10), so at most 3 minutes on 2 idle CPU cores; `--quick` (the `quick` model, 64 sequences of
 64 tokens) about 20 s. The full run also measures the primary effect on the GPT family's `micro`
-(Dh 8) and `mini` (Dh 16) models, at the same budget of rank Dh/4 (the scale axis,
+(Dh 8) and `mini` (Dh 16) models and the Llama family's three, at the same budget of rank Dh/4 (the scale axis,
 `scale_models`; the verdict is read at `small`).
 
 The registered full run (5 seeds) refutes it: the causal policy is *worse* than uniform rank
@@ -62,6 +62,14 @@ Dh/4 by 0.42% [0.28, 0.55] of the loss; the oracle beats uniform by 0.32% [0.18,
 (Spearman −0.14 [−0.26, −0.02]). Across sizes (git 6bc792d) the policy is never better than
 uniform: +0.76% [−0.39, 1.90] at `micro`, +0.22% [0.01, 0.44] at `mini`, +0.42% [0.28, 0.55]
 at `small`; no trend (slope −0.09% [−0.34, 0.16] of the loss per e-fold of parameters).
+The Llama family (keys compressed before RoPE; measured at git d2d24bd, the GPT sizes reused
+by `--resume`) agrees: +0.28% [−1.25, 1.81] at `llama-micro`, +0.004% [−0.92, 0.93] at
+`llama-mini`, +0.81% [0.58, 1.05] at `llama-small`; the slope shared by both families is
++0.05% [−0.16, 0.27] per e-fold: no trend. Against context on `llama-small-long`: +0.30%
+[0.09, 0.51] at T = 256, +0.05% [−0.11, 0.21] at 512, +0.005% [−0.016, 0.027] at 1024; the
+effect shrinks towards zero with T (slope −0.21% [−0.34, −0.08] per e-fold of T), so at long
+context the causal policy is no worse than uniform rank, and still no better (refuted at
+every T against the −0.2% margin).
 """
 
 from __future__ import annotations
