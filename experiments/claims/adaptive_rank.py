@@ -52,9 +52,9 @@ every held-out sequence's loss is measured with every head at each rank of the g
 Full run (5 seeds, the shared `small` models, 192 validation sequences of 128 tokens each,
 down from 256 to fit the budget): 178 s of CPU time (554 s wall on 2 cores shared at load
 ≈ 10), so at most 3 minutes on 2 idle CPU cores; `--quick` (the `quick` model, 64 sequences of
-64 tokens) about 20 s. The full run also measures the primary effect on the GPT family's `micro`
-(Dh 8) and `mini` (Dh 16) models and the Llama family's three, at the same budget of rank Dh/4 (the scale axis,
-`scale_models`; the verdict is read at `small`).
+64 tokens) about 20 s. The full run also measures the primary effect on the GPT family's
+`micro` (Dh 8) and `mini` (Dh 16) models and the Llama family's three, at the same budget of
+rank Dh/4 (the scale axis, `scale_models`; the verdict is read at `small`).
 
 The registered full run (5 seeds) refutes it: the causal policy is *worse* than uniform rank
 Dh/4 by 0.42% [0.28, 0.55] of the loss; the oracle beats uniform by 0.32% [0.18, 0.46]

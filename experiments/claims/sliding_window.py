@@ -53,9 +53,9 @@ registered run's model is unchanged), and no timing sweep (the registered run ti
 run reproduced to every printed digit): supported. The window costs nothing at any length;
 the local model is *better*: local/full − 1 = −2.3% [−3.0, −1.6] at T = 256 (registered),
 −2.8% [−3.7, −1.9] at 512 and −1.6% [−2.6, −0.7] at 1024; no trend with T (slope +0.49
-points [−0.30, 1.28] per e-fold of T). At this budget (150 steps of 2,048 tokens, 2.3 tokens per
-parameter) a window is a helpful prior rather than a loss; whether the gap closes with
-longer training is not measured here.
+points [−0.30, 1.28] per e-fold of T). At this budget (150 steps of 2,048 tokens, 2.3
+tokens per parameter) a window is a helpful prior rather than a loss; whether the gap
+closes with longer training is not measured here.
 """
 
 from __future__ import annotations
