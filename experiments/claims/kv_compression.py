@@ -56,8 +56,8 @@ measured it 7 times per seed on 32 windows), and the data-free weight bases, 8-b
 shorter length's own calibration were dropped. `--quick` (the `quick` model, one seed, T = 64)
 about 20 s. The full run also measures the primary effect (the loss rise at a measured 8×) on
 the GPT family's `micro` (Dh 8) and `mini` (Dh 16) models and the Llama family's three (the
-scale axis, `scale_models`; the verdict is read at `small`); on `micro` the 32× 4-bit arm cannot exist (fewer than one 4-bit
-coefficient per head) and is skipped.
+scale axis, `scale_models`; the verdict is read at `small`); on `micro` the 32× 4-bit arm
+cannot exist (fewer than one 4-bit coefficient per head) and is skipped.
 
 The registered full run (5 seeds) is inconclusive: the loss rise at a measured 8× is +1.28%
 [0.86, 1.69], straddling 1%. Loss-aware ranks beat uniform ranks by 2.5 [1.6, 3.5] points;
