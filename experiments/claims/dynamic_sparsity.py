@@ -69,6 +69,14 @@ a 5-seed full-attention step took 3.3 s on the 2 shared CPU cores (load ≈ 5; 0
 `T = 256`), about 80 minutes for that one length against about 14 at 256, and fewer steps
 cannot be justified where one sequence of 4 answers per step is all the model sees (run it
 on an accelerator with `--lengths 16,64,256,1024`).
+
+**Context result** (`results/dynamic-sparsity/`, git 5983edc; 951 s wall at load 3–4, the
+registered run reproduced): `moba − local` recall accuracy is +0.29 [0.07, 0.52] at T = 16
+(registered, inconclusive), +0.28 [0.25, 0.30] at 64 (above the +0.10 margin) and +0.08
+[−0.02, 0.17] at 256 (inconclusive); the adaptation shrinks with distance (slope −0.079
+[−0.138, −0.019] per e-fold of T). Seed means at 256: full 0.52, MoBA 0.33, window 0.25
+(chance 0.25), so full attention barely clears its 0.5 control there while MoBA's gate
+mostly stops finding the far block; at 64: full 0.60, MoBA 0.51, window 0.24.
 """
 
 from __future__ import annotations
