@@ -250,6 +250,42 @@ def context_markdown(claim: Claim, results: dict, h: str, trend_: dict | None) -
   return lines
 
 
+def _error_bars(rows: list[dict]) -> list[list[float]]:
+  """Matplotlib's `yerr` of rows with `effect` and `ci` (no bar where the interval is null)."""
+  return [[r["effect"] - r["ci"][0] if r["ci"][0] is not None else 0.0 for r in rows],
+          [r["ci"][1] - r["effect"] if r["ci"][1] is not None else 0.0 for r in rows]]
+
+
+def _threshold_lines(ax, th: Threshold) -> None:
+  """The primary threshold's edges as dotted lines, one per value, labelled with its margin."""
+  edges: dict[float, list[str]] = {}
+  for label, cond in (("supports", th.supports), ("refutes", th.refutes)):
+    if cond is not None:
+      edges.setdefault(parse_condition(cond)[1], []).append(f"{label} {cond}")
+  for value, labels in edges.items():
+    if math.isfinite(value):
+      margin = f", margin {fmt(th.margin)}" if th.margin is not None else ""
+      ax.axhline(value, color="k", ls=":", lw=1,
+                 label=f"threshold at {fmt(value)} ({'; '.join(labels)}{margin})")
+
+
+def _save_log_x(fig, ax, th: Threshold, *, xlabel: str, title: str, ticks, tick_labels,
+                path: str) -> None:
+  """Finishes an effect-against-log-x figure (labels, ticks, legend) and writes it to `path`."""
+  import matplotlib.pyplot as plt
+  from matplotlib.ticker import NullFormatter
+
+  unit = f" ({th.unit})" if th.unit else ""
+  ax.set(xscale="log", xlabel=xlabel, ylabel=textwrap.fill(th.name + unit, 45), title=title)
+  ax.set_xticks(ticks, tick_labels)
+  ax.xaxis.set_minor_formatter(NullFormatter())
+  ax.margins(x=0.15, y=0.12)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
 def context_figure(claim: Claim, context: list[dict], trend_: dict, run_dir: str,
                    models_at=()) -> str:
   """Draws `run_dir/context.png`: the primary effect ± 95% CI against `T`; returns its name."""
@@ -257,31 +293,19 @@ def context_figure(claim: Claim, context: list[dict], trend_: dict, run_dir: str
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  from matplotlib.ticker import NullFormatter
 
   th = claim.primary
   fig, ax = plt.subplots(figsize=(7.0, 4.4))
   rs = [r for r in context if r["effect"] is not None]
-  err = [[r["effect"] - r["ci"][0] if r["ci"][0] is not None else 0.0 for r in rs],
-         [r["ci"][1] - r["effect"] if r["ci"][1] is not None else 0.0 for r in rs]]
   on = f" ({', '.join(models_at)})" if models_at else ""
-  ax.errorbar([r["T"] for r in rs], [r["effect"] for r in rs], yerr=err, fmt="o-", capsize=3,
-              label=f"primary effect{on}")
-  for label, cond in (("supports", th.supports), ("refutes", th.refutes)):
-    if cond is not None and math.isfinite(parse_condition(cond)[1]):
-      ax.axhline(parse_condition(cond)[1], color="k", ls=":", lw=1, label=f"{label} {cond}")
-  unit = f" ({th.unit})" if th.unit else ""
-  sentence = textwrap.fill(context_sentence(context, trend_), 80) if rs else ""
-  ax.set(xscale="log", xlabel="context length T (tokens, log scale)",
-         ylabel=textwrap.fill(th.name + unit, 45),
-         title=f"primary effect vs context length (bars: 95% CI)\n{sentence}")
-  ax.set_xticks([r["T"] for r in context], [str(r["T"]) for r in context])
-  ax.xaxis.set_minor_formatter(NullFormatter())
-  ax.margins(x=0.15, y=0.12)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(os.path.join(run_dir, "context.png"), dpi=110)
-  plt.close(fig)
+  ax.errorbar([r["T"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs), fmt="o-",
+              capsize=3, label=f"primary effect{on}")
+  _threshold_lines(ax, th)
+  sentence = textwrap.fill(context_sentence(context, trend_), 68) if rs else ""
+  _save_log_x(fig, ax, th, xlabel="context length T (tokens, log scale)",
+              title=f"primary effect vs context length (bars: 95% CI)\n{sentence}",
+              ticks=[r["T"] for r in context], tick_labels=[str(r["T"]) for r in context],
+              path=os.path.join(run_dir, "context.png"))
   return "context.png"
 
 
@@ -295,7 +319,6 @@ def scale_figure(claim: Claim, scale: dict, run_dir: str, registered: str | None
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  from matplotlib.ticker import NullFormatter
 
   th = claim.primary
   fig, ax = plt.subplots(figsize=(7.0, 4.4))
@@ -304,42 +327,24 @@ def scale_figure(claim: Claim, scale: dict, run_dir: str, registered: str | None
     rs = [r for r in scale["sizes"] if r["family"] == fam and r["effect"] is not None]
     if not rs:
       continue
-    x = [r["params"] for r in rs]
-    y = [r["effect"] for r in rs]
-    err = [[r["effect"] - r["ci"][0] if r["ci"][0] is not None else 0.0 for r in rs],
-           [r["ci"][1] - r["effect"] if r["ci"][1] is not None else 0.0 for r in rs]]
-    ax.errorbar(x, y, yerr=err, fmt=f"{marker}-", capsize=3, label=f"{fam} family")
+    ax.errorbar([r["params"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
+                fmt=f"{marker}-", capsize=3, label=f"{fam} family")
     for r in rs:
       ax.annotate(r["model"], (r["params"], r["effect"]), textcoords="offset points",
                   xytext=(6, 6), fontsize=7)
       if r["model"] == registered:
         ax.plot([r["params"]], [r["effect"]], "o", ms=13, mfc="none", mec="k",
                 label=f"registered size ({r['model']}): the verdict is read here")
-  edges: dict[float, list[str]] = {}
-  for label, cond in (("supports", th.supports), ("refutes", th.refutes)):
-    if cond is not None:
-      edges.setdefault(parse_condition(cond)[1], []).append(f"{label} {cond}")
-  for value, labels in edges.items():
-    if math.isfinite(value):
-      margin = f", margin {fmt(th.margin)}" if th.margin is not None else ""
-      ax.axhline(value, color="k", ls=":", lw=1,
-                 label=f"threshold at {fmt(value)} ({'; '.join(labels)}{margin})")
+  _threshold_lines(ax, th)
   ticks, last = [], -math.inf
   for p in sorted({r["params"] for r in scale["sizes"]}):
     if math.log10(p) - last >= 0.15:  # keep tick labels apart
       ticks.append(p)
       last = math.log10(p)
-  unit = f" ({th.unit})" if th.unit else ""
-  ax.set(xscale="log", xlabel="parameters (count, log scale; M = millions)",
-         ylabel=textwrap.fill(th.name + unit, 45),
-         title=f"primary effect vs model size (bars: 95% CI)\n{trend_text({'scale': scale})}")
-  ax.set_xticks(ticks, [params_text(p) for p in ticks])
-  ax.xaxis.set_minor_formatter(NullFormatter())
-  ax.margins(x=0.15, y=0.12)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(os.path.join(run_dir, "scale.png"), dpi=110)
-  plt.close(fig)
+  _save_log_x(fig, ax, th, xlabel="parameters (count, log scale; M = millions)",
+              title=f"primary effect vs model size (bars: 95% CI)\n{trend_text({'scale': scale})}",
+              ticks=ticks, tick_labels=[params_text(p) for p in ticks],
+              path=os.path.join(run_dir, "scale.png"))
   return "scale.png"
 
 
