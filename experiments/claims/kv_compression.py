@@ -22,9 +22,23 @@ Mathematics settles the part that needs no data (`theorem`): at full rank the la
 exact, and PCA bases minimise the calibration keys' reconstruction error at every rank; the
 held-out loss at 8× is the empirical question.
 
-**Extensions** (own verdicts, never the headline):
+**Extensions** (own verdicts, never the headline). The first three are the goals of issue 23
+(the primary is its first goal, ≥ 8× at ≤ 1% with no training):
 
-* *32× with 4-bit coefficients*: `r32q4-loss` (8× fewer dimensions, 4-bit codes) at ≤ 2%;
+* *16× after a short calibration* (goal 2; registered 2026-12-02 before its full run): each
+  head's down and up projections start at the SVD bases of the 16× loss-aware cache
+  (`r16-loss`) and are fitted by Adam to the uncompressed model's next-token distribution on
+  training-split windows (`analysis.kv.calibrate`, Palu's idea of fitting to the output, not
+  to the keys): `r16-cal` at ≤ 1%, with a measured ratio ≥ 16 and a fit of at most 10
+  minutes per seed (controls). The fit's rate was chosen on the tuning seed (100) of `small`
+  at 1000 steps on 128 windows (`tuning_seeds`): 16× loss rise +1.71% at 1e-3, +1.53% at
+  3e-3, **+1.47% at 1e-2**, +1.77% at 3e-2 (SVD bases alone: +4.15%); 1000 steps is the
+  budget (about 2 minutes per fit on 2 cores at load 3; 200 steps gave +1.83% at 3e-3). The
+  same rate and steps serve the 32× arm and every size and length;
+* *32× with 4-bit coefficients* (goal 3, no training): `r32q4-loss` (8× fewer dimensions,
+  4-bit codes) at ≤ 2%;
+* *32× with 4-bit coefficients after a short calibration* (goal 3 with the fit; registered
+  with the 16× one): `r32q4-cal` at ≤ 2%;
 * *the allocation matters*: loss-aware ranks beat uniform ranks at 8× by ≥ 0.5% of the loss
   (energy-greedy ranks are reported beside them);
 * *rank beats bits at equal bytes*: at the bytes of a 2-bit KIVI-style cache (keys per channel
@@ -82,7 +96,9 @@ coefficients +2.56% (goal ≤ 2%), 2-bit KIVI +0.76% at 5.3×.
 from __future__ import annotations
 
 import dataclasses
+import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -113,6 +129,12 @@ class KvCompressionSizes(Sizes):
     allocs: the rank allocations measured at 8× (`uniform` and `loss` are needed).
     kivi_bits: the bit widths of the KIVI-style arms (each with its equal-bytes rank arm;
       2 is needed).
+    fit_len: `T` of the windows the calibrated arms' projections are fitted on.
+    fit_windows: training-split windows the calibrated arms' projections are fitted on
+      (`analysis.kv.calibrate`; never the evaluated files).
+    fit_batch: windows per Adam step of that fit.
+    fit_steps: Adam steps of that fit, per arm and seed.
+    fit_learning_rate: Adam's rate for that fit (chosen on the tuning seed, see the docstring).
   """
 
   model: str
@@ -126,21 +148,36 @@ class KvCompressionSizes(Sizes):
   loss_grid: int
   allocs: tuple[str, ...]
   kivi_bits: tuple[int, ...]
+  fit_len: int
+  fit_windows: int
+  fit_batch: int
+  fit_steps: int
+  fit_learning_rate: float
 
   def __post_init__(self):
     if not {"uniform", "loss"} <= set(self.allocs) <= set(ALLOCS) or 2 not in self.kivi_bits:
       raise ValueError(f"KvCompressionSizes: allocs={self.allocs} must include 'uniform' and "
                        f"'loss' (of {ALLOCS}) and kivi_bits={self.kivi_bits} must include 2: "
                        "the thresholds read those arms. Fix: add them.")
+    if (min(self.fit_len, self.fit_windows, self.fit_batch, self.fit_steps) < 1
+        or self.fit_learning_rate <= 0):
+      raise ValueError(f"KvCompressionSizes: fit_len={self.fit_len}, fit_windows="
+                       f"{self.fit_windows}, fit_batch="
+                       f"{self.fit_batch} and fit_steps={self.fit_steps} must be >= 1 and "
+                       f"fit_learning_rate={self.fit_learning_rate} > 0: the calibrated arms "
+                       "are extensions' thresholds. Fix: give each a positive value.")
 
 
 QUICK = KvCompressionSizes(model="quick", seq_len=64, short_len=32, context_lengths=(16, 32, 64),
                            n_calibration=8, cost_windows=8, n_eval=8, exact_windows=4,
-                           loss_grid=3, allocs=("uniform", "loss"), kivi_bits=(2,))
+                           loss_grid=3, allocs=("uniform", "loss"), kivi_bits=(2,),
+                           fit_len=64, fit_windows=8, fit_batch=4, fit_steps=10,
+                           fit_learning_rate=1e-2)
 FULL = KvCompressionSizes(model="small", seq_len=128, short_len=64,
                           context_lengths=(16, 32, 64, 128), n_calibration=32, cost_windows=16,
                           n_eval=64, exact_windows=4, loss_grid=8, allocs=ALLOCS,
-                          kivi_bits=(4, 2))
+                          kivi_bits=(4, 2), fit_len=128, fit_windows=128, fit_batch=8,
+                          fit_steps=1000, fit_learning_rate=1e-2)
 
 
 def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
@@ -154,7 +191,12 @@ def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
   (`n_calibration`, `cost_windows`, `n_eval`) scale by `seq_len / T`, so the tokens calibrated
   on and measured per seed, and the run time, stay about those of `sizes`, never below
   `min(n, 4)` windows (the loss table then reads 4 windows of 1024 tokens, twice `FULL`'s 16
-  of 128: on 2 it chose ranks that cost +24% instead of +14% at T = 1024, seed 0).
+  of 128: on 2 it chose ranks that cost +24% instead of +14% at T = 1024, seed 0). The fit of
+  the calibrated arms keeps its windows (`fit_len`, `fit_windows`, `fit_batch`, `fit_steps`):
+  the projections are position-free (keys before RoPE), so they are fitted on short windows
+  at every `T` (the fit's cost stays that of `sizes`; at T = 1024 a step on one 1024-token
+  window cost 1.25 s against 0.12 s on eight of 128, so 1000 steps would pass the issue's 10
+  minutes) and read at `T`: calibrate short, deploy long.
 
   Raises:
     ValueError: `T` is outside `[16, trained length of the model]` (`models.model_at_length`).
@@ -163,6 +205,8 @@ def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
     >>> z = at_length(FULL, 1024)
     >>> z.model, z.seq_len, z.short_len, z.n_eval, z.n_calibration, z.cost_windows
     ('llama-small-long', 1024, 512, 8, 4, 4)
+    >>> z.fit_len, z.fit_windows, z.fit_steps
+    (128, 128, 1000)
   """
   model = models.model_at_length("kv-compression", sizes.model, T, quick_model=QUICK.model)
 
@@ -252,6 +296,20 @@ def measure_seed(params, cfg, seed: int, z: KvCompressionSizes, *, log) -> tuple
     comp_eval(f"r8-{alloc}", 8, alloc, 16)
   if feasible(cfg, 32, 4, log):
     comp_eval("r32q4-loss", 32, "loss", 4)
+  comp_eval("r16-loss", 16, "loss", 16)
+  fit_tokens = models.windows(seed, z.fit_len, z.fit_windows, "train")
+  for name, start, ratio, bits in (("r16-cal", "r16-loss", 16, 16),
+                                   ("r32q4-cal", "r32q4-loss", 32, 4)):
+    if start not in comps:  # the arm it starts from was infeasible at this size
+      continue
+    t0 = time.perf_counter()
+    comps[name] = jax.block_until_ready(kv.calibrate(
+        params, cfg, comps[start], fit_tokens, z.fit_steps, learning_rate=z.fit_learning_rate,
+        batch_size=z.fit_batch))
+    fit_s = time.perf_counter() - t0
+    comp_eval(name, ratio, "loss", bits)
+    runs[name]["fit_s"] = fit_s
+    log(f"    {name}: fitted in {fit_s:.0f} s ({z.fit_steps} Adam steps)")
   for bits in z.kivi_bits:
     k = kvcompress.evaluate_kivi(params, cfg, ev, bits, nll_full=nll_full)
     runs[f"kivi{bits}"] = _metrics(k)
@@ -290,12 +348,15 @@ def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str)
       return f"{arm[4:]}-bit"
     if arm.startswith("rank@kivi"):
       return f"at {arm[9:]}-bit bytes"
-    return {"short-r8-loss": f"loss-aware, T = {z.short_len}"}.get(
+    return {"short-r8-loss": f"loss-aware, T = {z.short_len}", "r16-loss": "SVD",
+            "r32q4-loss": "SVD", "r16-cal": "fitted", "r32q4-cal": "fitted"}.get(
         arm, arm.split("-")[-1].replace("loss", "loss-aware"))
 
   fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-  groups = (("low rank, 16-bit", [f"r8-{a}" for a in z.allocs] + ["short-r8-loss"], "o"),
+  groups = (("low rank, 16-bit", [f"r8-{a}" for a in z.allocs] + ["short-r8-loss", "r16-loss"],
+             "o"),
             ("low rank + 4-bit", [a for a in ("r32q4-loss",) if a in runs], "s"),
+            ("fitted projections", [a for a in ("r16-cal", "r32q4-cal") if a in runs], "D"),
             ("KIVI-style quantization", [f"kivi{b}" for b in z.kivi_bits], "x"),
             ("low rank at KIVI's bytes", [f"rank@kivi{b}" for b in z.kivi_bits], "^"))
   for name, arms, marker in groups:
@@ -314,7 +375,7 @@ def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str)
                    va="center", fontsize=7,
                    bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.3})
   ax1.axhline(1, color="k", ls=":", label="1% (primary margin)")
-  ax1.axhline(2, color="0.5", ls="--", label="2% (32× extension)")
+  ax1.axhline(2, color="0.5", ls="--", label="2% (32× extensions)")
   ticks = [2, 4, 8, 16, 32, 64]
   ax1.set(xscale="log", xlabel="measured compression vs a 16-bit K/V cache (×, log scale)",
           ylabel="held-out loss rise (% of uncompressed)",
@@ -375,6 +436,14 @@ def run(spec: Spec) -> dict:
        f"a measured {mean('r32q4-loss', 'kv_compression'):.2f}×." if "r32q4-loss" in runs else
        "- 32× with 4-bit coefficients: not possible at this size (fewer than one coefficient "
        "per head)."),
+      *([f"- Fitted projections (`analysis.kv.calibrate`: {z.fit_steps} Adam steps at "
+         f"{z.fit_learning_rate:g} on {z.fit_windows} training-split windows of {z.fit_len} "
+         f"tokens, {z.fit_batch} per step, from the SVD bases): 16× "
+         f"{mean('r16-loss', 'loss_rise'):+.2%} (SVD) → "
+         f"{mean('r16-cal', 'loss_rise'):+.2%} (fitted, {mean('r16-cal', 'fit_s'):.0f} s per "
+         "seed)" + (f"; 32× 4-bit {mean('r32q4-loss', 'loss_rise'):+.2%} → "
+                    f"{mean('r32q4-cal', 'loss_rise'):+.2%} ({mean('r32q4-cal', 'fit_s'):.0f} s)"
+                    if "r32q4-cal" in runs else "") + "."] if "r16-cal" in runs else []),
       "- Equal bytes, KIVI-style quantization vs the loss-aware low-rank cache: " + "; ".join(
           f"{b}-bit KIVI {mean(f'kivi{b}', 'kv_compression'):.2f}× "
           f"{mean(f'kivi{b}', 'loss_rise'):+.2%} vs rank "
@@ -393,7 +462,10 @@ def run(spec: Spec) -> dict:
       f"{chosen[s0]['r8-loss']['payoff_tokens']:.0f} tokens of one sequence.",
       *table,
   ]
-  effects = [("8×: greedy − loss-aware (loss rise)", "r8-greedy", "r8-loss", "loss_rise"),
+  effects = [("16×: SVD − fitted projections (loss rise)", "r16-loss", "r16-cal", "loss_rise"),
+             ("32× 4-bit: SVD − fitted projections (loss rise)", "r32q4-loss", "r32q4-cal",
+              "loss_rise"),
+             ("8×: greedy − loss-aware (loss rise)", "r8-greedy", "r8-loss", "loss_rise"),
              ("8×: uniform − greedy (loss rise)", "r8-uniform", "r8-greedy", "loss_rise"),
              *[(f"{b}-bit KIVI − rank at equal bytes (loss rise)", f"kivi{b}", f"rank@kivi{b}",
                 "loss_rise") for b in z.kivi_bits if b != 2]]
@@ -435,6 +507,19 @@ CLAIM = Claim(
                   unit="logit"),
     ),
     extensions=(
+        Extension("16× after a short calibration",
+                  "With each head's down and up projections fitted to the uncompressed model's "
+                  "next-token distribution on training-split text (`analysis.kv.calibrate`, "
+                  "at most 10 minutes per seed on 2 CPU cores), does a measured 16× cache "
+                  "cost less than 1% of the uncompressed loss?",
+                  (Threshold("loss rise at a measured 16× (fitted projections)", arm="r16-cal",
+                             metric="loss_rise", supports="< 0.01", refutes="> 0.01",
+                             margin=0.01, unit="fraction of the uncompressed loss"),
+                   Threshold("measured ratio at target 16", arm="r16-cal",
+                             metric="kv_compression", stat="range", supports=">= 16",
+                             control=True, unit="×"),
+                   Threshold("fit time per seed", arm="r16-cal", metric="fit_s", stat="range",
+                             supports="<= 600", control=True, unit="s"))),
         Extension("32× with 4-bit coefficients",
                   "With 4-bit coefficients at 8× fewer dimensions (a measured 32×), is the loss "
                   "rise below 2% of the uncompressed loss?",
@@ -443,6 +528,17 @@ CLAIM = Claim(
                              refutes="> 0.02", margin=0.02,
                              unit="fraction of the uncompressed loss"),
                    Threshold("measured ratio at target 32", arm="r32q4-loss",
+                             metric="kv_compression", stat="range", supports=">= 32",
+                             control=True, unit="×"))),
+        Extension("32× with 4-bit coefficients after a short calibration",
+                  "With the projections of the 32× 4-bit cache fitted as in the 16× extension "
+                  "(the 4-bit steps measured again for the fitted projections), is the loss "
+                  "rise below 2% of the uncompressed loss?",
+                  (Threshold("loss rise at a measured 32× (4-bit, fitted projections)",
+                             arm="r32q4-cal", metric="loss_rise", supports="< 0.02",
+                             refutes="> 0.02", margin=0.02,
+                             unit="fraction of the uncompressed loss"),
+                   Threshold("measured ratio at target 32 (fitted)", arm="r32q4-cal",
                              metric="kv_compression", stat="range", supports=">= 32",
                              control=True, unit="×"))),
         Extension("the allocation matters",
@@ -481,6 +577,7 @@ CLAIM = Claim(
         Anchor("KIVI: 2-bit KV cache without fine-tuning", "≈ 2.6× less peak memory, small "
                "accuracy loss", "Liu et al. 2024, KIVI"),
     ),
+    tuning_seeds=(100,),
     scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
     context_lengths=(256, 512, 1024),
     at_length=at_length,

@@ -173,6 +173,28 @@ def test_kv_sizes_refuse_missing_threshold_arms():
                                          "context_lengths": (16, 32, 64), "kivi_bits": (4,)})
 
 
+@pytest.mark.parametrize("field, value", [("fit_steps", 0), ("fit_len", 0), ("fit_batch", 0),
+                                          ("fit_windows", 0), ("fit_learning_rate", 0.0)])
+def test_kv_sizes_refuse_an_empty_fit(field, value):
+  with pytest.raises(ValueError, match=f"{field}={value}"):
+    kv_compression.KvCompressionSizes(**{**kv_compression.QUICK.to_dict(),
+                                         "context_lengths": (16, 32, 64), field: value})
+
+
+@pytest.mark.parametrize("rise, fit_s, expected", [
+    ((0.004, 0.005, 0.006, 0.005, 0.004), (100,) * 5, "supported"),
+    ((0.012, 0.013, 0.011, 0.014, 0.012), (100,) * 5, "refuted"),
+    ((0.004, 0.005, 0.006, 0.005, 0.004), (100, 100, 700, 100, 100), "inconclusive"),  # > 10 min
+])
+def test_kv_calibrated_16x_extension_reads_rise_ratio_and_fit_time(rise, fit_s, expected):
+  ext = next(e for e in kv_compression.CLAIM.extensions if e.name.startswith("16×"))
+  runs = _runs({("r16-cal", "loss_rise"): rise, ("r16-cal", "kv_compression"): (16.0,) * 5,
+                ("r16-cal", "fit_s"): fit_s})
+  assert decide(ext.thresholds, runs, (0, 1, 2, 3, 4))[0] == expected
+  runs["r16-cal"][3]["kv_compression"] = 15.5  # below the target: the ratio control fails
+  assert decide(ext.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
+
+
 def test_kv_at_length_reads_the_long_model_at_t():
   full = kv_compression.FULL
   z = kv_compression.at_length(full, 1024)
@@ -184,6 +206,9 @@ def test_kv_at_length_reads_the_long_model_at_t():
   assert z.cost_windows == 4  # 16 of 128 tokens would be 2 of 1024: the floor of 4 windows
   assert z.exact_windows <= z.n_eval and (z.allocs, z.kivi_bits) == (full.allocs, full.kivi_bits)
   assert kv_compression.at_length(full, 512).n_eval == 16
+  # the fit keeps its short windows at every T: calibrate short, deploy long
+  assert (z.fit_len, z.fit_windows, z.fit_batch, z.fit_steps) == (
+      full.fit_len, full.fit_windows, full.fit_batch, full.fit_steps)
   assert kv_compression.CLAIM.context_lengths == (256, 512, 1024)
   with pytest.raises(ValueError, match="T=2048.*trained at T = 1024"):
     kv_compression.at_length(full, 2048)
