@@ -51,12 +51,49 @@ greedy ablation), since a head that can be removed is redundant whatever its pat
 Full run (seeds 0–4, tuning seeds 100–101): the `small` shared model shape with
 **8 heads** (d 128, L 4, H 8, dh 16), stdlib corpus, batches of 8 windows of **64** tokens
 (half the shared models' context, to fit the 2-core budget), `N = 120` steps: 50 tuning runs
-(2 seeds × 5 rates × 5 arm settings) and 15 reported runs, estimated about 5 minutes on 2 idle
-CPU cores (see the report's runtime). `--quick` (the `quick` shape, H 4, one seed, 24 steps,
-one untuned rate, `λ = 0.5`): about a minute. The full run also measures the primary effect
-on the `micro` (d 32, dh 4) and `mini` (d 64, dh 8) shapes with the same 8 heads, trained from
-scratch with their own tuned rates and λ (the scale axis, `scale_models`; the verdict is read
-at `small`).
+(2 seeds × 5 rates × 5 arm settings) and 15 reported runs: 36 min at `small` in the last full
+run on the 2 shared cores (58 min for the three GPT sizes; see the report's runtime).
+`--quick` (the `quick` shape, H 4, one seed, 24 steps, one untuned rate, `λ = 0.5`): about a
+minute; `--quick --sizes llama-micro,llama-mini,llama-small` runs the Llama path at those sizes
+(H 4 on K 2): 340 s in all (with `quick`), measured at load average ≈ 5. The full run also
+measures the primary effect on the `micro` (d 32, dh 4) and `mini` (d 64, dh 8) shapes with the
+same 8 heads and on the Llama family's three (`llama-micro`, `llama-mini`, `llama-small`),
+each trained from scratch with its own tuned rates and λ (the scale axis, `scale_models`; the
+verdict is read at `small`).
+
+**On Llama** (RoPE, RMSNorm, SwiGLU with `d_ff = 3 d`, no biases, untied output) the model
+keeps its family's grouped-query attention: 8 query heads on `K = 4` key/value heads, query
+head `h` reading key/value head `h // 2` (`model_config`; a GPT shape keeps `K = H = 8`, the
+model of every earlier run). Every arm and metric keeps its meaning:
+
+- the pull's `R` splits `w_q` and `w_o` into the 8 query heads and `w_k`, `w_v` into the 4
+  key/value heads (an 8-way split would cut each key head in half and pull its halves apart);
+  the two query heads of a group share their `W_K`, so on the key side only groups are pulled
+  apart;
+- per-head Muon orthogonalises `w_q`, `w_o` per query head and `w_k`, `w_v` per key/value
+  head; SwiGLU's `w_gate`, `w_1`, `w_2` as whole matrices (as GPT's `w_1`, `w_2`); the RMSNorm
+  scales, the embedding and the untied `w_out` stay on AdamW in every arm;
+- the pattern similarity is read from the maps the model computes (after RoPE, each query
+  head on its group's keys), over the 8 query heads; heads of one group share their keys, so
+  AdamW's level may sit above GPT's (the paired difference is what is judged);
+- `max_cos`, `max_cos_o` compare the 8 query heads, `max_cos_k`, `max_cos_v` the 4 key/value
+  heads (6 pairs, not 28); ablating a head zeroes its `W_O` rows and leaves its key/value head
+  to the other head of its group (the prunable fraction is of 32 query heads, as on GPT);
+- the theorem holds unchanged: RoPE turns the query and key of every head by the same
+  rotation at a position, so `x W_Q^0 = x W_Q^1`, `x W_K^0 = x W_K^1` (two heads of different
+  groups) still give equal scores.
+
+tests/experiments/test_claims_optimizers.py checks the Llama measurement against a float64
+forward pass that repeats key/value head `h // 2` for query head `h` (the interleaved `h % K`
+gives another similarity) and both optimizers' first updates against float64 references.
+
+Cost of the Llama sizes (an estimate, not a measured run): the tuning program (10 runs in one
+vmapped program, batches 8 × 64) took 0.25, 0.43 and 1.67 s per step at `llama-micro`,
+`llama-mini` and `llama-small` against 0.18, 0.37 and 1.67 s at `micro`, `mini` and `small`,
+measured back to back under `nice` at load average ≈ 5 on the 2 shared cores (compiling each
+program: 35–50 s, about as on GPT). Scaling the GPT sizes' wall times in the last full run
+(6, 16 and 36 min) by those ratios gives about 8, 19 and 36 min: ≈ 1 h for the three, on top
+of the GPT sizes (reused by `--resume`).
 
 The registered full run (5 seeds) supports it at every size (the scale rerun, git a24e932,
 repeats the committed numbers at `small`): pattern similarity orth − AdamW −0.26 [−0.43, −0.09]
@@ -64,6 +101,8 @@ at `micro`, −0.24 [−0.45, −0.03] at `mini`, −0.30 [−0.37, −0.23] at 
 −0.016 [−0.072, 0.041] per e-fold of parameters). The extension *non-redundant in function*
 is refuted at `small` (+0.23 [0.04, 0.43] of the heads prunable): the pulled heads correlate
 less, yet more of them can be removed.
+The Llama sizes are not measured yet: the scale rerun adds them (`--resume` on that run
+reuses its saved GPT sizes, whose model, arms and key this change leaves as they were).
 
 Earlier result (3 seeds, before pre-registration, 12 thresholds of which any could refute):
 refuted. The pull lowered the largest principal cosine between heads by 30–45% at no loss cost,
@@ -79,6 +118,7 @@ import jax
 import numpy as np
 
 import analysis
+import transformer
 from experiments import data as data_lib
 from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
@@ -170,15 +210,60 @@ def _tune(cfg, make_tx, z, N, kw):
                               extend=z.extend, **kw)
 
 
+def model_config(model: str, n_heads: int) -> transformer.Config:
+  r"""The recipe `model`'s shape with `n_heads` query heads, its family's grouping kept.
+
+  .. math:: K = H / g, \qquad g = H_\text{recipe} / K_\text{recipe}
+
+  GPT recipes give every query head its own key/value head (`g = 1`, so `K = H`, the shape
+  every earlier run of this claim trained); Llama recipes serve `g = 2` query heads per
+  key/value head, and so does the claim's model: query head `h` reads key/value head `h // g`.
+  `d_head = d_model / H` is derived again; Llama's `d_ff = 3 d`, RMSNorm, RoPE and SwiGLU are
+  kept.
+
+  Args:
+    model: a key of `experiments.models.RECIPES`.
+    n_heads: query heads `H`; a multiple of the recipe's `g`.
+
+  Returns:
+    The `transformer.Config` every arm of the run trains from scratch.
+
+  Example:
+    >>> from experiments.claims.orthogonal_heads import model_config
+    >>> cfg = model_config("llama-small", 8)
+    >>> cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_ff, cfg.activation
+    (8, 4, 16, 384, 'swiglu')
+    >>> model_config("small", 8).n_kv_heads
+    8
+  """
+  base = models.RECIPES[model].cfg
+  g = base.kv_groups
+  if n_heads % g:
+    raise ValueError(f"orthogonal-heads: n_heads={n_heads} does not split into the {g} query "
+                     f"heads per key/value head of `{model}`. Fix: a multiple of {g}.")
+  return base.replace(n_heads=n_heads, n_kv_heads=n_heads // g)
+
+
+def orth_arm(cfg: transformer.Config, strength: float) -> O.MakeTx:
+  """The `orth` arm on `cfg`: the pull splits `w_q`, `w_o` into `H` heads, `w_k`, `w_v` into `K`."""
+  return O.orthogonal_heads_arm(strength=strength, n_heads=cfg.n_heads,
+                                n_kv_heads=cfg.n_kv_heads)
+
+
+def muon_per_head_arm(cfg: transformer.Config) -> O.MakeTx:
+  """The `muon-per-head` arm on `cfg`: `w_q`, `w_o` per query head, `w_k`, `w_v` per KV head."""
+  return O.muon_arm(n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads)
+
+
 def run(spec: Spec) -> dict:
   """Tunes every arm and the strength, trains the seeds, measures redundancy."""
   z = spec.sizes
-  cfg = models.RECIPES[z.model].cfg.replace(n_heads=z.n_heads, n_kv_heads=z.n_heads)
-  N, seeds, H = z.steps, tuple(spec.seeds), z.n_heads
+  cfg = model_config(z.model, z.n_heads)
+  N, seeds, H, K = z.steps, tuple(spec.seeds), cfg.n_heads, cfg.n_kv_heads
   kw = {"data": "stdlib", "batch_size": z.batch_size, "seq_len": z.seq_len,
         "eval_batches": z.eval_batches}
-  orth = lambda s: O.orthogonal_heads_arm(strength=s, n_heads=H)
-  arms = {"adamw": O.adamw_arm(), "muon-per-head": O.muon_arm(n_heads=H)}
+  orth = lambda s: orth_arm(cfg, s)
+  arms = {"adamw": O.adamw_arm(), "muon-per-head": muon_per_head_arm(cfg)}
   tuned, by_strength = {}, {}
   if z.tune:
     for name in arms:
@@ -238,13 +323,17 @@ def run(spec: Spec) -> dict:
       f"{arms_text('pattern_similarity', '.3f')}.",
       "- Largest principal cosine between two heads' subspaces (mean over layers and seeds): "
       f"W_Q {arms_text('max_cos', '.3f')}; W_K {arms_text('max_cos_k', '.3f')}; W_V "
-      f"{arms_text('max_cos_v', '.3f')}; W_O rows {arms_text('max_cos_o', '.3f')}.",
+      f"{arms_text('max_cos_v', '.3f')}; W_O rows {arms_text('max_cos_o', '.3f')}"
+      + (f" (W_K, W_V: between the {K} key/value heads)." if K < H else "."),
       f"- Heads prunable at a 1% loss rise, of {cfg.n_layers * H} (mean): "
       f"{arms_text('n_prunable', '.1f')}; final val loss: {arms_text('val_loss', '.4f')}; "
       f"recovered spikes: {arms_text('spiked', '.0f')}.",
-      f"- Model: `{z.model}` shape with {H} heads of width {cfg.d_head}, {cfg.n_layers} layers, "
-      f"from scratch, batches {z.batch_size} × {z.seq_len} tokens, {N} steps (10% warm-up, "
-      f"linear decay to 10%); redundancy on {z.probe_batch} validation windows per seed.",
+      f"- Model: `{z.model}` shape ({models.family(cfg)}) with {H} heads of width "
+      f"{cfg.d_head}" + (f" on {K} key/value heads (query head h reads h // {H // K})"
+                         if K < H else "")
+      + f", {cfg.n_layers} layers, from scratch, batches {z.batch_size} × {z.seq_len} tokens, "
+      f"{N} steps (10% warm-up, linear decay to 10%); redundancy on {z.probe_batch} validation "
+      "windows per seed.",
   ]
   return {"setup": {"strength": strength, "strengths": list(z.strengths),
                     "tuning_seeds": list(TUNING_SEEDS), "tuned": tuned,
@@ -392,7 +481,7 @@ CLAIM = Claim(
                "head)", "modded-nanogpt (Jordan et al. 2024)"),
     ),
     tuning_seeds=TUNING_SEEDS,
-    scale_models=models.CPU_SCALE["gpt"],
+    scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -11,13 +11,16 @@ import numpy as np
 import optax
 import pytest
 
+import analysis
 import optim
 import transformer
+from experiments import models
 from experiments.claims import condition_lr, muon, orthogonal_heads
-from experiments.claims.runner import extension_verdicts, verdict
+from experiments.claims.runner import extension_verdicts, scale_models, verdict
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train import sweep
+from tests.conftest import random_params
 from transformer.linalg.polar import newton_schulz
 
 CFG = transformer.Config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
@@ -412,3 +415,198 @@ def test_orthogonal_heads_extensions_never_change_the_headline():
   ext = {e["name"]: e["verdict"] for e in extension_verdicts(orthogonal_heads.CLAIM, runs,
                                                              seeds, indicative=False)}
   assert ext["for free"] == "supported" and ext["non-redundant in function"] == "supported"
+
+
+# ------------------------------------- orthogonal heads on Llama: RoPE, GQA, SwiGLU, RMSNorm
+
+LLAMA = transformer.preset("llama-tiny", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                           d_ff=96, max_len=16)
+GQA = lambda h: h // (LLAMA.n_heads // LLAMA.n_kv_heads)  # the model's grouping: h // (H/K)
+WRONG = lambda h: h % LLAMA.n_kv_heads  # interleaved: a plausible, wrong grouping
+
+
+def _llama_params(seed=0):
+  """Tiny-Llama parameters with `w_q`, `w_k` ×10, so that the heads attend far from uniformly."""
+  params = random_params(LLAMA, seed)
+  attn = params["blocks"]["attn"]
+  attn = {**attn, **{k: jax.device_put(10 * np.asarray(attn[k])) for k in ("w_q", "w_k")}}
+  return {**params, "blocks": {**params["blocks"], "attn": attn}}
+
+
+def _rope64(x_BTNDh, theta):
+  """Rotate-half RoPE in float64 at positions 0..T-1 (feature i paired with i + Dh/2)."""
+  T, dh = x_BTNDh.shape[1], x_BTNDh.shape[-1]
+  angle = np.arange(T)[:, None] * theta ** (-np.arange(0, dh, 2) / dh)[None]  # (T, Dh/2)
+  cos = np.cos(np.concatenate([angle, angle], -1))[None, :, None]
+  sin = np.sin(np.concatenate([angle, angle], -1))[None, :, None]
+  x1, x2 = np.split(x_BTNDh, 2, -1)
+  return x_BTNDh * cos + np.concatenate([-x2, x1], -1) * sin
+
+
+def _llama_maps64(params, tokens_BT, kv_head):
+  """Every layer's attention maps `(L, B, H, T, T)` of the tiny Llama, a float64 numpy forward
+  pass (RMSNorm, RoPE, SwiGLU); query head `h` reads key/value head `kv_head(h)`."""
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  cfg, (B, T) = LLAMA, tokens_BT.shape
+  H, K, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+  rms = lambda x, s: x / np.sqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps) * s
+  x_BTD, maps, kv = p["embed"]["embedding"][tokens_BT], [], [kv_head(h) for h in range(H)]
+  for l in range(cfg.n_layers):
+    a, f = ({k: w[l] for k, w in p["blocks"][m].items()} for m in ("attn", "ffn"))
+    h_BTD = rms(x_BTD, p["blocks"]["norm_1"]["scale"][l])
+    q = _rope64((h_BTD @ a["w_q"]).reshape(B, T, H, dh), cfg.rope_theta)
+    k = _rope64((h_BTD @ a["w_k"]).reshape(B, T, K, dh), cfg.rope_theta)[:, :, kv]
+    v = (h_BTD @ a["w_v"]).reshape(B, T, K, dh)[:, :, kv]
+    A_BHTS = _causal_softmax(np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(dh))
+    maps.append(A_BHTS)
+    x_BTD = x_BTD + np.einsum("bhts,bshd->bthd", A_BHTS, v).reshape(B, T, H * dh) @ a["w_o"]
+    h_BTD = rms(x_BTD, p["blocks"]["norm_2"]["scale"][l])
+    gate = h_BTD @ f["w_gate"]
+    x_BTD = x_BTD + (gate / (1 + np.exp(-gate)) * (h_BTD @ f["w_1"])) @ f["w_2"]
+  return np.stack(maps)
+
+
+def _pattern_similarity64(A_BHTS):
+  """Mean pairwise correlation of the heads' maps over the causal entries, each query row
+  centred on its own mean (the claim's metric), written out in float64."""
+  B, H, T, S = A_BHTS.shape
+  valid = np.tril(np.ones((T, S), bool))
+  mean = (A_BHTS * valid).sum(-1, keepdims=True) / valid.sum(-1)[:, None]
+  c_HN = np.where(valid, A_BHTS - mean, 0.0).transpose(1, 0, 2, 3).reshape(H, -1)
+  rho = (c_HN @ c_HN.T) / np.outer(np.linalg.norm(c_HN, axis=1), np.linalg.norm(c_HN, axis=1))
+  return float((rho.sum() - np.trace(rho)) / (H * (H - 1)))
+
+
+def _max_pair_cosine64(W_LDN, n):
+  """Per layer, the largest principal cosine between two of the `n` column blocks, `(L,)`."""
+  out = []
+  for W in W_LDN:
+    Q = [np.linalg.qr(b)[0] for b in np.split(W, n, axis=1)]
+    out.append(max(np.linalg.svd(Q[i].T @ Q[j], compute_uv=False)[0]
+                   for i in range(n) for j in range(i + 1, n)))
+  return np.asarray(out)
+
+
+def test_orthogonal_heads_model_keeps_each_familys_grouping():
+  """GPT sizes train the exact model of every earlier run (K = H = 8: saved sizes stay valid);
+  Llama sizes keep RoPE, RMSNorm, SwiGLU (d_ff = 3d) and two query heads per key/value head."""
+  for name in ("quick", *models.CPU_SCALE["gpt"]):
+    assert (orthogonal_heads.model_config(name, 8)
+            == models.RECIPES[name].cfg.replace(n_heads=8, n_kv_heads=8))
+  for name in models.CPU_SCALE["llama"]:
+    base, cfg = models.RECIPES[name].cfg, orthogonal_heads.model_config(name, 8)
+    assert (cfg.n_heads, cfg.n_kv_heads, cfg.kv_groups) == (8, 4, base.kv_groups) == (8, 4, 2)
+    assert (cfg.d_head, cfg.d_ff) == (base.d_model // 8, 3 * base.d_model)
+    assert (cfg.positions, cfg.norm, cfg.activation) == ("rope", "rmsnorm", "swiglu")
+  sizes = scale_models(orthogonal_heads.CLAIM, quick=False)  # the verdict is read at the first
+  assert sizes[0] == orthogonal_heads.FULL.model == "small"
+  assert set(sizes) == {*models.CPU_SCALE["gpt"], *models.CPU_SCALE["llama"]}
+  with pytest.raises(ValueError, match="multiple of 2"):
+    orthogonal_heads.model_config("llama-small", 5)
+
+
+def test_orthogonal_heads_redundancy_on_gqa_matches_a_float64_llama_with_repeated_kv_heads():
+  """What the claim measures per seed (`analysis.redundancy_summary`) on a tiny Llama equals a
+  float64 numpy forward pass that repeats KV head h // (H/K) for query head h; the interleaved
+  grouping h % K gives a different pattern similarity, and W_K's H-way split other cosines."""
+  params = _llama_params()
+  tokens = np.random.default_rng(1).integers(0, LLAMA.vocab_size, (2, 13))
+  red = analysis.redundancy_summary(params, LLAMA, tokens)
+  maps = _llama_maps64(params, tokens[:, :-1], GQA)
+  per_layer = [_pattern_similarity64(A) for A in maps]
+  np.testing.assert_allclose(red["per_layer"]["pattern_similarity"], per_layer, atol=1e-6)
+  assert red["pattern_similarity"] == pytest.approx(np.mean(per_layer), abs=1e-6)
+  wrong = [_pattern_similarity64(A) for A in _llama_maps64(params, tokens[:, :-1], WRONG)]
+  assert np.abs(np.subtract(wrong, per_layer)).max() > 0.03  # 0.053 at layer 0
+  # Heads sharing a KV head: the sown maps are the reference's, not the interleaved ones.
+  assert np.abs(maps - _llama_maps64(params, tokens[:, :-1], WRONG)).max() > 0.1
+  attn = params["blocks"]["attn"]
+  for name in ("k", "v"):
+    W = np.asarray(attn[f"w_{name}"], np.float64)
+    ref = _max_pair_cosine64(W, LLAMA.n_kv_heads)
+    np.testing.assert_allclose(red["per_layer"][f"max_cos_{name}"], ref, atol=1e-5)
+    assert np.abs(_max_pair_cosine64(W, LLAMA.n_heads) - ref).max() > 0.05
+  np.testing.assert_allclose(red["per_layer"]["max_cos"],
+                             _max_pair_cosine64(np.asarray(attn["w_q"], np.float64),
+                                                LLAMA.n_heads), atol=1e-5)
+
+
+def _first_update(make_tx, params, seed=2):
+  """`(grads, updates)` of the first step of `make_tx(1e-3)` on random gradients, float64."""
+  leaves, tree = jax.tree.flatten(params)
+  rng = np.random.default_rng(seed)
+  grads = jax.tree.unflatten(tree, [jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+                                    for x in leaves])
+  tx = make_tx(1e-3)
+  updates, _ = jax.jit(tx.update)(grads, tx.init(params), params)
+  f64 = lambda t: jax.tree.map(lambda a: np.asarray(a, np.float64), t)
+  return f64(grads), f64(updates)
+
+
+def _overlap_grad64(W_DN, n):
+  """`∇R` of `R = ½ Σ_{h≠g} ‖W_hᵀ W_g‖²` over `n` column blocks, block by block:
+  `∇_{W_h} R = 2 Σ_{g≠h} W_g W_gᵀ W_h`."""
+  blocks = np.split(W_DN, n, axis=1)
+  return np.concatenate([2 * sum(blocks[g] @ blocks[g].T @ blocks[h]
+                                 for g in range(n) if g != h) for h in range(n)], axis=1)
+
+
+def test_orthogonal_heads_pull_splits_llama_keys_and_values_into_kv_heads():
+  """The claim's `orth` arm on a tiny Llama: the first update is AdamW's `−η g/(|g| + ε)` minus
+  `λ∇R`, with `R` over the K key/value heads of `w_k`, `w_v`, the H query heads of `w_q` and
+  `w_o`'s rows; SwiGLU's `w_gate`, `w_1`, `w_2` and the norms get AdamW's alone. Splitting
+  `w_k` into H blocks (half a head each) gives another update."""
+  lam, params = 0.5, _llama_params()
+  g, u = _first_update(orthogonal_heads.orth_arm(LLAMA, lam), params)
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  adam = jax.tree.map(lambda x: -1e-3 * x / (np.abs(x) + 1e-8), g)
+  H, K = LLAMA.n_heads, LLAMA.n_kv_heads
+  for name, n in (("w_q", H), ("w_k", K), ("w_v", K), ("w_o", H)):
+    W = p["blocks"]["attn"][name]
+    pull = np.stack([_overlap_grad64(w.T if name == "w_o" else w, n) for w in W])
+    pull = np.swapaxes(pull, -1, -2) if name == "w_o" else pull
+    ref = adam["blocks"]["attn"][name] - lam * pull
+    got = u["blocks"]["attn"][name]
+    np.testing.assert_allclose(got, ref, atol=1e-6 * np.abs(ref).max() + 1e-9)
+    if name == "w_k":
+      wrong = adam["blocks"]["attn"][name] - lam * np.stack([_overlap_grad64(w, H) for w in W])
+      assert np.abs(got - wrong).max() > 100 * 1e-6 * np.abs(ref).max()
+  for path in (("blocks", "ffn", "w_gate"), ("blocks", "ffn", "w_1"), ("blocks", "ffn", "w_2"),
+               ("blocks", "norm_1", "scale"), ("unembed", "w_out")):
+    got, ref = u, adam
+    for k in path:
+      got, ref = got[k], ref[k]
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-12)
+
+
+def _newton_schulz64(G, steps=5, abc=(3.4445, -4.7750, 2.0315)):
+  """Jordan's quintic Newton–Schulz iteration in float64 from `G / ‖G‖_F`."""
+  a, b, c = abc
+  X = G / (np.linalg.norm(G) + 1e-8)
+  for _ in range(steps):
+    A = X @ X.T
+    X = a * X + (b * A + c * A @ A) @ X
+  return X
+
+
+def test_orthogonal_heads_per_head_muon_orthogonalises_each_llama_kv_head_block():
+  """The claim's `muon-per-head` arm on a tiny Llama: the first update of `w_k`, `w_v` is
+  `−η·0.2·√D·NS(g_k)` per key/value head block `(D, Dh)`, of `w_q` per query head, and SwiGLU's
+  `w_gate` is orthogonalised whole (`−η·0.2·√F·NS(g)`); an H-way split of `w_k` differs."""
+  params = _llama_params()
+  g, u = _first_update(orthogonal_heads.muon_per_head_arm(LLAMA), params)
+  D, F, H, K = LLAMA.d_model, LLAMA.d_ff, LLAMA.n_heads, LLAMA.n_kv_heads
+
+  def per_block(G_LDN, n):
+    return np.stack([np.concatenate([-1e-3 * 0.2 * np.sqrt(D) * _newton_schulz64(b)
+                                     for b in np.split(G, n, axis=1)], axis=1) for G in G_LDN])
+
+  for name, n in (("w_q", H), ("w_k", K), ("w_v", K)):
+    ref = per_block(g["blocks"]["attn"][name], n)
+    got = u["blocks"]["attn"][name]
+    np.testing.assert_allclose(got, ref, atol=2e-3 * np.abs(ref).max())
+    if name == "w_k":
+      assert np.abs(got - per_block(g["blocks"]["attn"][name], H)).max() > 0.1 * np.abs(ref).max()
+  ref = np.stack([-1e-3 * 0.2 * np.sqrt(F) * _newton_schulz64(G)
+                  for G in g["blocks"]["ffn"]["w_gate"]])
+  np.testing.assert_allclose(u["blocks"]["ffn"]["w_gate"], ref, atol=2e-3 * np.abs(ref).max())
