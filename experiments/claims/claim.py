@@ -197,6 +197,34 @@ class Sizes:
 
     return {k: plain(v) for k, v in dataclasses.asdict(self).items()}
 
+  def train_tokens(self) -> int | None:
+    """Tokens each reported model trains on from scratch; None (here): the claim trains none.
+
+    The runner reports them per parameter beside the result (`config.budget`, and per size on
+    the scale axis). `TrainedSizes` gives `steps · batch_size · seq_len`.
+    """
+    return None
+
+
+class TrainedSizes(Sizes):
+  """`Sizes` of a claim that trains each model from scratch for `steps` batches of
+  `batch_size` windows of `seq_len` tokens: `train_tokens` is their product.
+
+  Example:
+    >>> import dataclasses
+    >>> from experiments.claims.claim import TrainedSizes
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class S(TrainedSizes):
+    ...   steps: int
+    ...   batch_size: int
+    ...   seq_len: int
+    >>> S(steps=120, batch_size=8, seq_len=64).train_tokens()
+    61440
+  """
+
+  def train_tokens(self) -> int:
+    return self.steps * self.batch_size * self.seq_len
+
 
 @dataclasses.dataclass(frozen=True)
 class Claim:

@@ -81,7 +81,7 @@ import numpy as np
 
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
 from experiments.lab import optimizers as O
 from experiments.lab import tuning
 from experiments.train.sweep import train_many
@@ -93,7 +93,7 @@ ALPHA, KAPPA_REF = 0.5, 10.0
 
 
 @dataclasses.dataclass(frozen=True)
-class ConditionLrSizes(Sizes):
+class ConditionLrSizes(TrainedSizes):
   """What a run of `condition-lr` reads about its size.
 
   Attributes:

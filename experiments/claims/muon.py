@@ -72,7 +72,7 @@ import jax
 import numpy as np
 
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold, TrainedSizes
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train.sweep import train_many
@@ -87,7 +87,7 @@ NS_BAND = (0.68, 1.21)  # 5 standard Newton–Schulz steps map [0.002, 1] into t
 
 
 @dataclasses.dataclass(frozen=True)
-class MuonSizes(Sizes):
+class MuonSizes(TrainedSizes):
   """What a run of `muon` reads about its size.
 
   Attributes:

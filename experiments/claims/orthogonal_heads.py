@@ -121,7 +121,7 @@ import analysis
 import transformer
 from experiments import data as data_lib
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.claims.claim import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
 from experiments.claims.stats import mean_ci95
 from experiments.lab import optimizers as O
 from experiments.lab import tuning
@@ -138,7 +138,7 @@ REDUNDANCY = ("max_cos", "max_cos_k", "max_cos_v", "max_cos_o", "pattern_similar
 
 
 @dataclasses.dataclass(frozen=True)
-class OrthogonalHeadsSizes(Sizes):
+class OrthogonalHeadsSizes(TrainedSizes):
   """What a run of `orthogonal-heads` reads about its size.
 
   Attributes:

@@ -179,15 +179,18 @@ def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
            f"above is read only at the registered size `{registered}`. The threshold column "
            "applies the primary threshold's test to that size's interval.", ""]
   rows = []
+  budgets = any(r.get("tokens_per_param") is not None for r in scale["sizes"])
   for r in scale["sizes"]:
     outcome, why = size_test(th, r)
     lo, hi = r["ci"]
+    spent = [f"{r['tokens_per_param']:.3g}" if r.get("tokens_per_param") else "—"]
     rows.append([f"`{r['model']}`" + (" (registered)" if r["model"] == registered else ""),
-                 r["family"], params_text(r["params"]), fmt(r["effect"]),
+                 r["family"], params_text(r["params"]), *(spent if budgets else []),
+                 fmt(r["effect"]),
                  f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None else "n/a (one seed)",
                  f"{outcome}: {why}"])
-  lines += table(["model", "family", "parameters", "effect", "95% CI",
-                  "primary threshold at this size"], rows)
+  lines += table(["model", "family", "parameters", *(["tokens / param"] if budgets else []),
+                  "effect", "95% CI", "primary threshold at this size"], rows)
   last = scale["sizes"][-1]
   outcome, why = size_test(th, last)
   note = (" (the verdict reads the range over seeds; this test reads the 95% interval)"
@@ -383,6 +386,11 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
             + ", ".join(f"{k} = {v}" for k, v in sizes.items())
             + f"; {results['runtime_s']:.1f} s on {results['env']['backend']} "
             f"({results['env']['device']}), git `{results['git']}`.", ""]
+  if spent := results["config"].get("budget"):
+    lines += [f"**Training budget.** Each reported model trains on {spent['train_tokens']:,} "
+              f"tokens: {spent['tokens_per_param']:.3g} tokens per parameter "
+              f"({params_text(spent['params'])} parameters; compute-optimal training reads "
+              "about 20, Hoffmann et al. 2022).", ""]
   groups = [("Thresholds of the primary question (frozen before the run)", claim.thresholds,
              evals)]
   seeds = [str(s) for s in results["seeds"]]

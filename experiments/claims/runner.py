@@ -184,6 +184,21 @@ def model_card(name: str) -> dict:
   return {"family": family, "model": name, "params": int(params)}
 
 
+def budget(sizes: Sizes, params: int | None) -> dict | None:
+  """`config.budget`: what each reported model trains on, per parameter; None if it trains none.
+
+  Example:
+    >>> from experiments.claims import muon
+    >>> budget(muon.FULL, 858_880)
+    {'train_tokens': 61440, 'params': 858880, 'tokens_per_param': 0.07153502235469448}
+  """
+  tokens = sizes.train_tokens()
+  if tokens is None or not params:
+    return None
+  return {"train_tokens": int(tokens), "params": int(params),
+          "tokens_per_param": tokens / params}
+
+
 def scale_models(claim: Claim, quick: bool, sizes: Sequence[str] | None = None) -> tuple[str, ...]:
   """The base models a run measures, the registered one first; `()` for a one-size run.
 
@@ -200,7 +215,8 @@ def scale_models(claim: Claim, quick: bool, sizes: Sequence[str] | None = None) 
   return ordered if len(ordered) > 1 else ()
 
 
-def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str, dict]) -> dict:
+def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str, dict],
+                tokens: dict[str, int | None] | None = None) -> dict:
   """`results.json`'s `scale`: the primary effect per size, its slope on log(params), the trend.
 
   Args:
@@ -208,6 +224,8 @@ def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str,
     per_size: `{model: runs}`, the runs of each size (`{arm: {seed: {metric: value}}}`).
     seeds: the seeds every size ran.
     cards: `{model: model_card(model)}`.
+    tokens: `{model: tokens each model trains on}` (`Sizes.train_tokens`); where given, the
+      size's row adds `tokens_per_param`.
 
   Returns:
     `{"sizes": [{"family", "model", "params", "effect", "ci"}, ...] (by params), "slope",
@@ -223,6 +241,8 @@ def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str,
     v = paired_values(runs, th.arm, th.metric, th.baseline, seeds)
     m, ci = mean_ci95(v)
     rows.append({**cards[name], "effect": m, "ci": list(ci) if ci else [None, None]})
+    if (tokens or {}).get(name) is not None:
+      rows[-1]["tokens_per_param"] = tokens[name] / cards[name]["params"]
     points += [(cards[name]["family"], math.log(cards[name]["params"]), float(e))
                for e in v[np.isfinite(v)]]
   rows.sort(key=lambda r: (r["params"], r["family"], r["model"]))
@@ -345,6 +365,12 @@ def _resume_dir(path: str, claim: Claim, quick: bool, seeds) -> str:
   return path
 
 
+def _params(sizes: Sizes) -> int | None:
+  """The parameters of the shape a run trains (its `model`'s card), None when it names none."""
+  model = getattr(sizes, "model", None)
+  return model_card(model)["params"] if model and sizes.train_tokens() is not None else None
+
+
 def _results(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, runs: dict,
              runtime: float, scale: dict | None) -> tuple[dict, list]:
   """The `results.json` dict of a run (validated) and the primary thresholds' evaluations."""
@@ -360,7 +386,8 @@ def _results(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, 
   results = {
       "claim": claim.id, "quick": quick, "seeds": list(seeds),
       "tuning_seeds": list(claim.tuning_seeds),
-      "config": {"sizes": sizes.to_dict(), "setup": findings.get("setup", {})},
+      "config": {"sizes": sizes.to_dict(), "setup": findings.get("setup", {}),
+                 **({"budget": spent} if (spent := budget(sizes, _params(sizes))) else {})},
       "arms": {arm: arm_summary(per_seed) for arm, per_seed in runs.items()},
       "effects": effects, "verdict": v, "reason": reason,
       "thresholds": [th.to_dict() for th in claim.thresholds], "extensions": extensions,
@@ -494,7 +521,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   figures = list(findings.get("figures", ()))
   scale = context = context_trend = None
   if len(per_size) > 1:
-    scale = scale_block(claim, per_size, seeds, cards)
+    scale = scale_block(claim, per_size, seeds, cards, {
+        n: dataclasses.replace(registered, model=n).train_tokens() for n in per_size})
     figures.append(report.scale_figure(claim, scale, run_dir, registered.model))
     notes.append(f"- Sizes other than the registered `{registered.model}` ran in "
                  "`size-<model>/` (their findings and figures); they feed only the trend.")

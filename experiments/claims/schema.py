@@ -19,7 +19,8 @@ RESULT_KEYS = ("claim", "quick", "seeds", "tuning_seeds", "config", "arms", "eff
 EXTENSION_KEYS = ("name", "verdict", "reason", "thresholds")
 SCALE_KEYS = ("sizes", "slope", "slope_ci", "trend")
 SCALE_FIT_KEYS = ("slope", "slope_ci", "trend")  # `scale.families.<family>`, with 2+ families
-SCALE_SIZE_KEYS = ("family", "model", "params", "effect", "ci")
+SCALE_SIZE_KEYS = ("family", "model", "params", "effect", "ci")  # + optional tokens_per_param
+BUDGET_KEYS = ("train_tokens", "params", "tokens_per_param")
 TRENDS = ("grows", "shrinks", "no trend")
 CONTEXT_KEYS = ("T", "effect", "ci")
 EFFECT_KEYS = ("name", "arm", "baseline", "metric", "mean", "ci95")
@@ -82,7 +83,11 @@ def validate_scale(sc) -> None:
         "must list at least two sizes")
   for i, row in enumerate(sc["sizes"]):
     where = f"scale.sizes[{i}]"
-    _keys(row, SCALE_SIZE_KEYS, where)
+    _keys({k: v for k, v in row.items() if k != "tokens_per_param"} if isinstance(row, dict)
+          else row, SCALE_SIZE_KEYS, where)
+    _need(row.get("tokens_per_param") is None or (_is_num(row["tokens_per_param"])
+                                                  and row["tokens_per_param"] > 0),
+          f"{where}.tokens_per_param", "must be a positive number when given")
     _need(isinstance(row["family"], str) and row["family"], f"{where}.family",
           "must be a non-empty string")
     _need(isinstance(row["model"], str) and row["model"], f"{where}.model",
@@ -135,6 +140,11 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
   _need(not set(obj["seeds"]) & set(obj["tuning_seeds"]), "tuning_seeds",
         "must be disjoint from seeds (a tuning seed is never reported)")
   _need(isinstance(obj["config"], dict), "config", "must be an object")
+  if obj["config"].get("budget") is not None:
+    spent = obj["config"]["budget"]
+    _keys(spent, BUDGET_KEYS, "config.budget")
+    _need(all(_is_num(spent[k]) and spent[k] is not None and spent[k] > 0 for k in BUDGET_KEYS),
+          "config.budget", "train_tokens, params and tokens_per_param must be positive numbers")
   _need(isinstance(obj["arms"], dict) and obj["arms"], "arms", "must be a non-empty object")
   seeds = {str(s) for s in obj["seeds"]}
   for arm, body in obj["arms"].items():

@@ -11,7 +11,7 @@ import scipy.stats
 
 from experiments import jsonio, models
 from experiments.claims import CLAIMS, report, runner, schema, stats, table, tour
-from experiments.claims.claim import Claim, Sizes, Threshold
+from experiments.claims.claim import Claim, Sizes, Threshold, TrainedSizes
 
 PARAMS = {"mini": 100_000, "small": 860_000, "base": 2_000_000, "llama-mini": 120_000,
           "llama-base": 2_300_000}
@@ -269,6 +269,42 @@ def test_the_schema_rejects_a_malformed_scale(breakage, message):
   bad_context = {**good, "context": [{"T": 256.5, "effect": 0.1, "ci": [0.0, 0.2]}]}
   with pytest.raises(ValueError, match="context"):
     schema.validate_results(bad_context)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSizes(TrainedSizes):
+  model: str
+  steps: int = 30
+  batch_size: int = 4
+  seq_len: int = 16
+
+
+def test_a_claim_that_trains_reports_tokens_per_parameter_per_size(tmp_path):
+  effect = {"mini": 0.5, "small": 0.4, "base": 0.25}
+  claim = Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+                run=fake_run(effect), QUICK=TrainingSizes("mini"),
+                FULL=TrainingSizes("small", steps=100), seeds=SEEDS, trains=False,
+                thresholds=(GAIN,))
+  res, run_dir = runner.run_claim(claim, sizes=("mini", "base"), root=str(tmp_path), log=quiet)
+  assert res["config"]["budget"] == {"train_tokens": 100 * 4 * 16, "params": 860_000,
+                                     "tokens_per_param": pytest.approx(6400 / 860_000)}
+  got = {r["model"]: r["tokens_per_param"] for r in res["scale"]["sizes"]}
+  assert got == pytest.approx({m: 6400 / PARAMS[m] for m in ("mini", "small", "base")})
+  text = open(os.path.join(run_dir, "report.md")).read()
+  assert "trains on 6,400 tokens: 0.00744 tokens per parameter" in text
+  assert "| tokens / param |" in text and "| 0.064 |" in text  # mini: 6400 / 100 000
+  untrained, _ = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini",),
+                                  root=str(tmp_path / "b"), log=quiet)
+  assert "budget" not in untrained["config"]  # a claim that trains nothing: no budget
+  assert all("tokens_per_param" not in r for r in untrained["scale"]["sizes"])
+  bad = json.loads(json.dumps(res))
+  bad["scale"]["sizes"][0]["tokens_per_param"] = -1.0
+  with pytest.raises(ValueError, match="tokens_per_param"):
+    schema.validate_results(bad)
+  bad = json.loads(json.dumps(res))
+  bad["config"]["budget"].pop("params")
+  with pytest.raises(ValueError, match="config.budget"):
+    schema.validate_results(bad)
 
 
 def test_the_table_shows_the_trend_with_the_slope_interval(tmp_path):
