@@ -56,7 +56,13 @@ Result (full run, 2026-12-01, seeds 0–4): **supported**. Tuned rates AdamW 9.4
 1.69e-2, both inside the grid. Muon reaches AdamW's 120-step loss in 0.2475 [0.212, 0.283] of
 the steps (per seed 0.21–0.27, none at the 0.1 floor); at N its loss is 0.352 [0.265, 0.439]
 nats lower. Its last updates have singular-value entropy 0.962 (AdamW's 0.285), as the theorem
-says they must.
+says they must. The budget (`config.budget` on the next run; `runner.budget(FULL, 858_880)`):
+61,440 tokens per model, **0.0715 tokens per parameter**, about 1/280 of a compute-optimal
+run (≈ 20). That is early training, where the published gaps are widest: with every
+optimizer tuned, matrix optimizers' speed-up over AdamW measured 1.4× at 0.1B parameters and
+1.1× at 1.2B, in runs of compute-optimal length and longer (Wen et al. 2025, "Fantastic
+Pretraining Optimizers"); our 4× fewer steps is not a measurement of that regime. A 4× longer budget
+(issue 22) is about 4 × 1603 CPU-seconds here and has not been run.
 
 Earlier result (3 seeds, the 5-rate grid on one tuning seed, budgets from 0.4 N, before
 pre-registration): tuned rates AdamW 1e-3, Muon 1e-2; every seed's ratio at the grid's
