@@ -37,7 +37,10 @@ training length stay at their initial values (`small` at 128–255, `small-long`
 1024–2047); RoPE has no position parameters, so `llama-small-long` at T = 2048 is the same
 model on rotations it never saw. `model_card(name)` gives the recipe without training,
 `base_model_info(name, seed)` adds the held-out loss and bits per byte, and
-`python -m experiments models [--train NAME ...]` lists and pre-trains them.
+`python -m experiments models [--train NAME ...]` lists and pre-trains them. `SHAPES` are
+configs only, never trained here: the shapes some claims train from scratch at their
+registered size (`nano`, d 32, L 2, H 2, 34,688 params: `layernorm-condition`'s model);
+`config(name)` and `model_card(name)` read them as they read a recipe's shape.
 
 The first call trains (`train_many`, in memory) and writes `runs/cache/<hash>/{params.npz,
 meta.json}`, the hash covering the model config, the training recipe and the seed; the folder
@@ -136,6 +139,15 @@ FAMILIES = {"gpt": ("micro", "mini", "small", "base"),
 CPU_SCALE = {"gpt": ("micro", "mini", "small"),
              "llama": ("llama-micro", "llama-mini", "llama-small")}
 LONG = {"gpt": "small-long", "llama": "llama-small-long"}
+# Shapes that a claim trains from scratch at its registered size and that are no shared model:
+# nothing here trains them, but `config` and `model_card` read them like a recipe's shape, so
+# the claim's scale axis can start from the model its registered results were measured on.
+SHAPES = {
+    # `layernorm-condition`'s model (`experiments.lab.stability._tiny` at T = 32): `micro`'s
+    # width and depth with 2 heads and 32 learned positions.
+    "nano": transformer.Config(vocab_size=256, d_model=32, n_layers=2, n_heads=2, max_len=32,
+                               activation="gelu_tanh"),
+}
 
 
 def model_at_length(claim_id: str, model: str, T: int, *, quick_model: str = "quick") -> str:
@@ -173,6 +185,22 @@ def _recipe(name: str) -> Recipe:
   return RECIPES[name]
 
 
+def config(name: str) -> transformer.Config:
+  """The model config of `name`: a shared model's (`RECIPES`) or a claim's own shape (`SHAPES`).
+
+  Example:
+    >>> from experiments import models
+    >>> models.config("nano").n_heads, models.config("mini") == models.RECIPES["mini"].cfg
+    (2, True)
+  """
+  if name in SHAPES:
+    return SHAPES[name]
+  if name not in RECIPES:
+    raise ValueError(f"config: name={name!r} is unknown. Fix: use a shared model "
+                     f"{sorted(RECIPES)} or a claim's shape {sorted(SHAPES)}.")
+  return RECIPES[name].cfg
+
+
 def family(cfg: transformer.Config) -> str:
   """`llama` for a RoPE model, else `gpt` (learned positions)."""
   return "llama" if cfg.positions == "rope" else "gpt"
@@ -185,23 +213,24 @@ def _param_count(cfg: transformer.Config) -> int:
 
 
 def param_count(name: str) -> int:
-  """Number of parameters of the shared model `name`, from its initialised shapes (no compute).
+  """Parameters of the shared model (or shape) `name`, from its initialised shapes (no compute).
 
   Example:
     >>> from experiments.models import param_count
     >>> param_count("small")
     858880
   """
-  return _param_count(_recipe(name).cfg)
+  return _param_count(config(name))
 
 
 def model_card(name: str) -> dict:
   """The recipe of the shared model `name`: shape, parameters and tokens seen; no training.
 
   `tokens_seen = steps × batch_size × seq_len` and `tokens_per_param = tokens_seen / params`.
+  A claim's shape (`SHAPES`) has no recipe: its training fields are None.
 
   Args:
-    name: a key of `RECIPES`.
+    name: a key of `RECIPES` or `SHAPES`.
 
   Returns:
     `{"name", "family", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
@@ -213,16 +242,21 @@ def model_card(name: str) -> dict:
     >>> card = model_card("llama-small-long")
     >>> card["family"], card["seq_len"], card["max_len"], card["n_kv_heads"]
     ('llama', 1024, 2048, 2)
+    >>> model_card("nano")["params"], model_card("nano")["steps"]
+    (34688, None)
   """
-  recipe = _recipe(name)
-  cfg = recipe.cfg
+  cfg = config(name)
   params = param_count(name)
-  tokens = recipe.steps * recipe.batch_size * recipe.seq_len
   shape = {k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_head",
                                         "d_ff", "positions", "norm", "activation", "max_len")}
-  return {"name": name, "family": family(cfg), **shape, "params": params, "steps": recipe.steps,
-          "batch_size": recipe.batch_size, "seq_len": recipe.seq_len, "tokens_seen": tokens,
-          "tokens_per_param": tokens / params}
+  card = {"name": name, "family": family(cfg), **shape, "params": params}
+  if name in SHAPES:
+    return {**card, **dict.fromkeys(("steps", "batch_size", "seq_len", "tokens_seen",
+                                     "tokens_per_param"))}
+  recipe = RECIPES[name]
+  tokens = recipe.steps * recipe.batch_size * recipe.seq_len
+  return {**card, "steps": recipe.steps, "batch_size": recipe.batch_size,
+          "seq_len": recipe.seq_len, "tokens_seen": tokens, "tokens_per_param": tokens / params}
 
 
 def _flatten(params) -> dict[str, np.ndarray]:

@@ -54,7 +54,21 @@ rank.
 Full run: 18 tuning runs (no `κ`) and 30 reported runs in 6 vmapped programs: 250 s of CPU
 time in all (15 min of wall time at load ≈ 12 on the 2 shared cores), so about 4 minutes on 2
 idle cores.
-`--quick`: seed 0, 100 steps, no tuning: every arm at 3e-3, the stress rate fixed at 1e-1.
+`--quick`: seed 0, 100 steps, no tuning: every arm at 3e-3, the stress rate fixed at 1e-1
+(one size, `nano`, as before the scale axis and with the same numbers: 89 s of wall time, 61 s
+of CPU time at load ≈ 6).
+
+**Scale axis** (`scale_models`, GPT family): the registered `nano` (the model above, 34,688
+parameters; `experiments.models.SHAPES`), then the shapes of the shared `mini` (d 64, L 2,
+H 4, 132,864) and `small` (d 128, L 4, H 4, 858,880), 25× in all, each trained from scratch
+with every arm's norm; the verdict is read at `nano` alone. Each size reruns the whole
+protocol (its own tuned rates and stress rate on seed 100, then seeds 0–4); only the shape
+changes (`Sizes.model`; the shared shapes keep their 256 learned positions, of which T = 32
+are read). `micro` is left out: it is `nano`'s width and depth at 1.2× its parameters. Cost,
+an **estimate** (steps × step time measured at load ≈ 5; one step of the 10 reported runs of
+an arm, batch 16 × 32, with its `κ_eff` readings: `nano` 0.19 s, `mini` 0.43 s, `small`
+2.9 s): 3,600 tuning run-steps and 6,000 reported run-steps per size, plus 6 compilations of
+≈ 40 s: about 7 min at `nano`, 11 min at `mini` and 50 min at `small`, ≈ 70 min for the three.
 """
 
 from __future__ import annotations
@@ -67,7 +81,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments import data
+from experiments import data, models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import stability, tuning
 from experiments.train import sweep
@@ -115,17 +129,22 @@ class LayernormConditionSizes(Sizes):
   """What a run of `layernorm-condition` reads about its size.
 
   Attributes:
+    model: the model shape every arm is trained at from scratch, with the arm's norm
+      (`experiments.models.config`): `nano` (D 32, L 2, H 2, 32 positions; the registered
+      model) or a shared model's shape (`mini`, `small`, ...).
     grid: the peak rates every arm is tuned on (tuning seed `TUNE_SEED`); the stress rate is
       one of them. Without tuning, every arm runs at `grid[0]` and the stress rate is
       `grid[-1]`.
     tune: tune on the tuning seed (FULL); otherwise the fixed rates above (QUICK).
     steps: optimizer steps per run.
-    seq_len: training and validation window length (also the model's `max_len`).
+    seq_len: training and validation window length (at most the model's `max_len`; `nano`'s
+      is 32).
     batch_size: training windows per step (and rows of the batch `κ_eff` is read on).
     eval_every: steps between readings of `κ_eff` and the validation loss.
     eval_batches: validation batches per evaluation of the loss.
   """
 
+  model: str
   grid: tuple[float, ...]
   tune: bool
   steps: int
@@ -135,10 +154,10 @@ class LayernormConditionSizes(Sizes):
   eval_batches: int
 
 
-QUICK = LayernormConditionSizes(grid=(3e-3, 1e-1), tune=False, steps=100, seq_len=32,
-                                batch_size=16, eval_every=25, eval_batches=4)
-FULL = LayernormConditionSizes(grid=GRID, tune=True, steps=200, seq_len=32, batch_size=16,
-                               eval_every=25, eval_batches=4)
+QUICK = LayernormConditionSizes(model="nano", grid=(3e-3, 1e-1), tune=False, steps=100,
+                                seq_len=32, batch_size=16, eval_every=25, eval_batches=4)
+FULL = LayernormConditionSizes(model="nano", grid=GRID, tune=True, steps=200, seq_len=32,
+                               batch_size=16, eval_every=25, eval_batches=4)
 
 
 def make_tx_factory(steps: int):
@@ -292,7 +311,10 @@ def seed_metrics(tr: dict, j: int, vocab_size: int) -> dict[str, float]:
 def run(spec: Spec) -> dict:
   """Tunes each arm, picks the stress rate, tracks `κ_eff` on the seeds; see the docstring."""
   z = spec.sizes
-  base = stability._tiny(max_len=z.seq_len)
+  base = models.config(z.model)
+  if z.seq_len > base.max_len:
+    raise ValueError(f"layernorm-condition: seq_len={z.seq_len} exceeds the `{z.model}` shape's "
+                     f"max_len={base.max_len}. Fix: a shorter seq_len or a longer model.")
   V = base.vocab_size
   kw = {"steps": z.steps, "batch_size": z.batch_size, "seq_len": z.seq_len,
         "eval_batches": z.eval_batches}
@@ -377,9 +399,9 @@ def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list[str]:
       + ". LayerNorm has one structural zero (its all-ones direction, `(X ⊙ 1/scale)·1 = 0`); "
       f"more means the input lost rank in float32, where κ_eff reads at most its ceiling "
       f"1/(max(N, D)·eps₃₂) = {kappa_ceiling(z.batch_size * z.seq_len, cfg.d_model):.0f}.",
-      f"- Model: D = {cfg.d_model}, L = {cfg.n_layers}, H = {cfg.n_heads}, T = {z.seq_len}, "
-      f"B = {z.batch_size} (κ_eff read on {z.batch_size * z.seq_len} rows of one validation "
-      f"batch), {z.steps} steps.",
+      f"- Model: the `{z.model}` shape from scratch, D = {cfg.d_model}, L = {cfg.n_layers}, "
+      f"H = {cfg.n_heads}, T = {z.seq_len}, B = {z.batch_size} (κ_eff read on "
+      f"{z.batch_size * z.seq_len} rows of one validation batch), {z.steps} steps.",
   ]
 
 
@@ -500,6 +522,9 @@ CLAIM = Claim(
                                     unit="σ₁/σ_k (dimensionless)"))),
     ),
     tuning_seeds=(TUNE_SEED,),
+    # `nano`, the registered size, is added first; `micro` is left out: it is `nano`'s width and
+    # depth (1.2× its parameters), so it would add a run and no spread in size.
+    scale_models=("mini", "small"),
     anchors=(
         Anchor("pre-LN transformer", "trains without warm-up; post-LN needs it (gradients at "
                "the output layer grow with depth)", "Xiong et al. 2020, On Layer Normalization "

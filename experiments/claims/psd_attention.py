@@ -35,8 +35,29 @@ steps at batch 8 (exact match 1.0 at both rates), so the copy control can pass.
 chosen variant, so its verdict is indicative only.
 
 Full run: 4 arms × 2 rates tuned on seed 100 (200 steps, stdlib windows of 64, batch 8), then
-softmax and the chosen variant on seeds 0–4: stdlib 200 steps and copy 300 steps. Runtime:
-see the report (measured under load, with the load average).
+softmax and the chosen variant on seeds 0–4: stdlib 200 steps and copy 300 steps, each arm
+trained from scratch at the `mini` shape (the `tiny` preset: d 64, L 2, H 4; `Sizes.model`).
+
+**Scale axis** (`scale_models`: the GPT family's `micro`, `mini`, `small`, 42k–859k
+parameters; the verdict is read at `mini`, the registered size, which trains exactly the
+model of the registered results). Each other size reruns the whole protocol at that shape:
+its own rates and its own variant chosen on seed 100, then softmax and that variant on
+seeds 0–4; only the shape changes (`arm_config`). The Llama family is left out: its sizes
+use grouped-query attention (K = H/2 key/value heads), and tied keys have no meaning there.
+`K = X W_Q` has H heads; keeping K of them would make all but one query head per group score
+another head's queries, a kernel `exp(q_h q_h'ᵀ/√dh)` that is not symmetric, so not PSD (the
+model refuses `qk_tied` unless `n_kv_heads == n_heads`). Giving the Llama arms H key/value heads
+would train a model that is not the family's (its `model_card` parameter count would be
+wrong) and would take grouped-query attention away from the baseline. RoPE alone would not
+be a problem: it rotates the tied query and key at a position by the same `R_t`, so the
+kernel is still the Gram matrix of the rotated queries.
+
+Cost, an **estimate** (steps × step time measured at load ≈ 5 on the 2 shared cores; one step
+of 5 vmapped runs, batch 8 × 64: `micro` 0.08 s, `mini` 0.15 s, `small` 0.63 s). Per size:
+800 tuning steps of 2 runs, 1,000 steps of 5 runs and 8 compilations of ≈ 25–30 s each,
+about 5 min at `micro`, 8 min at `mini` (the registered run recorded 587 s) and 17 min at
+`small`, so ≈ 30 min for the three. `--quick` runs one size (`mini`), as before and with the
+same numbers: 79 s of wall time, 53 s of CPU time at load ≈ 3.4.
 """
 
 from __future__ import annotations
@@ -45,8 +66,10 @@ import dataclasses
 
 import numpy as np
 
+import transformer
+from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
-from experiments.lab.attention_arms import LEARNING_RATES, base_config, train_arm, tune_rate, within
+from experiments.lab.attention_arms import LEARNING_RATES, train_arm, tune_rate, within
 
 ARMS = {"softmax": {}, "softmax-tied": dict(qk_tied=True),
         "rbf-tied": dict(attention="rbf", qk_tied=True),
@@ -64,6 +87,8 @@ class PsdAttentionSizes(Sizes):
   """What a run of `psd-attention` reads about its size.
 
   Attributes:
+    model: the shared model (`experiments.models.RECIPES`) whose shape every arm is trained
+      at from scratch, with the arm's attention (`arm_config`); `mini` is the `tiny` preset.
     steps: AdamW steps per stdlib run (tuning and reported).
     copy_steps: AdamW steps per copy run.
     batch_size: training windows per step (and sequences per exact-match batch).
@@ -73,6 +98,7 @@ class PsdAttentionSizes(Sizes):
     exact_match_batches: held-out copy batches the exact match is averaged over.
   """
 
+  model: str
   steps: int
   copy_steps: int
   batch_size: int
@@ -81,10 +107,22 @@ class PsdAttentionSizes(Sizes):
   exact_match_batches: int
 
 
-QUICK = PsdAttentionSizes(steps=30, copy_steps=30, batch_size=8, seq_len=64,
+QUICK = PsdAttentionSizes(model="mini", steps=30, copy_steps=30, batch_size=8, seq_len=64,
                           learning_rates=(3e-3,), exact_match_batches=4)
-FULL = PsdAttentionSizes(steps=200, copy_steps=300, batch_size=8, seq_len=64,
+FULL = PsdAttentionSizes(model="mini", steps=200, copy_steps=300, batch_size=8, seq_len=64,
                          learning_rates=LEARNING_RATES, exact_match_batches=4)
+
+
+def arm_config(model: str, arm: str) -> transformer.Config:
+  """Arm `arm`'s model at the shape of the shared model `model`: its config with `ARMS[arm]`.
+
+  Example:
+    >>> from experiments.claims.psd_attention import arm_config
+    >>> cfg = arm_config("small", "rbf-tied")
+    >>> cfg.d_model, cfg.n_layers, cfg.attention, cfg.qk_tied
+    (128, 4, 'rbf', True)
+  """
+  return models.RECIPES[model].cfg.replace(**ARMS[arm])
 
 
 def price(per_seed_arm: dict, per_seed_base: dict) -> dict:
@@ -116,18 +154,20 @@ def run(spec: Spec) -> dict:
   """Tunes every arm, chooses the tied variant, trains it and softmax; see the docstring."""
   z = spec.sizes
   steps, batch_size, seq_len = z.steps, z.batch_size, z.seq_len
+  base = arm_config(z.model, "softmax")
   tuned = len(z.learning_rates) > 1
   rate = {}
-  for arm, over in ARMS.items():
+  for arm in ARMS:
     if tuned:
       spec.log(f"  psd-attention: {arm}: tuning on stdlib, seed {TUNE_SEED}")
-    rate[arm] = tune_rate(base_config(**over), tuning_seeds=(TUNE_SEED,), grid=z.learning_rates,
-                          data="stdlib", steps=steps, batch_size=batch_size, seq_len=seq_len)
+    rate[arm] = tune_rate(arm_config(z.model, arm), tuning_seeds=(TUNE_SEED,),
+                          grid=z.learning_rates, data="stdlib", steps=steps,
+                          batch_size=batch_size, seq_len=seq_len)
   chosen = choose({a: (min(rate[a]["tuning"]["val_loss"]) if rate[a]["tuning"] else None)
                    for a in TIED})
   runs: dict = {}
   for arm in ("softmax", chosen):
-    cfg, lr = base_config(**ARMS[arm]), rate[arm]["lr"]
+    cfg, lr = arm_config(z.model, arm), rate[arm]["lr"]
     spec.log(f"  psd-attention: {arm}: stdlib at {lr:g}")
     text = train_arm(cfg, spec.seeds, data="stdlib", steps=steps, batch_size=batch_size,
                      seq_len=seq_len, learning_rates=(lr,))
@@ -165,13 +205,15 @@ def run(spec: Spec) -> dict:
        "validation loss; the same rate on copy): " if tuned else
        "- Not tuned (quick), every arm at: ") + ", ".join(
           f"{a} {r['lr']:g}" for a, r in rate.items()) + ".",
-      f"- Models: `tiny` (d 64, L 2, H 4); stdlib: {steps} AdamW steps, batch {batch_size} "
-      f"windows of {seq_len} tokens; copy (16 symbols then their copy): {z.copy_steps} steps.",
+      f"- Models: the `{z.model}` shape from scratch (d {base.d_model}, L {base.n_layers}, "
+      f"H {base.n_heads}, {models.param_count(z.model):,} parameters untied); stdlib: {steps} "
+      f"AdamW steps, batch {batch_size} windows of {seq_len} tokens; copy (16 symbols then "
+      f"their copy): {z.copy_steps} steps.",
   ]
   return {"setup": {"arms": {a: dict(o) for a, o in ARMS.items()}, "chosen": chosen,
                     "chosen_lr": {a: r["lr"] for a, r in rate.items()},
                     "tuning": {a: r["tuning"] for a, r in rate.items()},
-                    "tune_seed": TUNE_SEED, "model_config": base_config().to_dict()},
+                    "tune_seed": TUNE_SEED, "model_config": base.to_dict()},
           "runs": runs, "notes": notes,
           "effects": [(f"{CHOSEN} − softmax: stdlib loss", CHOSEN, "softmax", "loss"),
                       (f"{CHOSEN} − softmax: copy exact match", CHOSEN, "softmax",
@@ -224,6 +266,7 @@ CLAIM = Claim(
                "Tay et al. 2021, Long Range Arena, Table 1"),
     ),
     tuning_seeds=(TUNE_SEED,),
+    scale_models=models.CPU_SCALE["gpt"],
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -10,8 +11,16 @@ import pytest
 
 import transformer
 from experiments import data as data_lib
-from experiments.claims import CLAIMS, dynamic_sparsity, psd_attention, runner, sliding_window
-from experiments.claims.claim import Threshold
+from experiments import jsonio, models
+from experiments.claims import (
+  CLAIMS,
+  dynamic_sparsity,
+  psd_attention,
+  runner,
+  sliding_window,
+  table,
+)
+from experiments.claims.claim import Spec, Threshold
 from experiments.lab import attention_arms
 from transformer.attention import (
   linear_quadratic,
@@ -384,6 +393,94 @@ def test_psd_primary_is_the_variant_chosen_on_the_tuning_seed():
   assert runner.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
   copy = next(e for e in c.extensions if "copy" in e.name)
   assert runner.decide(copy.thresholds, runs, (0, 1, 2))[0] == "inconclusive"
+
+
+# ------------------------------------------------------------------ psd-attention: sizes
+
+def _committed(claim_id):
+  return jsonio.load_strict(os.path.join(table.RESULTS_DIR, claim_id, "results.json"))
+
+
+def test_psd_registered_size_trains_the_model_of_the_committed_results():
+  """`mini` is the `tiny` preset every arm trained before the scale axis, field by field."""
+  res = _committed("psd-attention")
+  assert {k: v for k, v in psd_attention.FULL.to_dict().items() if k != "model"} == {
+      k: v for k, v in res["config"]["sizes"].items() if k != "model"}
+  assert psd_attention.FULL.model == psd_attention.QUICK.model == "mini"
+  for z in (psd_attention.FULL, psd_attention.QUICK):
+    for arm, over in psd_attention.ARMS.items():
+      old = transformer.preset("tiny", **over)  # what `run` built before: base_config(**over)
+      new = psd_attention.arm_config(z.model, arm)
+      assert dataclasses.asdict(new) == dataclasses.asdict(old), arm
+  assert psd_attention.arm_config("mini", "softmax").to_dict() == res["config"]["setup"][
+      "model_config"]
+  assert res["config"]["setup"]["arms"] == psd_attention.ARMS
+
+
+def test_psd_scale_axis_is_the_gpt_family_with_the_registered_size_first():
+  c = CLAIMS["psd-attention"]
+  assert c.scale_models == ("micro", "mini", "small")
+  assert runner.scale_models(c, quick=False) == ("mini", "micro", "small")
+  assert runner.scale_models(c, quick=True) == ()  # quick runs stay one size
+  assert "Llama family is left out" in psd_attention.__doc__
+  with pytest.raises(ValueError, match="qk_tied"):  # why: tied keys refuse K < H
+    models.RECIPES["llama-mini"].cfg.replace(qk_tied=True)
+
+
+def _count_by_hand(d, L, H, V, max_len, tied):
+  """Parameters of a GPT-family model from the matrix catalog; tied: no `w_k`, no `b_k`."""
+  dh, F = d // H, 4 * d
+  attn = (3 - tied) * (d * H * dh + H * dh) + H * dh * d + d
+  ffn = 2 * d * F + F + d
+  return V * d + max_len * d + L * (attn + ffn + 2 * 2 * d) + 2 * d
+
+
+@pytest.mark.parametrize("size, d, L", [("micro", 32, 2), ("small", 128, 4)])
+def test_psd_other_sizes_build_the_declared_shape(size, d, L):
+  for arm, over in psd_attention.ARMS.items():
+    cfg = psd_attention.arm_config(size, arm)
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.d_ff, cfg.max_len) == (
+        d, L, 4, d // 4, 4 * d, 256)
+    assert (cfg.attention, cfg.qk_tied) == (over.get("attention", "softmax"),
+                                            over.get("qk_tied", False))
+    shapes = jax.eval_shape(lambda cfg=cfg: transformer.init(cfg, jax.random.key(0)))
+    n = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    assert n == _count_by_hand(d, L, 4, 256, 256, tied=cfg.qk_tied), arm
+  assert runner.model_card(size)["params"] == _count_by_hand(d, L, 4, 256, 256, tied=False)
+
+
+def test_psd_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
+  """`run` at `micro`: every tuning and training call gets `micro`'s shape with the arm's
+  attention, and the setup records that shape (the registered test above covers `mini`)."""
+  seen = []
+
+  def fake_tune(cfg, **kw):
+    seen.append(("tune", cfg))
+    loss = {("softmax", False): 2.0, ("softmax", True): 2.3, ("rbf", True): 2.1,
+            ("linear", True): 2.2}[cfg.attention, cfg.qk_tied]
+    return {"lr": 1e-3, "tuning": {"seeds": [100], "grid": list(kw["grid"]), "val_loss": [loss]}}
+
+  def fake_train(cfg, seeds, *, data, **kw):
+    seen.append((data, cfg))
+    return {"per_seed": {s: {"loss": 2.0 + 0.1 * cfg.qk_tied, "diverged": 0.0,
+                             "exact_match": 0.9} for s in seeds}}
+
+  monkeypatch.setattr(psd_attention, "tune_rate", fake_tune)
+  monkeypatch.setattr(psd_attention, "train_arm", fake_train)
+  z = dataclasses.replace(psd_attention.FULL, model="micro")
+  out = psd_attention.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
+                               log=lambda *_: None))
+  want = {a: psd_attention.arm_config("micro", a) for a in psd_attention.ARMS}
+  assert [cfg for kind, cfg in seen if kind == "tune"] == list(want.values())
+  # rbf-tied has the lowest tied tuning loss, so it is the variant trained beside softmax.
+  assert [(kind, cfg) for kind, cfg in seen if kind != "tune"] == [
+      ("stdlib", want["softmax"]), ("task:copy", want["softmax"]),
+      ("stdlib", want["rbf-tied"]), ("task:copy", want["rbf-tied"])]
+  assert out["setup"]["chosen"] == "rbf-tied"
+  assert out["setup"]["model_config"]["d_model"] == 32
+  assert out["runs"][psd_attention.CHOSEN][0]["loss_ratio"] == pytest.approx(0.05)
+  assert "`micro` shape from scratch (d 32, L 2, H 4, 41,856 parameters untied)" in out[
+      "notes"][-1]
 
 
 # ------------------------------------------------------------------ dynamic-sparsity

@@ -1,5 +1,7 @@
 """Tests for the stability claims' measurement functions, against independent references."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -157,6 +159,80 @@ def test_claim_preregistration():
   for th in claim.thresholds + tuple(t for e in claim.extensions for t in e.thresholds):
     assert th.margin is not None and th.unit
   assert lc.FULL.tune and not lc.QUICK.tune and lc.FULL.grid[-1] >= 0.1
+
+
+def test_registered_size_is_the_model_of_the_committed_results():
+  """`nano` is `stability._tiny(max_len=seq_len)`, the model every arm trained before the scale
+  axis, field by field; the other fields are the committed run's sizes."""
+  from experiments import jsonio, models
+  from experiments.claims import table
+  from experiments.lab import stability
+
+  res = jsonio.load_strict(f"{table.RESULTS_DIR}/layernorm-condition/results.json")
+  assert {k: v for k, v in lc.FULL.to_dict().items() if k != "model"} == {
+      k: v for k, v in res["config"]["sizes"].items() if k != "model"}
+  for z in (lc.FULL, lc.QUICK):
+    assert z.model == "nano"
+    old = stability._tiny(max_len=z.seq_len)  # what `run` built before
+    assert dataclasses.asdict(models.config(z.model)) == dataclasses.asdict(old)
+  assert models.config("nano").to_dict() == res["config"]["setup"]["model_config"]
+
+
+def test_scale_axis_starts_at_the_registered_nano_and_spans_the_gpt_shapes():
+  from experiments.claims import runner
+
+  claim = CLAIMS["layernorm-condition"]
+  assert runner.scale_models(claim, quick=False) == ("nano", "mini", "small")
+  assert runner.scale_models(claim, quick=True) == ()  # quick runs stay one size
+  # The cards' parameter counts, from the matrix catalog: embedding (tied), learned positions,
+  # per block w_q, w_k, w_v, w_o, w_1, w_2 with biases and two LayerNorms, a final LayerNorm.
+  def by_hand(d, L, max_len):
+    return 256 * d + max_len * d + L * (4 * d * d + 4 * d + 8 * d * d + 5 * d + 4 * d) + 2 * d
+
+  cards = {n: runner.model_card(n) for n in ("nano", "mini", "small")}
+  assert {n: c["params"] for n, c in cards.items()} == {
+      "nano": by_hand(32, 2, 32), "mini": by_hand(64, 2, 256), "small": by_hand(128, 4, 256)}
+  assert {c["family"] for c in cards.values()} == {"gpt"}
+  assert cards["small"]["params"] >= 8 * cards["nano"]["params"]
+
+
+def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
+  """`run` at `mini`: tuning and tracking get `mini`'s shape with each arm's norm."""
+  from experiments import models
+  from experiments.claims.claim import Spec
+
+  seen = []
+
+  def fake_tune(cfg, grid, **kw):
+    seen.append(("tune", cfg))
+    diverged = [cfg.norm == "none" and lr >= 0.1 for lr in grid]
+    return {"learning_rate": grid[0], "index": 0, "val_loss": [2.5] * len(grid),
+            "ended_diverged": diverged, "spiked": [False] * len(grid)}
+
+  def fake_track(cfg, seeds, rates, **kw):
+    seen.append(("track", cfg, tuple(rates)))
+    E, R, S, L = 2, 2, len(seeds), cfg.n_layers
+    kappa = np.full((E, R, S, L), 10.0)
+    return {"kappa_ERSL": {n: kappa for n in lc.NORMED}, "val_RSE": np.full((R, S, E), 2.5),
+            "steps_E": np.array([1, 2]), "n_dropped_ERSL": np.zeros((E, R, S, L)),
+            "final_RS": np.full((R, S), 2.5), "ended_diverged_RS": np.zeros((R, S), bool),
+            "spiked_RS": np.zeros((R, S), bool)}
+
+  monkeypatch.setattr(lc, "tune_arm", fake_tune)
+  monkeypatch.setattr(lc, "track", fake_track)
+  monkeypatch.setattr(lc, "_figure", lambda *a, **k: "kappa.png")
+  z = dataclasses.replace(lc.FULL, model="mini")
+  out = lc.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
+                    log=lambda *_: None))
+  want = [models.RECIPES["mini"].cfg.replace(norm=n) for n in lc.NORMS]
+  assert [e[1] for e in seen if e[0] == "tune"] == want
+  assert [e[1] for e in seen if e[0] == "track"] == want
+  assert {e[2] for e in seen if e[0] == "track"} == {(1e-3, 1e-1)}  # none diverged first at 0.1
+  assert out["setup"]["model_config"]["d_model"] == 64
+  assert "the `mini` shape from scratch, D = 64, L = 2, H = 4" in out["notes"][-1]
+  with pytest.raises(ValueError, match="seq_len=64 exceeds the `nano` shape's max_len=32"):
+    lc.run(Spec(quick=False, seeds=(0,), run_dir=str(tmp_path),
+                sizes=dataclasses.replace(lc.FULL, seq_len=64), log=lambda *_: None))
 
 
 def _synthetic_runs(kappa_ln, kappa_rms, kappa_none, loss_none, loss_normed=2.6):

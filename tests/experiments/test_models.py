@@ -42,6 +42,25 @@ def test_param_count_equals_the_arrays_of_an_actual_init(name):
   assert _count_by_hand(cfg) == models.param_count(name)
 
 
+def test_shapes_are_configs_with_cards_from_the_catalog_and_never_base_models(tmp_path):
+  assert models.SHAPES and not set(models.SHAPES) & set(models.RECIPES)
+  for name, cfg in models.SHAPES.items():
+    assert models.config(name) is cfg
+    card = models.model_card(name)
+    assert card["params"] == models.param_count(name) == _count_by_hand(cfg)
+    assert (card["family"], card["d_model"], card["max_len"]) == (
+        models.family(cfg), cfg.d_model, cfg.max_len)
+    assert card["steps"] is None and card["tokens_seen"] is None  # no recipe
+    with pytest.raises(ValueError, match="unknown"):  # nothing trains a shape
+      models.base_model(name, 0, root=str(tmp_path))
+  assert models.model_card("nano")["params"] == 34_688
+  assert [r["name"] for r in models.summary(str(tmp_path))] == list(
+      dict.fromkeys([*SIZED, *models.RECIPES]))  # `models` lists recipes only
+  assert models.config("mini") is models.RECIPES["mini"].cfg
+  with pytest.raises(ValueError, match="name='huge' is unknown"):
+    models.config("huge")
+
+
 def test_each_family_spans_at_least_8x_in_parameters_at_matched_sizes():
   gpt = [models.param_count(n) for n in models.FAMILIES["gpt"]]
   llama = [models.param_count(n) for n in models.FAMILIES["llama"]]
