@@ -216,9 +216,11 @@ def redundancy_summary(params, cfg: Config, tokens, *, tol: float = 0.01) -> dic
 
   - `max_cos`: per layer, the largest principal cosine `cos θ_1` between two heads' `W_Q^h`
     column spaces (`analysis.principal_angles`), averaged over layers. `W_Q^h` spans the
-    column space of `W_QK^h = W_Q^h W_K^{h⊤}` (when `W_K^h` has full column rank), so this is
-    the query side of `W_QK`; `max_cos_k` is its key side, `max_cos_v` the values, `max_cos_o`
-    the row spaces of `W_O^h` (what the heads write). `1`: two heads share a direction; `0`:
+    column space of `W_QK^h = W_Q^h W_K^{g(h)⊤}` (when `W_K^{g(h)}` has full column rank;
+    `g(h) = h // (H/K)` is the key/value head query head `h` reads, `h` itself without
+    grouped-query attention), so this is the query side of `W_QK`; `max_cos_k` is its key
+    side and `max_cos_v` the values, both between the `K` key/value heads, `max_cos_o` the
+    row spaces of `W_O^h` (what the heads write). `1`: two heads share a direction; `0`:
     mutually orthogonal subspaces (the target of `optim.orthogonal_heads`).
   - `pattern_similarity`: `analysis.pattern_similarity` of each layer's attention maps on
     `tokens[:, :-1]`, averaged over layers.
