@@ -50,7 +50,12 @@ pre-LN, learned positions) trained from scratch on the stdlib corpus, batches of
 the work of the earlier 95-second run: estimated 4–6 minutes on 2 idle CPU cores (measured:
 5094 s at load average 8–13, 1603 CPU-seconds). `--quick` (the `quick` shape, one seed, a
 24-step budget, one untuned rate, budgets 0.6 N and N): about a minute on idle cores, and
-indicative only (192 s at load 12; Muon then barely matches AdamW, ratio ≈ 1.0).
+indicative only (192 s at load 12; Muon then barely matches AdamW, ratio ≈ 1.0). The full
+run also measures the primary ratio on the `micro` (d 32, L 2) and `mini` (d 64, L 2) shapes,
+trained from scratch the same way with their own tuned rates (the scale axis,
+`scale_models`; the verdict is read at `small`); with the token budget fixed, the smaller
+shapes see more tokens per parameter (1.47 at `micro`, 0.46 at `mini`, 0.0715 at `small`), so
+the trend mixes size with training length.
 
 Result (full run, 2026-12-01, seeds 0–4): **supported**. Tuned rates AdamW 9.49e-4, Muon
 1.69e-2, both inside the grid. Muon reaches AdamW's 120-step loss in 0.2475 [0.212, 0.283] of
@@ -357,6 +362,7 @@ CLAIM = Claim(
                "Liu et al. 2025, Muon is Scalable for LLM Training (Moonlight)"),
     ),
     tuning_seeds=TUNING_SEEDS,
+    scale_models=models.CPU_SCALE["gpt"],
     run=run,
     QUICK=QUICK,
     FULL=FULL,
