@@ -50,7 +50,33 @@ without retraining (`switch`), `loss_switched / loss_full − 1`.
 `--quick` (one seed, one rate 3e-3, 30 steps) tunes nothing; its recall models learn little,
 so its primary is usually blocked by the control; indicative only. Full run: recall 2 tuning
 runs + 3 arms × 5 seeds (800 steps); stdlib 2 tuning runs + 2 arms × 5 seeds (150 steps);
-runtime in the report (measured under load, with the load average).
+every arm trained from scratch at the `mini` shape (the `tiny` preset: d 64, L 2, H 4;
+`Sizes.model`); runtime in the report (measured under load, with the load average).
+
+**The scale axis** (`scale_models`: GPT `micro`, `mini`, `small` and Llama `llama-micro`,
+`llama-mini`, `llama-small`, 41k–859k parameters; the verdict is read at `mini`, the registered
+size, which trains exactly the model of the registered results). Each other size reruns the
+whole protocol, recall and stdlib, at that shape (`recall_configs`, `text_configs`: the shape of
+`experiments.models.config(model)` with the arm's attention fields): full attention's rates
+tuned again on seed 100 for each task, seeds 0–4, keys read counted on that model. The recall
+setting, key budget, steps and batches stay `FULL`'s (chosen at `mini` on seed 100): a size
+at which full attention does not learn recall is reported with its control failed, which
+blocks the primary there. On Llama (RoPE, RMSNorm, SwiGLU, 4 query heads on 2 key/value heads)
+every arm keeps its meaning: RoPE rotates queries and keys before the variant runs, and each
+key/value head is repeated to the query heads it serves, so the window reads the same 4 keys
+and MoBA's gate scores each query head against the block means of its group's (rotated) keys
+and picks per query head, as MoBA does with grouped-query attention (tests count the keys
+read on `llama-micro`).
+
+Cost, an **estimate** (step times measured under `nice` at load average ≈ 7.5 on the 2
+shared cores, one jitted step of the 5-seed recall program, MoBA, batch 32 × 16: `mini`
+0.17 s, `small` 0.93 s, `llama-small` 1.0 s; the stdlib half's ratios taken from
+`sliding-window`'s 5-seed step at T = 256: 3.3× and 3.9×; the other sizes not measured).
+Scaling the registered run's wall time at `mini` (1,018 s alone in its first full run; about
+two thirds recall) by those ratios: `small` ≈ 80 min, `llama-small` ≈ 90 min, `llama-mini` ≈
+20 min, `micro` and `llama-micro` at most `mini`'s ≈ 17 min each; ≈ 4 h for the six sizes, plus
+the context lengths 64 and 256 at `mini` (≈ 15 min). `--quick` runs one size (`mini`), as
+before.
 
 **The context axis** (`context_lengths = (16, 64, 256)`; never read by the verdict): does
 the gate still find the key when it is far away? `at_length` makes the model read `T` tokens
@@ -92,7 +118,6 @@ from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab.attention_arms import (
   LEARNING_RATES,
-  base_config,
   config_at,
   forward,
   train_arm,
@@ -111,6 +136,9 @@ class DynamicSparsitySizes(Sizes):
   """What a run of `dynamic-sparsity` reads about its size.
 
   Attributes:
+    model: the shared model (`experiments.models.config`) whose shape every arm of both tasks
+      is trained at from scratch, with the arm's attention (`recall_configs`,
+      `text_configs`); `mini` is the `tiny` preset.
     recall_pairs: key–value pairs per recall sequence.
     recall_queries: queries (scored answers) per sequence.
     recall_keys: distinct key ids the keys are drawn from (without repeats).
@@ -134,6 +162,7 @@ class DynamicSparsitySizes(Sizes):
   primary question).
   """
 
+  model: str
   recall_pairs: int
   recall_queries: int
   recall_keys: int
@@ -174,16 +203,46 @@ TEXT_TOP_K = 1
 # 1024 is left out: measured on 2 shared CPU cores, see the module docstring.
 CONTEXT_LENGTHS = (16, 64, 256)
 
-QUICK = DynamicSparsitySizes(recall_pairs=4, recall_queries=4, recall_keys=4, recall_values=4,
-                             recall_block=2, recall_top_k=1, recall_steps=30, recall_batch=16,
-                             seq_len=128, text_block=16, text_steps=30, text_batch=8,
-                             learning_rates=(3e-3,), eval_batches=4, recall_probe=8,
-                             text_probe=4)
-FULL = DynamicSparsitySizes(recall_pairs=4, recall_queries=4, recall_keys=4, recall_values=4,
-                            recall_block=2, recall_top_k=1, recall_steps=800, recall_batch=32,
-                            seq_len=128, text_block=16, text_steps=150, text_batch=8,
-                            learning_rates=LEARNING_RATES, eval_batches=4, recall_probe=8,
-                            text_probe=4)
+QUICK = DynamicSparsitySizes(model="mini", recall_pairs=4, recall_queries=4, recall_keys=4,
+                             recall_values=4, recall_block=2, recall_top_k=1, recall_steps=30,
+                             recall_batch=16, seq_len=128, text_block=16, text_steps=30,
+                             text_batch=8, learning_rates=(3e-3,), eval_batches=4,
+                             recall_probe=8, text_probe=4)
+FULL = DynamicSparsitySizes(model="mini", recall_pairs=4, recall_queries=4, recall_keys=4,
+                            recall_values=4, recall_block=2, recall_top_k=1, recall_steps=800,
+                            recall_batch=32, seq_len=128, text_block=16, text_steps=150,
+                            text_batch=8, learning_rates=LEARNING_RATES, eval_batches=4,
+                            recall_probe=8, text_probe=4)
+
+
+def recall_configs(z: DynamicSparsitySizes) -> dict[str, transformer.Config]:
+  """The recall arms at `z.model`'s shape, `max_len` reaching the `T` tokens they read.
+
+  `full` causal softmax; `local` a window of `z.recall_window` in blocks of `z.recall_block`;
+  `moba` its own block plus the `z.recall_top_k` past blocks its gate picks. Only the
+  attention differs (`attention_arms.config_at`); at `mini` the shape is the `tiny` preset.
+
+  Example:
+    >>> from experiments.claims import dynamic_sparsity as ds
+    >>> import dataclasses
+    >>> cfg = ds.recall_configs(dataclasses.replace(ds.FULL, model="llama-mini"))["moba"]
+    >>> cfg.n_heads, cfg.n_kv_heads, cfg.positions, cfg.block_size, cfg.top_k_blocks
+    (4, 2, 'rope', 2, 1)
+  """
+  T = z.recall_len - 1  # the model reads all but the last answer
+  return {"full": config_at(T, model=z.model),
+          "local": config_at(T, model=z.model, attention="local", window=z.recall_window,
+                             block_size=z.recall_block),
+          "moba": config_at(T, model=z.model, attention="moba", block_size=z.recall_block,
+                            top_k_blocks=z.recall_top_k)}
+
+
+def text_configs(z: DynamicSparsitySizes) -> dict[str, transformer.Config]:
+  """The stdlib arms at `z.model`'s shape: `full`, and `moba` (blocks of `z.text_block`,
+  `TEXT_TOP_K` picked past blocks)."""
+  return {"full": config_at(z.seq_len, model=z.model),
+          "moba": config_at(z.seq_len, model=z.model, attention="moba", block_size=z.text_block,
+                            top_k_blocks=TEXT_TOP_K)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,10 +295,10 @@ def at_length(sizes: DynamicSparsitySizes, T: int) -> DynamicSparsitySizes:
   `sizes`'s (the window and MoBA's blocks and top-k), so at long `T` both read a far smaller
   fraction of the sequence. `recall_batch` shrinks so the tokens read per step stay what they
   are in `sizes` (at least one sequence); `eval_batches` grows so the answers scored stay as
-  many; `recall_probe` shrinks like the batch. Steps and the rate grid are kept (the rate is
-  tuned again at `T` on the tuning seed). The stdlib half is not run (`text_steps = 0`): only
-  the primary question is measured against `T`. The model's `max_len` follows `T` in `run`
-  (`attention_arms.config_at`).
+  many; `recall_probe` shrinks like the batch. The model (`sizes.model`), steps and the rate
+  grid are kept (the rate is tuned again at `T` on the tuning seed). The stdlib half is not
+  run (`text_steps = 0`): only the primary question is measured against `T`. The model's
+  `max_len` follows `T` in `run` (`recall_configs`).
 
   Args:
     sizes: the claim's `FULL` (or `QUICK`) sizes.
@@ -307,12 +366,7 @@ def _recall(spec: Spec, runs: dict) -> dict:
   z = spec.sizes
   recall = recall_source(z)
   T = z.recall_len - 1  # the model reads all but the last answer
-  arms = {
-      "full": config_at(T),
-      "local": config_at(T, attention="local", window=z.recall_window, block_size=z.recall_block),
-      "moba": config_at(T, attention="moba", block_size=z.recall_block,
-                        top_k_blocks=z.recall_top_k),
-  }
+  arms = recall_configs(z)
   probe = recall.batch(spec.seeds[0], 99_999, z.recall_probe, "val").tokens[:, :-1]
   kw = dict(data=recall, steps=z.recall_steps, batch_size=z.recall_batch, seq_len=z.recall_len,
             exact_match=True, em_batches=z.eval_batches)
@@ -338,8 +392,7 @@ def _text(spec: Spec, runs: dict) -> dict:
   """Trains full and MoBA on stdlib (rate tuned on full, shared), the sparsity, the switch."""
   z = spec.sizes
   text = data_lib.source("stdlib", z.seq_len)
-  arms = {"full": base_config(),
-          "moba": base_config(attention="moba", block_size=z.text_block, top_k_blocks=TEXT_TOP_K)}
+  arms = text_configs(z)
   tokens = text.batch(spec.seeds[0], 0, z.text_probe, "val").tokens[:, :-1]
   kw = dict(data=text, steps=z.text_steps, batch_size=z.text_batch, seq_len=z.seq_len)
   spec.log(f"  dynamic-sparsity: full: stdlib T={z.seq_len}")
@@ -388,7 +441,12 @@ def run(spec: Spec) -> dict:
   arms = ("full", "local", "moba")
   filler = (f", {z.recall_filler} distractors between the pairs and SEP"
             if z.recall_filler else "")
+  shape = recall_configs(z)["full"]
   notes = [
+      f"- Models: the `{z.model}` shape from scratch ({models.family(shape)}: d "
+      f"{shape.d_model}, L {shape.n_layers}, H {shape.n_heads} on {shape.n_kv_heads} key/value "
+      f"heads, {shape.positions} positions; {models.param_count(z.model):,} parameters at "
+      "max_len 256), every arm alike but for the attention.",
       f"- Recall ({z.recall_pairs} pairs from {z.recall_keys} keys, {z.recall_values} values, "
       f"{z.recall_queries} queries; {z.recall_len} tokens{filler}; {z.recall_steps} steps, "
       f"batch {z.recall_batch}): accuracy (chance {1 / z.recall_values:.2f}) " + ", ".join(
@@ -426,7 +484,7 @@ def run(spec: Spec) -> dict:
                     "text": txt and {"rate": txt["lr"], "tuning": txt["tuning"],
                                      "top_k": TEXT_TOP_K},
                     "tune_seed": TUNE_SEED,
-                    "model_config": config_at(z.recall_len - 1).to_dict()},
+                    "model_config": shape.to_dict()},
           "runs": runs, "notes": notes, "effects": effects}
 
 
@@ -472,6 +530,7 @@ CLAIM = Claim(
                "trained end to end", "Yuan et al. 2025, Native Sparse Attention"),
     ),
     tuning_seeds=(TUNE_SEED,),
+    scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -37,8 +37,32 @@ Timing (not part of a verdict; in the config's `setup`, the notes and `timing.pn
 (`experiments.lab.attention_timing`), the log-log slopes and the crossover `T` from which the
 window is faster.
 
-Full run: 2 arms × (2 tuning runs + 5 seeds) at T = 256, 150 steps, then the timing sweep
-T = 256 … 2048. Runtime: see the report (measured under load, with the load average).
+Full run: 2 arms × (2 tuning runs + 5 seeds) at T = 256, 150 steps, each arm trained from
+scratch at the `mini` shape (the `tiny` preset: d 64, L 2, H 4; `Sizes.model`), then the timing
+sweep T = 256 … 2048. Runtime: see the report (measured under load, with the load average).
+
+**The scale axis** (`scale_models`: GPT `micro`, `mini`, `small` and Llama `llama-micro`,
+`llama-mini`, `llama-small`, 41k–859k parameters; the verdict is read at `mini`, the registered
+size, which trains exactly the model of the registered results). Each other size reruns the
+whole protocol at that shape (`arm_config`: the shape of `experiments.models.config(model)`
+with `ARMS[arm]`'s attention fields): both rates tuned again on seed 100, seeds 0–4, the reach
+and the mass measured on that model, and the timing sweep of one attention layer of that
+shape's heads (4 heads of `d / 4`). Steps, batch, `T`, window and rate grid stay `FULL`'s: only
+the shape changes. On Llama (RoPE, RMSNorm, SwiGLU, 4 query heads on 2 key/value heads) both
+arms keep their meaning: RoPE rotates queries and keys before the variant runs and each
+key/value head is repeated to the query heads it serves, so the window skips exactly the
+same pairs, and the reach `L (w − 1)` holds unchanged (tests check it by gradient on
+`llama-micro`). At L = 4 (`small`, `llama-small`) the reach is 124 < `rf_seq_len` = 128 (`run`
+refuses a shape whose reach the input cannot show).
+
+Cost, an **estimate** (step times measured under `nice` at load average ≈ 7.5 on the 2
+shared cores, one jitted step of the 5-seed program, batch 8 × 256, full attention: `mini`
+1.45 s, `small` 4.8 s, `llama-small` 5.6 s; not measured at the other sizes). Scaling the
+registered run's wall time at `mini` (1,835 s alone in its first full run) by those ratios:
+`small` ≈ 1.7 h, `llama-small` ≈ 2 h, `llama-mini` ≈ 35 min (`llama-small`/`small` applied to
+`mini`), `micro` and `llama-micro` at most `mini`'s ≈ 30 min each; ≈ 6 h for the six sizes,
+plus the two extra context lengths at `mini` (≈ 10 min). `--quick` runs one size (`mini`), as
+before.
 
 **The context axis** (`context_lengths = (256, 512, 1024)`; never read by the verdict): the
 primary cost `loss_local / loss_full − 1` is measured again at each `T` by `at_length`: both
@@ -74,6 +98,8 @@ from experiments.lab.attention_arms import LEARNING_RATES, config_at, tuned_arm,
 
 WINDOW = 32
 TUNE_SEED = 100
+# The arms: attention fields over the size's shape (`arm_config`); only the attention differs.
+ARMS = {"full": {}, "local": dict(attention="local", window=WINDOW, block_size=WINDOW)}
 LOSS_MARGIN = 0.02  # 2% of full attention's loss
 MASS_MARGIN = 0.05  # 5 points of attention mass above one half
 
@@ -83,6 +109,8 @@ class SlidingWindowSizes(Sizes):
   """What a run of `sliding-window` reads about its size.
 
   Attributes:
+    model: the shared model (`experiments.models.config`) whose shape both arms are trained at
+      from scratch, with the arm's attention (`arm_config`); `mini` is the `tiny` preset.
     steps: training steps per run (tuning and reported).
     batch_size: windows per step.
     seq_len: the training and evaluation length `T`.
@@ -97,6 +125,7 @@ class SlidingWindowSizes(Sizes):
     timing_rounds: timed repetitions per `T`.
   """
 
+  model: str
   steps: int
   batch_size: int
   seq_len: int
@@ -116,12 +145,27 @@ class SlidingWindowSizes(Sizes):
                        "2·min, … max. Fix: e.g. (256, 512, 1024, 2048), or () for no sweep.")
 
 
-QUICK = SlidingWindowSizes(steps=30, batch_size=8, seq_len=128, learning_rates=(3e-3,),
-                           probe_batch=4, rf_seq_len=128, timing_seq_lens=(128, 256),
-                           timing_rounds=2)
-FULL = SlidingWindowSizes(steps=150, batch_size=8, seq_len=256, learning_rates=LEARNING_RATES,
-                          probe_batch=4, rf_seq_len=128, timing_seq_lens=(256, 512, 1024, 2048),
-                          timing_rounds=3)
+QUICK = SlidingWindowSizes(model="mini", steps=30, batch_size=8, seq_len=128,
+                           learning_rates=(3e-3,), probe_batch=4, rf_seq_len=128,
+                           timing_seq_lens=(128, 256), timing_rounds=2)
+FULL = SlidingWindowSizes(model="mini", steps=150, batch_size=8, seq_len=256,
+                          learning_rates=LEARNING_RATES, probe_batch=4, rf_seq_len=128,
+                          timing_seq_lens=(256, 512, 1024, 2048), timing_rounds=3)
+
+
+def arm_config(model: str, arm: str, seq_len: int) -> transformer.Config:
+  """Arm `arm`'s model at the shape of `model`, `ARMS[arm]` applied, reading `seq_len` tokens.
+
+  `attention_arms.config_at`: `max_len` follows `seq_len` past the shape's 256 (the context
+  axis); at `mini` it is the `tiny` preset the registered results were measured on.
+
+  Example:
+    >>> from experiments.claims.sliding_window import arm_config
+    >>> cfg = arm_config("llama-small", "local", 256)
+    >>> cfg.d_model, cfg.n_layers, cfg.n_kv_heads, cfg.positions, cfg.window, cfg.block_size
+    (128, 4, 2, 'rope', 32, 32)
+  """
+  return config_at(seq_len, model=model, **ARMS[arm])
 
 
 def at_length(sizes: SlidingWindowSizes, T: int) -> SlidingWindowSizes:
@@ -131,7 +175,7 @@ def at_length(sizes: SlidingWindowSizes, T: int) -> SlidingWindowSizes:
   what it is in `sizes` (at least one window); the rate grid is kept, so each arm tunes again
   at `T` on the tuning seed; `rf_seq_len` is kept (the reach `L (w − 1)` does not depend on
   `T`); the timing sweep is dropped (`timing_seq_lens = ()`: the registered run times it).
-  The model's `max_len` follows `T` in `run` (`attention_arms.config_at`).
+  The model (`sizes.model`) is kept; its `max_len` follows `T` in `run` (`arm_config`).
 
   Args:
     sizes: the claim's `FULL` (or `QUICK`) sizes.
@@ -200,9 +244,14 @@ def window_mass(params, cfg: transformer.Config, tokens_BT, window: int) -> dict
           "local_mass_min_head": float(per_head.min())}
 
 
-def timing(ts, rounds: int) -> dict:
-  """`softmax` vs `local` (window 32, blocks of 16, 4 heads of 16) fwd and fwd+bwd."""
-  res = attention_timing.run(max(ts), min_t=min(ts), rounds=rounds, heads=4, d_head=16,
+def timing(ts, rounds: int, *, heads: int = 4, d_head: int = 16) -> dict:
+  """`softmax` vs `local` (window 32, blocks of 16) fwd and fwd+bwd, `heads` heads of `d_head`.
+
+  `run` passes its model's query heads and head width (4 × 16 at `mini`): the layer timed is
+  the one that model computes (grouped key/value heads are repeated to the query heads
+  before the variant runs, as in the model).
+  """
+  res = attention_timing.run(max(ts), min_t=min(ts), rounds=rounds, heads=heads, d_head=d_head,
                              block_size=16,
                              variants=("softmax", "local"))
   out = {"T": res["T"]}
@@ -216,7 +265,7 @@ def _t(x) -> str:
   return "never on the grid" if x is None else f"{x:.0f}"
 
 
-def _figure(tm: dict, run_dir: str) -> str:
+def _figure(tm: dict, run_dir: str, heads: int, d_head: int) -> str:
   """`timing.png`: forward + backward time of one attention layer against T, log-log."""
   import matplotlib
 
@@ -242,7 +291,7 @@ def _figure(tm: dict, run_dir: str) -> str:
   ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
   ax.yaxis.set_minor_formatter(NullFormatter())
   ax.set(xlabel="sequence length T (tokens)", ylabel="forward + backward time (ms)",
-         title=f"one attention layer (4 heads × 16, blocks of 16, batch 1)\n"
+         title=f"one attention layer ({heads} heads × {d_head}, blocks of 16, batch 1)\n"
                f"{jax.default_backend()}, shared machine: times are indicative")
   ax.legend(fontsize=8)
   fig.tight_layout()
@@ -251,15 +300,15 @@ def _figure(tm: dict, run_dir: str) -> str:
   return "timing.png"
 
 
-def _timing_note(tm: dict | None) -> str:
+def _timing_note(tm: dict | None, heads: int, d_head: int) -> str:
   """The notes' line on the timing sweep (`tm`: `timing`'s dict; None: no sweep at this run)."""
   if tm is None:
     return ("- No timing sweep in this run (a run at another length: the registered run times "
             "one attention layer once).")
   loc = tm["local"]
-  return (f"- One attention layer (4 heads × 16, blocks of 16), T = {tm['T']}: fwd+bwd ms "
-          "softmax " + "/".join(f"{x * 1e3:.2f}" for x in tm["softmax"]["bwd"]) + ", local "
-          + "/".join(f"{x * 1e3:.2f}" for x in loc["bwd"])
+  return (f"- One attention layer ({heads} heads × {d_head}, blocks of 16), T = {tm['T']}: "
+          "fwd+bwd ms softmax " + "/".join(f"{x * 1e3:.2f}" for x in tm["softmax"]["bwd"])
+          + ", local " + "/".join(f"{x * 1e3:.2f}" for x in loc["bwd"])
           + (f"; log-log slope softmax {tm['softmax']['slope_bwd']:.2f}, local "
              f"{loc['slope_bwd']:.2f}" if loc["slope_bwd"] is not None else "")
           + f"; crossover T (fwd+bwd) {_t(loc['crossover_bwd'])}, forward only "
@@ -271,8 +320,13 @@ def run(spec: Spec) -> dict:
   """Tunes and trains both arms, measures reach and mass, then times; see the docstring."""
   z = spec.sizes
   seq_len = z.seq_len
-  arms = {"full": config_at(seq_len),
-          "local": config_at(seq_len, attention="local", window=WINDOW, block_size=WINDOW)}
+  arms = {arm: arm_config(z.model, arm, seq_len) for arm in ARMS}
+  shape = arms["full"]  # the size's shape: both arms share it
+  reach = shape.n_layers * (WINDOW - 1)
+  if z.rf_seq_len <= reach:
+    raise ValueError(f"sliding-window: rf_seq_len={z.rf_seq_len} must exceed the reach L(w − 1) "
+                     f"= {reach} of `{z.model}` (L = {shape.n_layers}), or the "
+                     f"measurement cannot see it. Fix: rf_seq_len = {reach + WINDOW} or more.")
   tuned = len(z.learning_rates) > 1
   trained, runs = {}, {}
   for arm, cfg in arms.items():
@@ -294,8 +348,8 @@ def run(spec: Spec) -> dict:
   tm, figures = None, []
   if z.timing_seq_lens:
     spec.log("  sliding-window: timing softmax vs local")
-    tm = timing(z.timing_seq_lens, z.timing_rounds)
-    figures.append(_figure(tm, spec.run_dir))
+    tm = timing(z.timing_seq_lens, z.timing_rounds, heads=shape.n_heads, d_head=shape.d_head)
+    figures.append(_figure(tm, spec.run_dir, shape.n_heads, shape.d_head))
   first = spec.seeds[0]
 
   def mean(arm, k):
@@ -304,6 +358,10 @@ def run(spec: Spec) -> dict:
   skipped = 1 - WINDOW / seq_len
   rates = ", ".join(f"{a} {t['lr']:g}" for a, t in trained.items())
   notes = [
+      f"- Models: the `{z.model}` shape from scratch ({models.family(shape)}: d "
+      f"{shape.d_model}, L {shape.n_layers}, H {shape.n_heads} on {shape.n_kv_heads} key/value "
+      f"heads, {shape.positions} positions; {models.param_count(z.model):,} parameters at "
+      f"max_len 256), both arms alike but for the attention.",
       f"- Loss at T = {seq_len} ({z.steps} steps, batch {z.batch_size}): full "
       f"{mean('full', 'loss'):.4f}, local (w = {WINDOW}) {mean('local', 'loss'):.4f} nats; "
       f"paired cost {mean('local', 'loss_ratio'):+.2%} of full attention's loss (margin "
@@ -316,7 +374,7 @@ def run(spec: Spec) -> dict:
       f"{runs['local'][first]['reach']:.0f} = L(w−1) = {runs['local'][first]['expected']:.0f}; "
       f"exact in {int(sum(runs['local'][s]['rf_exact'] for s in spec.seeds))}/"
       f"{len(spec.seeds)} seeds.",
-      _timing_note(tm),
+      _timing_note(tm, shape.n_heads, shape.d_head),
       (f"- Rates chosen on tuning seed {TUNE_SEED} from {list(z.learning_rates)}: {rates}; "
        "tuning losses " + "; ".join(
            f"{a} " + ", ".join(f"{v:.4f}" for v in t["tuning"]["val_loss"])
@@ -382,6 +440,7 @@ CLAIM = Claim(
                "Zaheer et al. 2020, BigBird (and its Hugging Face implementation notes)"),
     ),
     tuning_seeds=(TUNE_SEED,),
+    scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -1,7 +1,8 @@
 """Training arms of the attention claims: one small model, one optimizer, rates tuned apart.
 
 Shared by `psd-attention`, `sliding-window` and `dynamic-sparsity`, so their arms differ only
-in the attention they configure: every arm is `base_config(**changes)` (the `tiny` preset)
+in the attention they configure: every arm is `base_config(**changes)` (the `tiny` preset),
+or `config_at(T, model=NAME, **changes)` at a shared model's shape (a claim's scale axis),
 trained by `train_arm` with `make_tx` (AdamW, clipping at 1), through the one training step
 (`experiments.train.sweep.train_many`). `tuned_arm` chooses an arm's rate on tuning seeds
 only, then trains the reported seeds at that one rate: reported seeds never choose anything.
@@ -19,6 +20,7 @@ import numpy as np
 
 import transformer
 from experiments import data as data_lib
+from experiments import models
 from experiments.train import sweep
 
 LEARNING_RATES = (1e-3, 3e-3)
@@ -29,19 +31,25 @@ def base_config(**overrides) -> transformer.Config:
   return transformer.preset("tiny", **overrides)
 
 
-def config_at(seq_len: int, **overrides) -> transformer.Config:
-  """`base_config(**overrides)` whose `max_len` (rows of the learned positions) reaches `seq_len`.
+def config_at(seq_len: int, *, model: str | None = None, **overrides) -> transformer.Config:
+  """An arm's model whose `max_len` (rows of the learned positions) reaches `seq_len`.
 
-  Up to the preset's `max_len` (256) it is `base_config(**overrides)` itself, so a run at the
-  preset's lengths keeps its model; beyond it `max_len = seq_len` (the context axis of the
-  attention claims).
+  The shape is `base_config()` (the `tiny` preset), or with `model` the shape of that shared
+  model or claim shape (`experiments.models.config`: `mini` is the `tiny` preset, `llama-mini`
+  its Llama twin); `overrides` (the arm's attention) are applied to it. Up to that shape's
+  `max_len` (256) the config is that shape itself, so a run at the preset's lengths keeps its
+  model; beyond it `max_len = seq_len` (the context axis of the attention claims; with RoPE
+  no parameter depends on it).
 
   Example:
     >>> from experiments.lab.attention_arms import base_config, config_at
     >>> config_at(256) == base_config(), config_at(1024).max_len
     (True, 1024)
+    >>> cfg = config_at(512, model="llama-small", attention="local", window=32, block_size=32)
+    >>> cfg.d_model, cfg.n_kv_heads, cfg.positions, cfg.window, cfg.max_len
+    (128, 2, 'rope', 32, 512)
   """
-  cfg = base_config(**overrides)
+  cfg = base_config(**overrides) if model is None else models.config(model).replace(**overrides)
   return cfg if seq_len <= cfg.max_len else cfg.replace(max_len=seq_len)
 
 

@@ -194,7 +194,7 @@ def test_sliding_window_sizes_refuse_a_timing_grid_the_sweep_would_not_run():
 # ------------------------------------------------------------------ the context axis
 
 SW_FULL = sliding_window.SlidingWindowSizes(
-    steps=150, batch_size=8, seq_len=256, learning_rates=(1e-3, 3e-3), probe_batch=4,
+    model="mini", steps=150, batch_size=8, seq_len=256, learning_rates=(1e-3, 3e-3), probe_batch=4,
     rf_seq_len=128, timing_seq_lens=(256, 512, 1024, 2048), timing_rounds=3)
 
 
@@ -318,6 +318,225 @@ def test_context_lengths_of_the_quick_smoke_are_accepted():
   assert sliding_window.at_length(sliding_window.QUICK, 128).seq_len == 128
   z = DS.at_length(DS.QUICK, 32)
   assert (z.recall_len, z.recall_batch, z.recall_steps) == (33, 8, DS.QUICK.recall_steps)
+
+
+# ---------------------------------------------------- sliding-window, dynamic-sparsity: sizes
+
+SCALE = ("mini", "micro", "small", "llama-micro", "llama-mini", "llama-small")
+SW_ARMS = {"full": {}, "local": dict(attention="local", window=32, block_size=32)}
+
+
+def _old_recall_configs(T, z):
+  """What `dynamic_sparsity._recall` built before the scale axis (`config_at` without a model)."""
+  return {"full": attention_arms.config_at(T),
+          "local": attention_arms.config_at(T, attention="local", window=z.recall_window,
+                                            block_size=z.recall_block),
+          "moba": attention_arms.config_at(T, attention="moba", block_size=z.recall_block,
+                                           top_k_blocks=z.recall_top_k)}
+
+
+def test_sliding_window_registered_size_trains_the_model_of_the_committed_results():
+  """`mini` is the `tiny` preset both arms trained before the scale axis, field by field, at
+  the registered length and at every context length (`max_len` follows T past 256)."""
+  res = _committed("sliding-window")
+  assert sliding_window.FULL.model == sliding_window.QUICK.model == "mini"
+  assert {k: v for k, v in sliding_window.FULL.to_dict().items() if k != "model"} == res[
+      "config"]["sizes"]
+  assert sliding_window.ARMS == SW_ARMS
+  c = CLAIMS["sliding-window"]
+  for z in (sliding_window.FULL, sliding_window.QUICK,
+            *(c.at_length(sliding_window.FULL, T) for T in c.context_lengths)):
+    assert z.model == "mini"
+    for arm, over in SW_ARMS.items():
+      old = attention_arms.config_at(z.seq_len, **over)  # what `run` built before
+      new = sliding_window.arm_config(z.model, arm, z.seq_len)
+      assert dataclasses.asdict(new) == dataclasses.asdict(old), (arm, z.seq_len)
+      assert new.max_len == max(256, z.seq_len)
+  assert sliding_window.arm_config("mini", "local", 256).to_dict() == res["config"]["setup"][
+      "model_config"]
+
+
+def test_dynamic_sparsity_registered_size_trains_the_model_of_the_committed_results():
+  res = _committed("dynamic-sparsity")
+  assert DS.FULL.model == DS.QUICK.model == "mini"
+  assert {k: v for k, v in DS.FULL.to_dict().items() if k != "model"} == res["config"]["sizes"]
+  for z in (DS.FULL, DS.QUICK, *(DS.at_length(DS.FULL, T) for T in DS.CONTEXT_LENGTHS)):
+    T = z.recall_len - 1
+    old, new = _old_recall_configs(T, z), DS.recall_configs(z)
+    assert list(new) == list(old)
+    for arm in old:
+      assert dataclasses.asdict(new[arm]) == dataclasses.asdict(old[arm]), (arm, T)
+    text = DS.text_configs(z)  # before: base_config(...), stdlib at T = 128
+    assert dataclasses.asdict(text["full"]) == dataclasses.asdict(attention_arms.base_config())
+    assert dataclasses.asdict(text["moba"]) == dataclasses.asdict(attention_arms.base_config(
+        attention="moba", block_size=z.text_block, top_k_blocks=DS.TEXT_TOP_K))
+  assert DS.recall_configs(DS.FULL)["full"].to_dict() == res["config"]["setup"]["model_config"]
+
+
+@pytest.mark.parametrize("cid", ["sliding-window", "dynamic-sparsity"])
+def test_attention_sparsity_scale_axis_is_both_families_with_the_registered_size_first(cid):
+  c = CLAIMS[cid]
+  assert c.scale_models == models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"]
+  assert runner.scale_models(c, quick=False) == SCALE
+  assert runner.scale_models(c, quick=True) == ()  # quick runs stay one size
+  assert {runner.model_card(n)["family"] for n in SCALE} == {"gpt", "llama"}
+
+
+def _llama_count_by_hand(d, L, H, K, F, V):
+  """Parameters of a Llama-family model from the matrix catalog: no biases, no positions,
+  untied output, RMSNorm scales only, SwiGLU's three matrices."""
+  dh = d // H
+  attn = d * H * dh + 2 * d * K * dh + H * dh * d
+  return V * d + L * (attn + 3 * d * F + 2 * d) + d + d * V
+
+
+# size: family, d, L, K, d_ff, positions
+SHAPE = {"micro": ("gpt", 32, 2, 4, 128, "learned"), "small": ("gpt", 128, 4, 4, 512, "learned"),
+         "llama-micro": ("llama", 32, 2, 2, 96, "rope"),
+         "llama-small": ("llama", 128, 4, 2, 384, "rope")}
+
+
+def _check_shape(cfg, size, T):
+  """`cfg` has `size`'s declared shape, reading `T` tokens, and the parameters counted by hand."""
+  fam, d, L, K, F, positions = SHAPE[size]
+  max_len = max(256, T)
+  assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_ff,
+          cfg.positions, cfg.max_len) == (d, L, 4, K, d // 4, F, positions, max_len)
+  assert (cfg.norm, cfg.activation) == (("layernorm", "gelu_tanh") if fam == "gpt"
+                                        else ("rmsnorm", "swiglu"))
+  shapes = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
+  n = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+  want = (_count_by_hand(d, L, 4, 256, max_len, tied=False) if fam == "gpt"
+          else _llama_count_by_hand(d, L, 4, K, F, 256))
+  assert n == want
+  if max_len == 256:  # the card the scale axis reports is this shape's
+    assert runner.model_card(size)["params"] == want
+
+
+@pytest.mark.parametrize("size", list(SHAPE))
+def test_sliding_window_other_sizes_build_the_declared_shape(size):
+  for T in (256, 1024):  # the registered length and a context length past max_len
+    for arm, over in SW_ARMS.items():
+      cfg = sliding_window.arm_config(size, arm, T)
+      _check_shape(cfg, size, T)
+      assert (cfg.attention, cfg.window, cfg.block_size) == (
+          over.get("attention", "softmax"), over.get("window"), over.get("block_size", 32))
+
+
+@pytest.mark.parametrize("size", list(SHAPE))
+def test_dynamic_sparsity_other_sizes_build_the_declared_shape(size):
+  for z in (dataclasses.replace(DS.FULL, model=size),
+            DS.at_length(dataclasses.replace(DS.FULL, model=size), 256)):
+    rec = DS.recall_configs(z)
+    for cfg in rec.values():
+      _check_shape(cfg, size, z.recall_len - 1)
+    assert (rec["full"].attention, rec["full"].window) == ("softmax", None)
+    assert (rec["local"].attention, rec["local"].window, rec["local"].block_size) == (
+        "local", 4, 2)
+    assert (rec["moba"].attention, rec["moba"].block_size, rec["moba"].top_k_blocks) == (
+        "moba", 2, 1)
+  text = DS.text_configs(dataclasses.replace(DS.FULL, model=size))
+  for cfg in text.values():
+    _check_shape(cfg, size, 128)
+  assert (text["moba"].attention, text["moba"].block_size, text["moba"].top_k_blocks) == (
+      "moba", 16, 1)
+
+
+def _init_params(cfg, seeds):
+  return {s: transformer.init(cfg, jax.random.key(s)) for s in seeds}
+
+
+def test_sliding_window_run_trains_both_arms_at_the_size_it_is_given(monkeypatch, tmp_path):
+  """`run` at `llama-micro`: both arms train at its shape, the reach (exactly L(w − 1) with
+  RoPE and grouped keys) and the mass are measured on those models, and the timing sweep times
+  its heads (the registered test above covers `mini`; a shorter reach input keeps it fast)."""
+  seen, timed = [], []
+
+  def fake_tuned(cfg, seeds, *, tuning_seeds, grid, data, steps, batch_size, seq_len):
+    seen.append((cfg, data, steps, batch_size, seq_len))
+    return {"per_seed": {s: {"loss": 2.0 + 0.1 * (cfg.attention == "local"), "diverged": 0.0}
+                         for s in seeds}, "lr": 1e-3, "params": _init_params(cfg, seeds),
+            "tuning": {"seeds": list(tuning_seeds), "grid": list(grid), "val_loss": [2.1, 2.2]}}
+
+  def fake_timing(ts, rounds, *, heads, d_head):
+    timed.append((tuple(ts), rounds, heads, d_head))
+    row = {"fwd": [1e-3] * len(ts), "bwd": [2e-3] * len(ts), "slope_fwd": 1.0,
+           "slope_bwd": 1.0, "crossover_fwd": None, "crossover_bwd": None}
+    return {"T": list(ts), "softmax": row, "local": row}
+
+  monkeypatch.setattr(sliding_window, "tuned_arm", fake_tuned)
+  monkeypatch.setattr(sliding_window, "timing", fake_timing)
+  monkeypatch.setattr(sliding_window, "_figure", lambda *a: "timing.png")
+  z = dataclasses.replace(sliding_window.FULL, model="llama-micro", rf_seq_len=64)
+  out = sliding_window.run(Spec(quick=False, seeds=(0,), run_dir=str(tmp_path), sizes=z,
+                                log=lambda *_: None))
+  want = {a: sliding_window.arm_config("llama-micro", a, 256) for a in ("full", "local")}
+  assert seen == [(want["full"], "stdlib", 150, 8, 256), (want["local"], "stdlib", 150, 8, 256)]
+  assert timed == [((256, 512, 1024, 2048), 3, 4, 8)]  # its heads: 4 of d / 4 = 8
+  local, full = out["runs"]["local"][0], out["runs"]["full"][0]
+  assert (local["rf_exact"], local["reach"], local["expected"]) == (1.0, 62.0, 62.0)
+  assert local["loss_ratio"] == pytest.approx(0.05)
+  assert 0.0 < full["local_mass"] < 1.0
+  assert out["setup"]["model_config"] == want["local"].to_dict()
+  assert out["notes"][0].startswith("- Models: the `llama-micro` shape from scratch (llama: d 32, "
+                                    "L 2, H 4 on 2 key/value heads, rope positions; 41,120 "
+                                    "parameters")
+  assert "(4 heads × 8, blocks of 16)" in out["notes"][4]
+
+
+def test_sliding_window_run_refuses_a_shape_whose_reach_the_input_cannot_show(monkeypatch):
+  monkeypatch.setattr(sliding_window, "tuned_arm", lambda *a, **k: pytest.fail("trained"))
+  z = dataclasses.replace(sliding_window.FULL, model="small", rf_seq_len=124)  # reach 4·31
+  with pytest.raises(ValueError, match="rf_seq_len=124 must exceed the reach"):
+    sliding_window.run(Spec(quick=False, seeds=(0,), run_dir="unused", sizes=z))
+  for name in SCALE:  # every declared size's reach fits FULL's and QUICK's input
+    L = models.config(name).n_layers
+    assert sliding_window.FULL.rf_seq_len > L * 31 and sliding_window.QUICK.rf_seq_len > L * 31
+
+
+def test_dynamic_sparsity_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
+  """`run` at `llama-micro`: every recall and stdlib arm trains at its shape (the rate tuned
+  on full and shared), the keys read are counted on those models."""
+  seen = []
+
+  def fake_train(cfg, seeds, *, data, steps, batch_size, seq_len, learning_rates, **kw):
+    task = "recall" if isinstance(data, DS.RecallSource) else "stdlib"
+    seen.append((task, cfg, tuple(learning_rates), seq_len))
+    return {"per_seed": {s: {"loss": 2.0, "diverged": 0.0, "exact_match": 0.5,
+                             "accuracy": 0.7 if cfg.attention != "local" else 0.3}
+                         for s in seeds}, "lr": learning_rates[0],
+            "params": _init_params(cfg, seeds)}
+
+  def fake_tuned(cfg, seeds, *, tuning_seeds, grid, **kw):
+    seen.append(("tune", cfg, tuple(grid), kw["seq_len"]))
+    return {**fake_train(cfg, seeds, learning_rates=(3e-3,), **kw),
+            "tuning": {"seeds": list(tuning_seeds), "grid": list(grid), "val_loss": [2.2, 2.1]}}
+
+  monkeypatch.setattr(DS, "train_arm", fake_train)
+  monkeypatch.setattr(DS, "tuned_arm", fake_tuned)
+  z = dataclasses.replace(DS.FULL, model="llama-micro")
+  out = DS.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
+                    log=lambda *_: None))
+  rec, text = DS.recall_configs(z), DS.text_configs(z)
+  assert seen == [("tune", rec["full"], (1e-3, 3e-3), 17), ("recall", rec["full"], (3e-3,), 17),
+                  ("recall", rec["local"], (3e-3,), 17), ("recall", rec["moba"], (3e-3,), 17),
+                  ("tune", text["full"], (1e-3, 3e-3), 128),
+                  ("stdlib", text["full"], (3e-3,), 128), ("stdlib", text["moba"], (3e-3,), 128)]
+  # Keys read per query, counted from the sown scores of the Llama models (GQA, RoPE): MoBA
+  # its own block plus one past block of 2, the window min(t + 1, 4), full attention t + 1.
+  t = np.arange(16)
+  for s in (0, 1):
+    assert out["runs"]["moba"][s]["recall_keys"] == pytest.approx(
+        (t % 2 + 1 + 2 * (t >= 2)).mean())
+    assert out["runs"]["local"][s]["recall_keys"] == pytest.approx(np.minimum(t + 1, 4).mean())
+    assert out["runs"]["full"][s]["recall_keys"] == pytest.approx((t + 1).mean())
+    assert out["runs"]["moba"][s]["loss_ratio"] == pytest.approx(0.0)
+    assert 0.0 < out["runs"]["moba"][s]["sparsity"] < 1.0
+  assert out["setup"]["model_config"] == rec["full"].to_dict()
+  assert out["setup"]["model_config"]["positions"] == "rope"
+  assert out["notes"][0].startswith("- Models: the `llama-micro` shape from scratch (llama: d 32, "
+                                    "L 2, H 4 on 2 key/value heads, rope positions; 41,120 "
+                                    "parameters")
 
 
 # ------------------------------------------------------------------ psd-attention theorem
