@@ -91,6 +91,17 @@ rise is +1.43% [1.10, 1.76] at T = 256, +1.33% [0.85, 1.80] at 512 and +1.36% [0
 at 1024: flat in T, and above 1% at every length. The same runs give the issue-23 goals on a
 RoPE model at T = 1024 (seed means): 8× with no training +1.36% (goal ≤ 1%), 36× with 4-bit
 coefficients +2.56% (goal ≤ 2%), 2-bit KIVI +0.76% at 5.3×.
+
+The calibrated extensions (registered in c741073 before their run; `--resume` at that commit,
+the registered size and T = 1024 run fresh, the other sizes and lengths reused): at `small`
+(T = 128) the fit cuts the 16× loss rise from +4.46% (SVD) to **+1.43% [1.06, 1.80]**:
+refuted against 1%; 32× with 4-bit coefficients goes from +4.51% to **+3.38% [2.37, 4.39]**:
+refuted against 2%. The fit took 273 s per seed (223–404 s at load 6–8). On `llama-small-long`
+at T = 1024 (fitted on 128-token windows) the 16× fit gains nothing: +5.32% [3.79, 6.84] (SVD)
+against +5.38% [1.94, 8.82] fitted (one seed +9.7%): projections fitted to short windows do
+not carry to long ones at two dimensions per head. But the 36× 4-bit cache (four dimensions
+per head) improves from +2.56% [1.42, 3.71] to +1.30% [0.51, 2.09] (every seed 0.74–2.06%): at
+equal bytes, more dimensions at fewer bits beat fewer dimensions at 16 bits there.
 """
 
 from __future__ import annotations
