@@ -67,11 +67,14 @@ of CPU time (1075 s wall on 2 cores shared at load ≈ 8), so at most 7.5 minute
 cores. To fit, the loss-aware table (256 forward passes, most of the run) is measured once per
 seed on 16 calibration windows and reused by every loss-aware arm (the earlier contract
 measured it 7 times per seed on 32 windows), and the data-free weight bases, 8-bit KIVI and the
-shorter length's own calibration were dropped. `--quick` (the `quick` model, one seed, T = 64)
-about 20 s. The full run also measures the primary effect (the loss rise at a measured 8×) on
-the GPT family's `micro` (Dh 8) and `mini` (Dh 16) models and the Llama family's three (the
-scale axis, `scale_models`; the verdict is read at `small`); on `micro` the 32× 4-bit arm
-cannot exist (fewer than one 4-bit coefficient per head) and is skipped.
+shorter length's own calibration were dropped. The two fitted arms (1000 Adam steps each) add
+about 10 minutes per seed at load 6–8 (the fits alone: 273 s and 320 s mean per seed at
+`small`); the registered size took ≈ 65 minutes at that load. `--quick` (the `quick` model,
+one seed, T = 64, 10-step fits) about 60 s. The full run also measures the primary effect
+(the loss rise at a measured 8×) on the GPT family's `micro` (Dh 8) and `mini` (Dh 16)
+models and the Llama family's three (the scale axis, `scale_models`; the verdict is read at
+`small`); on `micro` the 32× 4-bit arm cannot exist (fewer than one 4-bit coefficient per
+head) and is skipped.
 
 The registered full run (5 seeds) is inconclusive: the loss rise at a measured 8× is +1.28%
 [0.86, 1.69], straddling 1%. Loss-aware ranks beat uniform ranks by 2.5 [1.6, 3.5] points;
