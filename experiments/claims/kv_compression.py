@@ -498,6 +498,15 @@ THEOREM = ("Per head the cache stores c = k P for an orthonormal basis P (PᵀP 
            "the bases never saw. tests/experiments/test_claims_rank.py checks both on random "
            "instances in float64.")
 
+def _goal(rise: str, ratio_name: str, arm: str, ratio: int, limit: float) -> tuple:
+  """A compression goal's thresholds: `arm`'s loss rise below `limit` (the margin, a fraction
+  of the uncompressed loss), with its measured ratio at least `ratio` on every seed (control)."""
+  return (Threshold(rise, arm=arm, metric="loss_rise", supports=f"< {limit}",
+                    refutes=f"> {limit}", margin=limit, unit="fraction of the uncompressed loss"),
+          Threshold(ratio_name, arm=arm, metric="kv_compression", stat="range",
+                    supports=f">= {ratio}", control=True, unit="×"))
+
+
 CLAIM = Claim(
     id="kv-compression",
     topic="full rank & causality",
@@ -511,11 +520,8 @@ CLAIM = Claim(
     refuted_if=("The 95% interval of the loss rise at a measured 8× lies above 1% of the "
                 "uncompressed loss."),
     thresholds=(
-        Threshold("loss rise at a measured 8× (16-bit coefficients, loss-aware ranks)",
-                  arm="r8-loss", metric="loss_rise", supports="< 0.01", refutes="> 0.01",
-                  margin=0.01, unit="fraction of the uncompressed loss"),
-        Threshold("measured ratio at target 8", arm="r8-loss", metric="kv_compression",
-                  stat="range", supports=">= 8", control=True, unit="×"),
+        *_goal("loss rise at a measured 8× (16-bit coefficients, loss-aware ranks)",
+               "measured ratio at target 8", "r8-loss", 8, 0.01),
         Threshold("full-rank latent model reproduces the logits", arm="exact",
                   metric="max_logit_error", stat="range", supports="<= 1e-4", control=True,
                   unit="logit"),
@@ -526,35 +532,21 @@ CLAIM = Claim(
                   "next-token distribution on training-split text (`analysis.kv.calibrate`, "
                   "at most 10 minutes per seed on 2 CPU cores), does a measured 16× cache "
                   "cost less than 1% of the uncompressed loss?",
-                  (Threshold("loss rise at a measured 16× (fitted projections)", arm="r16-cal",
-                             metric="loss_rise", supports="< 0.01", refutes="> 0.01",
-                             margin=0.01, unit="fraction of the uncompressed loss"),
-                   Threshold("measured ratio at target 16", arm="r16-cal",
-                             metric="kv_compression", stat="range", supports=">= 16",
-                             control=True, unit="×"),
+                  (*_goal("loss rise at a measured 16× (fitted projections)",
+                          "measured ratio at target 16", "r16-cal", 16, 0.01),
                    Threshold("fit time per seed", arm="r16-cal", metric="fit_s", stat="range",
                              supports="<= 600", control=True, unit="s"))),
         Extension("32× with 4-bit coefficients",
                   "With 4-bit coefficients at 8× fewer dimensions (a measured 32×), is the loss "
                   "rise below 2% of the uncompressed loss?",
-                  (Threshold("loss rise at a measured 32× (4-bit, loss-aware ranks)",
-                             arm="r32q4-loss", metric="loss_rise", supports="< 0.02",
-                             refutes="> 0.02", margin=0.02,
-                             unit="fraction of the uncompressed loss"),
-                   Threshold("measured ratio at target 32", arm="r32q4-loss",
-                             metric="kv_compression", stat="range", supports=">= 32",
-                             control=True, unit="×"))),
+                  _goal("loss rise at a measured 32× (4-bit, loss-aware ranks)",
+                        "measured ratio at target 32", "r32q4-loss", 32, 0.02)),
         Extension("32× with 4-bit coefficients after a short calibration",
                   "With the projections of the 32× 4-bit cache fitted as in the 16× extension "
                   "(the 4-bit steps measured again for the fitted projections), is the loss "
                   "rise below 2% of the uncompressed loss?",
-                  (Threshold("loss rise at a measured 32× (4-bit, fitted projections)",
-                             arm="r32q4-cal", metric="loss_rise", supports="< 0.02",
-                             refutes="> 0.02", margin=0.02,
-                             unit="fraction of the uncompressed loss"),
-                   Threshold("measured ratio at target 32 (fitted)", arm="r32q4-cal",
-                             metric="kv_compression", stat="range", supports=">= 32",
-                             control=True, unit="×"))),
+                  _goal("loss rise at a measured 32× (4-bit, fitted projections)",
+                        "measured ratio at target 32 (fitted)", "r32q4-cal", 32, 0.02)),
         Extension("the allocation matters",
                   "At 8×, do loss-aware ranks (Palu's method) beat equal ranks in every head "
                   "by at least 0.5% of the loss (half the primary's tolerance)?",
