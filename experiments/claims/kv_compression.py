@@ -283,6 +283,82 @@ def feasible(cfg: transformer.Config, ratio: float, bits: int, log) -> bool:
   return True
 
 
+# The calibrated arms: (name, the arm whose compression the fit starts from).
+FITTED = (("r16-cal", "r16-loss"), ("r32q4-cal", "r32q4-loss"))
+
+
+def fit_arms(params, cfg, seed: int, z: KvCompressionSizes, comps: dict, *, log) -> dict:
+  """Fits the calibrated arms (`FITTED`) from their starting compressions in `comps`.
+
+  Each fit is `analysis.kv.calibrate` on `z.fit_windows` training-split windows of
+  `z.fit_len` tokens (`models.windows(seed, ...)`: never the evaluated files), `z.fit_steps`
+  Adam steps at `z.fit_learning_rate`. An arm whose start is not in `comps` (infeasible at
+  this size) is skipped. The fitted compressions are added to `comps`.
+
+  Returns:
+    `{name: seconds the fit took}`, in `FITTED`'s order.
+  """
+  fit_tokens = models.windows(seed, z.fit_len, z.fit_windows, "train")
+  took = {}
+  for name, start in FITTED:
+    if start not in comps:  # the arm it starts from was infeasible at this size
+      continue
+    t0 = time.perf_counter()
+    comps[name] = jax.block_until_ready(kv.calibrate(
+        params, cfg, comps[start], fit_tokens, z.fit_steps, learning_rate=z.fit_learning_rate,
+        batch_size=z.fit_batch))
+    took[name] = time.perf_counter() - t0
+    log(f"    {name}: fitted in {took[name]:.0f} s ({z.fit_steps} Adam steps)")
+  return took
+
+
+# The arms of the issue-23 goals, as `goals_on` measures them: (name, ratio, bits); the
+# `-cal` arms are fitted from the arm before them (`FITTED`).
+GOAL_ARMS = (("r8-loss", 8, 16), ("r16-loss", 16, 16), ("r16-cal", 16, 16),
+             ("r32q4-loss", 32, 4), ("r32q4-cal", 32, 4))
+
+
+def goals_on(params, cfg, seed: int, z: KvCompressionSizes, tokens, *, log=print) -> dict:
+  """The goal arms' metrics (`GOAL_ARMS`) on evaluation windows the caller chooses.
+
+  The claim's recipe exactly (`measure_seed`): the bases, quantization steps and loss-aware
+  table come from `z.n_calibration` training-split windows of `z.seq_len` tokens for `seed`,
+  the `-cal` arms are fitted by `fit_arms`, and only the evaluated text differs: `tokens`
+  (e.g. `experiments.lab.kvgoals.prose_windows`, text no base model trained on). The
+  calibration and fit windows come from the stdlib training split, so they never overlap a
+  held-out file.
+
+  Args:
+    params, cfg: the model.
+    seed: the model's seed (picks the calibration and fit windows, as in the claim).
+    z: the claim's sizes at this length (`FULL`, or `at_length(FULL, T)`).
+    tokens: `(B, T + 1)` evaluation windows.
+    log: progress lines.
+
+  Returns:
+    `{arm: {"loss_rise", "kv_compression", "loss", "loss_full"[, "fit_s"]}}`; an arm that
+    does not fit this model (32× at 4 bits with under one coefficient per head) is absent.
+  """
+  cal_tokens = models.windows(seed, z.seq_len, z.n_calibration, "train")
+  cal = kvcompress.calibrate(params, cfg, cal_tokens, grid=z.loss_grid,
+                             cost_windows=z.cost_windows)
+  comps = {name: kvcompress.compression(params, cfg, cal, ratio, "loss", bits)
+           for name, ratio, bits in GOAL_ARMS
+           if name.endswith("-loss") and (bits == 16 or feasible(cfg, ratio, bits, log))}
+  took = fit_arms(params, cfg, seed, z, comps, log=log)
+  nll_full = kvcompress.full_nll(params, cfg, tokens)
+  runs = {}
+  for name, _, _ in GOAL_ARMS:
+    if name in comps:
+      runs[name] = _metrics(kvcompress.evaluate(params, cfg, comps[name], tokens,
+                                                nll_full=nll_full))
+      if name in took:
+        runs[name]["fit_s"] = took[name]
+      log(f"    {name}: ratio {runs[name]['kv_compression']:.2f}, loss rise "
+          f"{runs[name]['loss_rise']:+.3%}")
+  return runs
+
+
 def measure_seed(params, cfg, seed: int, z: KvCompressionSizes, *, log) -> tuple[dict, dict]:
   """Every arm's metrics for one model (see the module docstring) and the ranks chosen."""
   runs, ranks = {}, {}
@@ -311,19 +387,9 @@ def measure_seed(params, cfg, seed: int, z: KvCompressionSizes, *, log) -> tuple
   if feasible(cfg, 32, 4, log):
     comp_eval("r32q4-loss", 32, "loss", 4)
   comp_eval("r16-loss", 16, "loss", 16)
-  fit_tokens = models.windows(seed, z.fit_len, z.fit_windows, "train")
-  for name, start, ratio, bits in (("r16-cal", "r16-loss", 16, 16),
-                                   ("r32q4-cal", "r32q4-loss", 32, 4)):
-    if start not in comps:  # the arm it starts from was infeasible at this size
-      continue
-    t0 = time.perf_counter()
-    comps[name] = jax.block_until_ready(kv.calibrate(
-        params, cfg, comps[start], fit_tokens, z.fit_steps, learning_rate=z.fit_learning_rate,
-        batch_size=z.fit_batch))
-    fit_s = time.perf_counter() - t0
-    comp_eval(name, ratio, "loss", bits)
+  for name, fit_s in fit_arms(params, cfg, seed, z, comps, log=log).items():
+    comp_eval(name, None, None, None)
     runs[name]["fit_s"] = fit_s
-    log(f"    {name}: fitted in {fit_s:.0f} s ({z.fit_steps} Adam steps)")
   for bits in z.kivi_bits:
     k = kvcompress.evaluate_kivi(params, cfg, ev, bits, nll_full=nll_full)
     runs[f"kivi{bits}"] = _metrics(k)
