@@ -419,3 +419,54 @@ def test_lora_sizes_refuse_in_domain_arms_without_the_extensions_arm():
   assert lora_claim.QUICK.in_domain_arms == lora_claim.FULL.in_domain_arms == ("lora-qv-r4",)
   with pytest.raises(ValueError, match="in_domain_arms"):
     lora_claim.LoraSizes(**{**lora_claim.QUICK.to_dict(), "in_domain_arms": ("lora-all-r16",)})
+
+
+def test_kv_goals_on_measures_the_goal_arms_as_the_claim_does():
+  """The prose addendum's recipe is the claim's: on the claim's own windows, `goals_on` gives
+  `measure_seed`'s numbers for every goal arm, fitted arms included."""
+  import dataclasses
+  cfg = transformer.preset("tiny").replace(max_len=64)
+  params = transformer.init(cfg, jax.random.key(3))
+  z = dataclasses.replace(kv_compression.QUICK, n_calibration=4, cost_windows=4, n_eval=4,
+                          exact_windows=2, loss_grid=2, fit_windows=4, fit_steps=3)
+  quiet = lambda m: None  # noqa: E731
+  want, _ = kv_compression.measure_seed(params, cfg, 0, z, log=quiet)
+  ev = models.windows(0, z.seq_len, z.n_eval, "val")
+  got = kv_compression.goals_on(params, cfg, 0, z, ev, log=quiet)
+  assert set(got) == {a for a, _, _ in kv_compression.GOAL_ARMS}
+  for arm in got:
+    for k in ("loss_rise", "kv_compression", "loss", "loss_full"):
+      np.testing.assert_allclose(got[arm][k], want[arm][k], rtol=1e-5, atol=1e-7,
+                                 err_msg=f"{arm} {k}")
+  assert {a for a in got if "fit_s" in got[a]} == {"r16-cal", "r32q4-cal"}
+  # the fit moved the projections: the fitted arm is not its SVD start
+  assert got["r16-cal"]["loss"] != got["r16-loss"]["loss"]
+
+
+def test_kv_goals_prose_windows_are_held_out_prose():
+  from experiments.lab import kvgoals
+  files = data.mixed_files()
+  prose = [f for f in files["test"] if data.file_kind(f) == "prose"]
+  assert prose and not set(prose) & (set(files["train"]) | set(files["val"]))
+  raw = kvgoals.prose_bytes()
+  assert len(raw) == sum(len(data.read_files((f,))) for f in prose)
+  w = kvgoals.prose_windows(32, 5)
+  assert w.shape == (5, 33)
+  np.testing.assert_array_equal(w[0], raw[:33])  # evenly spaced from the first byte ...
+  np.testing.assert_array_equal(w[-1], raw[-33:])  # ... to the last
+  with pytest.raises(ValueError, match="T=0"):
+    kvgoals.prose_windows(0, 5)
+
+
+def test_kv_goals_summary_reads_each_goal_from_its_interval():
+  from experiments.lab import kvgoals
+  per = {s: {"r8-loss": {"loss_rise": r8, "kv_compression": 8.0},
+             "r16-cal": {"loss_rise": r16, "kv_compression": 16.0},
+             "r32q4-loss": {"loss_rise": 0.03, "kv_compression": 31.0}}
+         for s, (r8, r16) in enumerate([(0.005, 0.009), (0.006, 0.012), (0.004, 0.010)])}
+  s = kvgoals.summary(per)
+  assert s["r8-loss"]["met"] is True and s["r8-loss"]["loss_rise_pct"] == pytest.approx(0.5)
+  assert s["r16-cal"]["met"] is None  # mean 1.03%, interval straddles 1%
+  assert s["r16-cal"]["margin_pct"] == pytest.approx(1 - 31 / 30)
+  assert s["r32q4-loss"]["met"] is False  # the ratio 31 < 32, whatever the loss
+  assert "r32q4-cal" not in s
