@@ -69,6 +69,15 @@ an **estimate** (steps × step time measured at load ≈ 5; one step of the 10 r
 an arm, batch 16 × 32, with its `κ_eff` readings: `nano` 0.19 s, `mini` 0.43 s, `small`
 2.9 s): 3,600 tuning run-steps and 6,000 reported run-steps per size, plus 6 compilations of
 ≈ 40 s: about 7 min at `nano`, 11 min at `mini` and 50 min at `small`, ≈ 70 min for the three.
+
+**Scale result** (`results/layernorm-condition/`, git 47ebd2a, 4,479 s of wall time in all at
+load 9–11, `nano` and `mini` reused from a stopped run of the same sizes): `nano` reproduced
+the registered numbers (largest `κ_eff` 168.3, supported). The effect **grows** with size:
+LayerNorm's largest `κ_eff` at its tuned rate is 168 [138, 199] at `nano`, 1,234 [782, 1,687]
+at `mini` and 2,929 [2,421, 3,437] at `small`, slope +863 [733, 994] per e-fold of
+parameters. At `mini` and `small` the primary threshold (`< 256`) would be refuted: a norm
+pins each row's scale, and the wider models' normalized inputs are less well conditioned than
+bf16's 8 bits resolve. The verdict stays the registered one, read at `nano`.
 """
 
 from __future__ import annotations
