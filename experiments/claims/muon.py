@@ -71,12 +71,12 @@ Pretraining Optimizers"); our 4× fewer steps is not a measurement of that regim
 
 Scale result (`results/muon/`, git 47ebd2a, 6,282 s of wall time for the three sizes at load
 7–11): `small` reproduced the registered ratio to every digit, and the effect shows **no
-trend** with size: Muon needs 0.221 [0.194, 0.249] of AdamW's steps at `micro` (1.47 tokens
-per parameter; AdamW 3e-3, Muon 3e-2 inside the grid extended to 5.33e-2), 0.249
-[0.159, 0.339] at `mini` (0.46; AdamW 3e-3, Muon 1.69e-2) and 0.2475 [0.212, 0.283] at `small` (0.0715), slope
+trend** with size: Muon needs 0.221 [0.194, 0.249] of AdamW's steps at `micro` (1.47 tokens per
+parameter; AdamW 3e-3, Muon 3e-2 inside the grid extended to 5.33e-2), 0.249 [0.159, 0.339] at
+`mini` (0.46; AdamW 3e-3, Muon 1.69e-2) and 0.2475 [0.212, 0.283] at `small` (0.0715), slope
 +0.008 [−0.013, +0.028] per e-fold of parameters; supported at every size. With the token
-budget fixed, size and tokens per parameter move together here, so this says nothing yet
-about Wen et al.'s shrinking gap at compute-optimal lengths.
+budget fixed, size and tokens per parameter move together here, so this says nothing yet about
+Wen et al.'s shrinking gap at compute-optimal lengths.
 
 Earlier result (3 seeds, the 5-rate grid on one tuning seed, budgets from 0.4 N, before
 pre-registration): tuned rates AdamW 1e-3, Muon 1e-2; every seed's ratio at the grid's
