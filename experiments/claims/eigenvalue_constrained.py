@@ -12,8 +12,9 @@ have refuted the headline: the capped model ending diverged at every rate where 
 or a best loss more than 1% worse.
 
 Full run (5 seeds × 7 learning rates × 2 arms, a tiny byte-level model: D = 32, L = 2,
-200 steps): designed for about 6 minutes on 2 idle CPU cores (longer when the machine is
-shared). `--quick`: one seed, 4 rates, 100 steps (about a minute when shared).
+200 steps): designed for about 6 minutes on 2 idle CPU cores; the registered run took 1,266 s
+of wall time on the shared machine. `--quick`: one seed, 4 rates, 100 steps, at `nano` only
+unless given `--sizes` (about a minute when shared; 285 s at load ≈ 10).
 
 Arms, on the same learning-rate grid (7 log-spaced peak rates 1e-3 … 1, half a decade apart;
 AdamW, b = (0.9, 0.95), weight decay 0.1, cosine decay to 10%, **no warm-up, no gradient
@@ -37,6 +38,26 @@ biases and the LayerNorm gains; it must hold for every run, capped or not).
 
 Expected: the capped model does not end diverged at a rate where AdamW does in ≥ 2/3 of the
 seeds and costs ≤ 1% loss at the best rate.
+
+**Scale axis** (`scale_models`, GPT family): the registered `nano` (the model above:
+`experiments.models.SHAPES["nano"]` with `max_len = seq_len`, see `model_config`), then the
+shapes of the shared `mini` (d 64, L 2, H 4, 132,864 parameters) and `small` (d 128, L 4, H 4,
+858,880), each trained from scratch in both arms; the verdict is read at `nano` alone. `nano`'s
+card counts 34,688 parameters (32 positions); the model at T = 64 has 35,712, so the scale
+fit places it 3% low in parameters (0.03 in log), against a 25× span. Each size reruns the
+whole protocol: the same frozen grid, cap, steps, batches and seeds 0–4 (the grid and cap were
+fixed on seed 100 at `nano`; the protocol tunes nothing per size); only the shape changes
+(`Sizes.model`; the shared shapes keep their 256 learned positions, of which T = 64 are read).
+The primary effect is read only at a size where AdamW ends diverged at some rate in ≥ 2/3 of
+the seeds (the registered run found none at `nano`: n/a, inconclusive); the trend is fitted on
+the sizes where it is read. `micro` is left out: it is `nano`'s width and depth at 1.2× its
+parameters. Cost, an **estimate** (not a run): one step of an arm's 35-run program (7 rates ×
+5 seeds, batch 16 × 64), measured at load 9–11 under `nice -n 10`: AdamW `nano` 4.2 s, `mini`
+7.9 s, `small` 28 s; `cap-hidden` (exact SVD of every hidden matrix of 35 models each step)
+`nano` 3.9 s, `mini` 34 s, `small` 140–410 s (two readings); compilation 110–520 s per arm.
+That is ≈ 30 min at `nano` (the registered run took 1,266 s wall, about 0.7× of this
+estimate), ≈ 2.4 h at `mini` and ≈ 10–24 h at `small` at that load (× 0.7 at the registered
+run's): the `small` size is dominated by the cap's SVDs and costs far more than the other two.
 """
 
 from __future__ import annotations
@@ -51,8 +72,9 @@ import optax
 
 import analysis
 import optim
+import transformer
+from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
-from experiments.lab import stability
 from experiments.train import sweep
 
 CAP = 1.0
@@ -69,15 +91,20 @@ class EigenvalueConstrainedSizes(Sizes):
   """What a run of `eigenvalue-constrained` reads about its size.
 
   Attributes:
+    model: the model shape every arm is trained at from scratch (`experiments.models.config`;
+      see `model_config`): `nano` (D 32, L 2, H 2; the registered model, with `seq_len` learned
+      positions) or a shared model's shape (`mini`, `small`, ...; its own `max_len`).
     lr_range: the smallest and largest peak learning rate of the grid.
     n_rates: rates in the grid, log-spaced over `lr_range` (`np.geomspace`).
     steps: optimizer steps per run.
-    seq_len: training and validation window length (also the model's `max_len`).
+    seq_len: training and validation window length (`nano`'s `max_len`; at most a shared
+      shape's `max_len`).
     batch_size: training windows per step.
     eval_every: steps between validation losses and logit certificates.
     eval_batches: validation batches per evaluation.
   """
 
+  model: str
   lr_range: tuple[float, float]
   n_rates: int
   steps: int
@@ -86,16 +113,49 @@ class EigenvalueConstrainedSizes(Sizes):
   eval_every: int
   eval_batches: int
 
+  def __post_init__(self):
+    if self.model not in models.SHAPES and self.model not in models.RECIPES:
+      raise ValueError(f"EigenvalueConstrainedSizes.model={self.model!r} is unknown. Fix: a "
+                       f"claim's shape {sorted(models.SHAPES)} or a shared model's "
+                       f"{sorted(models.RECIPES)}.")
+    max_len = models.config(self.model).max_len
+    if self.model not in models.SHAPES and self.seq_len > max_len:
+      raise ValueError(f"EigenvalueConstrainedSizes.seq_len={self.seq_len} exceeds the "
+                       f"`{self.model}` shape's max_len={max_len}. Fix: seq_len <= {max_len}, "
+                       "or a model with more positions.")
+
   @property
   def learning_rates(self) -> tuple[float, ...]:
     """The peak-rate grid."""
     return tuple(float(x) for x in np.geomspace(*self.lr_range, self.n_rates))
 
 
-QUICK = EigenvalueConstrainedSizes(lr_range=(1e-3, 1.0), n_rates=4, steps=100, seq_len=64,
-                                   batch_size=16, eval_every=50, eval_batches=4)
-FULL = EigenvalueConstrainedSizes(lr_range=(1e-3, 1.0), n_rates=7, steps=200, seq_len=64,
-                                  batch_size=16, eval_every=50, eval_batches=4)
+QUICK = EigenvalueConstrainedSizes(model="nano", lr_range=(1e-3, 1.0), n_rates=4, steps=100,
+                                   seq_len=64, batch_size=16, eval_every=50, eval_batches=4)
+FULL = EigenvalueConstrainedSizes(model="nano", lr_range=(1e-3, 1.0), n_rates=7, steps=200,
+                                  seq_len=64, batch_size=16, eval_every=50, eval_batches=4)
+
+
+def model_config(z: EigenvalueConstrainedSizes) -> transformer.Config:
+  """The model every arm trains from scratch at size `z`.
+
+  A claim's own shape (`experiments.models.SHAPES`: `nano`) gets `max_len = z.seq_len`, so
+  `nano` at T = 64 is `experiments.lab.stability._tiny(max_len=64)`, the model of the
+  registered results. A shared model's shape keeps its own `max_len` (its `model_card` counts
+  those positions; the rows past `seq_len` are never read), and `EigenvalueConstrainedSizes`
+  refuses a longer `seq_len`.
+
+  Example:
+    >>> import dataclasses
+    >>> from experiments.claims.eigenvalue_constrained import FULL, model_config
+    >>> cfg = model_config(FULL)
+    >>> cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.max_len
+    (32, 2, 2, 64)
+    >>> model_config(dataclasses.replace(FULL, model="small")).max_len
+    256
+  """
+  cfg = models.config(z.model)
+  return cfg.replace(max_len=z.seq_len) if z.model in models.SHAPES else cfg
 
 
 def make_tx_factory(steps: int, cap_names: tuple[str, ...] | None, cap: float = CAP):
@@ -216,7 +276,7 @@ def run(spec: Spec) -> dict:
   z = spec.sizes
   steps, seq_len, batch_size = z.steps, z.seq_len, z.batch_size
   learning_rates = z.learning_rates
-  cfg = stability._tiny(max_len=seq_len)
+  cfg = model_config(z)
   sweeps, runs = {}, {}
   for arm, names in ARMS.items():
     spec.log(f"  eigenvalue-constrained: arm {arm}, {len(learning_rates)} rates × "
@@ -256,7 +316,8 @@ def run(spec: Spec) -> dict:
       f"(finite runs): {cert_all:.4f}; final max logit vs bound, mean over seeds: " + ", ".join(
           f"{arm} {mean(arm, 'max_logit_final'):.3g} ≤ {mean(arm, 'logit_bound_final'):.3g}"
           for arm in ARMS) + ".",
-      f"- Model: {cfg.d_model=}, {cfg.n_layers=}, {cfg.n_heads=}, T = {seq_len}, B = "
+      f"- Model: the `{z.model}` shape from scratch, {cfg.d_model=}, {cfg.n_layers=}, "
+      f"{cfg.n_heads=}, T = {seq_len}, B = "
       f"{batch_size}, {steps} steps, cap σ_max ≤ {CAP} (exact SVD projection after each "
       "step). Divergence = `train_many`'s flag (a 50-step mean loss above 1.5 ln V or "
       "non-finite), so a run can be flagged and still end at a finite loss.",
@@ -350,6 +411,10 @@ CLAIM = Claim(
                              arm="cap-hidden", metric="width_ratio", supports=">= 2",
                              refutes="<= 1"),)),
     ),
+    # `nano`, the registered size (`FULL.model`, a claim's shape: `check_scale_models` takes only
+    # shared models), is added first by the runner: the axis is nano, mini, small (25×).
+    # `micro` is left out: `nano`'s width and depth at 1.2× its parameters.
+    scale_models=("mini", "small"),
     anchors=(
         Anchor("spectral reparametrisation of all linear layers", "trains without warm-up or "
                "LayerNorm; entropy collapse avoided", "Zhai et al. 2023, Stabilizing "

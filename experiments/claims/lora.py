@@ -79,6 +79,30 @@ were far too low: the registered full run (git a24e932) took 6,327 s wall at loa
 beside two other runs (the first arm's tuning alone about 18 minutes), so expect about an hour
 on 2 idle cores.
 
+**Scale axis** (`scale_models = models.CPU_SCALE["gpt"]`): the shared `micro` (d 32, L 2, H 4,
+41,856 parameters), `mini` (d 64, L 2, H 4, 132,864) and `small` (d 128, L 4, H 4, 858,880),
+20.5× in all. The verdict is read at `small` alone, the registered size, whose run is unchanged;
+the other sizes give the primary effect's trend with size. Each size reruns the whole protocol
+on its own shared base models (seeds 0–4, and the tuning seed 100's, which `micro` and `mini`
+train on first use: 400 steps each): every arm's rate is retuned on the tuning seed from the
+same `GRID`, in both settings, then seeds 0–4 train once at those rates, on the same text, 150
+steps of 16 × 128 tokens (every size has 256 positions). Only the model changes. The ranks stay
+the paper's 4 and 16, so an adapter is a larger share of a narrower model: `lora-qv-r4` trains
+4.2% of the hidden matrices' parameters at `micro`, 2.1% at `mini`, 1.0% at `small`;
+`lora-all-r16` 75%, 38%, 19%. Every arm fits every size (the narrowest side of a `micro` hidden
+matrix is 32 ≥ 16); a size too narrow for an arm's rank is refused before anything trains
+(`check_ranks`, a `ValueError` naming the arm and `LoraSizes.model`), never run without the
+arm: the thresholds read `lora-qv-r4` and `lora-all-r16` at every size. Cost, an **estimate**:
+one step of the 6-run tuning program (batch 16 × 128), measured at load 9–11 under
+`nice -n 10`, takes 1.5 s at `micro`, 2.2 s at `mini` and 10 s at `small` (`full` and
+`lora-all-r16` within 15% of each other; the 5-seed programs alike), so `micro` and `mini` cost
+about 15% and 22% of `small`'s 1,800 program-steps: with the registered run's 6,327 s at
+`small`, about 16 and 23 minutes at that run's load, plus each size's 12 compilations (50–115 s
+each at load 10) and its tuning seed's base model: about 2.5–3 hours for the three sizes
+beside other runs, roughly half that on 2 idle cores (not measured). `--quick` runs one size
+unless given `--sizes` (`--sizes quick,micro`: 555 s of wall time at load ≈ 9.5, 182 s of CPU
+time).
+
 The registered full run (5 seeds) refutes it: LoRA rank 4 on `W_Q`, `W_V` ends +9.6% [8.7,
 10.6] above full fine-tuning's test loss on the new text (full fine-tuning gains 0.43 nats;
 both tuned rates inside the grid). Extensions: rank 16 on every hidden matrix +0.76% [0.44,
@@ -151,6 +175,9 @@ class LoraSizes(Sizes):
   in_domain_arms: tuple[str, ...] = ("lora-qv-r4",)
 
   def __post_init__(self):
+    if self.model not in models.RECIPES:
+      raise ValueError(f"LoraSizes.model={self.model!r} is not a shared base model. Fix: one "
+                       f"of experiments.models.RECIPES: {sorted(models.RECIPES)}.")
     unknown = [a for a in self.arms if a not in ARMS]
     if unknown or not {"lora-qv-r4", "lora-all-r16"} <= set(self.arms):
       raise ValueError(f"LoraSizes.arms={self.arms!r}: every arm must be one of {list(ARMS)} "
@@ -324,6 +351,38 @@ def train_arm(bases, cfg, src, seeds, lrs, arm: str, *, steps, batch_size,
                           init_fn=init_fn, eval_every=steps, eval_batches=0)
 
 
+def check_ranks(cfg: transformer.Config, arms, model: str) -> None:
+  """Raises `ValueError` when an arm's rank exceeds `min(D_in, D_out)` of one of its targets.
+
+  `run` calls it before anything trains, so a size too narrow for an arm fails at once, naming
+  the arm and `LoraSizes.model`, instead of after the tuning of the arms before it. No arm is
+  dropped silently: the thresholds read `lora-qv-r4` and `lora-all-r16` at every size. Every
+  GPT size of the scale axis fits every arm (`micro`: every hidden matrix has both sides ≥ 32).
+
+  Example:
+    >>> import transformer
+    >>> from experiments.claims.lora import check_ranks
+    >>> narrow = transformer.Config(vocab_size=256, d_model=8, n_layers=1, n_heads=2)
+    >>> check_ranks(narrow, ("lora-qv-r4",), "narrow")
+    >>> check_ranks(narrow, ("lora-all-r16",), "narrow")
+    Traceback (most recent call last):
+    ...
+    ValueError: lora: arm 'lora-all-r16' has rank 16, above min(D_in, D_out) = 8 of w_q ...
+  """
+  blocks = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))["blocks"]
+  for arm in arms:
+    rank, targets = ARMS[arm]
+    for name in targets:
+      if name not in blocks[HIDDEN[name]]:  # `w_gate` of `ALL_HIDDEN` in a model without one
+        continue
+      d_in, d_out = blocks[HIDDEN[name]][name].shape[-2:]
+      if rank > min(d_in, d_out):
+        raise ValueError(f"lora: arm {arm!r} has rank {rank}, above min(D_in, D_out) = "
+                         f"{min(d_in, d_out)} of {name} ({d_in}, {d_out}) at "
+                         f"LoraSizes.model={model!r}. Fix: a wider model (every GPT size from "
+                         "`micro` up fits every arm); the arms' ranks are frozen in `ARMS`.")
+
+
 def trainable_fraction(cfg: transformer.Config, arm: str) -> float:
   """Trained parameters of `arm` as a fraction of the hidden (block) matrices' parameters."""
   base = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
@@ -494,6 +553,7 @@ def run(spec: Spec) -> dict:
   """Tunes every arm on the tuning seed, then trains the reported seeds; see the docstring."""
   z = spec.sizes
   seeds = tuple(spec.seeds)
+  check_ranks(models.config(z.model), (*z.arms, *z.in_domain_arms), z.model)
   trained = models.base_models(z.model, seeds)
   cfg = trained[0][1]
   bases = [p for p, _ in trained]
@@ -662,6 +722,7 @@ CLAIM = Claim(
                    *_controls("lora-qv-r4", "in-domain"))),
     ),
     tuning_seeds=(TUNE_SEED,),
+    scale_models=models.CPU_SCALE["gpt"],
     anchors=(
         Anchor("LoRA rank for W_q + W_v on GPT-3 (WikiSQL / MultiNLI)", "r = 4 as good as "
                "r = 64 (Table 6)", "Hu et al. 2021, LoRA: Low-Rank Adaptation of Large "

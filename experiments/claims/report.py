@@ -327,7 +327,8 @@ def scale_figure(claim: Claim, scale: dict, run_dir: str, registered: str | None
   fig, ax = plt.subplots(figsize=(7.0, 4.4))
   families = list(dict.fromkeys(r["family"] for r in scale["sizes"]))
   for fam, marker in zip(families, "osD^v<>", strict=False):
-    rs = [r for r in scale["sizes"] if r["family"] == fam and r["effect"] is not None]
+    rs = [r for r in scale["sizes"] if r["family"] == fam and r["effect"] is not None
+          and math.isfinite(r["effect"])]  # a size whose effect is n/a has no point to draw
     if not rs:
       continue
     ax.errorbar([r["params"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),

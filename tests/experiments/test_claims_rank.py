@@ -1,5 +1,6 @@
 """The rank claims (kv-compression, adaptive-rank, lora): measurements, theorem, thresholds."""
 
+import dataclasses
 import itertools
 import pathlib
 
@@ -12,9 +13,10 @@ import scipy.stats
 
 import transformer
 from analysis import kv
-from experiments import data, models
-from experiments.claims import adaptive_rank, kv_compression
+from experiments import data, jsonio, models
+from experiments.claims import CLAIMS, adaptive_rank, kv_compression, runner, table
 from experiments.claims import lora as lora_claim
+from experiments.claims.claim import Spec
 from experiments.claims.runner import decide
 from experiments.lab import kvcompress
 from experiments.train import sweep
@@ -284,6 +286,56 @@ def test_lora_sizes_refuse_arms_the_run_cannot_measure(arms):
   assert lora_claim.FULL.tune and not lora_claim.QUICK.tune
   with pytest.raises(ValueError, match="lora-qv-r4"):
     lora_claim.LoraSizes(**{**lora_claim.QUICK.to_dict(), "arms": arms})
+
+
+def test_lora_registered_size_is_unchanged_and_the_scale_axis_is_the_gpt_family():
+  res = jsonio.load_strict(f"{table.RESULTS_DIR}/lora/results.json")
+  assert (lora_claim.FULL.model, lora_claim.QUICK.model) == ("small", "quick")
+  assert lora_claim.FULL.to_dict() == res["config"]["sizes"]  # the registered run's sizes
+  assert models.config("small").to_dict() == res["config"]["setup"]["model_config"]
+  claim = CLAIMS["lora"]
+  assert claim.scale_models == models.CPU_SCALE["gpt"] == ("micro", "mini", "small")
+  assert claim.to_dict()["scale_models"] == ["micro", "mini", "small"]
+  assert runner.scale_models(claim, quick=False) == ("small", "micro", "mini")  # verdict first
+  assert runner.scale_models(claim, quick=True) == ()
+  assert runner.scale_models(claim, quick=True, sizes=("quick", "micro")) == ("quick", "micro")
+  cards = {n: models.model_card(n) for n in claim.scale_models}
+  assert {n: (c["family"], c["d_model"], c["n_layers"], c["params"]) for n, c in cards.items()} == {
+      "micro": ("gpt", 32, 2, 41_856), "mini": ("gpt", 64, 2, 132_864),
+      "small": ("gpt", 128, 4, 858_880)}
+  assert cards["small"]["params"] >= 8 * cards["micro"]["params"]
+  assert all(c["max_len"] >= lora_claim.FULL.seq_len for c in cards.values())
+
+
+def test_lora_sizes_refuse_a_model_that_is_no_shared_base_model():
+  with pytest.raises(ValueError, match=r"LoraSizes.model='nano' is not a shared base model"):
+    dataclasses.replace(lora_claim.FULL, model="nano")  # a claim's shape: nothing trains it
+
+
+def test_check_ranks_fits_every_scale_size_and_refuses_a_narrow_model(monkeypatch, tmp_path):
+  arms = tuple(lora_claim.ARMS)
+  for name in models.CPU_SCALE["gpt"]:
+    lora_claim.check_ranks(models.config(name), arms, name)  # micro: every side >= 32
+  # The boundary is lora.init's: rank == min(D_in, D_out) fits, one more does not.
+  d16 = transformer.Config(vocab_size=256, d_model=16, n_layers=1, n_heads=2)
+  lora_claim.check_ranks(d16, arms, "d16")
+  jax.eval_shape(lambda: lora.init(transformer.init(d16, jax.random.key(0)), 16,
+                                   jax.random.key(1), lora.ALL_HIDDEN))
+  d8 = d16.replace(d_model=8)
+  lora_claim.check_ranks(d8, ("lora-qv-r4",), "d8")
+  with pytest.raises(ValueError, match=r"arm 'lora-qv-r16' has rank 16, above min\(D_in, "
+                                       r"D_out\) = 8 of w_q \(8, 8\) at LoraSizes.model='d8'"):
+    lora_claim.check_ranks(d8, arms, "d8")
+  with pytest.raises(ValueError, match="rank=16 must be an integer in \\[1, 8\\]"):
+    jax.eval_shape(lambda: lora.init(transformer.init(d8, jax.random.key(0)), 16,
+                                     jax.random.key(1)))
+  # `run` refuses before anything trains (base models are the first thing it would train).
+  monkeypatch.setattr(models, "config", lambda name: d8)
+  monkeypatch.setattr(models, "base_models", lambda *a, **k: pytest.fail("trained"))
+  spec = Spec(quick=True, seeds=(0,), run_dir=str(tmp_path), sizes=lora_claim.QUICK,
+              log=lambda *_: None)
+  with pytest.raises(ValueError, match="arm 'lora-all-r16' has rank 16.*model='quick'"):
+    lora_claim.run(spec)
 
 
 def test_trainable_fraction_by_hand():

@@ -345,6 +345,100 @@ def test_capped_optimizer_keeps_sigma_max_at_cap():
                              rtol=1e-6)
 
 
+def _param_count(cfg):
+  return sum(int(np.prod(x.shape)) for x in
+             jax.tree.leaves(jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))))
+
+
+def test_eigenvalue_constrained_registered_size_is_the_model_of_the_committed_results():
+  """`nano` at T = 64 is `stability._tiny(max_len=64)`, the model every arm trained before the
+  scale axis, field by field; the other fields are the committed run's sizes."""
+  from experiments import jsonio, models
+  from experiments.claims import table
+  from experiments.lab import stability
+
+  res = jsonio.load_strict(f"{table.RESULTS_DIR}/eigenvalue-constrained/results.json")
+  assert {k: v for k, v in ec.FULL.to_dict().items() if k != "model"} == res["config"]["sizes"]
+  for z in (ec.FULL, ec.QUICK):
+    assert (z.model, z.seq_len) == ("nano", 64)
+    old = stability._tiny(max_len=z.seq_len)  # what `run` built before
+    assert dataclasses.asdict(ec.model_config(z)) == dataclasses.asdict(old)
+  assert ec.model_config(ec.FULL).to_dict() == res["config"]["setup"]["model_config"]
+  # `nano` (SHAPES, at T = 32) differs from the registered model in its positions alone.
+  shape, ours = (dataclasses.asdict(c) for c in (models.config("nano"), ec.model_config(ec.FULL)))
+  assert {k for k in shape if shape[k] != ours[k]} == {"max_len"}
+  assert (shape["max_len"], ours["max_len"]) == (32, 64)
+
+
+def test_eigenvalue_constrained_scale_axis_is_nano_mini_small():
+  from experiments import models
+  from experiments.claims import runner
+
+  claim = CLAIMS["eigenvalue-constrained"]
+  assert claim.scale_models == ("mini", "small")  # `nano`, registered, is added first
+  assert runner.scale_models(claim, quick=False) == ("nano", "mini", "small")
+  assert runner.scale_models(claim, quick=True) == ()  # quick runs stay one size
+  assert runner.scale_models(claim, quick=True, sizes=("mini",)) == ("nano", "mini")
+  assert claim.to_dict()["scale_models"] == ["mini", "small"]
+  cards = {n: models.model_card(n) for n in ("nano", "mini", "small")}
+  assert {n: (c["family"], c["d_model"], c["n_layers"], c["n_heads"], c["params"])
+          for n, c in cards.items()} == {"nano": ("gpt", 32, 2, 2, 34_688),
+                                         "mini": ("gpt", 64, 2, 4, 132_864),
+                                         "small": ("gpt", 128, 4, 4, 858_880)}
+  assert cards["small"]["params"] >= 8 * cards["nano"]["params"]
+  # A shared shape trains exactly the family's model, so its card counts what trains; `nano`
+  # trains T = 64 positions where its card counts 32: 32 × 32 more parameters than the card.
+  for n in ("mini", "small"):
+    cfg = ec.model_config(dataclasses.replace(ec.FULL, model=n))
+    assert cfg == models.RECIPES[n].cfg and _param_count(cfg) == cards[n]["params"]
+  assert _param_count(ec.model_config(ec.FULL)) == cards["nano"]["params"] + 32 * 32
+
+
+def test_eigenvalue_constrained_sizes_refuse_unknown_model_and_too_long_seq_len():
+  with pytest.raises(ValueError, match=r"EigenvalueConstrainedSizes.model='gpt2' is unknown"):
+    dataclasses.replace(ec.FULL, model="gpt2")
+  with pytest.raises(ValueError, match=r"EigenvalueConstrainedSizes.seq_len=257 exceeds the "
+                                       r"`mini` shape's max_len=256. Fix: seq_len <= 256"):
+    dataclasses.replace(ec.FULL, model="mini", seq_len=257)
+  assert ec.model_config(dataclasses.replace(ec.FULL, model="mini", seq_len=256)).max_len == 256
+  # `nano` is the claim's own shape: its positions follow seq_len, at any length.
+  assert ec.model_config(dataclasses.replace(ec.FULL, seq_len=512)).max_len == 512
+
+
+@pytest.mark.parametrize("model", ["nano", "mini"])
+def test_eigenvalue_constrained_run_trains_every_arm_at_the_size_it_is_given(
+    model, monkeypatch, tmp_path):
+  from experiments import models
+  from experiments.claims.claim import Spec
+  from experiments.lab import stability
+
+  seen = []
+
+  def fake_sweep(cfg, make_tx, seeds, learning_rates, **kw):
+    seen.append((cfg, kw["seq_len"]))
+    R, S = len(learning_rates), len(seeds)
+    final = np.tile(np.linspace(2.0, 3.0, R)[:, None], (1, S))
+    diverged = np.zeros((R, S), bool)
+    diverged[-1] = len(seen) == 1  # AdamW, the first arm, ends diverged at the top rate
+    return {"final": np.where(diverged, np.inf, final), "diverged": diverged,
+            "spiked": np.zeros((R, S), bool), "ratio": np.full((2, R, S), 0.5),
+            "measured": np.full((2, R, S), 1.0), "bound": np.full((2, R, S), 2.0),
+            "learning_rates": tuple(learning_rates), "seeds": tuple(seeds)}
+
+  monkeypatch.setattr(ec, "sweep_arm", fake_sweep)
+  monkeypatch.setattr(ec, "_figure", lambda *a, **k: "rates.png")
+  z = dataclasses.replace(ec.QUICK, model=model)
+  out = ec.run(Spec(quick=True, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
+                    log=lambda *_: None))
+  want = stability._tiny(max_len=64) if model == "nano" else models.RECIPES[model].cfg
+  assert seen == [(want, 64)] * len(ec.ARMS)
+  assert out["setup"]["model_config"] == want.to_dict()
+  assert out["setup"]["adamw_divergent_rates"] == [1.0]
+  cap = out["runs"]["cap-hidden"][0]
+  assert (cap["diverged_where_adamw_diverges"], cap["best_loss_rel_cost"]) == (0.0, 0.0)
+  assert f"the `{model}` shape from scratch, cfg.d_model={want.d_model}" in out["notes"][-1]
+
+
 def test_sweep_metrics_ratios():
   rows = {L: {"max_dist_from_one": d, "e2e_sigma_max": s, "stream_rms_in": 1.0,
               "stream_rms_out": 1.0} for L, d, s in ((1, 0.4, 1.0), (8, 0.1, 1.5), (2, 0.2, 3.0))}

@@ -469,3 +469,30 @@ def test_claim_cli_takes_lengths(tmp_path, monkeypatch, capsys):
   assert "effect against context: T = 256: 0.11; T = 512: 0.21" in capsys.readouterr().out
   with pytest.raises(SystemExit):
     tour.claim_main(["toy", "--lengths", "256,x", "--out", str(tmp_path)])
+
+
+def test_a_size_whose_effect_is_n_a_is_kept_and_left_out_of_the_fit_and_figure(tmp_path):
+  """A primary effect can be n/a at a size (eigenvalue-constrained: AdamW never diverged), so
+  its value is NaN at every seed: the run still finishes, the row says so, the fit and the
+  figure use the finite sizes only."""
+  effect = {"mini": math.nan, "small": 0.4, "base": math.nan}
+  res, run_dir = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini", "base"),
+                                  root=str(tmp_path), log=quiet)
+  schema.validate_results(jsonio.load_strict(os.path.join(run_dir, "results.json")), ["toy"])
+  rows = {r["model"]: r for r in res["scale"]["sizes"]}
+  assert set(rows) == {"mini", "small", "base"}
+  assert rows["small"]["effect"] == pytest.approx(0.41)
+  assert rows["mini"]["effect"] is None and rows["base"]["effect"] is None  # n/a in the JSON
+  assert res["scale"]["slope"] is None and res["scale"]["trend"] == "no trend"  # one finite size
+  assert os.path.exists(os.path.join(run_dir, "scale.png"))
+  effect["small"] = math.nan  # n/a at every size (its log-x figure once crashed on that)
+  res, run_dir = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini", "base"),
+                                  root=str(tmp_path / "c"), log=quiet)
+  assert [r["effect"] for r in res["scale"]["sizes"]] == [None, None, None]
+  assert res["scale"]["trend"] == "no trend" and os.path.exists(os.path.join(run_dir,
+                                                                            "scale.png"))
+  effect.update(small=0.4, base=0.2)  # two finite sizes: the slope is theirs alone
+  res, _ = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini", "base"),
+                            root=str(tmp_path / "b"), log=quiet)
+  x, y = points(effect, ["small", "base"])
+  assert res["scale"]["slope"] == pytest.approx(scipy.stats.linregress(x, y).slope, rel=1e-9)
