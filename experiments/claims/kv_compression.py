@@ -106,7 +106,7 @@ not carry to long ones at two dimensions per head. But the 36× 4-bit cache (fou
 per head) improves from +2.56% [1.42, 3.71] to +1.30% [0.51, 2.09] (every seed 0.74–2.06%): at
 equal bytes, more dimensions at fewer bits beat fewer dimensions at 16 bits there.
 
-**Addendum on held-out prose** (`python -m experiments.lab.kvgoals`, `goals_on`: this recipe,
+**Addendum on held-out prose** (`python -m experiments.commands.kvgoals`, `goals_on`: this recipe,
 only the evaluated text changed to the `mixed` corpus's test-split prose, ≈ 32k tokens per
 seed; `results/addenda/kv-goals-prose/`, never this claim's verdict). At `small`, T = 128: 8×
 untrained +1.56% [0.79, 2.33], 16× fitted +0.95% [0.66, 1.24], 34× 4-bit +3.06% [1.92, 4.19]
@@ -334,7 +334,7 @@ def goals_on(params, cfg, seed: int, z: KvCompressionSizes, tokens, *, log=print
   The claim's recipe exactly (`measure_seed`): the bases, quantization steps and loss-aware
   table come from `z.n_calibration` training-split windows of `z.seq_len` tokens for `seed`,
   the `-cal` arms are fitted by `fit_arms`, and only the evaluated text differs: `tokens`
-  (e.g. `experiments.lab.kvgoals.prose_windows`, text no base model trained on). The
+  (e.g. `experiments.commands.kvgoals.prose_windows`, text no base model trained on). The
   calibration and fit windows come from the stdlib training split, so they never overlap a
   held-out file.
 

@@ -496,7 +496,7 @@ def test_kv_goals_on_measures_the_goal_arms_as_the_claim_does():
 
 
 def test_kv_goals_prose_windows_are_held_out_prose():
-  from experiments.lab import kvgoals
+  from experiments.commands import kvgoals
   files = data.mixed_files()
   prose = [f for f in files["test"] if data.file_kind(f) == "prose"]
   assert prose and not set(prose) & (set(files["train"]) | set(files["val"]))
@@ -511,7 +511,7 @@ def test_kv_goals_prose_windows_are_held_out_prose():
 
 
 def test_kv_goals_summary_reads_each_goal_from_its_interval():
-  from experiments.lab import kvgoals
+  from experiments.commands import kvgoals
   per = {s: {"r8-loss": {"loss_rise": r8, "kv_compression": 8.0},
              "r16-cal": {"loss_rise": r16, "kv_compression": 16.0},
              "r32q4-loss": {"loss_rise": 0.03, "kv_compression": 31.0}}

@@ -1,7 +1,7 @@
 """The KV-cache goals of issue 23 on held-out prose: an addendum to `kv-compression`.
 
-    python -m experiments.lab.kvgoals --length 128  [--seeds 0 1 2 3 4] [--out DIR]
-    python -m experiments.lab.kvgoals --length 1024
+    python -m experiments.commands.kvgoals --length 128  [--seeds 0 1 2 3 4] [--out DIR]
+    python -m experiments.commands.kvgoals --length 1024
 
 The claim `kv-compression` scores its arms on held-out stdlib *code* (validation files) and
 its verdicts stay those. The issue asks for the goals "on held-out prose": this script measures
@@ -56,7 +56,7 @@ def prose_windows(T: int, n: int) -> np.ndarray:
   """`n` windows of `T + 1` tokens, evenly spaced over `prose_bytes()`: `(n, T + 1)` int32.
 
   Example:
-    >>> from experiments.lab.kvgoals import prose_windows
+    >>> from experiments.commands.kvgoals import prose_windows
     >>> w = prose_windows(16, 3)
     >>> w.shape, w.dtype.name
     ((3, 17), 'int32')
@@ -128,7 +128,7 @@ def report_lines(T: int, model: str, n_windows: int, summ: dict, seeds) -> list[
 
 
 def main(argv=None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m experiments.lab.kvgoals", description=__doc__
+  ap = argparse.ArgumentParser(prog="python -m experiments.commands.kvgoals", description=__doc__
                                .split("\n\n")[0])
   ap.add_argument("--length", type=int, default=kc.FULL.seq_len,
                   help="T of the evaluated windows (128: `small`; 256-1024: llama-small-long)")
