@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 import subprocess
 import time
 import traceback
@@ -351,8 +352,10 @@ def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, l
   return findings
 
 
-def _resume_dir(path: str, claim: Claim, quick: bool, seeds) -> str:
-  """Checks that `path` is a run folder of this claim, quick flag and seeds; returns it."""
+def _resume_dir(path: str, claim: Claim, quick: bool, seeds, root: str) -> str:
+  """Checks that `path` is a run folder of this claim, quick flag and seeds; returns the folder
+  the resumed run writes: `path` itself, or for a kept result (`results/<id>/`, which only
+  `--keep` writes) a new run folder under `root` holding a copy of its saved findings."""
   frozen = os.path.join(path, "claim.json")
   if not os.path.exists(frozen):
     raise ValueError(f"--resume {path}: no claim.json there. Fix: give the folder of an earlier "
@@ -362,7 +365,16 @@ def _resume_dir(path: str, claim: Claim, quick: bool, seeds) -> str:
     raise ValueError(f"--resume {path}: that run is claim {old.get('id')!r}, quick="
                      f"{old.get('quick')}, seeds {old.get('seeds')}; this one is {claim.id!r}, "
                      f"quick={quick}, seeds {list(seeds)}. Fix: resume with the same settings.")
-  return path
+  from experiments.claims import table  # here: table imports every claim
+  kept = os.path.realpath(table.RESULTS_DIR)
+  if os.path.commonpath([os.path.realpath(path), kept]) != kept:
+    return path
+  run_dir = new_run_dir(root, claim.id, quick)
+  for name in ["results.json", *table.saved_findings(path)]:
+    if os.path.exists(os.path.join(path, name)):
+      os.makedirs(os.path.dirname(os.path.join(run_dir, name)), exist_ok=True)
+      shutil.copy2(os.path.join(path, name), os.path.join(run_dir, name))
+  return run_dir
 
 
 def _params(sizes: Sizes) -> int | None:
@@ -429,7 +441,9 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     sizes: base models to measure the primary effect on (overrides `scale_models`; a quick
       run measures one size unless this is given).
     resume: an earlier run folder of this claim (same quick flag and seeds) to finish: sizes
-      and lengths whose `findings.json` records the same sizes and seeds are reused.
+      and lengths whose `findings.json` records the same sizes and seeds are reused. A kept
+      result (`results/<id>/`, with the findings `--keep` copied) is not written to: its
+      findings are copied into a new run folder under `root`, which the run finishes.
     lengths: context lengths to measure the primary effect at (overrides `context_lengths`;
       a quick run measures none unless this is given).
 
@@ -451,7 +465,7 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   names = scale_models(claim, quick, sizes)
   Ts = context_lengths(claim, quick, lengths)
   cards = {n: model_card(n) for n in names}  # before any compute: a missing card fails now
-  run_dir = (_resume_dir(resume, claim, quick, seeds) if resume
+  run_dir = (_resume_dir(resume, claim, quick, seeds, root) if resume
              else new_run_dir(root, claim.id, quick))
   jsonio.dump_strict({**claim.to_dict(), "quick": quick, "seeds": list(seeds)},
                      os.path.join(run_dir, "claim.json"))

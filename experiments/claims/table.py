@@ -54,12 +54,28 @@ def committed_runs(root: str = RESULTS_DIR) -> dict[str, dict]:
 KEEP_MAX_BYTES = 1_000_000  # a committed file is small: no checkpoints, no arrays
 
 
+def saved_findings(run_dir: str) -> list[str]:
+  """The findings a run saved for `--resume`, as paths relative to `run_dir`.
+
+  The registered run's `findings.json` (saved when the run has lengths but no sizes), and
+  each `size-<model>/findings.json` and `context-T<T>/findings.json`, sorted.
+  """
+  subs = sorted(d for d in os.listdir(run_dir) if d.startswith(("size-", "context-T"))
+                and os.path.isdir(os.path.join(run_dir, d)))
+  found = [os.path.join(d, "findings.json") for d in ["", *subs]]
+  return [f for f in found if os.path.isfile(os.path.join(run_dir, f))]
+
+
 def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
   """Copies a full run's folder to `root/<claim-id>/`, replacing what was kept; returns it.
 
   Only a full run on the claim's pre-registered seeds is kept (a quick run or an addendum is
   refused with the reason), and only its small files: `claim.json`, `results.json`,
-  `report.md` and figures, each under `KEEP_MAX_BYTES`. The folder is written under a
+  `report.md` and figures, each under `KEEP_MAX_BYTES`, and the findings each size and length
+  saved (`size-<model>/findings.json`, `context-T<T>/findings.json`, `findings.json`: the
+  per-seed metrics behind `scale` and `context`), those under `KEEP_MAX_BYTES` (a larger one
+  is left in the run folder). `claim ID --resume results/ID` on another machine reuses them:
+  a run longer than one sitting can land size by size. The folder is written under a
   temporary name and renamed into place, so a crash leaves the old result whole.
   """
   from experiments.claims import CLAIMS
@@ -79,12 +95,15 @@ def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
   if big:
     raise ValueError(f"{run_dir}: {big} exceed {KEEP_MAX_BYTES} bytes; results/ keeps small "
                      "files only. Fix: write smaller figures.")
+  names += [f for f in saved_findings(run_dir)
+            if os.path.getsize(os.path.join(run_dir, f)) <= KEEP_MAX_BYTES]
   dest = os.path.join(root, claim.id)
   tmp, old = dest + ".tmp", dest + ".old"
   for d in (tmp, old):
     shutil.rmtree(d, ignore_errors=True)
   os.makedirs(tmp)
   for n in names:
+    os.makedirs(os.path.dirname(os.path.join(tmp, n)), exist_ok=True)
     shutil.copy2(os.path.join(run_dir, n), os.path.join(tmp, n))
   if os.path.exists(dest):
     os.rename(dest, old)

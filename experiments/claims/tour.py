@@ -170,7 +170,8 @@ def claim_main(argv=None) -> int:
                       "at_length picks the model and counts at each T; never the verdict")
   p.add_argument("--resume", metavar="RUN_DIR", default=None,
                  help="finish an earlier run folder of this claim (same --quick and --seeds): "
-                      "sizes and lengths already saved there are reused, not run again")
+                      "sizes and lengths already saved there are reused, not run again. A kept "
+                      "result (results/ID) is copied into a new run folder, never written to")
   p.add_argument("--out", default="runs", help="the runs folder")
   p.add_argument("--keep", action="store_true",
                  help="copy the finished full run (pre-registered seeds) to results/ID/, the "

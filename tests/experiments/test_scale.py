@@ -202,6 +202,32 @@ def test_a_crashed_size_loses_nothing_and_resume_reruns_only_it(tmp_path):
     runner.run_claim(fixed, quick=True, resume=run_dir, log=quiet)
 
 
+def test_a_kept_run_keeps_its_findings_and_resumes_on_another_machine(tmp_path, monkeypatch):
+  effect = {"mini": 0.5, "small": 0.4, "base": 0.3}
+  calls = []
+  claim = scale_claim(fake_run(effect, calls))
+  monkeypatch.setitem(CLAIMS, "toy", claim)
+  monkeypatch.setattr(table, "RESULTS_DIR", str(tmp_path / "results"))
+  res, run_dir = runner.run_claim(claim, sizes=("mini",), root=str(tmp_path / "a"), log=quiet)
+  kept = table.keep(run_dir, table.RESULTS_DIR)
+  assert table.saved_findings(kept) == ["size-mini/findings.json", "size-small/findings.json"]
+  before = {f: open(os.path.join(kept, f)).read() for f in ("results.json", "report.md")}
+  calls.clear()  # a fresh machine: the first run folder is gone, only results/ is left
+  again, new_dir = runner.run_claim(claim, sizes=("mini", "base"), resume=kept,
+                                    root=str(tmp_path / "b"), log=quiet)
+  assert [m for m, _ in calls] == ["base"]  # the kept sizes were reused, not run again
+  assert os.path.commonpath([new_dir, str(tmp_path / "b")]) == str(tmp_path / "b")
+  assert {f: open(os.path.join(kept, f)).read() for f in before} == before  # results/ untouched
+  assert [r["model"] for r in again["scale"]["sizes"]] == ["mini", "small", "base"]
+  assert again["scale"]["sizes"][:2] == res["scale"]["sizes"]
+  assert again["verdict"] == res["verdict"] and again["runtime_s"] >= res["runtime_s"]
+  big = os.path.join(new_dir, "size-base", "findings.json")
+  with open(big, "a") as f:
+    f.write(" " * table.KEEP_MAX_BYTES)  # findings too large for results/ stay in the run
+  assert table.saved_findings(table.keep(new_dir, table.RESULTS_DIR)) == [
+      "size-mini/findings.json", "size-small/findings.json"]
+
+
 def test_a_crash_at_the_registered_size_is_raised(tmp_path):
   claim = scale_claim(fake_run({"mini": 0.5, "small": 0.4}, fail=("small",)))
   with pytest.raises(RuntimeError, match="small"):
