@@ -203,11 +203,11 @@ def budget(sizes: Sizes, params: int | None) -> dict | None:
 def scale_models(claim: Claim, quick: bool, sizes: Sequence[str] | None = None) -> tuple[str, ...]:
   """The base models a run measures, the registered one first; `()` for a one-size run.
 
-  `sizes` (the command line's `--sizes`) overrides the claim's `scale_models`; a quick run
-  uses one size unless `sizes` is given. The registered model (the run's `Sizes.model`, where
-  the verdict is read) is added when missing.
+  `sizes` (the command line's `--sizes`) overrides the claim's `scale_models`, and `()` asks
+  for the registered size alone; a quick run uses one size unless `sizes` is given. The
+  registered model (the run's `Sizes.model`, where the verdict is read) is added when missing.
   """
-  names = tuple(sizes) if sizes else (() if quick else claim.scale_models)
+  names = tuple(sizes) if sizes is not None else (() if quick else claim.scale_models)
   if not names:
     return ()
   claim.check_scale_models(names, "--sizes" if sizes else "scale_models")
@@ -438,8 +438,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
       Other seeds make an addendum: its verdict is reported, the registered one stays.
     root: the `runs` folder.
     log: where progress lines go.
-    sizes: base models to measure the primary effect on (overrides `scale_models`; a quick
-      run measures one size unless this is given).
+    sizes: base models to measure the primary effect on (overrides `scale_models`; `()`:
+      the registered size alone; a quick run measures one size unless this is given).
     resume: an earlier run folder of this claim (same quick flag and seeds) to finish: sizes
       and lengths whose `findings.json` records the same sizes and seeds are reused. A kept
       result (`results/<id>/`, with the findings `--keep` copied) is not written to: its

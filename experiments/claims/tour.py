@@ -1,6 +1,6 @@
 """The tour: every claim in order, one verdict table. Also the `claim` command.
 
-    python -m experiments tour [--quick] [--only ID ...]     # make demo: tour --quick
+    python -m experiments tour [--quick] [--only ID ...] [--scale]  # make demo: tour --quick
     python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4] [--sizes mini,small,base]
                                    [--lengths 256,1024] [--resume RUN_DIR] [--keep]
 
@@ -11,7 +11,10 @@ report.md}`: one table of all 14 claims (kind, primary verdict, key number with 
 interval, trend with size, published anchor; a quick tour also shows the committed full
 verdict from `results/`), then one short paragraph per claim linking its own report.
 `--quick` takes about 5 minutes for all 14 claims on 2 idle CPU cores (279 s measured,
-training the shared `quick` models included).
+training the shared `quick` models included). A full tour reads every verdict at its
+registered size, with each context claim's lengths; `--scale` adds every claim's other sizes,
+which take hours per claim on 2 CPU cores (each claim's `runtime_s` in `results/` says how
+many), so the trends with size are run claim by claim with `claim ID` and kept in `results/`.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def _opening(log) -> list[str]:
           "```", buf.getvalue().rstrip(), "```"]
 
 
-def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print) -> tuple[dict, str]:
+def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print,
+             scale: bool = False) -> tuple[dict, str]:
   """Runs the (selected) built claims in order; returns `(tour results, tour folder)`.
 
   Args:
@@ -54,6 +58,9 @@ def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print) -
     only: claim ids to run (default all built); the others appear with reason "not run".
     root: the `runs` folder.
     log: where the progress lines go.
+    scale: also run each claim's other sizes (`scale_models`). Off by default: a full tour
+      reads every verdict at its registered size, with the context lengths, and the trends
+      with size come from `claim ID` (hours per claim on 2 CPU cores).
 
   Returns:
     The tour's `results.json` dict and its folder.
@@ -83,7 +90,8 @@ def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print) -
       continue
     t0 = time.perf_counter()
     try:
-      res, run_dir = run_claim(claim, quick=quick, root=root, log=log)
+      res, run_dir = run_claim(claim, quick=quick, root=root, log=log,
+                               sizes=None if scale else ())
     except Exception as e:  # a broken claim is reported, and the tour goes on
       traceback.print_exc()
       entries.append({"claim": claim.id, "verdict": "inconclusive",
@@ -119,9 +127,12 @@ def tour_main(argv=None) -> int:
   p.add_argument("--quick", action="store_true", help="small sizes, one seed (indicative)")
   p.add_argument("--only", nargs="+", metavar="ID", default=None, help="run only these claims")
   p.add_argument("--out", default="runs", help="the runs folder")
+  p.add_argument("--scale", action="store_true",
+                 help="also run each claim's other sizes (its scale_models; hours per claim on "
+                      "CPU); by default each verdict is read at its registered size only")
   args = p.parse_args(argv)
   try:
-    tour, _ = run_tour(quick=args.quick, only=args.only, root=args.out)
+    tour, _ = run_tour(quick=args.quick, only=args.only, root=args.out, scale=args.scale)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

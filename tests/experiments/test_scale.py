@@ -228,6 +228,23 @@ def test_a_kept_run_keeps_its_findings_and_resumes_on_another_machine(tmp_path, 
       "size-mini/findings.json", "size-small/findings.json"]
 
 
+def test_a_full_tour_reads_registered_sizes_and_scale_adds_the_others(tmp_path, monkeypatch):
+  calls = []
+  claim = dataclasses.replace(scale_claim(fake_run({"mini": 0.5, "small": 0.4, "base": 0.3},
+                                                   calls), scale_models=("mini", "base")),
+                              id="causal-mask")
+  monkeypatch.setattr(tour, "CLAIMS", {claim.id: claim})
+  monkeypatch.setattr(tour, "_opening", lambda log: ["opening"])
+  res, _ = tour.run_tour(root=str(tmp_path), log=quiet)
+  assert [m for m, _ in calls] == ["small"]  # 4 hours for the tour: the sizes are `claim ID`'s
+  assert jsonio.load_strict(res["claims"][0]["results"])["scale"] is None
+  calls.clear()
+  res, _ = tour.run_tour(root=str(tmp_path), log=quiet, scale=True)
+  assert [m for m, _ in calls] == ["small", "mini", "base"]
+  scale = jsonio.load_strict(res["claims"][0]["results"])["scale"]
+  assert [r["model"] for r in scale["sizes"]] == ["mini", "small", "base"]
+
+
 def test_a_crash_at_the_registered_size_is_raised(tmp_path):
   claim = scale_claim(fake_run({"mini": 0.5, "small": 0.4}, fail=("small",)))
   with pytest.raises(RuntimeError, match="small"):
