@@ -139,6 +139,20 @@ def scale_sentence(scale: dict) -> str:
   return f"With scale ({span}), {words}: {slope}."
 
 
+def reading_text(row: dict) -> str:
+  """A scale or context row's registered-rule reading, e.g. `inconclusive (failed control: x)`.
+
+  Example:
+    >>> from experiments.claims.report import reading_text
+    >>> reading_text({"verdict": "inconclusive", "failed_controls": ["full learns"]})
+    '**inconclusive** (failed control: full learns)'
+  """
+  if "verdict" not in row:
+    return "—"
+  failed = row.get("failed_controls") or []
+  return f"**{row['verdict']}**" + (f" (failed control: {', '.join(failed)})" if failed else "")
+
+
 def size_test(th: Threshold, row: dict) -> tuple[str, str]:
   """The primary threshold's test applied to one size's interval: `(outcome, why)`.
 
@@ -177,9 +191,12 @@ def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
   lines = [f"{h}# Scale: the primary effect against model size", "",
            f"The primary effect *{th.name}*{unit} at each size, on the same seeds; the verdict "
            f"above is read only at the registered size `{registered}`. The threshold column "
-           "applies the primary threshold's test to that size's interval.", ""]
+           "applies the primary threshold's test to that size's interval; where the run "
+           "recorded it, the last column applies the registered rule, every threshold and "
+           "control, to that size's runs (a failed control blocks what needs it).", ""]
   rows = []
   budgets = any(r.get("tokens_per_param") is not None for r in scale["sizes"])
+  read = any("verdict" in r for r in scale["sizes"])
   for r in scale["sizes"]:
     outcome, why = size_test(th, r)
     lo, hi = r["ci"]
@@ -188,15 +205,18 @@ def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
                  r["family"], params_text(r["params"]), *(spent if budgets else []),
                  fmt(r["effect"]),
                  f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None else "n/a (one seed)",
-                 f"{outcome}: {why}"])
+                 f"{outcome}: {why}", *([reading_text(r)] if read else [])])
   lines += table(["model", "family", "parameters", *(["tokens / param"] if budgets else []),
-                  "effect", "95% CI", "primary threshold at this size"], rows)
+                  "effect", "95% CI", "primary threshold at this size",
+                  *(["every threshold and control at this size"] if read else [])], rows)
   last = scale["sizes"][-1]
   outcome, why = size_test(th, last)
   note = (" (the verdict reads the range over seeds; this test reads the 95% interval)"
           if th.stat == "range" else "")
+  whole = (f"; with every threshold and control the registered rule there gives "
+           f"{reading_text(last)}" if "verdict" in last else "")
   lines += [f"At the largest size (`{last['model']}`, {params_text(last['params'])} params) the "
-            f"primary threshold would be **{outcome}**: {why}{note}.", ""]
+            f"primary threshold would be **{outcome}**: {why}{note}{whole}.", ""]
   if scale.get("families"):
     lines += ["With two families the trend is the slope shared by both, each with its own "
               "intercept; each family's own fit:", ""]
@@ -238,16 +258,20 @@ def context_markdown(claim: Claim, results: dict, h: str, trend_: dict | None) -
   lines = [f"{h}# Context: the primary effect against the length T", "",
            f"The primary effect *{th.name}*{unit} at each context length, on the same seeds "
            "(each length's model and counts are the claim's `at_length`; see the notes). The "
-           "verdict above is never read from these runs; the last column applies the primary "
-           "threshold's test to each length's interval.", ""]
+           "verdict above is never read from these runs; the threshold column applies the "
+           "primary threshold's test to each length's interval, and, where the run recorded "
+           "it, the last column the registered rule, every threshold and control, to that "
+           "length's runs (a failed control blocks what needs it).", ""]
   rows = []
+  read = any("verdict" in r for r in results["context"])
   for r in results["context"]:
     outcome, why = size_test(th, r)
     lo, hi = r["ci"]
     rows.append([str(r["T"]), fmt(r["effect"]),
                  f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None else "n/a (one seed)",
-                 f"{outcome}: {why}"])
-  lines += table(["T (tokens)", "effect", "95% CI", "primary threshold at this T"], rows)
+                 f"{outcome}: {why}", *([reading_text(r)] if read else [])])
+  lines += table(["T (tokens)", "effect", "95% CI", "primary threshold at this T",
+                  *(["every threshold and control at this T"] if read else [])], rows)
   if trend_:
     lines += [context_sentence(results["context"], trend_), ""]
   return lines

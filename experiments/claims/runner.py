@@ -216,6 +216,15 @@ def scale_models(claim: Claim, quick: bool, sizes: Sequence[str] | None = None) 
   return ordered if len(ordered) > 1 else ()
 
 
+def reading(claim: Claim, runs: dict, seeds) -> dict:
+  """`{"verdict", "failed_controls"}`: the registered rule (`decide`) applied to one size's or
+  length's runs, every threshold and control included; it never replaces the verdict."""
+  v, _, evals = decide(claim.thresholds, runs, seeds)
+  return {"verdict": v, "failed_controls": [th.name for th, ev in
+                                            zip(claim.thresholds, evals, strict=True)
+                                            if th.control and not ev["supports"]]}
+
+
 def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str, dict],
                 tokens: dict[str, int | None] | None = None) -> dict:
   """`results.json`'s `scale`: the primary effect per size, its slope on log(params), the trend.
@@ -229,10 +238,11 @@ def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str,
       size's row adds `tokens_per_param`.
 
   Returns:
-    `{"sizes": [{"family", "model", "params", "effect", "ci"}, ...] (by params), "slope",
-    "slope_ci", "trend"}`: `effect`/`ci` are the paired mean and its 95% t-interval at that
-    size; the slope is the least-squares fit of every (size, seed) point's effect on
-    `log(params)` (per e-fold of parameters), its interval from t. With two families or more
+    `{"sizes": [{"family", "model", "params", "effect", "ci", "verdict", "failed_controls"},
+    ...] (by params), "slope", "slope_ci", "trend"}`: `effect`/`ci` are the paired mean and its
+    95% t-interval at that size, `verdict` the registered rule at that size (`reading`); the
+    slope is the least-squares fit of every (size, seed) point's effect on `log(params)` (per
+    e-fold of parameters), its interval from t. With two families or more
     the slope is the common one with an intercept per family (`stats.ols_slope`'s `groups`),
     and `"families"` adds `{family: {"slope", "slope_ci", "trend"}}`, each family's own fit.
   """
@@ -241,7 +251,8 @@ def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str,
   for name, runs in per_size.items():
     v = paired_values(runs, th.arm, th.metric, th.baseline, seeds)
     m, ci = mean_ci95(v)
-    rows.append({**cards[name], "effect": m, "ci": list(ci) if ci else [None, None]})
+    rows.append({**cards[name], "effect": m, "ci": list(ci) if ci else [None, None],
+                 **reading(claim, runs, seeds)})
     if (tokens or {}).get(name) is not None:
       rows[-1]["tokens_per_param"] = tokens[name] / cards[name]["params"]
     points += [(cards[name]["family"], math.log(cards[name]["params"]), float(e))
@@ -290,8 +301,9 @@ def context_block(claim: Claim, per_length: dict[int, dict], seeds) -> tuple[lis
     seeds: the seeds every length ran.
 
   Returns:
-    `([{"T", "effect", "ci"}, ...] by T, {"slope", "slope_ci", "trend"})`: the paired mean and
-    its 95% t-interval at each `T`; the least-squares slope of every (T, seed) point's effect
+    `([{"T", "effect", "ci", "verdict", "failed_controls"}, ...] by T, {"slope", "slope_ci",
+    "trend"})`: the paired mean and its 95% t-interval at each `T` and the registered rule
+    there (`reading`); the least-squares slope of every (T, seed) point's effect
     on `log T` (per e-fold of context) and the trend it implies (`stats.trend`).
   """
   th = claim.primary
@@ -299,7 +311,8 @@ def context_block(claim: Claim, per_length: dict[int, dict], seeds) -> tuple[lis
   for T in sorted(per_length):
     v = paired_values(per_length[T], th.arm, th.metric, th.baseline, seeds)
     m, ci = mean_ci95(v)
-    rows.append({"T": int(T), "effect": m, "ci": list(ci) if ci else [None, None]})
+    rows.append({"T": int(T), "effect": m, "ci": list(ci) if ci else [None, None],
+                 **reading(claim, per_length[T], seeds)})
     xs += [math.log(T)] * int(np.isfinite(v).sum())
     ys += v[np.isfinite(v)].tolist()
   try:

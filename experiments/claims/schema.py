@@ -23,6 +23,8 @@ SCALE_SIZE_KEYS = ("family", "model", "params", "effect", "ci")  # + optional to
 BUDGET_KEYS = ("train_tokens", "params", "tokens_per_param")
 TRENDS = ("grows", "shrinks", "no trend")
 CONTEXT_KEYS = ("T", "effect", "ci")
+# optional in a scale or context row (runs kept since 2026-12-02): the registered rule there
+READING_KEYS = ("verdict", "failed_controls")
 EFFECT_KEYS = ("name", "arm", "baseline", "metric", "mean", "ci95")
 TOUR_KEYS = ("quick", "runtime_s", "claims")
 TOUR_ENTRY_KEYS = ("claim", "verdict", "reason", "results")
@@ -83,8 +85,9 @@ def validate_scale(sc) -> None:
         "must list at least two sizes")
   for i, row in enumerate(sc["sizes"]):
     where = f"scale.sizes[{i}]"
-    _keys({k: v for k, v in row.items() if k != "tokens_per_param"} if isinstance(row, dict)
-          else row, SCALE_SIZE_KEYS, where)
+    _keys({k: v for k, v in row.items() if k not in ("tokens_per_param", *READING_KEYS)}
+          if isinstance(row, dict) else row, SCALE_SIZE_KEYS, where)
+    _reading(row, where)
     _need(row.get("tokens_per_param") is None or (_is_num(row["tokens_per_param"])
                                                   and row["tokens_per_param"] > 0),
           f"{where}.tokens_per_param", "must be a positive number when given")
@@ -102,11 +105,22 @@ def validate_scale(sc) -> None:
   _need(_interval(sc["slope_ci"]), "scale.slope_ci", "must be [lo, hi] of numbers or nulls")
 
 
+def _reading(row: dict, where: str) -> None:
+  """A row's optional reading: `verdict` (one of `VERDICTS`) with `failed_controls` (names)."""
+  if "verdict" in row or "failed_controls" in row:
+    _need(row.get("verdict") in VERDICTS, f"{where}.verdict", f"must be one of {VERDICTS}")
+    fc = row.get("failed_controls")
+    _need(isinstance(fc, list) and all(isinstance(n, str) for n in fc),
+          f"{where}.failed_controls", "must be a list of threshold names")
+
+
 def validate_context(ctx) -> None:
   """Checks `results.json`'s `context`: `[{"T", "effect", "ci"}, ...]` or null."""
   _need(isinstance(ctx, list), "context", "must be a list or null")
   for i, row in enumerate(ctx):
-    _keys(row, CONTEXT_KEYS, f"context[{i}]")
+    _keys({k: v for k, v in row.items() if k not in READING_KEYS} if isinstance(row, dict)
+          else row, CONTEXT_KEYS, f"context[{i}]")
+    _reading(row, f"context[{i}]")
     _need(isinstance(row["T"], int) and not isinstance(row["T"], bool) and row["T"] > 0,
           f"context[{i}].T", "must be a positive integer (tokens)")
     _need(_is_num(row["effect"]), f"context[{i}].effect", "must be a number or null")

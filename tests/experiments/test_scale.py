@@ -134,7 +134,8 @@ def test_sizes_run_through_the_runner_with_slope_equal_to_scipys(tmp_path):
   assert [r["model"] for r in sc["sizes"]] == ["mini", "small", "base"]  # by params
   ci = scipy.stats.t.interval(0.95, 2, loc=0.51, scale=scipy.stats.sem([0.5, 0.51, 0.52]))
   assert sc["sizes"][0] == {"family": "GPT", "model": "mini", "params": 100_000,
-                            "effect": pytest.approx(0.51), "ci": pytest.approx(list(ci))}
+                            "effect": pytest.approx(0.51), "ci": pytest.approx(list(ci)),
+                            "verdict": "supported", "failed_controls": []}
   x, y = points(effect, ["mini", "small", "base"])
   ref = scipy.stats.linregress(x, y)
   half = scipy.stats.t.ppf(0.975, len(x) - 2) * ref.stderr
@@ -243,6 +244,39 @@ def test_a_full_tour_reads_registered_sizes_and_scale_adds_the_others(tmp_path, 
   assert [m for m, _ in calls] == ["small", "mini", "base"]
   scale = jsonio.load_strict(res["claims"][0]["results"])["scale"]
   assert [r["model"] for r in scale["sizes"]] == ["mini", "small", "base"]
+
+
+def test_each_size_and_length_records_the_registered_rule_with_its_controls(tmp_path):
+  learned = {"mini": 0.9, "small": 0.8, "base": 0.3}  # the instrument fails at `base`
+  inner = fake_run({"mini": 0.5, "small": 0.4, "base": 0.3})
+
+  def run(spec):
+    out = inner(spec)
+    for s, m in out["runs"]["control"].items():
+      m["learned"] = learned[spec.sizes.model] + 0.01 * s
+    return out
+
+  works = Threshold("control learns", "control", "learned", supports=">= 0.5", control=True)
+  claim = scale_claim(run, thresholds=(GAIN, works), context_lengths=(256,),
+                      at_length=lambda sizes, T: dataclasses.replace(sizes, model="base"))
+  res, run_dir = runner.run_claim(claim, sizes=("mini", "base"), root=str(tmp_path), log=quiet)
+  schema.validate_results(jsonio.load_strict(os.path.join(run_dir, "results.json")), ["toy"])
+  by_model = {r["model"]: r for r in res["scale"]["sizes"]}
+  assert res["verdict"] == "supported"  # read at `small` only
+  assert (by_model["mini"]["verdict"], by_model["mini"]["failed_controls"]) == ("supported", [])
+  assert (by_model["base"]["verdict"], by_model["base"]["failed_controls"]) == (
+      "inconclusive", ["control learns"])
+  assert report.size_test(GAIN, by_model["base"])[0] == "supported"  # the threshold alone
+  (ctx,) = res["context"]
+  assert (ctx["T"], ctx["verdict"], ctx["failed_controls"]) == (256, "inconclusive",
+                                                                 ["control learns"])
+  text = open(os.path.join(run_dir, "report.md")).read()
+  assert "**inconclusive** (failed control: control learns)" in text
+  assert "the registered rule there gives **inconclusive** (failed control: control learns)" \
+      in text
+  bad = dict(by_model["base"], verdict="maybe")
+  with pytest.raises(ValueError, match=r"scale.sizes\[0\].verdict"):
+    schema.validate_scale({**res["scale"], "sizes": [bad, by_model["mini"]]})
 
 
 def test_a_crash_at_the_registered_size_is_raised(tmp_path):
