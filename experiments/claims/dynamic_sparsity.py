@@ -75,34 +75,38 @@ shared cores, one jitted step of the 5-seed recall program, MoBA, batch 32 × 16
 Scaling the registered run's wall time at `mini` (1,018 s alone in its first full run; about
 two thirds recall) by those ratios: `small` ≈ 80 min, `llama-small` ≈ 90 min, `llama-mini` ≈
 20 min, `micro` and `llama-micro` at most `mini`'s ≈ 17 min each; ≈ 4 h for the six sizes, plus
-the context lengths 64 and 256 at `mini` (≈ 15 min). `--quick` runs one size (`mini`), as
-before.
+the context lengths at `mini`. Measured in the first full run (two processes sharing 2
+otherwise idle cores, 2026-12-02): `micro` and `llama-micro` 7 min each, `llama-mini` 9 min,
+`small` 40 min, `llama-small` 20 min; the lengths 64, 256 and 1024 took 6, 9 and
+50 min. `--quick` runs one size (`mini`), as before.
 
-**The context axis** (`context_lengths = (16, 64, 256)`; never read by the verdict): does
-the gate still find the key when it is far away? `at_length` makes the model read `T` tokens
-of recall (`T + 1` with the last answer): the pairs stay first and the queries last, and
-`T − 16` distractors (ids that are no key, value or marker, drawn per sequence) fill the gap
-(`RecallSource`), so every key lies `T − 13 … T − 1` positions before its query while full
+**The context axis** (`context_lengths = (16, 64, 256, 1024)`; never read by the verdict):
+does the gate still find the key when it is far away? `at_length` makes the model read `T`
+tokens of recall (`T + 1` with the last answer): the pairs stay first and the queries last,
+and `T − 16` distractors (ids that are no key, value or marker, drawn per sequence) fill the
+gap (`RecallSource`), so every key lies `T − 13 … T − 1` positions before its query while full
 attention can still match it exactly. The key budget stays `FULL`'s (window 4; blocks of 2,
-top-1), so at `T = 256` a query near the end reads 4 of its ~256 causal keys. The batch
-shrinks so the tokens per step stay `32 · 16` (batch 32, 8, 2), the held-out batches grow so
-the answers scored stay 512, the rate is tuned again on seed 100 at each `T`, the model's
-`max_len` follows `T` past 256, and the stdlib half is not run. Caveat: the answers seen per
-step fall as `1/T`, so the trend mixes distance with supervision; each length's findings
-give full attention's own accuracy (tuning seed 100, rate 1e-3, measured once: 0.57 at
-`T = 64`, 0.51 at `T = 256`, against 0.67 at 16 above). `T = 1024` is left out: at batch 1
-a 5-seed full-attention step took 3.3 s on the 2 shared CPU cores (load ≈ 5; 0.38 s at
-`T = 256`), about 80 minutes for that one length against about 14 at 256, and fewer steps
-cannot be justified where one sequence of 4 answers per step is all the model sees (run it
-on an accelerator with `--lengths 16,64,256,1024`).
+top-1), so at `T = 1024` a query near the end reads 4 of its ~1,024 causal keys. The batch
+shrinks so the tokens per step stay near `32 · 16` (batch 32, 8, 2, 1), the held-out batches
+grow so the answers scored stay 512, the rate is tuned again on seed 100 at each `T`, the
+model's `max_len` follows `T` past 256, and the stdlib half is not run. Caveat: the answers
+seen per step fall as `1/T`, so the trend mixes distance with supervision, and each length's
+own controls say whether full attention still learns the task there.
 
-**Context result** (`results/dynamic-sparsity/`, git 5983edc; 951 s wall at load 3–4, the
-registered run reproduced): `moba − local` recall accuracy is +0.29 [0.07, 0.52] at T = 16
-(registered, inconclusive), +0.28 [0.25, 0.30] at 64 (above the +0.10 margin) and +0.08
-[−0.02, 0.17] at 256 (inconclusive); the adaptation shrinks with distance (slope −0.079
-[−0.138, −0.019] per e-fold of T). Seed means at 256: full 0.52, MoBA 0.33, window 0.25
-(chance 0.25), so full attention barely clears its 0.5 control there while MoBA's gate
-mostly stops finding the far block; at 64: full 0.60, MoBA 0.51, window 0.24.
+**Context result** (`results/dynamic-sparsity/`, git 87b1408; the registered run and
+T = 64 and 256 reproduced to every digit; wall 6 min for the registered run on 2 idle cores,
+then 6, 9 and 50 min for T = 64, 256 and 1024 sharing the cores with the scale run):
+`moba − local` recall accuracy is +0.29 [0.07, 0.52] at T = 16 (registered, inconclusive),
++0.28 [0.25, 0.30] at 64 (above the +0.10 margin), +0.08 [−0.02, 0.17] at 256 and +0.006
+[−0.011, 0.024] at 1024; the adaptation shrinks with distance (slope −0.077 [−0.108, −0.046]
+per e-fold of T). But the last point measures the task, not the gate: at T = 1024 (batch 1,
+800 steps, 1,008 distractors) full attention itself stays at chance (accuracy 0.272 against
+0.25; exact match 0.008; local 0.248, MoBA 0.255), so its control fails and the registered
+rule there reads inconclusive (the primary threshold alone would read refuted). Seed means at
+256: full 0.52, MoBA 0.33, window 0.25, so full attention barely clears its 0.5 control there
+while MoBA's gate mostly stops finding the far block; at 64: full 0.60, MoBA 0.51, window
+0.24. Reading the gate at 1024 needs a recall setting full attention learns at that length
+(more steps or a larger batch), which is for an accelerator.
 """
 
 from __future__ import annotations
@@ -199,9 +203,8 @@ class DynamicSparsitySizes(Sizes):
 
 
 TEXT_TOP_K = 1
-# Recall context T of a full run (tokens read): 16 is the registered layout, then 4x, 16x.
-# 1024 is left out: measured on 2 shared CPU cores, see the module docstring.
-CONTEXT_LENGTHS = (16, 64, 256)
+# Recall context T of a full run (tokens read): 16 is the registered layout, then 4x, 16x, 64x.
+CONTEXT_LENGTHS = (16, 64, 256, 1024)
 
 QUICK = DynamicSparsitySizes(model="mini", recall_pairs=4, recall_queries=4, recall_keys=4,
                              recall_values=4, recall_block=2, recall_top_k=1, recall_steps=30,
