@@ -93,6 +93,20 @@ model's `max_len` follows `T` past 256, and the stdlib half is not run. Caveat: 
 seen per step fall as `1/T`, so the trend mixes distance with supervision, and each length's
 own controls say whether full attention still learns the task there.
 
+**Scale result** (same run, git 87b1408; six sizes, 41k–859k parameters; seeds 0–4; the five
+other sizes ran in a second process beside the lengths, 83 min wall, and were joined with
+`--resume`, so `runtime_s` counts only the registered run and the lengths): `moba − local`
+recall accuracy is +0.25 [0.18, 0.33] at `micro`, +0.29 [0.07, 0.52] at `mini` (registered),
++0.13 [0.05, 0.22] at `small`; +0.19 [0.06, 0.33] at `llama-micro`, +0.36 [0.23, 0.48] at
+`llama-mini`, +0.28 [0.09, 0.46] at `llama-small`: no trend with size (shared slope −0.011
+[−0.051, +0.029] per e-fold of parameters; GPT −0.044 [−0.098, +0.011], Llama +0.021 [−0.040,
++0.082]). MoBA stays at or above full attention at every size (accuracy, full / MoBA / window:
+`small` 0.70 / 0.69 / 0.55, `llama-small` 0.81 / 0.90 / 0.62), but the window learns more of
+the task as the model grows, so at both `small` sizes its control (`local − full` ≤ −10
+points) fails and the registered rule there reads inconclusive, as at `mini`; the only size
+whose rule reads supported is `llama-mini`. The stdlib extension is supported at `mini`;
+MoBA's paired stdlib cost at the other sizes is −0.08% to −1.97% of full attention's loss.
+
 **Context result** (`results/dynamic-sparsity/`, git 87b1408; the registered run and
 T = 64 and 256 reproduced to every digit; wall 6 min for the registered run on 2 idle cores,
 then 6, 9 and 50 min for T = 64, 256 and 1024 sharing the cores with the scale run):
@@ -103,10 +117,11 @@ per e-fold of T). But the last point measures the task, not the gate: at T = 102
 800 steps, 1,008 distractors) full attention itself stays at chance (accuracy 0.272 against
 0.25; exact match 0.008; local 0.248, MoBA 0.255), so its control fails and the registered
 rule there reads inconclusive (the primary threshold alone would read refuted). Seed means at
-256: full 0.52, MoBA 0.33, window 0.25, so full attention barely clears its 0.5 control there
-while MoBA's gate mostly stops finding the far block; at 64: full 0.60, MoBA 0.51, window
-0.24. Reading the gate at 1024 needs a recall setting full attention learns at that length
-(more steps or a larger batch), which is for an accelerator.
+256: full 0.52, MoBA 0.33, window 0.25: full attention's control fails there too (its interval
+dips below 0.5) while MoBA's gate mostly stops finding the far block; at 64: full 0.60, MoBA
+0.51, window 0.24 (every control holds; the rule reads inconclusive only because `moba − full`
+is not shown above −10 points). Reading the gate at 1024 needs a recall setting full
+attention learns at that length (more steps or a larger batch), which is for an accelerator.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from experiments import jsonio
-from experiments.claims import CLAIMS, table
+from experiments.claims import CLAIMS, stats, table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -24,8 +24,35 @@ def test_every_committed_result_passes_the_schema_and_matches_its_claim():
     assert frozen["id"] == cid and res["claim"] == cid
     assert not set(res["seeds"]) & set(res["tuning_seeds"])
     assert os.path.exists(os.path.join(folder, "report.md"))
-    for name in os.listdir(folder):  # small files only
-      assert os.path.getsize(os.path.join(folder, name)) < 2_000_000, name
+    for here, _, names in os.walk(folder):  # small files only, kept findings included
+      for name in names:
+        assert os.path.getsize(os.path.join(here, name)) <= table.KEEP_MAX_BYTES, name
+
+
+def test_kept_findings_give_the_committed_scale_and_context():
+  """Each kept `size-<model>` / `context-T<T>` findings file recomputes its committed row."""
+  checked, committed = [], table.committed_runs()
+  for cid, res in committed.items():
+    folder, th = os.path.join(table.RESULTS_DIR, cid), CLAIMS[cid].primary
+    rows = {**{f"size-{r['model']}": r for r in (res["scale"] or {}).get("sizes", ())},
+            **{f"context-T{r['T']}": r for r in res["context"] or ()}}
+    for rel in table.saved_findings(folder):
+      sub = os.path.dirname(rel)
+      if sub not in rows:
+        continue
+      found = jsonio.load_strict(os.path.join(folder, rel))
+      assert found["key"]["seeds"] == res["seeds"], rel
+      runs = {arm: {int(s): m for s, m in per.items()}
+              for arm, per in found["findings"]["runs"].items()}
+      m, ci = stats.mean_ci95(stats.paired_values(runs, th.arm, th.metric, th.baseline,
+                                                  res["seeds"]))
+      assert rows[sub]["effect"] == pytest.approx(m, rel=1e-12, abs=1e-15), (cid, sub)
+      assert rows[sub]["ci"] == pytest.approx(list(ci), rel=1e-12, abs=1e-15), (cid, sub)
+      checked.append((cid, sub))
+  # dynamic-sparsity was the first run kept with its findings: every size and length of it
+  ds = committed["dynamic-sparsity"]
+  assert len([c for c in checked if c[0] == "dynamic-sparsity"]) == (
+      len(ds["scale"]["sizes"]) + len(ds["context"]) - 1)  # T = 16: the registered run's
 
 
 def test_check_names_the_first_differing_row(tmp_path, capsys):
