@@ -365,6 +365,23 @@ def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, l
   return findings
 
 
+# The committed results (`python -m experiments.claims.table` reads them; `--keep` writes them).
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "results")
+
+
+def saved_findings(run_dir: str) -> list[str]:
+  """The findings a run saved for `--resume`, as paths relative to `run_dir`.
+
+  The registered run's `findings.json` (saved when the run has lengths but no sizes), and
+  each `size-<model>/findings.json` and `context-T<T>/findings.json`, sorted.
+  """
+  subs = sorted(d for d in os.listdir(run_dir) if d.startswith(("size-", "context-T"))
+                and os.path.isdir(os.path.join(run_dir, d)))
+  found = [os.path.join(d, "findings.json") for d in ["", *subs]]
+  return [f for f in found if os.path.isfile(os.path.join(run_dir, f))]
+
+
 def _resume_dir(path: str, claim: Claim, quick: bool, seeds, root: str) -> str:
   """Checks that `path` is a run folder of this claim, quick flag and seeds; returns the folder
   the resumed run writes: `path` itself, or for a kept result (`results/<id>/`, which only
@@ -378,12 +395,11 @@ def _resume_dir(path: str, claim: Claim, quick: bool, seeds, root: str) -> str:
     raise ValueError(f"--resume {path}: that run is claim {old.get('id')!r}, quick="
                      f"{old.get('quick')}, seeds {old.get('seeds')}; this one is {claim.id!r}, "
                      f"quick={quick}, seeds {list(seeds)}. Fix: resume with the same settings.")
-  from experiments.claims import table  # here: table imports every claim
-  kept = os.path.realpath(table.RESULTS_DIR)
+  kept = os.path.realpath(RESULTS_DIR)
   if os.path.commonpath([os.path.realpath(path), kept]) != kept:
     return path
   run_dir = new_run_dir(root, claim.id, quick)
-  for name in ["results.json", *table.saved_findings(path)]:
+  for name in ["results.json", *saved_findings(path)]:
     if os.path.exists(os.path.join(path, name)):
       os.makedirs(os.path.dirname(os.path.join(run_dir, name)), exist_ok=True)
       shutil.copy2(os.path.join(path, name), os.path.join(run_dir, name))

@@ -23,10 +23,9 @@ import sys
 
 from experiments import jsonio
 from experiments.claims import CLAIMS, report
+from experiments.claims.runner import RESULTS_DIR, saved_findings
 from experiments.claims.schema import validate_results
 
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "results")
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
 
 
@@ -52,18 +51,6 @@ def committed_runs(root: str = RESULTS_DIR) -> dict[str, dict]:
 
 
 KEEP_MAX_BYTES = 1_000_000  # a committed file is small: no checkpoints, no arrays
-
-
-def saved_findings(run_dir: str) -> list[str]:
-  """The findings a run saved for `--resume`, as paths relative to `run_dir`.
-
-  The registered run's `findings.json` (saved when the run has lengths but no sizes), and
-  each `size-<model>/findings.json` and `context-T<T>/findings.json`, sorted.
-  """
-  subs = sorted(d for d in os.listdir(run_dir) if d.startswith(("size-", "context-T"))
-                and os.path.isdir(os.path.join(run_dir, d)))
-  found = [os.path.join(d, "findings.json") for d in ["", *subs]]
-  return [f for f in found if os.path.isfile(os.path.join(run_dir, f))]
 
 
 def keep(run_dir: str, root: str = RESULTS_DIR) -> str:

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from experiments import jsonio
-from experiments.claims import CLAIMS, stats, table
+from experiments.claims import CLAIMS, runner, stats, table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,7 +36,7 @@ def test_kept_findings_give_the_committed_scale_and_context():
     folder, th = os.path.join(table.RESULTS_DIR, cid), CLAIMS[cid].primary
     rows = {**{f"size-{r['model']}": r for r in (res["scale"] or {}).get("sizes", ())},
             **{f"context-T{r['T']}": r for r in res["context"] or ()}}
-    for rel in table.saved_findings(folder):
+    for rel in runner.saved_findings(folder):
       sub = os.path.dirname(rel)
       if sub not in rows:
         continue

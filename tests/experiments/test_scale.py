@@ -208,10 +208,10 @@ def test_a_kept_run_keeps_its_findings_and_resumes_on_another_machine(tmp_path, 
   calls = []
   claim = scale_claim(fake_run(effect, calls))
   monkeypatch.setitem(CLAIMS, "toy", claim)
-  monkeypatch.setattr(table, "RESULTS_DIR", str(tmp_path / "results"))
+  monkeypatch.setattr(runner, "RESULTS_DIR", str(tmp_path / "results"))
   res, run_dir = runner.run_claim(claim, sizes=("mini",), root=str(tmp_path / "a"), log=quiet)
-  kept = table.keep(run_dir, table.RESULTS_DIR)
-  assert table.saved_findings(kept) == ["size-mini/findings.json", "size-small/findings.json"]
+  kept = table.keep(run_dir, runner.RESULTS_DIR)
+  assert runner.saved_findings(kept) == ["size-mini/findings.json", "size-small/findings.json"]
   before = {f: open(os.path.join(kept, f)).read() for f in ("results.json", "report.md")}
   calls.clear()  # a fresh machine: the first run folder is gone, only results/ is left
   again, new_dir = runner.run_claim(claim, sizes=("mini", "base"), resume=kept,
@@ -225,7 +225,7 @@ def test_a_kept_run_keeps_its_findings_and_resumes_on_another_machine(tmp_path, 
   big = os.path.join(new_dir, "size-base", "findings.json")
   with open(big, "a") as f:
     f.write(" " * table.KEEP_MAX_BYTES)  # findings too large for results/ stay in the run
-  assert table.saved_findings(table.keep(new_dir, table.RESULTS_DIR)) == [
+  assert runner.saved_findings(table.keep(new_dir, runner.RESULTS_DIR)) == [
       "size-mini/findings.json", "size-small/findings.json"]
 
 
