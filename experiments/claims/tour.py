@@ -10,8 +10,8 @@ per claim, ending with its report's path) and writes `runs/tour/<run-id>/{result
 report.md}`: one table of all 14 claims (kind, primary verdict, key number with its unit and
 interval, trend with size, published anchor; a quick tour also shows the committed full
 verdict from `results/`), then one short paragraph per claim linking its own report.
-`--quick` takes about 5 minutes for all 14 claims on 2 idle CPU cores (279 s measured,
-training the shared `quick` models included). A full tour reads every verdict at its
+`--quick` took 453 s for all 14 claims on 2 idle CPU cores at git 3b0b41d (training the
+shared `quick` models included; 279 s in an earlier version), over its 5-minute target. A full tour reads every verdict at its
 registered size, with each context claim's lengths; `--scale` adds every claim's other sizes,
 which take hours per claim on 2 CPU cores (each claim's `runtime_s` in `results/` says how
 many), so the trends with size are run claim by claim with `claim ID` and kept in `results/`.
