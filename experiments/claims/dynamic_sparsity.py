@@ -100,11 +100,11 @@ recall accuracy is +0.25 [0.18, 0.33] at `micro`, +0.29 [0.07, 0.52] at `mini` (
 +0.13 [0.05, 0.22] at `small`; +0.19 [0.06, 0.33] at `llama-micro`, +0.36 [0.23, 0.48] at
 `llama-mini`, +0.28 [0.09, 0.46] at `llama-small`: no trend with size (shared slope −0.011
 [−0.051, +0.029] per e-fold of parameters; GPT −0.044 [−0.098, +0.011], Llama +0.021 [−0.040,
-+0.082]). MoBA stays at or above full attention at every size (accuracy, full / MoBA / window:
-`small` 0.70 / 0.69 / 0.55, `llama-small` 0.81 / 0.90 / 0.62), but the window learns more of
-the task as the model grows, so at both `small` sizes its control (`local − full` ≤ −10
-points) fails and the registered rule there reads inconclusive, as at `mini`; the only size
-whose rule reads supported is `llama-mini`. The stdlib extension is supported at `mini`;
++0.082]). MoBA stays within 6 points of full attention or above it at every size (full /
+MoBA / window: `small` 0.70 / 0.69 / 0.55, `llama-small` 0.81 / 0.90 / 0.62), but the window
+learns more of the task as the model grows, so at both `small` sizes its control
+(`local − full` ≤ −10 points) fails and the registered rule there reads inconclusive, as at
+`mini`; the only size whose rule reads supported is `llama-mini`. The stdlib extension is supported at `mini`;
 MoBA's paired stdlib cost at the other sizes is −0.08% to −1.97% of full attention's loss.
 
 **Context result** (`results/dynamic-sparsity/`, git 87b1408; the registered run and
