@@ -104,8 +104,9 @@ recall accuracy is +0.25 [0.18, 0.33] at `micro`, +0.29 [0.07, 0.52] at `mini` (
 MoBA / window: `small` 0.70 / 0.69 / 0.55, `llama-small` 0.81 / 0.90 / 0.62), but the window
 learns more of the task as the model grows, so at both `small` sizes its control
 (`local − full` ≤ −10 points) fails and the registered rule there reads inconclusive, as at
-`mini`; the only size whose rule reads supported is `llama-mini`. The stdlib extension is supported at `mini`;
-MoBA's paired stdlib cost at the other sizes is −0.08% to −1.97% of full attention's loss.
+`mini`; the only size whose rule reads supported is `llama-mini`. The stdlib extension is
+supported at `mini`; MoBA's paired stdlib cost at the other sizes is −0.08% to −1.97% of full
+attention's loss.
 
 **Context result** (`results/dynamic-sparsity/`, git 87b1408; the registered run and
 T = 64 and 256 reproduced to every digit; wall 6 min for the registered run on 2 idle cores,
