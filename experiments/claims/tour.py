@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
+import multiprocessing
 import os
 import sys
 import time
 import traceback
+from concurrent import futures
 
 from experiments import jsonio
 from experiments.claims import CLAIMS, report, table
@@ -50,8 +53,20 @@ def _opening(log) -> list[str]:
           "```", buf.getvalue().rstrip(), "```"]
 
 
+def _timed_run(claim, quick: bool, root: str, scale: bool, log) -> tuple[dict, str, float]:
+  """`run_claim` as the tour runs it: `(results, run folder, seconds)`."""
+  t0 = time.perf_counter()
+  res, run_dir = run_claim(claim, quick=quick, root=root, log=log, sizes=None if scale else ())
+  return res, run_dir, time.perf_counter() - t0
+
+
+def _run_in_worker(claim, quick: bool, root: str, scale: bool) -> tuple[dict, str, float]:
+  """A worker process's claim (`run_tour(jobs > 1)`), its progress lines flushed as they come."""
+  return _timed_run(claim, quick, root, scale, functools.partial(print, flush=True))
+
+
 def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print,
-             scale: bool = False) -> tuple[dict, str]:
+             scale: bool = False, jobs: int = 1) -> tuple[dict, str]:
   """Runs the (selected) built claims in order; returns `(tour results, tour folder)`.
 
   Args:
@@ -62,10 +77,18 @@ def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print,
     scale: also run each claim's other sizes (`scale_models`). Off by default: a full tour
       reads every verdict at its registered size, with the context lengths, and the trends
       with size come from `claim ID` (hours per claim on 2 CPU cores).
+    jobs: claims run at once, each in its own process (`1`: one after another, in this
+      process). A quick claim is mostly compilation on one core, so `2` on 2 cores nearly
+      halves a quick tour; a full claim's training already fills the cores. With `jobs > 1`
+      each claim runs in a fresh interpreter (so its functions must be importable), their
+      progress lines interleave, and the table keeps the registry's order.
 
   Returns:
     The tour's `results.json` dict and its folder.
   """
+  if not isinstance(jobs, int) or jobs < 1:
+    raise ValueError(f"--jobs {jobs!r}: give a whole number of processes, at least 1. Fix: "
+                     "--jobs 2 on 2 cores, --jobs 1 to run the claims one after another.")
   only = list(only or [])
   unknown = [c for c in only if c not in CLAIMS]
   if unknown:
@@ -75,35 +98,62 @@ def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print,
                                                                            else ""))
   os.makedirs(tour_dir, exist_ok=True)
   opening = _opening(log)
-  entries, results_by_id = [], {}
   claims = list(CLAIMS.values())
-  for i, claim in enumerate(claims, 1):
-    head = f"[{i:2d}/{len(claims)}] {claim.id:<23}"
+  entries: list[dict | None] = [None] * len(claims)
+  results_by_id, todo = {}, []
+
+  def head(i):
+    return f"[{i + 1:2d}/{len(claims)}] {claims[i].id:<23}"
+
+  for i, claim in enumerate(claims):
     if not claim.built:
-      entries.append({"claim": claim.id, "verdict": "not built",
-                      "reason": "no experiment module yet", "results": None})
-      log(f"{head} not built")
-      continue
-    if only and claim.id not in only:
-      entries.append({"claim": claim.id, "verdict": "inconclusive",
-                      "reason": "not run in this tour (--only)", "results": None})
-      log(f"{head} skipped (--only)")
-      continue
-    t0 = time.perf_counter()
-    try:
-      res, run_dir = run_claim(claim, quick=quick, root=root, log=log,
-                               sizes=None if scale else ())
-    except Exception as e:  # a broken claim is reported, and the tour goes on
-      traceback.print_exc()
-      entries.append({"claim": claim.id, "verdict": "inconclusive",
-                      "reason": f"the run failed: {type(e).__name__}: {e}", "results": None})
-      log(f"{head} FAILED ({type(e).__name__}: {e})")
-      continue
+      entries[i] = {"claim": claim.id, "verdict": "not built",
+                    "reason": "no experiment module yet", "results": None}
+      log(f"{head(i)} not built")
+    elif only and claim.id not in only:
+      entries[i] = {"claim": claim.id, "verdict": "inconclusive",
+                    "reason": "not run in this tour (--only)", "results": None}
+      log(f"{head(i)} skipped (--only)")
+    else:
+      todo.append(i)
+
+  def finished(i, outcome):
+    """Records claim `i`'s `(results, run_dir, seconds)`, or the exception its run raised."""
+    claim = claims[i]
+    if isinstance(outcome, Exception):  # a broken claim is reported, and the tour goes on
+      entries[i] = {"claim": claim.id, "verdict": "inconclusive",
+                    "reason": f"the run failed: {type(outcome).__name__}: {outcome}",
+                    "results": None}
+      log(f"{head(i)} FAILED ({type(outcome).__name__}: {outcome})")
+      return
+    res, run_dir, seconds = outcome
     results_by_id[claim.id] = res
-    entries.append({"claim": claim.id, "verdict": res["verdict"], "reason": res["reason"],
-                    "results": os.path.join(run_dir, "results.json")})
-    log(f"{head} {report.verdict_label(res, res['verdict']):<36} "
-        f"{time.perf_counter() - t0:6.1f} s  {os.path.join(run_dir, 'report.md')}")
+    entries[i] = {"claim": claim.id, "verdict": res["verdict"], "reason": res["reason"],
+                  "results": os.path.join(run_dir, "results.json")}
+    log(f"{head(i)} {report.verdict_label(res, res['verdict']):<36} "
+        f"{seconds:6.1f} s  {os.path.join(run_dir, 'report.md')}")
+
+  if jobs == 1 or len(todo) < 2:
+    for i in todo:
+      try:
+        outcome = _timed_run(claims[i], quick, root, scale, log)
+      except Exception as e:
+        traceback.print_exc()
+        outcome = e
+      finished(i, outcome)
+  else:
+    # Fresh interpreters (spawn): forking a process that already runs JAX's threads is unsafe.
+    # A claim travels pickled (its functions by reference); each worker prints its own lines.
+    with futures.ProcessPoolExecutor(max_workers=min(jobs, len(todo)),
+                                     mp_context=multiprocessing.get_context("spawn")) as pool:
+      running = {pool.submit(_run_in_worker, claims[i], quick, root, scale): i for i in todo}
+      for done in futures.as_completed(running):
+        try:
+          outcome = done.result()
+        except Exception as e:  # raised in the worker, or the worker died (BrokenProcessPool)
+          traceback.print_exception(e)
+          outcome = e
+        finished(running[done], outcome)
   runtime = time.perf_counter() - start
   tour = {"quick": quick, "runtime_s": runtime, "claims": entries}
   validate_tour(tour, list(CLAIMS))
@@ -131,9 +181,14 @@ def tour_main(argv=None) -> int:
   p.add_argument("--scale", action="store_true",
                  help="also run each claim's other sizes (its scale_models; hours per claim on "
                       "CPU); by default each verdict is read at its registered size only")
+  p.add_argument("--jobs", type=int, default=None,
+                 help="claims run at once, each in its own process (default: 2 with --quick, "
+                      "whose claims are mostly compilation on one core; 1 otherwise)")
   args = p.parse_args(argv)
+  jobs = args.jobs if args.jobs is not None else (2 if args.quick else 1)
   try:
-    tour, _ = run_tour(quick=args.quick, only=args.only, root=args.out, scale=args.scale)
+    tour, _ = run_tour(quick=args.quick, only=args.only, root=args.out, scale=args.scale,
+                       jobs=jobs)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

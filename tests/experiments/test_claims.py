@@ -195,6 +195,54 @@ def test_tour_lists_all_14_and_not_built_are_never_verdicts(tmp_path, monkeypatc
   assert text.count("| `") >= 14 and "not built" in text
 
 
+
+def _toy_run_marking_its_process(spec):
+  with open(os.path.join(spec.run_dir, "pid"), "w") as f:
+    f.write(str(os.getpid()))
+  return _toy_run(spec)
+
+
+def _broken_run(spec):
+  raise RuntimeError("toy failure")
+
+
+def test_a_tour_in_worker_processes_matches_one_in_this_process(tmp_path, monkeypatch):
+  gain = Threshold("gain", "treated", "score", baseline="control", supports="> 0.2")
+  toy = _claim([gain], run=_toy_run_marking_its_process)
+  picked = ["causal-mask", "softmax-kernel", "lora"]
+  high = Threshold("gain", "treated", "score", baseline="control", supports="> 5", refutes="< 2")
+  fake = {"causal-mask": toy, "softmax-kernel": dataclasses.replace(toy, thresholds=(high,)),
+          "lora": dataclasses.replace(toy, run=_broken_run)}
+  fake = {cid: dataclasses.replace(c, id=cid) for cid, c in fake.items()}
+  monkeypatch.setattr(tour, "CLAIMS", {**CLAIMS, **fake})
+  monkeypatch.setattr(tour, "_opening", lambda log: ["opening"])
+  with pytest.raises(ValueError, match="--jobs 0"):
+    tour.run_tour(quick=True, only=picked, root=str(tmp_path), jobs=0)
+  got = {}
+  for jobs in (1, 2):
+    lines = []
+    res, _ = tour.run_tour(quick=True, only=picked, root=str(tmp_path / str(jobs)), jobs=jobs,
+                           log=lines.append)
+    got[jobs] = res
+    assert len(lines) == 15 and lines[-1].endswith("report.md")
+    assert [c["claim"] for c in res["claims"]] == DESIGN_ORDER  # whichever finished first
+    for c in res["claims"]:
+      if c["claim"] in picked[:2]:
+        pid = open(os.path.join(os.path.dirname(c["results"]), "pid")).read()
+        assert (pid == str(os.getpid())) == (jobs == 1)  # jobs=2: each in a worker process
+  strip = [{k: v for k, v in c.items() if k != "results"} for c in got[1]["claims"]]
+  assert strip == [{k: v for k, v in c.items() if k != "results"} for c in got[2]["claims"]]
+  by_id = {c["claim"]: c for c in got[2]["claims"]}
+  assert [by_id[cid]["verdict"] for cid in picked[:2]] == ["supported", "refuted"]
+  assert by_id["lora"]["reason"] == "the run failed: RuntimeError: toy failure"
+  assert by_id["kv-compression"]["reason"] == "not run in this tour (--only)"
+  for jobs in (1, 2):
+    paths = {c["claim"]: c["results"] for c in got[jobs]["claims"]}
+    got[jobs] = [jsonio.load_strict(paths[cid]) for cid in picked[:2]]
+  assert [r["verdict"] for r in got[2]] == ["supported", "refuted"]
+  assert [r["effects"] for r in got[1]] == [r["effects"] for r in got[2]]
+
+
 def test_claim_cli_rejects_unbuilt_and_unknown(capsys):
   unbuilt = [c.id for c in CLAIMS.values() if not c.built]
   if unbuilt:
