@@ -226,6 +226,29 @@ class TrainedSizes(Sizes):
     return self.steps * self.batch_size * self.seq_len
 
 
+def more_steps(sizes: TrainedSizes, k: int, also: tuple[str, ...] = ()) -> TrainedSizes:
+  """`sizes` on `k` times the tokens: `steps` and each field named in `also` times `k`.
+
+  The usual `Claim.at_budget`: batches, lengths and rate grid stay, so the run is the same
+  protocol trained `k` times longer; `also` names step counts that should keep their share
+  of the run (e.g. an evaluation interval, so a curve keeps its number of points).
+
+  Example:
+    >>> import dataclasses
+    >>> from experiments.claims.claim import TrainedSizes, more_steps
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class S(TrainedSizes):
+    ...   steps: int
+    ...   batch_size: int
+    ...   seq_len: int
+    ...   eval_every: int
+    >>> more_steps(S(120, 8, 64, 12), 4, also=("eval_every",))
+    S(steps=480, batch_size=8, seq_len=64, eval_every=48)
+  """
+  return dataclasses.replace(sizes, steps=k * sizes.steps,
+                             **{name: k * getattr(sizes, name) for name in also})
+
+
 @dataclasses.dataclass(frozen=True)
 class Claim:
   """One preface sentence, made testable.
@@ -266,6 +289,15 @@ class Claim:
     at_length: `at_length(sizes, T) -> Sizes`, the claim's own sizes for a run at length `T`
       (typically a base model trained at `T` or longer, `seq_len = T`, and fewer windows so the
       tokens measured stay about constant). The verdict is never read from these runs.
+    budgets: whole multiples `k ≥ 2` of the registered run's training tokens at which a full
+      run also measures the primary effect (`results.json`'s `budgets`), for its trend with
+      training length: the whole protocol again, every rate tuned again, on `k` times the
+      tokens. `claim ID --budgets ...` overrides them, and quick runs measure none unless
+      given `--budgets`. Needs `at_budget` and sizes that train (`Sizes.train_tokens`).
+    at_budget: `at_budget(sizes, k) -> Sizes`, the claim's sizes on `k` times the tokens
+      (typically `steps` times `k`, with whatever counts steps, such as an evaluation
+      interval, scaled alike); the runner refuses sizes whose `train_tokens()` is not `k`
+      times the registered run's. The verdict is never read from these runs.
   """
 
   id: str
@@ -287,6 +319,8 @@ class Claim:
   scale_models: tuple[str, ...] = ()
   context_lengths: tuple[int, ...] = ()
   at_length: Callable[[Sizes, int], Sizes] | None = None
+  budgets: tuple[int, ...] = ()
+  at_budget: Callable[[Sizes, int], Sizes] | None = None
 
   def __post_init__(self):
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", self.id):
@@ -312,6 +346,36 @@ class Claim:
       self.check_scale_models(self.scale_models, "scale_models")
     if self.context_lengths:
       self.check_context_lengths(self.context_lengths, "context_lengths")
+    if self.budgets:
+      self.check_budgets(self.budgets, "budgets")
+
+  def check_budgets(self, multiples, field: str) -> None:
+    """Raises `ValueError` unless `multiples` are distinct whole numbers `≥ 2` this claim can run.
+
+    The claim must declare `at_budget` (how its sizes change with the tokens), a non-control
+    threshold (the primary effect measured against the budget), and `FULL` sizes that train
+    (`train_tokens()` not None). `field` names the setting in the error (`"budgets"`, or
+    `"--budgets"` on the command line).
+    """
+    multiples = tuple(multiples) if not isinstance(multiples, (str, int)) else ()
+    if not (multiples and len(set(multiples)) == len(multiples)
+            and all(isinstance(k, int) and not isinstance(k, bool) and k >= 2
+                    for k in multiples)):
+      raise ValueError(f"Claim {self.id!r}: {field}={multiples!r} must be distinct whole "
+                       "multiples of the registered run's tokens, each at least 2, e.g. (4,).")
+    if self.at_budget is None:
+      raise ValueError(f"Claim {self.id!r}: {field} asks for runs on more tokens, but the claim "
+                       "declares no at_budget(sizes, k). Fix: declare how its sizes change with "
+                       "the budget (e.g. steps times k), or drop " + field + ".")
+    if self.primary is None:
+      raise ValueError(f"Claim {self.id!r}: {field} needs a primary effect to measure against "
+                       "the budget, and every threshold is a control. Fix: declare a "
+                       "non-control threshold first.")
+    if self.FULL is not None and self.FULL.train_tokens() is None:
+      raise ValueError(f"Claim {self.id!r}: {field} multiplies the training tokens, but its FULL "
+                       f"sizes ({type(self.FULL).__name__}) train nothing (train_tokens() is "
+                       "None). Fix: give its Sizes a train_tokens (e.g. subclass TrainedSizes), "
+                       "or drop " + field + ".")
 
   def check_context_lengths(self, lengths, field: str) -> None:
     """Raises `ValueError` unless `lengths` are distinct positive token counts this claim can run.
@@ -383,8 +447,8 @@ class Claim:
   def to_dict(self) -> dict[str, Any]:
     """The frozen definition (everything but `run`), as written to `claim.json`.
 
-    `scale_models` and `context_lengths` appear only when declared, so a one-size claim's
-    `claim.json` is unchanged.
+    `scale_models`, `context_lengths` and `budgets` appear only when declared, so a one-size
+    claim's `claim.json` is unchanged.
     """
     d = {"id": self.id, "topic": self.topic, "kind": self.kind, "preface": self.preface,
          "theorem": self.theorem, "hypothesis": self.hypothesis,
@@ -398,6 +462,8 @@ class Claim:
       d["scale_models"] = list(self.scale_models)
     if self.context_lengths:
       d["context_lengths"] = list(self.context_lengths)
+    if self.budgets:
+      d["budgets"] = list(self.budgets)
     return d
 
 

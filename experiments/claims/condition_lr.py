@@ -81,7 +81,15 @@ import numpy as np
 
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
+from experiments.claims.claim import (
+  Anchor,
+  Claim,
+  Extension,
+  Spec,
+  Threshold,
+  TrainedSizes,
+  more_steps,
+)
 from experiments.lab import optimizers as O
 from experiments.lab import tuning
 from experiments.train.sweep import train_many
@@ -124,6 +132,18 @@ QUICK = ConditionLrSizes(model="quick", steps=24, batch_size=4, seq_len=32, grid
 FULL = ConditionLrSizes(model="small", steps=120, batch_size=8, seq_len=64, grid=GRID,
                         eval_every=12, eval_batches=4, tune=True)
 
+
+def at_budget(sizes: ConditionLrSizes, k: int) -> ConditionLrSizes:
+  """`sizes` on `k` times the tokens: `steps` and `eval_every` times `k` (the same 10 points
+  on every curve, so steps to AdamW's loss keeps its resolution as a fraction of `N`).
+
+  Example:
+    >>> from experiments.claims import condition_lr
+    >>> z = condition_lr.at_budget(condition_lr.FULL, 4)
+    >>> z.steps, z.eval_every, z.train_tokens() == 4 * condition_lr.FULL.train_tokens()
+    (480, 48, True)
+  """
+  return more_steps(sizes, k, also=("eval_every",))
 
 def mean_multipliers(params_by_rate_seed) -> np.ndarray:
   """`(n_lr, n_seeds)` mean exact condition multiplier of the hidden matrices of each run."""
@@ -264,6 +284,8 @@ CLAIM = Claim(
                "Vyas et al. 2024, SOAP: Improving and Stabilizing Shampoo using Adam"),
     ),
     scale_models=models.CPU_SCALE["gpt"],
+    budgets=(4,),
+    at_budget=at_budget,
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -66,8 +66,15 @@ says they must. The budget (`config.budget` on the next run; `runner.budget(FULL
 run (≈ 20). That is early training, where the published gaps are widest: with every
 optimizer tuned, matrix optimizers' speed-up over AdamW measured 1.4× at 0.1B parameters and
 1.1× at 1.2B, in runs of compute-optimal length and longer (Wen et al. 2025, "Fantastic
-Pretraining Optimizers"); our 4× fewer steps is not a measurement of that regime. A 4× longer budget
-(issue 22) is about 4 × 1603 CPU-seconds here and has not been run.
+Pretraining Optimizers"); our 4× fewer steps is not a measurement of that regime.
+
+**Budget axis** (`budgets = (4,)`, `at_budget = more_steps`): a full run also trains at `small`
+on 4× the tokens, `N = 480` steps (0.286 tokens per parameter), with both rates tuned again
+from the same grid on the same tuning seeds and Muon's budgets the same fractions of the new
+`N`; `results.json`'s `budgets` gives the ratio at 1× and 4× and its slope on log(tokens),
+paired by seed. It has not been run: an **estimate** of about 4 × 1,603 CPU-seconds for the
+registered size's part (1.8 h of CPU), more with retuning at the longer budget.
+`claim muon --budgets 1` runs without it.
 
 Scale result (`results/muon/`, git 47ebd2a, 6,282 s of wall time for the three sizes at load
 7–11): `small` reproduced the registered ratio to every digit, and the effect shows **no
@@ -92,7 +99,7 @@ import jax
 import numpy as np
 
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold, TrainedSizes
+from experiments.claims.claim import Anchor, Claim, Spec, Threshold, TrainedSizes, more_steps
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train.sweep import train_many
@@ -372,6 +379,8 @@ CLAIM = Claim(
     ),
     tuning_seeds=TUNING_SEEDS,
     scale_models=models.CPU_SCALE["gpt"],
+    budgets=(4,),
+    at_budget=more_steps,
     run=run,
     QUICK=QUICK,
     FULL=FULL,

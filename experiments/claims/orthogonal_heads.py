@@ -128,7 +128,15 @@ import analysis
 import transformer
 from experiments import data as data_lib
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
+from experiments.claims.claim import (
+  Anchor,
+  Claim,
+  Extension,
+  Spec,
+  Threshold,
+  TrainedSizes,
+  more_steps,
+)
 from experiments.claims.stats import mean_ci95
 from experiments.lab import optimizers as O
 from experiments.lab import tuning
@@ -489,6 +497,8 @@ CLAIM = Claim(
     ),
     tuning_seeds=TUNING_SEEDS,
     scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
+    budgets=(4,),
+    at_budget=more_steps,
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -277,6 +277,61 @@ def context_markdown(claim: Claim, results: dict, h: str, trend_: dict | None) -
   return lines
 
 
+def budget_sentence(budgets: dict) -> str:
+  """The sentence on the trend with training tokens, computed from the slope on `log(tokens)`.
+
+  Example:
+    >>> from experiments.claims.report import budget_sentence
+    >>> runs = [{"multiple": 1, "tokens_per_param": 0.07, "effect": 0.3, "ci": [0.2, 0.4]},
+    ...         {"multiple": 4, "tokens_per_param": 0.29, "effect": 0.1, "ci": [0.0, 0.2]}]
+    >>> text = budget_sentence({"runs": runs, "slope": -0.14, "slope_ci": [-0.2, -0.08],
+    ...                         "trend": "shrinks"})
+    >>> text[:62]
+    'From 1× to 4× the tokens (0.07 to 0.29 tokens per parameter) t'
+    >>> text[62:]
+    'he effect shrinks: slope -0.14 [-0.2, -0.08] per e-fold of tokens.'
+  """
+  words = {"grows": "the effect grows", "shrinks": "the effect shrinks",
+           "no trend": "the effect shows no trend"}[budgets["trend"]]
+  first, last = budgets["runs"][0], budgets["runs"][-1]
+  per = (f" ({fmt(first['tokens_per_param'])} to {fmt(last['tokens_per_param'])} tokens per "
+         "parameter)" if first.get("tokens_per_param") and last.get("tokens_per_param") else "")
+  lo, hi = budgets["slope_ci"]
+  if budgets["slope"] is None:
+    slope = "no slope could be fitted (fewer than two budgets with a finite effect)"
+  elif lo is None:
+    slope = f"slope {fmt(budgets['slope'])} per e-fold of tokens, with no interval (one seed)"
+  else:
+    slope = (f"slope {fmt(budgets['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of tokens"
+             + (" (the interval contains 0)" if budgets["trend"] == "no trend" else ""))
+  return (f"From {first['multiple']}× to {last['multiple']}× the tokens{per} {words}: "
+          f"{slope}.")
+
+
+def budget_markdown(claim: Claim, results: dict, h: str) -> list[str]:
+  """The budget section: the primary effect and its threshold's test at each training budget."""
+  th = claim.primary
+  unit = f" ({th.unit})" if th.unit else ""
+  block = results["budgets"]
+  lines = [f"{h}# Budget: the primary effect against the training tokens", "",
+           f"The primary effect *{th.name}*{unit} with each reported model trained on a multiple "
+           "of the registered run's tokens, on the same seeds, every rate tuned again at each "
+           "budget (the claim's `at_budget`). The verdict above is read at 1× alone; the "
+           "threshold column applies the primary threshold's test to each budget's interval, "
+           "the last column the registered rule, every threshold and control, to that "
+           "budget's runs.", ""]
+  rows = []
+  for r in block["runs"]:
+    outcome, why = size_test(th, r)
+    lo, hi = r["ci"]
+    rows.append([f"{r['multiple']}×", f"{r['train_tokens']:,}", fmt(r["tokens_per_param"]),
+                 fmt(r["effect"]), f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None
+                 else "n/a (one seed)", f"{outcome}: {why}", reading_text(r)])
+  lines += table(["budget", "tokens per model", "tokens per parameter", "effect", "95% CI",
+                  "primary threshold at this budget",
+                  "every threshold and control at this budget"], rows)
+  return lines + [budget_sentence(block), ""]
+
 def _error_bars(rows: list[dict]) -> list[list[float]]:
   """Matplotlib's `yerr` of rows with `effect` and `ci` (no bar where the interval is null)."""
   return [[r["effect"] - r["ci"][0] if r["ci"][0] is not None else 0.0 for r in rows],
@@ -335,6 +390,30 @@ def context_figure(claim: Claim, context: list[dict], trend_: dict, run_dir: str
               path=os.path.join(run_dir, "context.png"))
   return "context.png"
 
+
+def budget_figure(claim: Claim, budgets: dict, run_dir: str) -> str:
+  """Draws `run_dir/budget.png`: the primary effect ± 95% CI against tokens per parameter
+  (or tokens, when the model's parameters are unknown); returns its name."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  th = claim.primary
+  per = all(r["tokens_per_param"] for r in budgets["runs"])
+  x_of = (lambda r: r["tokens_per_param"]) if per else (lambda r: r["train_tokens"])
+  fig, ax = plt.subplots(figsize=(7.0, 4.4))
+  rs = [r for r in budgets["runs"] if r["effect"] is not None]
+  ax.errorbar([x_of(r) for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
+              fmt="o-", capsize=3, label="primary effect (1×: the registered run)")
+  _threshold_lines(ax, th)
+  sentence = textwrap.fill(budget_sentence(budgets), 68)
+  _save_log_x(fig, ax, th, xlabel=("tokens per parameter" if per else "training tokens")
+              + " (log scale)", title=f"primary effect vs training budget (bars: 95% CI)\n"
+              f"{sentence}", ticks=[x_of(r) for r in budgets["runs"]],
+              tick_labels=[f"{r['multiple']}×\n{fmt(x_of(r))}" for r in budgets["runs"]],
+              path=os.path.join(run_dir, "budget.png"))
+  return "budget.png"
 
 def scale_figure(claim: Claim, scale: dict, run_dir: str, registered: str | None = None) -> str:
   """Draws `run_dir/scale.png`: the primary effect ± 95% CI against parameters; returns its name.
@@ -462,6 +541,8 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
     lines += scale_markdown(claim, results, h)
   if results.get("context"):
     lines += context_markdown(claim, results, h, context_trend)
+  if results.get("budgets"):
+    lines += budget_markdown(claim, results, h)
   if notes:
     lines += [f"{h}# Notes", "", *notes, ""]
   if figures:
@@ -472,6 +553,8 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
   if results.get("context") and context_trend:
     lines += [f"**Trend with context.** {context_sentence(results['context'], context_trend)}",
               ""]
+  if results.get("budgets"):
+    lines += [f"**Trend with the training budget.** {budget_sentence(results['budgets'])}", ""]
   return lines
 
 

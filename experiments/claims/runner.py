@@ -325,6 +325,71 @@ def context_block(claim: Claim, per_length: dict[int, dict], seeds) -> tuple[lis
                 "trend": trend(ci, mean_effect)}
 
 
+def budget_multiples(claim: Claim, quick: bool, budgets: Sequence[int] | None = None
+                     ) -> tuple[int, ...]:
+  """The multiples `k` of the registered tokens a run also measures the primary effect at.
+
+  `budgets` (the command line's `--budgets`) overrides the claim's `budgets`, and `()` asks
+  for none; a quick run measures none unless `budgets` is given. `()` for none.
+  """
+  ks = tuple(budgets) if budgets is not None else (() if quick else claim.budgets)
+  if ks:
+    claim.check_budgets(ks, "--budgets" if budgets is not None else "budgets")
+  return tuple(sorted(ks))
+
+
+def sizes_at_budget(claim: Claim, registered: Sizes, k: int) -> Sizes:
+  """`claim.at_budget(registered, k)`, checked: it must train on `k` times the tokens."""
+  at = claim.at_budget(registered, k)
+  want, got = k * registered.train_tokens(), at.train_tokens()
+  if got != want:
+    raise ValueError(f"Claim {claim.id!r}: at_budget(sizes, {k}) trains on {got} tokens, not "
+                     f"{k} × {registered.train_tokens()} = {want}. Fix: scale the steps (or "
+                     "batch) by k and nothing else that sets the tokens.")
+  return at
+
+
+def budget_block(claim: Claim, per_budget: dict[int, dict], seeds, tokens: dict[int, int],
+                 params: int | None) -> dict:
+  """`results.json`'s `budgets`: the primary effect at each multiple of the tokens, its trend.
+
+  Args:
+    claim: the claim; its `primary` threshold is the effect measured against the budget.
+    per_budget: `{k: runs}` (`{arm: {seed: {metric: value}}}`); `1` is the registered run.
+    seeds: the seeds every budget ran.
+    tokens: `{k: tokens each reported model trains on}`.
+    params: the parameters of the model trained (None: no `tokens_per_param`).
+
+  Returns:
+    `{"runs": [{"multiple", "train_tokens", "tokens_per_param", "effect", "ci", "verdict",
+    "failed_controls"}, ...] (by k), "slope", "slope_ci", "trend"}`: the paired mean and its
+    95% t-interval at each budget and the registered rule there (`reading`); the slope of
+    every (budget, seed) point's effect on `log(tokens)` (per e-fold of tokens), with one
+    intercept per seed: a seed's models share their init and first batches across budgets,
+    so the fit pairs them (`stats.ols_slope`'s `groups`).
+  """
+  th = claim.primary
+  rows, xs, ys, groups = [], [], [], []
+  for k in sorted(per_budget):
+    v = paired_values(per_budget[k], th.arm, th.metric, th.baseline, seeds)
+    m, ci = mean_ci95(v)
+    rows.append({"multiple": int(k), "train_tokens": int(tokens[k]),
+                 "tokens_per_param": tokens[k] / params if params else None,
+                 "effect": m, "ci": list(ci) if ci else [None, None],
+                 **reading(claim, per_budget[k], seeds)})
+    finite = np.isfinite(v)
+    xs += [math.log(tokens[k])] * int(finite.sum())
+    ys += v[finite].tolist()
+    groups += [s for s, ok in zip(seeds, finite, strict=True) if ok]
+  try:
+    slope, ci = ols_slope(xs, ys, groups=groups)
+  except ValueError:  # fewer than two budgets with a finite effect
+    slope, ci = None, None
+  effects = [r["effect"] for r in rows if math.isfinite(r["effect"])]
+  mean_effect = float(np.mean(effects)) if effects else math.nan
+  return {"runs": rows, "slope": slope, "slope_ci": list(ci) if ci else [None, None],
+          "trend": trend(ci, mean_effect)}
+
 def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, log,
               saved: str | None = None, reuse: bool = False) -> dict:
   """`claim.run` at `sizes`; with `saved`, its findings are written there (and reused if equal).
@@ -373,10 +438,11 @@ RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 def saved_findings(run_dir: str) -> list[str]:
   """The findings a run saved for `--resume`, as paths relative to `run_dir`.
 
-  The registered run's `findings.json` (saved when the run has lengths but no sizes), and
-  each `size-<model>/findings.json` and `context-T<T>/findings.json`, sorted.
+  The registered run's `findings.json` (saved when the run has lengths or budgets but no
+  sizes), and each `size-<model>/`, `context-T<T>/` and `budget-x<k>/findings.json`, sorted.
   """
-  subs = sorted(d for d in os.listdir(run_dir) if d.startswith(("size-", "context-T"))
+  subs = sorted(d for d in os.listdir(run_dir) if d.startswith(("size-", "context-T",
+                                                                  "budget-x"))
                 and os.path.isdir(os.path.join(run_dir, d)))
   found = [os.path.join(d, "findings.json") for d in ["", *subs]]
   return [f for f in found if os.path.isfile(os.path.join(run_dir, f))]
@@ -413,8 +479,12 @@ def _params(sizes: Sizes) -> int | None:
 
 
 def _results(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, runs: dict,
-             runtime: float, scale: dict | None) -> tuple[dict, list]:
-  """The `results.json` dict of a run (validated) and the primary thresholds' evaluations."""
+             runtime: float, scale: dict | None, budgets: dict | None = None
+             ) -> tuple[dict, list]:
+  """The `results.json` dict of a run (validated) and the primary thresholds' evaluations.
+
+  `budgets` (`budget_block`) is written only when the run measured other budgets, so a run
+  without them keeps the keys it always had."""
   indicative = quick or len(seeds) < 3
   v, reason, evals = verdict(claim, runs, seeds, indicative=indicative)
   extensions = extension_verdicts(claim, runs, seeds, indicative=indicative)
@@ -435,6 +505,7 @@ def _results(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, 
       "scale": scale, "context": findings.get("context"),
       "anchors": [a.to_dict() for a in claim.anchors], "runtime_s": runtime,
       "env": environment(), "git": git_revision(),
+      **({"budgets": budgets} if budgets else {}),
   }
   results = jsonio.strict(results)
   validate_results(results)
@@ -444,7 +515,8 @@ def _results(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, 
 def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None = None,
               root: str = "runs", log: Callable[[str], None] = print,
               sizes: Sequence[str] | None = None, resume: str | None = None,
-              lengths: Sequence[int] | None = None) -> tuple[dict, str]:
+              lengths: Sequence[int] | None = None,
+              budgets: Sequence[int] | None = None) -> tuple[dict, str]:
   """Runs `claim` and writes its folder; returns `(results, run_dir)`.
 
   At several base models (the claim's `scale_models`, or `sizes`), the registered size (the
@@ -459,6 +531,11 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   the same seeds at `claim.at_length(sizes, T)` for each `T`, into `run_dir/context-T<T>/`
   (crashes kept out the same way); `results.json` gains `context` (`context_block`: the
   primary effect at each `T`) and the report its trend with `log T` and `context.png`.
+
+  At several budgets (the claim's `budgets`, or `budgets`), the claim runs again on the same
+  seeds at `claim.at_budget(sizes, k)` for each multiple `k` of the registered tokens, into
+  `run_dir/budget-x<k>/` (crashes kept out the same way); `results.json` gains `budgets`
+  (`budget_block`) and the report its trend with `log(tokens)` and `budget.png`.
 
   Args:
     claim: a built `Claim`.
@@ -475,6 +552,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
       findings are copied into a new run folder under `root`, which the run finishes.
     lengths: context lengths to measure the primary effect at (overrides `context_lengths`;
       a quick run measures none unless this is given).
+    budgets: multiples of the registered tokens to measure the primary effect at (overrides
+      the claim's `budgets`; `()`: none; a quick run measures none unless this is given).
 
   Returns:
     The `results.json` dict and the run folder.
@@ -493,6 +572,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   registered = claim.sizes(quick)
   names = scale_models(claim, quick, sizes)
   Ts = context_lengths(claim, quick, lengths)
+  ks = budget_multiples(claim, quick, budgets)
+  at_k = {k: sizes_at_budget(claim, registered, k) for k in ks}  # a wrong at_budget fails now
   cards = {n: model_card(n) for n in names}  # before any compute: a missing card fails now
   run_dir = (_resume_dir(resume, claim, quick, seeds, root) if resume
              else new_run_dir(root, claim.id, quick))
@@ -503,7 +584,7 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     """Where a size's findings are kept for `resume`: none for a one-size, one-length run."""
     if names:
       return os.path.join(run_dir, f"size-{name}", "findings.json")
-    return os.path.join(run_dir, "findings.json") if Ts else None
+    return os.path.join(run_dir, "findings.json") if Ts or ks else None
 
   def head(i, name):
     c = cards[name]
@@ -525,7 +606,7 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
                             scale=None)
   jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
   report.write_claim_report(claim, results, evals, findings, run_dir)
-  if not names and not Ts:
+  if not names and not Ts and not ks:
     return results, run_dir
 
   def measure(label, sizes_here, sub):
@@ -560,9 +641,16 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     got = measure(f"length T = {T}", at_T, f"context-T{T}")
     if got is not None:
       per_length[T] = got
+  per_budget = {1: runs} if ks else {}
+  for i, k in enumerate(ks, 1):
+    log(f"[{claim.id}] budget {i}/{len(ks)}: {k}× the registered tokens "
+        f"({at_k[k].train_tokens():,} per model)")
+    got = measure(f"budget ×{k}", at_k[k], f"budget-x{k}")
+    if got is not None:
+      per_budget[k] = got
   notes = list(findings.get("notes", ())) + failed
   figures = list(findings.get("figures", ()))
-  scale = context = context_trend = None
+  scale = context = context_trend = budget_trend = None
   if len(per_size) > 1:
     scale = scale_block(claim, per_size, seeds, cards, {
         n: dataclasses.replace(registered, model=n).train_tokens() for n in per_size})
@@ -576,9 +664,17 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     figures.append(report.context_figure(claim, context, context_trend, run_dir, models_at))
     notes.append("- The runs at other lengths ran in `context-T<T>/` (their findings and "
                  "figures); they feed only the trend with context, never the verdict.")
+  if len(per_budget) > 1:
+    budget_trend = budget_block(claim, per_budget, seeds, {
+        k: (at_k[k] if k > 1 else registered).train_tokens() for k in per_budget},
+        _params(registered))
+    figures.append(report.budget_figure(claim, budget_trend, run_dir))
+    notes.append("- The runs on more tokens ran in `budget-x<k>/` (their findings and figures); "
+                 "they feed only the trend with the budget, never the verdict.")
   results, evals = _results(claim, quick=quick, seeds=seeds, sizes=registered,
                             findings={**findings, "context": context}, runs=runs,
-                            runtime=time.perf_counter() - start, scale=scale)
+                            runtime=time.perf_counter() - start, scale=scale,
+                            budgets=budget_trend)
   jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
   report.write_claim_report(claim, results, evals, {**findings, "notes": notes,
                                                     "figures": figures,

@@ -16,6 +16,8 @@ from experiments.jsonio import load_strict
 RESULT_KEYS = ("claim", "quick", "seeds", "tuning_seeds", "config", "arms", "effects", "verdict",
                "reason", "thresholds", "extensions", "scale", "context", "anchors", "runtime_s",
                "env", "git")
+# optional: `budgets`, written only by a run on several training budgets (since 2026-12-03)
+OPTIONAL_RESULT_KEYS = ("budgets",)
 EXTENSION_KEYS = ("name", "verdict", "reason", "thresholds")
 SCALE_KEYS = ("sizes", "slope", "slope_ci", "trend")
 SCALE_FIT_KEYS = ("slope", "slope_ci", "trend")  # `scale.families.<family>`, with 2+ families
@@ -23,6 +25,8 @@ SCALE_SIZE_KEYS = ("family", "model", "params", "effect", "ci")  # + optional to
 BUDGET_KEYS = ("train_tokens", "params", "tokens_per_param")
 TRENDS = ("grows", "shrinks", "no trend")
 CONTEXT_KEYS = ("T", "effect", "ci")
+BUDGETS_KEYS = ("runs", "slope", "slope_ci", "trend")
+BUDGET_RUN_KEYS = ("multiple", "train_tokens", "tokens_per_param", "effect", "ci")
 # optional in a scale or context row (runs kept since 2026-12-02): the registered rule there
 READING_KEYS = ("verdict", "failed_controls")
 EFFECT_KEYS = ("name", "arm", "baseline", "metric", "mean", "ci95")
@@ -127,6 +131,36 @@ def validate_context(ctx) -> None:
     _need(_interval(row["ci"]), f"context[{i}].ci", "must be [lo, hi] of numbers or nulls")
 
 
+def validate_budgets(block) -> None:
+  """Checks `results.json`'s optional `budgets`: the effect per multiple of the tokens, its fit.
+
+  `{"runs": [{"multiple", "train_tokens", "tokens_per_param", "effect", "ci"} (+ the
+  reading), ...], "slope", "slope_ci", "trend"}`, the first run the registered one (`1`).
+  """
+  _keys(block, BUDGETS_KEYS, "budgets")
+  _need(isinstance(block["runs"], list) and len(block["runs"]) >= 2, "budgets.runs",
+        "must list at least two budgets, the registered one (multiple 1) first")
+  for i, row in enumerate(block["runs"]):
+    where = f"budgets.runs[{i}]"
+    _keys({k: v for k, v in row.items() if k not in READING_KEYS} if isinstance(row, dict)
+          else row, BUDGET_RUN_KEYS, where)
+    _reading(row, where)
+    for key in ("multiple", "train_tokens"):
+      _need(isinstance(row[key], int) and not isinstance(row[key], bool) and row[key] > 0,
+            f"{where}.{key}", "must be a positive integer")
+    _need(row["tokens_per_param"] is None or (_is_num(row["tokens_per_param"])
+                                              and row["tokens_per_param"] > 0),
+          f"{where}.tokens_per_param", "must be a positive number or null")
+    _need(_is_num(row["effect"]), f"{where}.effect", "must be a number or null")
+    _need(_interval(row["ci"]), f"{where}.ci", "must be [lo, hi] of numbers or nulls")
+  ks = [row["multiple"] for row in block["runs"]]
+  _need(ks[0] == 1 and ks == sorted(set(ks)), "budgets.runs",
+        f"multiples {ks} must start at 1 (the registered run) and increase")
+  _need(_is_num(block["slope"]), "budgets.slope", "must be a number or null")
+  _need(_interval(block["slope_ci"]), "budgets.slope_ci", "must be [lo, hi] of numbers or nulls")
+  _need(block["trend"] in TRENDS, "budgets.trend", f"must be one of {TRENDS}")
+
+
 def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
   """Checks a claim's `results.json` dict against the DESIGN.md schema; raises `ValueError`.
 
@@ -139,7 +173,8 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
     ...
     ValueError: results.json schema: results: keys ['claim'] must be exactly [...]
   """
-  _keys(obj, RESULT_KEYS, "results")
+  _keys({k: v for k, v in obj.items() if k not in OPTIONAL_RESULT_KEYS}
+        if isinstance(obj, dict) else obj, RESULT_KEYS, "results")
   _finite_tree(obj, "results")
   _need(isinstance(obj["claim"], str), "claim", "must be a string")
   if claim_ids is not None:
@@ -194,6 +229,8 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
     validate_scale(obj["scale"])
   if obj["context"] is not None:
     validate_context(obj["context"])
+  if "budgets" in obj:
+    validate_budgets(obj["budgets"])
   _need(isinstance(obj["anchors"], list), "anchors", "must be a list")
   _need(_is_num(obj["runtime_s"]) and obj["runtime_s"] is not None, "runtime_s",
         "must be a number")

@@ -1,8 +1,8 @@
 """The tour: every claim in order, one verdict table. Also the `claim` command.
 
-    python -m experiments tour [--quick] [--only ID ...] [--scale]  # make demo: tour --quick
+    python -m experiments tour [--quick] [--only ID ...] [--scale] [--jobs 2]  # make demo: --quick
     python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4] [--sizes mini,small,base]
-                                   [--lengths 256,1024] [--resume RUN_DIR] [--keep]
+                                   [--lengths 256,1024] [--budgets 4] [--resume RUN_DIR] [--keep]
 
 The tour opens with the library's own checks (the matrix catalog of `tiny`, a forward pass
 on real text, KV-cache decoding = full forward), then runs each built claim (a progress line
@@ -56,7 +56,8 @@ def _opening(log) -> list[str]:
 def _timed_run(claim, quick: bool, root: str, scale: bool, log) -> tuple[dict, str, float]:
   """`run_claim` as the tour runs it: `(results, run folder, seconds)`."""
   t0 = time.perf_counter()
-  res, run_dir = run_claim(claim, quick=quick, root=root, log=log, sizes=None if scale else ())
+  res, run_dir = run_claim(claim, quick=quick, root=root, log=log, sizes=None if scale else (),
+                           budgets=None if scale else ())
   return res, run_dir, time.perf_counter() - t0
 
 
@@ -74,9 +75,10 @@ def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print,
     only: claim ids to run (default all built); the others appear with reason "not run".
     root: the `runs` folder.
     log: where the progress lines go.
-    scale: also run each claim's other sizes (`scale_models`). Off by default: a full tour
-      reads every verdict at its registered size, with the context lengths, and the trends
-      with size come from `claim ID` (hours per claim on 2 CPU cores).
+    scale: also run each claim's other sizes (`scale_models`) and budgets (`budgets`). Off
+      by default: a full tour reads every verdict at its registered size and budget, with
+      the context lengths, and the trends with size and budget come from `claim ID` (hours
+      per claim on 2 CPU cores).
     jobs: claims run at once, each in its own process (`1`: one after another, in this
       process). A quick claim is mostly compilation on one core, so `2` on 2 cores nearly
       halves a quick tour; a full claim's training already fills the cores. With `jobs > 1`
@@ -179,8 +181,9 @@ def tour_main(argv=None) -> int:
   p.add_argument("--only", nargs="+", metavar="ID", default=None, help="run only these claims")
   p.add_argument("--out", default="runs", help="the runs folder")
   p.add_argument("--scale", action="store_true",
-                 help="also run each claim's other sizes (its scale_models; hours per claim on "
-                      "CPU); by default each verdict is read at its registered size only")
+                 help="also run each claim's other sizes and budgets (its scale_models and "
+                      "budgets; hours per claim on CPU); by default each verdict is read at its "
+                      "registered size and budget only")
   p.add_argument("--jobs", type=int, default=None,
                  help="claims run at once, each in its own process (default: 2 with --quick, "
                       "whose claims are mostly compilation on one core; 1 otherwise)")
@@ -217,6 +220,18 @@ def _length_list(text: str) -> tuple[int, ...]:
   return Ts
 
 
+def _budget_list(text: str) -> tuple[int, ...]:
+  """`"1,4"` -> `(4,)`: the multiples beyond the registered 1×; `"1"` -> `()` (none)."""
+  try:
+    ks = tuple(int(k) for k in text.split(",") if k.strip())
+  except ValueError:
+    ks = ()
+  if not ks or len(set(ks)) != len(ks) or min(ks) < 1:
+    raise argparse.ArgumentTypeError(f"{text!r}: give distinct whole multiples of the "
+                                     "registered tokens separated by commas, e.g. 4 or 2,4 "
+                                     "(1 alone: the registered budget only)")
+  return tuple(k for k in ks if k != 1)
+
 def claim_main(argv=None) -> int:
   """`python -m experiments claim ID`; prints the verdict and the report's path."""
   p = argparse.ArgumentParser(prog="python -m experiments claim",
@@ -235,9 +250,14 @@ def claim_main(argv=None) -> int:
                  help="context lengths to measure the primary effect at, e.g. 256,1024 "
                       "(default: the claim's context_lengths; --quick: none). The claim's "
                       "at_length picks the model and counts at each T; never the verdict")
+  p.add_argument("--budgets", type=_budget_list, default=None, metavar="K,K,...",
+                 help="multiples of the registered training tokens to measure the primary "
+                      "effect at, e.g. 4 (default: the claim's budgets; --quick: none; 1: the "
+                      "registered budget alone). Every rate is tuned again at each budget; "
+                      "never the verdict")
   p.add_argument("--resume", metavar="RUN_DIR", default=None,
                  help="finish an earlier run folder of this claim (same --quick and --seeds): "
-                      "sizes and lengths already saved there are reused, not run again. A kept "
+                      "sizes, lengths and budgets saved there are reused, not run again. A kept "
                       "result (results/ID) is copied into a new run folder, never written to")
   p.add_argument("--out", default="runs", help="the runs folder")
   p.add_argument("--keep", action="store_true",
@@ -254,7 +274,8 @@ def claim_main(argv=None) -> int:
     return 2
   try:
     res, run_dir = run_claim(claim, quick=args.quick, seeds=args.seeds, root=args.out,
-                             sizes=args.sizes, resume=args.resume, lengths=args.lengths)
+                             sizes=args.sizes, resume=args.resume, lengths=args.lengths,
+                             budgets=args.budgets)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -266,6 +287,8 @@ def claim_main(argv=None) -> int:
     print("  effect against context: " + "; ".join(
         f"T = {r['T']}: {report.fmt(r['effect'])}" for r in res["context"])
         + " (the trend with T is in the report)")
+  if res.get("budgets"):
+    print(f"  {report.budget_sentence(res['budgets'])}")
   if args.keep:
     print(f"  kept: {table.keep(run_dir)} (regenerate the README table: "
           "python -m experiments.claims.table)")

@@ -11,7 +11,7 @@ import scipy.stats
 
 from experiments import jsonio, models
 from experiments.claims import CLAIMS, report, runner, schema, stats, table, tour
-from experiments.claims.claim import Claim, Sizes, Threshold, TrainedSizes
+from experiments.claims.claim import Claim, Sizes, Threshold, TrainedSizes, more_steps
 
 PARAMS = {"mini": 100_000, "small": 860_000, "base": 2_000_000, "llama-mini": 120_000,
           "llama-base": 2_300_000}
@@ -573,3 +573,145 @@ def test_a_size_whose_effect_is_n_a_is_kept_and_left_out_of_the_fit_and_figure(t
                             root=str(tmp_path / "b"), log=quiet)
   x, y = points(effect, ["small", "base"])
   assert res["scale"]["slope"] == pytest.approx(scipy.stats.linregress(x, y).slope, rel=1e-9)
+
+
+# ------------------------------------------------------------------- the budget axis
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetSizes(TrainedSizes):
+  model: str
+  steps: int
+  batch_size: int = 2
+  seq_len: int = 8
+
+
+NOISE = {1: (0.03, -0.02, 0.01), 4: (-0.01, 0.02, 0.04)}  # per budget and seed
+
+
+def budget_run(calls: list):
+  """The paired effect at `k` times the steps: `0.5 − 0.1 log k + 0.01 s + NOISE[k][s]`."""
+  def run(spec):
+    k = spec.sizes.steps // 10
+    calls.append((k, spec.run_dir))
+    return {"runs": {"treated": {s: {"score": 0.5 - 0.1 * math.log(k) + 0.01 * s
+                                     + NOISE[k][s]} for s in spec.seeds},
+                     "control": {s: {"score": 0.0} for s in spec.seeds}}}
+  return run
+
+
+def budget_claim(run, **kw):
+  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), "budgets": (4,),
+        "at_budget": more_steps, **kw}
+  return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+               run=run, QUICK=BudgetSizes("mini", 10), FULL=BudgetSizes("small", 10), **kw)
+
+
+
+def test_budgets_give_the_paired_slope_on_log_tokens(tmp_path):
+  calls = []
+  res, run_dir = runner.run_claim(budget_claim(budget_run(calls)), root=str(tmp_path),
+                                  log=quiet)
+  assert [k for k, _ in calls] == [1, 4]  # the registered run first, then 4× the steps
+  schema.validate_results(jsonio.load_strict(os.path.join(run_dir, "results.json")))
+  block = res["budgets"]
+  assert [r["multiple"] for r in block["runs"]] == [1, 4]
+  assert [r["train_tokens"] for r in block["runs"]] == [160, 640]
+  assert block["runs"][1]["tokens_per_param"] == pytest.approx(640 / PARAMS["small"])
+  # Reference: with one intercept per seed, two budgets reduce to the paired t-test of
+  # e(4×) − e(1×) per seed, divided by log 4.
+  d = np.array([-0.1 * math.log(4) + NOISE[4][s] - NOISE[1][s] for s in SEEDS])
+  half = scipy.stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+  assert block["slope"] == pytest.approx(d.mean() / math.log(4), rel=1e-9)
+  assert block["slope_ci"] == pytest.approx([(d.mean() - half) / math.log(4),
+                                             (d.mean() + half) / math.log(4)], rel=1e-6)
+  assert block["trend"] == "shrinks"
+  e4 = [0.5 - 0.1 * math.log(4) + 0.01 * s + NOISE[4][s] for s in SEEDS]
+  assert block["runs"][1]["effect"] == pytest.approx(np.mean(e4))
+  assert block["runs"][0]["verdict"] == res["verdict"]  # 1× is the registered run
+  assert os.path.exists(os.path.join(run_dir, "budget-x4", "findings.json"))
+  text = open(os.path.join(run_dir, "report.md")).read()
+  assert "Budget: the primary effect against the training tokens" in text
+  assert "**Trend with the training budget.** From 1× to 4× the tokens" in text
+  assert os.path.exists(os.path.join(run_dir, "budget.png"))
+  calls.clear()  # a rerun of the same folder reuses both budgets
+  again, _ = runner.run_claim(budget_claim(budget_run(calls)), root=str(tmp_path), log=quiet,
+                              resume=run_dir)
+  assert calls == [] and again["budgets"] == block
+  calls.clear()  # `--budgets 1` (parsed to ()) runs the registered budget alone
+  alone, _ = runner.run_claim(budget_claim(budget_run(calls)), root=str(tmp_path), log=quiet,
+                              budgets=tour._budget_list("1"))
+  assert [k for k, _ in calls] == [1] and "budgets" not in alone
+
+
+def test_a_wrong_at_budget_or_budget_list_is_refused_before_anything_runs(tmp_path):
+  calls = []
+  keep_tokens = lambda sizes, k: dataclasses.replace(sizes, steps=k * sizes.steps,  # noqa: E731
+                                                      batch_size=sizes.batch_size // 2)
+  with pytest.raises(ValueError, match=r"trains on 320 tokens, not 4 × 160 = 640"):
+    runner.run_claim(budget_claim(budget_run(calls), at_budget=keep_tokens),
+                     root=str(tmp_path), log=quiet)
+  assert calls == []
+  with pytest.raises(ValueError, match="at least 2"):
+    budget_claim(budget_run(calls), budgets=(1,))
+  with pytest.raises(ValueError, match="no at_budget"):
+    budget_claim(budget_run(calls), at_budget=None)
+  with pytest.raises(ValueError, match="train nothing"):
+    scale_claim(budget_run(calls), budgets=(4,), at_budget=more_steps)
+  with pytest.raises(ValueError, match="--budgets"):
+    runner.run_claim(budget_claim(budget_run(calls)), budgets=(4, 4), log=quiet)
+  assert tour._budget_list("1,4") == (4,) and tour._budget_list("2, 8") == (2, 8)
+  for bad in ("0", "4,4", "x"):
+    with pytest.raises(Exception, match="multiples"):
+      tour._budget_list(bad)
+
+
+def test_a_tour_runs_budgets_only_with_scale(tmp_path, monkeypatch):
+  calls = []
+  claim = dataclasses.replace(budget_claim(budget_run(calls)), id="muon")
+  monkeypatch.setattr(tour, "CLAIMS", {claim.id: claim})
+  monkeypatch.setattr(tour, "_opening", lambda log: ["opening"])
+  tour.run_tour(root=str(tmp_path), log=quiet)
+  assert [k for k, _ in calls] == [1]
+  calls.clear()
+  tour.run_tour(root=str(tmp_path), log=quiet, scale=True)
+  assert [k for k, _ in calls] == [1, 4]
+
+
+def _valid_budgets():
+  return {"runs": [{"multiple": 1, "train_tokens": 160, "tokens_per_param": 0.1, "effect": 0.3,
+                    "ci": [0.2, 0.4], "verdict": "supported", "failed_controls": []},
+                   {"multiple": 4, "train_tokens": 640, "tokens_per_param": 0.4, "effect": 0.1,
+                    "ci": [0.0, 0.2]}],
+          "slope": -0.14, "slope_ci": [-0.2, -0.08], "trend": "shrinks"}
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda b: b.update(trend="falls"), "budgets.trend"),
+    (lambda b: b.pop("slope_ci"), "budgets: keys"),
+    (lambda b: b["runs"].pop(), "at least two"),
+    (lambda b: b["runs"][0].update(multiple=2), "must start at 1"),
+    (lambda b: b["runs"][1].update(train_tokens=6.4), "train_tokens"),
+    (lambda b: b["runs"][1].update(tokens_per_param=0), "tokens_per_param"),
+    (lambda b: b["runs"][1].update(ci=[0.1]), "ci"),
+    (lambda b: b["runs"][1].update(verdict="maybe"), "verdict"),
+])
+def test_the_schema_rejects_malformed_budgets(breakage, message):
+  from tests.experiments.test_claims import _valid
+
+  good = {**_valid(), "budgets": _valid_budgets()}
+  schema.validate_results(good)
+  schema.validate_results(_valid())  # `budgets` is optional: earlier results stay valid
+  breakage(good["budgets"])
+  with pytest.raises(ValueError, match=message):
+    schema.validate_results(good)
+
+
+def test_the_optimizer_claims_declare_a_4x_budget():
+  for cid in ("muon", "condition-lr", "orthogonal-heads"):
+    claim = CLAIMS[cid]
+    at = runner.sizes_at_budget(claim, claim.FULL, 4)
+    assert claim.budgets == (4,) and at.steps == 4 * claim.FULL.steps == 480
+    assert claim.to_dict()["budgets"] == [4]
+    assert dataclasses.replace(at, steps=claim.FULL.steps) == (
+        claim.FULL if cid != "condition-lr" else dataclasses.replace(claim.FULL, eval_every=48))
