@@ -363,14 +363,8 @@ class Claim:
                     for k in multiples)):
       raise ValueError(f"Claim {self.id!r}: {field}={multiples!r} must be distinct whole "
                        "multiples of the registered run's tokens, each at least 2, e.g. (4,).")
-    if self.at_budget is None:
-      raise ValueError(f"Claim {self.id!r}: {field} asks for runs on more tokens, but the claim "
-                       "declares no at_budget(sizes, k). Fix: declare how its sizes change with "
-                       "the budget (e.g. steps times k), or drop " + field + ".")
-    if self.primary is None:
-      raise ValueError(f"Claim {self.id!r}: {field} needs a primary effect to measure against "
-                       "the budget, and every threshold is a control. Fix: declare a "
-                       "non-control threshold first.")
+    self._check_axis(field, self.at_budget, "on more tokens", "at_budget(sizes, k)",
+                     "the budget (e.g. steps times k)", "the budget")
     if self.FULL is not None and self.FULL.train_tokens() is None:
       raise ValueError(f"Claim {self.id!r}: {field} multiplies the training tokens, but its FULL "
                        f"sizes ({type(self.FULL).__name__}) train nothing (train_tokens() is "
@@ -390,14 +384,20 @@ class Claim:
     if not ok:
       raise ValueError(f"Claim {self.id!r}: {field} must be distinct positive integers "
                        "(tokens), e.g. (256, 512, 1024).")
-    if self.at_length is None:
-      raise ValueError(f"Claim {self.id!r}: {field} asks for runs at other lengths, but the "
-                       "claim declares no at_length(sizes, T). Fix: declare how its sizes "
-                       "change with T, or drop " + field + ".")
+    self._check_axis(field, self.at_length, "at other lengths", "at_length(sizes, T)", "T",
+                     "T")
+
+  def _check_axis(self, field: str, at, runs: str, signature: str, changes: str,
+                  against: str) -> None:
+    """What every extra axis needs: its `at_*` function and a primary effect to measure."""
+    if at is None:
+      raise ValueError(f"Claim {self.id!r}: {field} asks for runs {runs}, but the claim "
+                       f"declares no {signature}. Fix: declare how its sizes change with "
+                       f"{changes}, or drop {field}.")
     if self.primary is None:
       raise ValueError(f"Claim {self.id!r}: {field} needs a primary effect to measure against "
-                       "T, and every threshold is a control. Fix: declare a non-control "
-                       "threshold first.")
+                       f"{against}, and every threshold is a control. Fix: declare a "
+                       "non-control threshold first.")
 
   def check_scale_models(self, names, field: str) -> None:
     """Raises `ValueError` unless `names` are distinct base models this claim can run at.

@@ -238,17 +238,27 @@ def context_sentence(context: list[dict], trend_: dict) -> str:
     >>> context_sentence(rows, {"slope": 0.14, "slope_ci": [0.05, 0.23], "trend": "grows"})
     'From T = 256 to T = 1024 the effect grows: slope 0.14 [0.05, 0.23] per e-fold of T.'
   """
+  return (f"From T = {context[0]['T']} to T = {context[-1]['T']} "
+          f"{_trend_clause(trend_, 'T', 'lengths', 'under 3 points')}.")
+
+
+def _trend_clause(fit: dict, per: str, items: str, no_interval: str) -> str:
+  """`the effect grows: slope 0.14 [0.05, 0.23] per e-fold of T` from a fit's slope and trend.
+
+  `per` names the axis (`T`, `tokens`), `items` its points (`lengths`), `no_interval` why a
+  fitted slope may have no interval.
+  """
   words = {"grows": "the effect grows", "shrinks": "the effect shrinks",
-           "no trend": "the effect shows no trend"}[trend_["trend"]]
-  lo, hi = trend_["slope_ci"]
-  if trend_["slope"] is None:
-    slope = "no slope could be fitted (fewer than two lengths with a finite effect)"
+           "no trend": "the effect shows no trend"}[fit["trend"]]
+  lo, hi = fit["slope_ci"]
+  if fit["slope"] is None:
+    slope = f"no slope could be fitted (fewer than two {items} with a finite effect)"
   elif lo is None:
-    slope = f"slope {fmt(trend_['slope'])} per e-fold of T, with no interval (under 3 points)"
+    slope = f"slope {fmt(fit['slope'])} per e-fold of {per}, with no interval ({no_interval})"
   else:
-    slope = (f"slope {fmt(trend_['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of T"
-             + (" (the interval contains 0)" if trend_["trend"] == "no trend" else ""))
-  return f"From T = {context[0]['T']} to T = {context[-1]['T']} {words}: {slope}."
+    slope = (f"slope {fmt(fit['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of {per}"
+             + (" (the interval contains 0)" if fit["trend"] == "no trend" else ""))
+  return f"{words}: {slope}"
 
 
 def context_markdown(claim: Claim, results: dict, h: str, trend_: dict | None) -> list[str]:
@@ -291,21 +301,11 @@ def budget_sentence(budgets: dict) -> str:
     >>> text[62:]
     'he effect shrinks: slope -0.14 [-0.2, -0.08] per e-fold of tokens.'
   """
-  words = {"grows": "the effect grows", "shrinks": "the effect shrinks",
-           "no trend": "the effect shows no trend"}[budgets["trend"]]
   first, last = budgets["runs"][0], budgets["runs"][-1]
   per = (f" ({fmt(first['tokens_per_param'])} to {fmt(last['tokens_per_param'])} tokens per "
          "parameter)" if first.get("tokens_per_param") and last.get("tokens_per_param") else "")
-  lo, hi = budgets["slope_ci"]
-  if budgets["slope"] is None:
-    slope = "no slope could be fitted (fewer than two budgets with a finite effect)"
-  elif lo is None:
-    slope = f"slope {fmt(budgets['slope'])} per e-fold of tokens, with no interval (one seed)"
-  else:
-    slope = (f"slope {fmt(budgets['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of tokens"
-             + (" (the interval contains 0)" if budgets["trend"] == "no trend" else ""))
-  return (f"From {first['multiple']}× to {last['multiple']}× the tokens{per} {words}: "
-          f"{slope}.")
+  return (f"From {first['multiple']}× to {last['multiple']}× the tokens{per} "
+          f"{_trend_clause(budgets, 'tokens', 'budgets', 'one seed')}.")
 
 
 def budget_markdown(claim: Claim, results: dict, h: str) -> list[str]:
