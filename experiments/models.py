@@ -38,8 +38,9 @@ training length stay at their initial values (`small` at 128–255, `small-long`
 model on rotations it never saw. `model_card(name)` gives the recipe without training,
 `base_model_info(name, seed)` adds the held-out loss and bits per byte, and
 `python -m experiments models [--train NAME ...]` lists and pre-trains them. `SHAPES` are
-configs only, never trained here: the shapes some claims train from scratch at their
-registered size (`nano`, d 32, L 2, H 2, 34,688 params: `layernorm-condition`'s model);
+configs only, never trained here: the shapes some claims train from scratch (`nano`, d 32,
+L 2, H 2, 34,688 params: `layernorm-condition`'s model; `deep-16`, `deep-32`, `deep-48`:
+`residual-eigenvalues`' 128-layer models at three widths, 424k–3.6M params);
 `config(name)` and `model_card(name)` read them as they read a recipe's shape.
 
 The first call trains (`train_many`, in memory) and writes `runs/cache/<hash>/{params.npz,
@@ -147,6 +148,10 @@ SHAPES = {
     # width and depth with 2 heads and 32 learned positions.
     "nano": transformer.Config(vocab_size=256, d_model=32, n_layers=2, n_heads=2, max_len=32,
                                activation="gelu_tanh"),
+    # `residual-eigenvalues`' 128-layer models (`residual_eigenvalues.base_config` at T = 32),
+    # at three widths: 424k, 1.6M and 3.6M parameters (8.6×).
+    **{f"deep-{d}": transformer.Config(vocab_size=256, d_model=d, n_layers=128, n_heads=2,
+                                       max_len=32, activation="gelu_tanh") for d in (16, 32, 48)},
 }
 
 

@@ -278,11 +278,12 @@ class Claim:
       metric)` comparisons). None: the claim is not built yet.
     QUICK: the sizes of `--quick` runs (one seed, minutes for the whole tour).
     FULL: the sizes of full runs.
-    scale_models: the base models (keys of `experiments.models.RECIPES`) a full run also
-      measures the primary effect on, for its trend with model size; the `Sizes` must have a
-      `model` field. The verdict is read only at the `FULL` sizes' own `model` (added to the
-      list when missing); `claim ID --sizes ...` overrides the list, and quick runs use one
-      size unless given `--sizes`. Empty: one size (`results.json`'s `scale` is null).
+    scale_models: the base models (keys of `experiments.models.RECIPES`, or of `SHAPES` for a
+      claim that trains its shapes from scratch) a full run also measures the primary effect
+      on, for its trend with model size; the `Sizes` must have a `model` field. The verdict
+      is read only at the `FULL` sizes' own `model` (added to the list when missing);
+      `claim ID --sizes ...` overrides the list, and quick runs use one size unless given
+      `--sizes`. Empty: one size (`results.json`'s `scale` is null).
     context_lengths: the lengths `T` (tokens) a full run also measures the primary effect at,
       for its trend with context (`results.json`'s `context`); `claim ID --lengths ...`
       overrides them, and quick runs measure none unless given `--lengths`. Needs `at_length`.
@@ -402,7 +403,8 @@ class Claim:
   def check_scale_models(self, names, field: str) -> None:
     """Raises `ValueError` unless `names` are distinct base models this claim can run at.
 
-    Each must be a key of `experiments.models.RECIPES`, the claim must have a non-control
+    Each must be a key of `experiments.models.RECIPES` (or of `SHAPES`, the shapes a claim
+    trains from scratch, which `model_card` reads alike), the claim must have a non-control
     threshold (its primary effect is what scales), and its `QUICK` and `FULL` sizes must have
     a `model` field (the runner replaces it per size). `field` names the setting in the error
     (`"scale_models"`, or `"--sizes"` on the command line).
@@ -413,10 +415,11 @@ class Claim:
       raise ValueError(f"Claim {self.id!r}: {field}={names!r} must be distinct model names, "
                        "e.g. ('mini', 'small', 'base').")
     names = tuple(names)
-    unknown = [n for n in names if n not in models.RECIPES]
+    unknown = [n for n in names if n not in models.RECIPES and n not in models.SHAPES]
     if unknown:
       raise ValueError(f"Claim {self.id!r}: {field} names {unknown}, not base models. Fix: "
-                       f"choose from experiments.models.RECIPES: {sorted(models.RECIPES)}.")
+                       f"choose from experiments.models.RECIPES: {sorted(models.RECIPES)} (or, "
+                       f"for a claim that trains its shape, SHAPES: {sorted(models.SHAPES)}).")
     if self.primary is None:
       raise ValueError(f"Claim {self.id!r}: {field} needs a primary effect to scale, and every "
                        "threshold is a control. Fix: declare a non-control threshold first.")

@@ -34,6 +34,15 @@ Two measurements, both at the default init (`init_residual_scale`: `w_o`, `w_2` 
   compared with the unigram entropy of the bytes (the loss of the best model that ignores
   context).
 
+**Scale axis** (`scale_models`: the shapes `deep-32` and `deep-48` of
+`experiments.models.SHAPES`, after the registered `deep-16`): the same 128-layer model at widths
+D = 16, 32 and 48, 424,480 to 3,632,736 parameters (8.6×); the verdict is read at `deep-16`
+alone. Each width reruns the whole protocol (the depth sweep at that width, then each arm's
+rate tuned again from the same grid on seed 100, seeds 0–4 trained); steps, batches and depths
+stay `FULL`'s, only `D` changes. Not run yet; cost an **estimate**: the registered run took
+2,445 s wall at load, and a step of these narrow models is overhead more than arithmetic, so
+each wider size should cost one to two times that.
+
 Expected (from the preface): `pre` has small `|λ − 1|` at every depth, shrinking with depth;
 `pre-no-residual` does not; the residual 128-layer model goes below the unigram entropy and
 the residual-free one does not.
@@ -48,7 +57,7 @@ import numpy as np
 import optax
 
 import transformer
-from experiments import data
+from experiments import data, models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import stability
 from experiments.train import sweep
@@ -63,7 +72,9 @@ class ResidualEigenvaluesSizes(Sizes):
   """What a run of `residual-eigenvalues` reads about its size.
 
   Attributes:
-    width: the model width `D` (the Jacobians are `(D, D)` blocks).
+    model: the shape (`experiments.models.SHAPES`, `deep-<D>`): its width `D` is the width of
+      every model here (the Jacobians are `(D, D)` blocks), its 128 layers the full run's
+      trained depth; the scale axis replaces it.
     jacobian_seq_len: the tokens `T` of the random stream each Jacobian is taken at.
     depths: the depths `L` of the eigenvalue sweep (the first and last give the ratios).
     train_layers: the depth of the trained models.
@@ -74,7 +85,7 @@ class ResidualEigenvaluesSizes(Sizes):
     eval_batches: validation batches of the final loss.
   """
 
-  width: int
+  model: str
   jacobian_seq_len: int
   depths: tuple[int, ...]
   train_layers: int
@@ -85,12 +96,12 @@ class ResidualEigenvaluesSizes(Sizes):
   eval_batches: int
 
 
-QUICK = ResidualEigenvaluesSizes(width=16, jacobian_seq_len=8, depths=(1, 8), train_layers=8,
-                                 train_steps=100, train_seq_len=32, batch_size=8,
+QUICK = ResidualEigenvaluesSizes(model="deep-16", jacobian_seq_len=8, depths=(1, 8),
+                                 train_layers=8, train_steps=100, train_seq_len=32, batch_size=8,
                                  learning_rates=(1e-2,), eval_batches=8)
-FULL = ResidualEigenvaluesSizes(width=16, jacobian_seq_len=8, depths=(1, 4, 16, 64, 128),
-                                train_layers=128, train_steps=250, train_seq_len=32, batch_size=8,
-                                learning_rates=(3e-3, 1e-2), eval_batches=8)
+FULL = ResidualEigenvaluesSizes(model="deep-16", jacobian_seq_len=8, depths=(1, 4, 16, 64, 128),
+                                train_layers=128, train_steps=250, train_seq_len=32,
+                                batch_size=8, learning_rates=(3e-3, 1e-2), eval_batches=8)
 
 
 def base_config(width: int, seq_len: int) -> transformer.Config:
@@ -162,7 +173,8 @@ def train_depth(cfg: transformer.Config, seeds, learning_rates, *, steps: int, b
 def run(spec: Spec) -> dict:
   """The depth sweep and the deep training for every seed; see the module docstring."""
   z = spec.sizes
-  width, seq_len, depths, learning_rates = z.width, z.jacobian_seq_len, z.depths, z.learning_rates
+  seq_len, depths, learning_rates = z.jacobian_seq_len, z.depths, z.learning_rates
+  width = models.config(z.model).d_model
   train_layers, steps, train_seq, batch = (z.train_layers, z.train_steps, z.train_seq_len,
                                            z.batch_size)
   base = base_config(width, max(seq_len, train_seq))
@@ -293,6 +305,9 @@ CLAIM = Claim(
         Anchor("self-attention without skip connections", "rank collapses doubly exponentially "
                "with depth", "Dong, Cordonnier & Loukas 2021, Attention is Not All You Need"),
     ),
+    # `deep-16`, the registered size (`FULL.model`), is added first by the runner: the axis is
+    # D = 16, 32, 48 at 128 layers (424k to 3.6M parameters, 8.6×).
+    scale_models=("deep-32", "deep-48"),
     run=run,
     QUICK=QUICK,
     FULL=FULL,

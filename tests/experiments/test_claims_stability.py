@@ -462,3 +462,24 @@ def test_depth_point_residual_eigenvalues_near_one_reference():
   np.testing.assert_allclose(out["max_dist_from_one"], np.abs(np.linalg.eigvals(J) - 1).max(),
                              rtol=2e-3, atol=1e-4)
   assert jnp.isfinite(out["e2e_sigma_max"])
+
+
+def test_residual_eigenvalues_widths_are_its_own_model_at_three_sizes():
+  from experiments import models
+
+  full = re_.FULL
+  base = re_.base_config(models.config(full.model).d_model, full.train_seq_len)
+  # The registered model is unchanged: `deep-16` is the 128-layer model the results measured.
+  assert base.replace(n_layers=full.train_layers) == models.config("deep-16") == models.config(
+      full.model)
+  names = (full.model, *re_.CLAIM.scale_models)
+  re_.CLAIM.check_scale_models(names, "scale_models")  # shapes are accepted, not just recipes
+  cards = [models.model_card(n) for n in names]
+  assert [c["d_model"] for c in cards] == [16, 32, 48]
+  assert {c["n_layers"] for c in cards} == {128}
+  assert cards[-1]["params"] / cards[0]["params"] >= 8  # the span
+  for card in cards:  # each width is the claim's model: only D differs
+    cfg = re_.base_config(card["d_model"], full.train_seq_len).replace(n_layers=128)
+    assert models.param_count(card["name"]) == models._param_count(cfg) == card["params"]
+  with pytest.raises(ValueError, match="not base models"):
+    re_.CLAIM.check_scale_models(("deep-64",), "--sizes")
