@@ -13,7 +13,7 @@ or a best loss more than 1% worse.
 
 Full run (5 seeds × 7 learning rates × 2 arms, a tiny byte-level model: D = 32, L = 2,
 200 steps): designed for about 6 minutes on 2 idle CPU cores; the registered run took 1,266 s
-of wall time on the shared machine. `--quick`: one seed, 4 rates, 100 steps, at `nano` only
+of wall time on the shared machine. `--quick`: one seed, 4 rates, 50 steps, at `nano` only
 unless given `--sizes` (about a minute when shared; 285 s at load ≈ 10).
 
 Arms, on the same learning-rate grid (7 log-spaced peak rates 1e-3 … 1, half a decade apart;
@@ -130,8 +130,8 @@ class EigenvalueConstrainedSizes(Sizes):
     return tuple(float(x) for x in np.geomspace(*self.lr_range, self.n_rates))
 
 
-QUICK = EigenvalueConstrainedSizes(model="nano", lr_range=(1e-3, 1.0), n_rates=4, steps=100,
-                                   seq_len=64, batch_size=16, eval_every=50, eval_batches=4)
+QUICK = EigenvalueConstrainedSizes(model="nano", lr_range=(1e-3, 1.0), n_rates=4, steps=50,
+                                   seq_len=64, batch_size=16, eval_every=25, eval_batches=4)
 FULL = EigenvalueConstrainedSizes(model="nano", lr_range=(1e-3, 1.0), n_rates=7, steps=200,
                                   seq_len=64, batch_size=16, eval_every=50, eval_batches=4)
 

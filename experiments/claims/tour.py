@@ -61,6 +61,32 @@ def _timed_run(claim, quick: bool, root: str, scale: bool, log) -> tuple[dict, s
   return res, run_dir, time.perf_counter() - t0
 
 
+def _worker_init(root: str, quick: bool) -> None:
+  """A tour worker's JAX, set before its backend starts.
+
+  Compiled programs are kept in `root/cache/xla`, shared by the workers: a quick claim spends
+  most of its time compiling, claims compile many of the same programs (the same model, step
+  and evaluation), and the persistent cache lets a worker load what another compiled, and a
+  later tour load everything. A quick tour also compiles at XLA's backend optimization level
+  0: its programs run a few steps each, so compiling them fast pays more than running them
+  fast (measured on `causal-mask --quick`: 47 s → 37 s, compile 34 s → 23 s).
+  """
+  if quick:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + " --xla_backend_optimization_level=0").strip()
+  import jax
+
+  jax.config.update("jax_compilation_cache_dir", os.path.abspath(os.path.join(root, "cache",
+                                                                              "xla")))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+# The quick claims measured longest (git 6dcd558, 2 idle cores), started first so that the
+# two workers finish together; the others follow in the registry's order.
+_LONGEST_FIRST = ("residual-eigenvalues", "causal-mask", "dynamic-sparsity", "sliding-window",
+                  "condition-lr")
+
+
 def _run_in_worker(claim, quick: bool, root: str, scale: bool) -> tuple[dict, str, float]:
   """A worker process's claim (`run_tour(jobs > 1)`), its progress lines flushed as they come."""
   return _timed_run(claim, quick, root, scale, functools.partial(print, flush=True))
@@ -147,8 +173,11 @@ def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print,
     # Fresh interpreters (spawn): forking a process that already runs JAX's threads is unsafe.
     # A claim travels pickled (its functions by reference); each worker prints its own lines.
     with futures.ProcessPoolExecutor(max_workers=min(jobs, len(todo)),
-                                     mp_context=multiprocessing.get_context("spawn")) as pool:
-      running = {pool.submit(_run_in_worker, claims[i], quick, root, scale): i for i in todo}
+                                     mp_context=multiprocessing.get_context("spawn"),
+                                     initializer=_worker_init, initargs=(root, quick)) as pool:
+      first = [i for cid in _LONGEST_FIRST for i in todo if claims[i].id == cid]
+      order = first + [i for i in todo if i not in first]
+      running = {pool.submit(_run_in_worker, claims[i], quick, root, scale): i for i in order}
       for done in futures.as_completed(running):
         try:
           outcome = done.result()

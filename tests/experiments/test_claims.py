@@ -5,6 +5,7 @@ import json
 import math
 import os
 
+import jax
 import numpy as np
 import pytest
 import scipy.stats
@@ -198,7 +199,8 @@ def test_tour_lists_all_14_and_not_built_are_never_verdicts(tmp_path, monkeypatc
 
 def _toy_run_marking_its_process(spec):
   with open(os.path.join(spec.run_dir, "pid"), "w") as f:
-    f.write(str(os.getpid()))
+    json.dump({"pid": os.getpid(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+               "cache": jax.config.jax_compilation_cache_dir}, f)
   return _toy_run(spec)
 
 
@@ -228,8 +230,11 @@ def test_a_tour_in_worker_processes_matches_one_in_this_process(tmp_path, monkey
     assert [c["claim"] for c in res["claims"]] == DESIGN_ORDER  # whichever finished first
     for c in res["claims"]:
       if c["claim"] in picked[:2]:
-        pid = open(os.path.join(os.path.dirname(c["results"]), "pid")).read()
-        assert (pid == str(os.getpid())) == (jobs == 1)  # jobs=2: each in a worker process
+        mark = json.load(open(os.path.join(os.path.dirname(c["results"]), "pid")))
+        assert (mark["pid"] == os.getpid()) == (jobs == 1)  # jobs=2: each in a worker process
+        if jobs == 2:  # the workers share a compilation cache and compile quick runs fast
+          assert mark["cache"] == str(tmp_path / "2" / "cache" / "xla")
+          assert "--xla_backend_optimization_level=0" in mark["xla_flags"]
   strip = [{k: v for k, v in c.items() if k != "results"} for c in got[1]["claims"]]
   assert strip == [{k: v for k, v in c.items() if k != "results"} for c in got[2]["claims"]]
   by_id = {c["claim"]: c for c in got[2]["claims"]}
