@@ -10,8 +10,10 @@ per claim, ending with its report's path) and writes `runs/tour/<run-id>/{result
 report.md}`: one table of all 14 claims (kind, primary verdict, key number with its unit and
 interval, trend with size, published anchor; a quick tour also shows the committed full
 verdict from `results/`), then one short paragraph per claim linking its own report.
-`--quick` took 453 s for all 14 claims on 2 idle CPU cores at git 3b0b41d (training the
-shared `quick` models included; 279 s in an earlier version), over its 5-minute target. A
+`--quick` took 271 s for all 14 claims on 2 idle CPU cores at git 25bf2a8 (training the shared
+`quick` models and an empty compilation cache included; 453 s at git 3b0b41d, one claim at a
+time): its claims run two at a time in worker processes (`--jobs`), sharing compiled programs
+through `runs/cache/xla` and compiling at XLA's backend optimization level 0. A
 full tour reads every verdict at its registered size, with each context claim's lengths;
 `--scale` adds every claim's other sizes, which take hours per claim on 2 CPU cores (each
 claim's `runtime_s` in `results/` says how many), so the trends with size are run claim by
