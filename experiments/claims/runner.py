@@ -666,7 +666,7 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
                  "figures); they feed only the trend with context, never the verdict.")
   if len(per_budget) > 1:
     budget_trend = budget_block(claim, per_budget, seeds, {
-        k: (at_k[k] if k > 1 else registered).train_tokens() for k in per_budget},
+        k: k * registered.train_tokens() for k in per_budget},
         _params(registered))
     figures.append(report.budget_figure(claim, budget_trend, run_dir))
     notes.append("- The runs on more tokens ran in `budget-x<k>/` (their findings and figures); "
