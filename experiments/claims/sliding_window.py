@@ -87,6 +87,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import analysis
@@ -203,6 +204,38 @@ def at_length(sizes: SlidingWindowSizes, T: int) -> SlidingWindowSizes:
                              timing_seq_lens=())
 
 
+def abs_jacobian_rows(f, x_TD: jax.Array) -> jax.Array:
+  """`Σ_ij |∂f(x)_{t,i} / ∂x_{s,j}|` for every `(t, s)`: the `(T, T)` map of who reads whom.
+
+  One output position at a time (`lax.map` over `t`, a `vmap` of the VJP over its `D` units),
+  so the memory is `D` backward passes, not the `T · D` of `jax.jacrev(f)` at once (18.5 GB
+  for a `small` stack at `T = 128`, which the OOM killer stopped). Each entry is the same VJP
+  `jacrev` takes, so the zero pattern is the same.
+
+  Args:
+    f: `(T, D) -> (T, D)`.
+    x_TD: the point.
+
+  Returns:
+    `(T, T)`, float32.
+  """
+  T, D = x_TD.shape
+
+  @jax.jit
+  def rows(x_TD):
+    _, vjp = jax.vjp(f, x_TD)
+    eye_DD = jnp.eye(D, dtype=x_TD.dtype)
+
+    def row(t):
+      cot_DTD = jnp.zeros((D, T, D), x_TD.dtype).at[:, t, :].set(eye_DD)
+      (g_DTD,) = jax.vmap(vjp)(cot_DTD)
+      return jnp.abs(g_DTD).sum((0, 2))
+
+    return jax.lax.map(row, jnp.arange(T))
+
+  return rows(x_TD)
+
+
 def receptive_field(params, cfg: transformer.Config, seq_len: int, key,
                     window: int | None = None) -> dict:
   """Measured reach of the block stack by gradient, against `L (w − 1)`.
@@ -225,7 +258,7 @@ def receptive_field(params, cfg: transformer.Config, seq_len: int, key,
     return x_TD
 
   x_TD = jax.random.normal(key, (seq_len, cfg.d_model))
-  J_TS = np.abs(np.asarray(jax.jit(jax.jacrev(stack))(x_TD))).sum((1, 3))
+  J_TS = np.asarray(abs_jacobian_rows(stack, x_TD))
   lag_TS = np.arange(seq_len)[:, None] - np.arange(seq_len)[None, :]
   expected = cfg.n_layers * ((window or cfg.window) - 1)
   reach_mask = (lag_TS >= 0) & (lag_TS <= expected)

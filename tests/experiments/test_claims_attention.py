@@ -157,6 +157,28 @@ def test_receptive_field_measures_layers_times_window_minus_one(window):
   assert rf["rf_exact"] == 1.0
 
 
+@pytest.mark.parametrize("attention", ["full", "local"])
+def test_abs_jacobian_rows_matches_the_whole_jacobian_by_jacrev(attention):
+  # The row-at-a-time map against `jax.jacrev` of the whole stack, on full attention (every
+  # causal entry nonzero) and a window (its zeros must be exactly where jacrev's are).
+  cfg = TINY.replace(positions="none", **({"attention": "local", "window": 3, "block_size": 4}
+                                          if attention == "local" else {}))
+  params = transformer.init(cfg, jax.random.key(0))
+  f_l = transformer.block_fn(cfg)
+
+  def stack(x_TD):
+    for layer in range(cfg.n_layers):
+      x_TD = f_l(transformer.layer(params, layer), x_TD)
+    return x_TD
+
+  x_TD = jax.random.normal(jax.random.key(1), (12, cfg.d_model))
+  want = np.abs(np.asarray(jax.jacrev(stack)(x_TD), np.float64)).sum((1, 3))
+  got = np.asarray(sliding_window.abs_jacobian_rows(stack, x_TD))
+  assert got.shape == (12, 12) and (want > 0).sum() > 12  # not a diagonal-only stack
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)
+  np.testing.assert_array_equal(got > 0, want > 0)
+
+
 def test_receptive_field_catches_attention_that_is_not_a_window():
   # The dense masked window reaches exactly L(w−1) too; full attention reaches everything.
   cfg = TINY.replace(positions="none")
