@@ -58,6 +58,11 @@ parameters. Cost, an **estimate** (not a run): one step of an arm's 35-run progr
 That is ≈ 30 min at `nano` (the registered run took 1,266 s wall, about 0.7× of this
 estimate), ≈ 2.4 h at `mini` and ≈ 10–24 h at `small` at that load (× 0.7 at the registered
 run's): the `small` size is dominated by the cap's SVDs and costs far more than the other two.
+Measured since (2026-12-03, git dec8df9, `OPENBLAS_NUM_THREADS=1`, four claim processes on
+the 2 shared cores, load ≈ 7): `nano` 718 s wall (the registered run reproduced exactly),
+`mini` 24 min; `small`'s AdamW arm ran over an hour at low priority and its capped arm did
+not finish in the session, so its cost is still open. The loaded step times above were likely
+inflated by OpenBLAS threads contending for the 2 cores (the CLI now pins them to one).
 """
 
 from __future__ import annotations

@@ -42,6 +42,9 @@ rate tuned again from the same grid on seed 100, seeds 0–4 trained); steps, ba
 stay `FULL`'s, only `D` changes. Not run yet; cost an **estimate**: the registered run took
 2,445 s wall at load, and a step of these narrow models is overhead more than arithmetic, so
 each wider size should cost one to two times that.
+Measured since (2026-12-03, git dec8df9, four claim processes on the 2 shared cores, load
+≈ 7): `deep-16` 1,711 s wall (the registered run reproduced exactly), `deep-32` 81 min wall
+with a varying share of the cores; `deep-48` did not finish in the session.
 
 Expected (from the preface): `pre` has small `|λ − 1|` at every depth, shrinking with depth;
 `pre-no-residual` does not; the residual 128-layer model goes below the unigram entropy and
