@@ -44,7 +44,19 @@ stay `FULL`'s, only `D` changes. Not run yet; cost an **estimate**: the register
 each wider size should cost one to two times that.
 Measured since (2026-12-03, git dec8df9, four claim processes on the 2 shared cores, load
 ≈ 7): `deep-16` 1,711 s wall (the registered run reproduced exactly), `deep-32` 81 min wall
-with a varying share of the cores; `deep-48` did not finish in the session.
+with a varying share of the cores, `deep-48` about 40 min once the cores were freer.
+
+**Result with width** (`results/residual-eigenvalues/`, kept 2026-12-03; the registered
+`deep-16` reproduced exactly; the same verdict, inconclusive, at every width): the primary
+effect, `max |λ − 1|` with pre-norm and residuals over all layers and depths, is 0.235
+[0.177, 0.293] at D = 16, 0.547 [0.485, 0.608] at D = 32 and 0.813 [0.759, 0.867] at D = 48:
+it **grows** with width, +0.265 [0.233, 0.298] per e-fold of parameters, and crosses the
+support threshold (0.5) from D = 32 on. Without residuals it stays above 1 (1.02, 1.11,
+1.20). The 128-layer residual model trains below the unigram entropy at D = 16 and 32 in
+every seed, at D = 48 in 4 of 5 (one seed +0.09 above it); the residual-free one sits around
+the entropy at every width (−0.12 … +0.07). So "eigenvalues near 1" holds for narrow blocks
+at this init: every eigenvalue is within 0.5 of 1 only at D = 16; at D = 48 the farthest is
+0.81 away, still under the refutation line of 1.
 
 Expected (from the preface): `pre` has small `|λ − 1|` at every depth, shrinking with depth;
 `pre-no-residual` does not; the residual 128-layer model goes below the unigram entropy and
