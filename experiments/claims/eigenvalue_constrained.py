@@ -60,8 +60,15 @@ estimate), ≈ 2.4 h at `mini` and ≈ 10–24 h at `small` at that load (× 0.7
 run's): the `small` size is dominated by the cap's SVDs and costs far more than the other two.
 Measured since (2026-12-03, git dec8df9, `OPENBLAS_NUM_THREADS=1`, four claim processes on
 the 2 shared cores, load ≈ 7): `nano` 718 s wall (the registered run reproduced exactly),
-`mini` 24 min; `small`'s AdamW arm ran over an hour at low priority and its capped arm did
-not finish in the session, so its cost is still open. The loaded step times above were likely
+`mini` 24 min, `small` about 2 h (8,582 s for all three, much of it at low priority).
+
+**Result with size** (`results/eigenvalue-constrained/`, kept 2026-12-03): inconclusive at
+every size. AdamW ends diverged at no rate in any seed at `nano`, `mini` or `small`, so the
+primary (divergence where AdamW diverges) is undefined at all three and no trend can be
+fitted: on this grid, without warm-up or clipping, the baseline never fails. The cap's
+best-loss cost against AdamW shrinks to zero: −5.7% [−7.1, −4.2] at `nano`, −1.8% [−2.7,
+−0.9] at `mini`, +0.2% [−0.5, +0.9] at `small` (within the 1% margin at each). Largest final
+attention logit at `small`: AdamW 25,072, capped 16. The loaded step times above were likely
 inflated by OpenBLAS threads contending for the 2 cores (the CLI now pins them to one).
 """
 
