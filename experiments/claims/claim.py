@@ -299,6 +299,12 @@ class Claim:
       (typically `steps` times `k`, with whatever counts steps, such as an evaluation
       interval, scaled alike); the runner refuses sizes whose `train_tokens()` is not `k`
       times the registered run's. The verdict is never read from these runs.
+    budget_model: the base model the budget axis trains (a key of `RECIPES` or `SHAPES`;
+      default: the registered size's own `model`). A smaller model than the registered one
+      reaches more tokens per parameter at `k` times the tokens for the same compute, nearer
+      the regime optimizer comparisons are published in. Its 1× run is the scale axis's run
+      of that model when the scale axis runs it (else it runs into `budget-x1/`); quick runs
+      keep their own model. The verdict is never read from these runs.
   """
 
   id: str
@@ -322,6 +328,7 @@ class Claim:
   at_length: Callable[[Sizes, int], Sizes] | None = None
   budgets: tuple[int, ...] = ()
   at_budget: Callable[[Sizes, int], Sizes] | None = None
+  budget_model: str | None = None
 
   def __post_init__(self):
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", self.id):
@@ -349,6 +356,8 @@ class Claim:
       self.check_context_lengths(self.context_lengths, "context_lengths")
     if self.budgets:
       self.check_budgets(self.budgets, "budgets")
+    if self.budget_model is not None:
+      self.check_budget_model()
 
   def check_budgets(self, multiples, field: str) -> None:
     """Raises `ValueError` unless `multiples` are distinct whole numbers `≥ 2` this claim can run.
@@ -371,6 +380,27 @@ class Claim:
                        f"sizes ({type(self.FULL).__name__}) train nothing (train_tokens() is "
                        "None). Fix: give its Sizes a train_tokens (e.g. subclass TrainedSizes), "
                        "or drop " + field + ".")
+
+  def check_budget_model(self) -> None:
+    """Raises `ValueError` unless `budget_model` names a base model the budget axis can train.
+
+    It must be a key of `experiments.models.RECIPES` or `SHAPES`, the claim must declare
+    `budgets`, and its `FULL` sizes must have a `model` field (the runner replaces it).
+    """
+    from experiments import models  # deferred: a claim's declaration trains nothing
+
+    known = sorted({*models.RECIPES, *models.SHAPES})
+    if not isinstance(self.budget_model, str) or self.budget_model not in known:
+      raise ValueError(f"Claim {self.id!r}: budget_model={self.budget_model!r} is not a base "
+                       f"model. Fix: name one of {known}.")
+    if not self.budgets:
+      raise ValueError(f"Claim {self.id!r}: budget_model={self.budget_model!r} names the "
+                       "model of a budget axis, but the claim declares no budgets. Fix: "
+                       "declare budgets=(4,) (or drop budget_model).")
+    if self.FULL is not None and not hasattr(self.FULL, "model"):
+      raise ValueError(f"Claim {self.id!r}: budget_model needs FULL sizes with a `model` field "
+                       f"({type(self.FULL).__name__} has none). Fix: add one, or drop "
+                       "budget_model.")
 
   def check_context_lengths(self, lengths, field: str) -> None:
     """Raises `ValueError` unless `lengths` are distinct positive token counts this claim can run.
@@ -450,8 +480,8 @@ class Claim:
   def to_dict(self) -> dict[str, Any]:
     """The frozen definition (everything but `run`), as written to `claim.json`.
 
-    `scale_models`, `context_lengths` and `budgets` appear only when declared, so a one-size
-    claim's `claim.json` is unchanged.
+    `scale_models`, `context_lengths`, `budgets` and `budget_model` appear only when declared,
+    so a one-size claim's `claim.json` is unchanged.
     """
     d = {"id": self.id, "topic": self.topic, "kind": self.kind, "preface": self.preface,
          "theorem": self.theorem, "hypothesis": self.hypothesis,
@@ -467,6 +497,8 @@ class Claim:
       d["context_lengths"] = list(self.context_lengths)
     if self.budgets:
       d["budgets"] = list(self.budgets)
+    if self.budget_model is not None:
+      d["budget_model"] = self.budget_model
     return d
 
 

@@ -39,6 +39,16 @@ speed-up over tuned AdamW, shrinks as the model grows: −0.48 [−0.69, −0.26
 e-fold of parameters, is not resolved at three sizes (Wen et al. 2025 measure matrix
 optimizers' speed-up over AdamW shrinking from 1.4× at 0.1B to 1.1× at 1.2B).
 
+**Budget axis** (`budgets = (4, 16)`, `budget_model = "micro"`, `at_budget`; declared on
+2026-12-03 before any budget ran, the 16× added when `micro`'s 1× took 341 s on the shared
+cores): a full run also trains `micro` (41,856 parameters, the size where the speed-up was
+largest) on 4× and 16× the registered tokens, `N = 480` and `1,920` steps: 5.87 and 23.5
+tokens per parameter against 1.47 at 1×, the last about a compute-optimal length (≈ 20), the
+regime of Wen et al.'s comparison. Every rate and the `lr-cut` factor are chosen again on the
+tuning seed at each budget. `results.json`'s `budgets` gives the first primary at each
+budget and its slope on log(tokens), paired by seed; the verdict is still read at `small`.
+`claim condition-lr --onto results/condition-lr` adds it without rerunning the sizes.
+
 Earlier result, before pre-registration (3 seeds: 168 s; `--seeds 0 1 2 3 4 5 6 7`: 244 s, on 2
 idle cores; thresholds at a bare 0, and the seed count raised after an inconclusive result,
 which the contract now forbids): **inconclusive** at 3 seeds, **refuted** at 8. Tracking κ does
@@ -284,7 +294,8 @@ CLAIM = Claim(
                "Vyas et al. 2024, SOAP: Improving and Stabilizing Shampoo using Adam"),
     ),
     scale_models=models.CPU_SCALE["gpt"],
-    budgets=(4,),
+    budgets=(4, 16),
+    budget_model="micro",
     at_budget=at_budget,
     run=run,
     QUICK=QUICK,

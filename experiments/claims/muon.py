@@ -68,13 +68,16 @@ optimizer tuned, matrix optimizers' speed-up over AdamW measured 1.4× at 0.1B p
 1.1× at 1.2B, in runs of compute-optimal length and longer (Wen et al. 2025, "Fantastic
 Pretraining Optimizers"); our 4× fewer steps is not a measurement of that regime.
 
-**Budget axis** (`budgets = (4,)`, `at_budget = more_steps`): a full run also trains at `small`
-on 4× the tokens, `N = 480` steps (0.286 tokens per parameter), with both rates tuned again
-from the same grid on the same tuning seeds and Muon's budgets the same fractions of the new
-`N`; `results.json`'s `budgets` gives the ratio at 1× and 4× and its slope on log(tokens),
-paired by seed. It has not been run: an **estimate** of about 4 × 1,603 CPU-seconds for the
-registered size's part (1.8 h of CPU), more with retuning at the longer budget.
-`claim muon --budgets 1` runs without it.
+**Budget axis** (`budgets = (4,)`, `budget_model = "micro"`, `at_budget = more_steps`; the
+model was `small` until 2026-12-03, changed before any budget ran): a full run also trains
+`micro` (41,856 parameters) on 4× the registered tokens, `N = 480` steps, 245,760 tokens:
+5.87 tokens per parameter against 1.47 at 1×, both rates tuned again from the same grid on the
+same tuning seeds and Muon's budgets the same fractions of the new `N`. At `small`, 4× would
+reach only 0.286 tokens per parameter, at several times the compute; on `micro` the axis
+moves toward the compute-optimal lengths (≈ 20 tokens per parameter) of the published
+comparisons. `results.json`'s `budgets` gives the ratio at 1× and 4× and its slope on
+log(tokens), paired by seed; the verdict is still read at `small`. `claim muon --onto
+results/muon` adds it to the kept result without rerunning the sizes.
 
 Scale result (`results/muon/`, git 47ebd2a, 6,282 s of wall time for the three sizes at load
 7–11): `small` reproduced the registered ratio to every digit, and the effect shows **no
@@ -380,6 +383,7 @@ CLAIM = Claim(
     tuning_seeds=TUNING_SEEDS,
     scale_models=models.CPU_SCALE["gpt"],
     budgets=(4,),
+    budget_model="micro",
     at_budget=more_steps,
     run=run,
     QUICK=QUICK,

@@ -111,6 +111,16 @@ the three Llama sizes at load 6–8) support it too: −0.17 [−0.24, −0.10] 
 Every model trains on 61,440 tokens: 1.47–1.49 tokens per parameter at the micro sizes,
 0.46–0.47 at the mini sizes, 0.072 at the small ones (`config.budget`, the scale table).
 
+**Budget axis** (`budgets = (4, 16)`, `budget_model = "micro"`, `at_budget = more_steps`;
+declared on 2026-12-03 before any budget ran, the 16× added when `micro`'s 1× took 437 s on
+the shared cores): a full run also trains the `micro` shape with 8 heads (41,856 parameters)
+on 4× and 16× the registered tokens, `N = 480` and `1,920` steps: 5.87 and 23.5 tokens per
+parameter against 1.47 at 1×, with every rate and λ tuned again at each budget. Does the pull
+still separate the heads' patterns when training runs long enough for heads to specialise on
+their own? `results.json`'s `budgets` gives the pattern-similarity difference at each budget
+and its slope on log(tokens), paired by seed; the verdict is still read at `small`. `claim
+orthogonal-heads --onto results/orthogonal-heads` adds it without rerunning the sizes.
+
 Earlier result (3 seeds, before pre-registration, 12 thresholds of which any could refute):
 refuted. The pull lowered the largest principal cosine between heads by 30–45% at no loss cost,
 yet raised the number of prunable heads; per-head Muon lowered the loss but its heads'
@@ -497,7 +507,8 @@ CLAIM = Claim(
     ),
     tuning_seeds=TUNING_SEEDS,
     scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
-    budgets=(4,),
+    budgets=(4, 16),
+    budget_model="micro",
     at_budget=more_steps,
     run=run,
     QUICK=QUICK,

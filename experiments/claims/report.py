@@ -304,7 +304,8 @@ def budget_sentence(budgets: dict) -> str:
   first, last = budgets["runs"][0], budgets["runs"][-1]
   per = (f" ({fmt(first['tokens_per_param'])} to {fmt(last['tokens_per_param'])} tokens per "
          "parameter)" if first.get("tokens_per_param") and last.get("tokens_per_param") else "")
-  return (f"From {first['multiple']}× to {last['multiple']}× the tokens{per} "
+  on = f"On `{budgets['model']}`, from" if budgets.get("model") else "From"
+  return (f"{on} {first['multiple']}× to {last['multiple']}× the tokens{per} "
           f"{_trend_clause(budgets, 'tokens', 'budgets', 'one seed')}.")
 
 
@@ -313,13 +314,21 @@ def budget_markdown(claim: Claim, results: dict, h: str) -> list[str]:
   th = claim.primary
   unit = f" ({th.unit})" if th.unit else ""
   block = results["budgets"]
+  model, registered = block.get("model"), results["config"]["sizes"].get("model")
+  if model and model != registered:
+    where = (f" on `{model}`, not the registered `{registered}`: at the same multiple of the "
+             "tokens a smaller model sees more tokens per parameter, for less compute. The "
+             "verdict above is read at the registered size alone; 1× here trains this model "
+             "exactly as the scale axis does. The")
+  else:
+    where = (f"{f' on `{model}`' if model else ''}. The verdict above is read at 1× alone; "
+             "the")
   lines = [f"{h}# Budget: the primary effect against the training tokens", "",
            f"The primary effect *{th.name}*{unit} with each reported model trained on a multiple "
            "of the registered run's tokens, on the same seeds, every rate tuned again at each "
-           "budget (the claim's `at_budget`). The verdict above is read at 1× alone; the "
-           "threshold column applies the primary threshold's test to each budget's interval, "
-           "the last column the registered rule, every threshold and control, to that "
-           "budget's runs.", ""]
+           f"budget (the claim's `at_budget`){where} threshold column applies the primary "
+           "threshold's test to each budget's interval, the last column the registered rule, "
+           "every threshold and control, to that budget's runs.", ""]
   rows = []
   for r in block["runs"]:
     outcome, why = size_test(th, r)
@@ -404,8 +413,9 @@ def budget_figure(claim: Claim, budgets: dict, run_dir: str) -> str:
   x_of = (lambda r: r["tokens_per_param"]) if per else (lambda r: r["train_tokens"])
   fig, ax = plt.subplots(figsize=(7.0, 4.4))
   rs = [r for r in budgets["runs"] if r["effect"] is not None]
+  on = f" on {budgets['model']}" if budgets.get("model") else ""
   ax.errorbar([x_of(r) for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
-              fmt="o-", capsize=3, label="primary effect (1×: the registered run)")
+              fmt="o-", capsize=3, label=f"primary effect{on} (1×: the registered tokens)")
   _threshold_lines(ax, th)
   sentence = textwrap.fill(budget_sentence(budgets), 68)
   _save_log_x(fig, ax, th, xlabel=("tokens per parameter" if per else "training tokens")
@@ -556,6 +566,27 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
   if results.get("budgets"):
     lines += [f"**Trend with the training budget.** {budget_sentence(results['budgets'])}", ""]
   return lines
+
+
+BUDGET_MARK = "<!-- the budget axis, added onto this result (claim ID --onto) -->"
+
+
+def add_budget_report(claim: Claim, results: dict, path: str, notes=()) -> str:
+  """Appends the budget section to the finished report at `path` (an earlier one this wrote is
+  replaced): `results["budgets"]` as a table, with its trend, the note on what ran, `notes`
+  and `budget.png`. The rest of the report is left as it was."""
+  with open(path) as f:
+    text = f.read().split(BUDGET_MARK)[0].rstrip("\n")
+  block = results["budgets"]
+  lines = [text, "", BUDGET_MARK, "", *budget_markdown(claim, results, "#"),
+           f"This axis was added onto the finished result at git `{block['git']}` "
+           f"({block['runtime_s']:.0f} s here; budgets saved earlier are reused, not run again). "
+           "The verdict, sizes and lengths above were not run again.", "", *notes, "",
+           "![budget.png](budget.png)", "",
+           f"**Trend with the training budget.** {budget_sentence(block)}", ""]
+  with open(path, "w") as f:
+    f.write("\n".join(lines))
+  return path
 
 
 def write_claim_report(claim: Claim, results: dict, evals, findings: dict, run_dir: str) -> str:

@@ -338,35 +338,45 @@ def budget_multiples(claim: Claim, quick: bool, budgets: Sequence[int] | None = 
   return tuple(sorted(ks))
 
 
-def sizes_at_budget(claim: Claim, registered: Sizes, k: int) -> Sizes:
-  """`claim.at_budget(registered, k)`, checked: it must train on `k` times the tokens."""
-  at = claim.at_budget(registered, k)
-  want, got = k * registered.train_tokens(), at.train_tokens()
+def budget_base(claim: Claim, registered: Sizes, quick: bool) -> Sizes:
+  """The sizes the budget axis multiplies: the registered ones, on `claim.budget_model` when
+  the claim names one (a quick run keeps its own model)."""
+  if quick or claim.budget_model in (None, getattr(registered, "model", None)):
+    return registered
+  return dataclasses.replace(registered, model=claim.budget_model)
+
+
+def sizes_at_budget(claim: Claim, base: Sizes, k: int) -> Sizes:
+  """`claim.at_budget(base, k)`, checked: it must train on `k` times the tokens."""
+  at = claim.at_budget(base, k)
+  want, got = k * base.train_tokens(), at.train_tokens()
   if got != want:
     raise ValueError(f"Claim {claim.id!r}: at_budget(sizes, {k}) trains on {got} tokens, not "
-                     f"{k} × {registered.train_tokens()} = {want}. Fix: scale the steps (or "
+                     f"{k} × {base.train_tokens()} = {want}. Fix: scale the steps (or "
                      "batch) by k and nothing else that sets the tokens.")
   return at
 
 
 def budget_block(claim: Claim, per_budget: dict[int, dict], seeds, tokens: dict[int, int],
-                 params: int | None) -> dict:
+                 params: int | None, model: str | None = None) -> dict:
   """`results.json`'s `budgets`: the primary effect at each multiple of the tokens, its trend.
 
   Args:
     claim: the claim; its `primary` threshold is the effect measured against the budget.
-    per_budget: `{k: runs}` (`{arm: {seed: {metric: value}}}`); `1` is the registered run.
+    per_budget: `{k: runs}` (`{arm: {seed: {metric: value}}}`); `1` is the run at the
+      registered tokens (on `model`).
     seeds: the seeds every budget ran.
     tokens: `{k: tokens each reported model trains on}`.
     params: the parameters of the model trained (None: no `tokens_per_param`).
+    model: the base model every budget trains (None: the sizes name none).
 
   Returns:
-    `{"runs": [{"multiple", "train_tokens", "tokens_per_param", "effect", "ci", "verdict",
-    "failed_controls"}, ...] (by k), "slope", "slope_ci", "trend"}`: the paired mean and its
-    95% t-interval at each budget and the registered rule there (`reading`); the slope of
-    every (budget, seed) point's effect on `log(tokens)` (per e-fold of tokens), with one
-    intercept per seed: a seed's models share their init and first batches across budgets,
-    so the fit pairs them (`stats.ols_slope`'s `groups`).
+    `{"model", "runs": [{"multiple", "train_tokens", "tokens_per_param", "effect", "ci",
+    "verdict", "failed_controls"}, ...] (by k), "slope", "slope_ci", "trend"}`: the paired
+    mean and its 95% t-interval at each budget and the registered rule there (`reading`);
+    the slope of every (budget, seed) point's effect on `log(tokens)` (per e-fold of
+    tokens), with one intercept per seed: a seed's models share their init and first
+    batches across budgets, so the fit pairs them (`stats.ols_slope`'s `groups`).
   """
   th = claim.primary
   rows, xs, ys, groups = [], [], [], []
@@ -387,8 +397,9 @@ def budget_block(claim: Claim, per_budget: dict[int, dict], seeds, tokens: dict[
     slope, ci = None, None
   effects = [r["effect"] for r in rows if math.isfinite(r["effect"])]
   mean_effect = float(np.mean(effects)) if effects else math.nan
-  return {"runs": rows, "slope": slope, "slope_ci": list(ci) if ci else [None, None],
-          "trend": trend(ci, mean_effect)}
+  return {"model": model, "runs": rows, "slope": slope,
+          "slope_ci": list(ci) if ci else [None, None], "trend": trend(ci, mean_effect)}
+
 
 def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, log,
               saved: str | None = None, reuse: bool = False) -> dict:
@@ -512,6 +523,51 @@ def _results(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, 
   return results, evals
 
 
+BUDGET_NOTE = ("- The runs on more tokens ran in `budget-x<k>/` (their findings and figures); "
+               "they feed only the trend with the budget, never the verdict.")
+
+
+def _measure(claim: Claim, sizes: Sizes, *, label: str, here: str, quick: bool, seeds, log,
+             reuse: bool, failed: list[str]) -> dict | None:
+  """One extra run (a size, a length or a budget) in folder `here`: its `{arm: {seed:
+  metrics}}`, or None when it crashed (logged, and a line for the report added to `failed`)."""
+  os.makedirs(here, exist_ok=True)
+  try:
+    found = _run_once(claim, sizes, quick=quick, seeds=seeds, run_dir=here, log=log,
+                      saved=os.path.join(here, "findings.json"), reuse=reuse)
+    return {arm: {s: per_seed[s] for s in seeds} for arm, per_seed in found["runs"].items()}
+  except Exception as e:  # one size's, length's or budget's crash must not lose the others
+    traceback.print_exc()
+    log(f"[{claim.id}] {label} FAILED ({type(e).__name__}: {e}); the others are kept")
+    failed.append(f"- {label[0].upper() + label[1:]} failed and is left out of the trend: "
+                  f"{type(e).__name__}: {e}")
+    return None
+
+
+def _budget_axis(claim: Claim, base: Sizes, at_k: dict, measure, log, at_1: dict | None
+                 ) -> dict[int, dict]:
+  """`{k: runs}` of the budget axis: 1× (`at_1`, a run already made at `base`, else run into
+  `budget-x1/`), then each `k` of `at_k` into `budget-x<k>/`; a crashed budget is left out."""
+  if not at_k:
+    return {}
+  on = f" on `{base.model}`" if getattr(base, "model", None) else ""
+  per_budget = {}
+  if at_1 is not None:
+    per_budget[1] = at_1
+  else:
+    log(f"[{claim.id}] budget 1×{on}: the registered tokens ({base.train_tokens():,} per model)")
+    got = measure(f"budget ×1{on}", base, "budget-x1")
+    if got is not None:
+      per_budget[1] = got
+  for i, (k, at) in enumerate(sorted(at_k.items()), 1):
+    log(f"[{claim.id}] budget {i}/{len(at_k)}: {k}× the registered tokens{on} "
+        f"({at.train_tokens():,} per model)")
+    got = measure(f"budget ×{k}{on}", at, f"budget-x{k}")
+    if got is not None:
+      per_budget[k] = got
+  return per_budget
+
+
 def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None = None,
               root: str = "runs", log: Callable[[str], None] = print,
               sizes: Sequence[str] | None = None, resume: str | None = None,
@@ -573,8 +629,11 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   names = scale_models(claim, quick, sizes)
   Ts = context_lengths(claim, quick, lengths)
   ks = budget_multiples(claim, quick, budgets)
-  at_k = {k: sizes_at_budget(claim, registered, k) for k in ks}  # a wrong at_budget fails now
+  base = budget_base(claim, registered, quick)
+  at_k = {k: sizes_at_budget(claim, base, k) for k in ks}  # a wrong at_budget fails now
   cards = {n: model_card(n) for n in names}  # before any compute: a missing card fails now
+  if ks and base != registered:
+    model_card(base.model)
   run_dir = (_resume_dir(resume, claim, quick, seeds, root) if resume
              else new_run_dir(root, claim.id, quick))
   jsonio.dump_strict({**claim.to_dict(), "quick": quick, "seeds": list(seeds)},
@@ -609,22 +668,13 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   if not names and not Ts and not ks:
     return results, run_dir
 
-  def measure(label, sizes_here, sub):
-    """One extra run (a size or a length) in `run_dir/sub`; None (logged) if it crashed."""
-    here = os.path.join(run_dir, sub)
-    os.makedirs(here, exist_ok=True)
-    try:
-      found = _run_once(claim, sizes_here, quick=quick, seeds=seeds, run_dir=here, log=log,
-                        saved=os.path.join(here, "findings.json"), reuse=bool(resume))
-      return {arm: {s: per_seed[s] for s in seeds} for arm, per_seed in found["runs"].items()}
-    except Exception as e:  # one size's or length's crash must not lose the others
-      traceback.print_exc()
-      log(f"[{claim.id}] {label} FAILED ({type(e).__name__}: {e}); the others are kept")
-      failed.append(f"- {label[0].upper() + label[1:]} failed and is left out of the trend: "
-                    f"{type(e).__name__}: {e}")
-      return None
+  failed: list[str] = []
 
-  per_size, per_length, failed = ({names[0]: runs} if names else {}), {}, []
+  def measure(label, sizes_here, sub):
+    return _measure(claim, sizes_here, label=label, here=os.path.join(run_dir, sub),
+                    quick=quick, seeds=seeds, log=log, reuse=bool(resume), failed=failed)
+
+  per_size, per_length = ({names[0]: runs} if names else {}), {}
   for i, name in enumerate(names[1:], 2):
     log(head(i, name))
     got = measure(f"size `{name}`", dataclasses.replace(registered, model=name), f"size-{name}")
@@ -641,13 +691,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     got = measure(f"length T = {T}", at_T, f"context-T{T}")
     if got is not None:
       per_length[T] = got
-  per_budget = {1: runs} if ks else {}
-  for i, k in enumerate(ks, 1):
-    log(f"[{claim.id}] budget {i}/{len(ks)}: {k}× the registered tokens "
-        f"({at_k[k].train_tokens():,} per model)")
-    got = measure(f"budget ×{k}", at_k[k], f"budget-x{k}")
-    if got is not None:
-      per_budget[k] = got
+  per_budget = _budget_axis(claim, base, at_k, measure, log, at_1=(
+      runs if base == registered else per_size.get(getattr(base, "model", None))))
   notes = list(findings.get("notes", ())) + failed
   figures = list(findings.get("figures", ()))
   scale = context = context_trend = budget_trend = None
@@ -664,13 +709,12 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     figures.append(report.context_figure(claim, context, context_trend, run_dir, models_at))
     notes.append("- The runs at other lengths ran in `context-T<T>/` (their findings and "
                  "figures); they feed only the trend with context, never the verdict.")
-  if len(per_budget) > 1:
+  if 1 in per_budget and len(per_budget) > 1:
     budget_trend = budget_block(claim, per_budget, seeds, {
-        k: k * registered.train_tokens() for k in per_budget},
-        _params(registered))
+        k: k * base.train_tokens() for k in per_budget}, _params(base),
+        getattr(base, "model", None))
     figures.append(report.budget_figure(claim, budget_trend, run_dir))
-    notes.append("- The runs on more tokens ran in `budget-x<k>/` (their findings and figures); "
-                 "they feed only the trend with the budget, never the verdict.")
+    notes.append(BUDGET_NOTE)
   results, evals = _results(claim, quick=quick, seeds=seeds, sizes=registered,
                             findings={**findings, "context": context}, runs=runs,
                             runtime=time.perf_counter() - start, scale=scale,
@@ -679,4 +723,97 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   report.write_claim_report(claim, results, evals, {**findings, "notes": notes,
                                                     "figures": figures,
                                                     "context_trend": context_trend}, run_dir)
+  return results, run_dir
+
+
+def add_budgets(claim: Claim, onto: str, *, budgets: Sequence[int] | None = None,
+                root: str = "runs", log: Callable[[str], None] = print) -> tuple[dict, str]:
+  """Runs only the budget axis of `claim` and adds it to the finished run `onto`.
+
+  For a result whose verdict, sizes and lengths are already measured (a run folder, or a
+  kept `results/<id>/`, which is copied into a new run folder and never written to): the
+  budget axis runs on the same seeds (its 1× at `claim.budget_model` into `budget-x1/`, or
+  the registered run's per-seed metrics from `results.json` when the axis trains the
+  registered size), then each multiple into `budget-x<k>/`; budgets saved there already are
+  reused. `results.json` keeps every key it had and gains `budgets`, with the `git` and
+  `runtime_s` of this invocation; `report.md` gains the budget section (replacing one an
+  earlier call added) and `budget.png`. The verdict is never read from these runs.
+
+  Args:
+    claim: a built `Claim` with `at_budget`.
+    onto: the run folder (`results.json`, `report.md`) of a full or quick run of `claim`.
+    budgets: multiples of the registered tokens (default: the claim's `budgets`).
+    root: the `runs` folder (for the copy of a kept result).
+    log: where progress lines go.
+
+  Returns:
+    The updated `results.json` dict and the run folder.
+  """
+  path = os.path.join(onto, "results.json")
+  if not os.path.exists(path):
+    raise ValueError(f"--onto {onto}: no results.json there. Fix: give a finished run of "
+                     f"{claim.id!r} (runs/claims/{claim.id}/<run-id>, or results/{claim.id}).")
+  old = jsonio.load_strict(path)
+  validate_results(old)
+  if old["claim"] != claim.id:
+    raise ValueError(f"--onto {onto}: that is a run of {old['claim']!r}, not {claim.id!r}. "
+                     "Fix: give a run of this claim.")
+  quick, seeds = old["quick"], tuple(old["seeds"])
+  ks = budget_multiples(claim, quick, budgets if budgets is not None else claim.budgets)
+  if not ks:
+    raise ValueError(f"--onto adds the budget axis, but {claim.id!r} declares no budgets and "
+                     "none were given. Fix: pass --budgets 4.")
+  registered = claim.sizes(quick)
+  if old["config"]["sizes"] != jsonio.strict(registered.to_dict()):
+    raise ValueError(f"--onto {onto}: that run's sizes {old['config']['sizes']} are not the "
+                     f"claim's registered {registered.to_dict()} (the claim changed since). "
+                     f"Fix: run the claim again: python -m experiments claim {claim.id}.")
+  frozen = jsonio.load_strict(os.path.join(onto, "claim.json")) if os.path.exists(
+      os.path.join(onto, "claim.json")) else {}
+  now = jsonio.strict(claim.to_dict())
+  changed = [k for k in ("thresholds", "extensions", "seeds", "tuning_seeds")
+             if frozen.get(k) != now[k]]
+  if changed:
+    raise ValueError(f"--onto {onto}: the claim's {changed} changed since that run, so its "
+                     f"verdict is not this claim's. Fix: run the claim again: python -m "
+                     f"experiments claim {claim.id}.")
+  base = budget_base(claim, registered, quick)
+  at_k = {k: sizes_at_budget(claim, base, k) for k in ks}
+  if base != registered:
+    model_card(base.model)
+  run_dir = _resume_dir(onto, claim, quick, seeds, root)
+  if run_dir != onto:  # a kept result: its report and figures too, so `--keep` keeps them
+    for name in os.listdir(onto):
+      if os.path.isfile(os.path.join(onto, name)) and not os.path.exists(
+          os.path.join(run_dir, name)):
+        shutil.copy2(os.path.join(onto, name), os.path.join(run_dir, name))
+  jsonio.dump_strict({**frozen, **now, "quick": quick, "seeds": list(seeds)},
+                     os.path.join(run_dir, "claim.json"))  # the claim as it ran: + budget axis
+  start = time.perf_counter()
+  failed: list[str] = []
+
+  def measure(label, sizes_here, sub):
+    return _measure(claim, sizes_here, label=label, here=os.path.join(run_dir, sub),
+                    quick=quick, seeds=seeds, log=log, reuse=True, failed=failed)
+
+  at_1 = None
+  if base == registered:  # the registered run's own per-seed metrics, as it wrote them
+    at_1 = {arm: {int(s): {m: (math.nan if v is None else v) for m, v in per.items()}
+                  for s, per in body["runs"].items()} for arm, body in old["arms"].items()}
+  per_budget = _budget_axis(claim, base, at_k, measure, log, at_1)
+  if 1 not in per_budget or len(per_budget) < 2:
+    lost = "its 1× run" if 1 not in per_budget else "every larger budget"
+    raise RuntimeError(f"[{claim.id}] the budget axis lost {lost} ({' '.join(failed)}); "
+                       f"nothing was added to {run_dir}. Fix: see the traceback above, then "
+                       "run the same command again (what was saved is reused).")
+  block = budget_block(claim, per_budget, seeds, {k: k * base.train_tokens()
+                                                  for k in per_budget},
+                       _params(base), getattr(base, "model", None))
+  block.update(git=git_revision(), runtime_s=time.perf_counter() - start)
+  results = jsonio.strict({**old, "budgets": block})
+  validate_results(results)
+  report.budget_figure(claim, block, run_dir)
+  report.add_budget_report(claim, results, os.path.join(run_dir, "report.md"),
+                           [BUDGET_NOTE, *failed])
+  jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
   return results, run_dir

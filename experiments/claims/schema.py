@@ -25,7 +25,8 @@ SCALE_SIZE_KEYS = ("family", "model", "params", "effect", "ci")  # + optional to
 BUDGET_KEYS = ("train_tokens", "params", "tokens_per_param")
 TRENDS = ("grows", "shrinks", "no trend")
 CONTEXT_KEYS = ("T", "effect", "ci")
-BUDGETS_KEYS = ("runs", "slope", "slope_ci", "trend")
+BUDGETS_KEYS = ("model", "runs", "slope", "slope_ci", "trend")
+OPTIONAL_BUDGETS_KEYS = ("git", "runtime_s")  # present when added onto a finished result
 BUDGET_RUN_KEYS = ("multiple", "train_tokens", "tokens_per_param", "effect", "ci")
 # optional in a scale or context row (runs kept since 2026-12-02): the registered rule there
 READING_KEYS = ("verdict", "failed_controls")
@@ -134,10 +135,19 @@ def validate_context(ctx) -> None:
 def validate_budgets(block) -> None:
   """Checks `results.json`'s optional `budgets`: the effect per multiple of the tokens, its fit.
 
-  `{"runs": [{"multiple", "train_tokens", "tokens_per_param", "effect", "ci"} (+ the
-  reading), ...], "slope", "slope_ci", "trend"}`, the first run the registered one (`1`).
+  `{"model", "runs": [{"multiple", "train_tokens", "tokens_per_param", "effect", "ci"} (+ the
+  reading), ...], "slope", "slope_ci", "trend"}` (+ `git`, `runtime_s` when the axis was
+  added onto a finished result), the first run at the registered tokens (`1`).
   """
-  _keys(block, BUDGETS_KEYS, "budgets")
+  _keys({k: v for k, v in block.items() if k not in OPTIONAL_BUDGETS_KEYS}
+        if isinstance(block, dict) else block, BUDGETS_KEYS, "budgets")
+  _need(block["model"] is None or isinstance(block["model"], str), "budgets.model",
+        "must be the base model's name or null")
+  _need(block.get("git") is None or isinstance(block["git"], str), "budgets.git",
+        "must be a git revision or null")
+  _need(block.get("runtime_s") is None or (_is_num(block["runtime_s"])
+                                           and block["runtime_s"] >= 0),
+        "budgets.runtime_s", "must be a number of seconds")
   _need(isinstance(block["runs"], list) and len(block["runs"]) >= 2, "budgets.runs",
         "must list at least two budgets, the registered one (multiple 1) first")
   for i, row in enumerate(block["runs"]):

@@ -3,6 +3,7 @@
     python -m experiments tour [--quick] [--only ID ...] [--scale] [--jobs 2]  # make demo: --quick
     python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4] [--sizes mini,small,base]
                                    [--lengths 256,1024] [--budgets 4] [--resume RUN_DIR] [--keep]
+    python -m experiments claim ID --onto results/ID [--budgets 4] [--keep]
 
 The tour opens with the library's own checks (the matrix catalog of `tiny`, a forward pass
 on real text, KV-cache decoding = full forward), then runs each built claim (a progress line
@@ -35,7 +36,7 @@ from concurrent import futures
 
 from experiments import jsonio
 from experiments.claims import CLAIMS, report, table
-from experiments.claims.runner import run_claim
+from experiments.claims.runner import add_budgets, run_claim
 from experiments.claims.schema import validate_tour
 
 
@@ -290,6 +291,11 @@ def claim_main(argv=None) -> int:
                  help="finish an earlier run folder of this claim (same --quick and --seeds): "
                       "sizes, lengths and budgets saved there are reused, not run again. A kept "
                       "result (results/ID) is copied into a new run folder, never written to")
+  p.add_argument("--onto", metavar="RUN_DIR", default=None,
+                 help="run only the budget axis (the claim's budgets, or --budgets) and add it "
+                      "to this finished run or kept result (results/ID, copied into a new run "
+                      "folder): its verdict, sizes and lengths are not run again. Budgets saved "
+                      "there are reused")
   p.add_argument("--out", default="runs", help="the runs folder")
   p.add_argument("--keep", action="store_true",
                  help="copy the finished full run (pre-registered seeds) to results/ID/, the "
@@ -303,10 +309,20 @@ def claim_main(argv=None) -> int:
   if not claim.built:
     print(f"claim {args.id!r} is not built yet (verdict: not built).", file=sys.stderr)
     return 2
+  clash = [flag for flag, v in (("--quick", args.quick), ("--seeds", args.seeds),
+                                 ("--sizes", args.sizes), ("--lengths", args.lengths),
+                                 ("--resume", args.resume)) if v is not None and v is not False]
+  if args.onto and clash:
+    print(f"error: --onto adds budgets to a finished run with its own settings; {clash} would "
+          "change them. Fix: drop " + ", ".join(clash) + ".", file=sys.stderr)
+    return 2
   try:
-    res, run_dir = run_claim(claim, quick=args.quick, seeds=args.seeds, root=args.out,
-                             sizes=args.sizes, resume=args.resume, lengths=args.lengths,
-                             budgets=args.budgets)
+    if args.onto:
+      res, run_dir = add_budgets(claim, args.onto, budgets=args.budgets, root=args.out)
+    else:
+      res, run_dir = run_claim(claim, quick=args.quick, seeds=args.seeds, root=args.out,
+                               sizes=args.sizes, resume=args.resume, lengths=args.lengths,
+                               budgets=args.budgets)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

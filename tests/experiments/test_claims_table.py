@@ -30,12 +30,14 @@ def test_every_committed_result_passes_the_schema_and_matches_its_claim():
 
 
 def test_kept_findings_give_the_committed_scale_and_context():
-  """Each kept `size-<model>` / `context-T<T>` findings file recomputes its committed row."""
+  """Each kept `size-<model>` / `context-T<T>` / `budget-x<k>` findings file recomputes its
+  committed row."""
   checked, committed = [], table.committed_runs()
   for cid, res in committed.items():
     folder, th = os.path.join(table.RESULTS_DIR, cid), CLAIMS[cid].primary
     rows = {**{f"size-{r['model']}": r for r in (res["scale"] or {}).get("sizes", ())},
-            **{f"context-T{r['T']}": r for r in res["context"] or ()}}
+            **{f"context-T{r['T']}": r for r in res["context"] or ()},
+            **{f"budget-x{r['multiple']}": r for r in (res.get("budgets") or {}).get("runs", ())}}
     for rel in runner.saved_findings(folder):
       sub = os.path.dirname(rel)
       if sub not in rows:

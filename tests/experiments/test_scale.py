@@ -632,7 +632,7 @@ def test_budgets_give_the_paired_slope_on_log_tokens(tmp_path):
   assert os.path.exists(os.path.join(run_dir, "budget-x4", "findings.json"))
   text = open(os.path.join(run_dir, "report.md")).read()
   assert "Budget: the primary effect against the training tokens" in text
-  assert "**Trend with the training budget.** From 1× to 4× the tokens" in text
+  assert "**Trend with the training budget.** On `small`, from 1× to 4× the tokens" in text
   assert os.path.exists(os.path.join(run_dir, "budget.png"))
   calls.clear()  # a rerun of the same folder reuses both budgets
   again, _ = runner.run_claim(budget_claim(budget_run(calls)), root=str(tmp_path), log=quiet,
@@ -679,7 +679,8 @@ def test_a_tour_runs_budgets_only_with_scale(tmp_path, monkeypatch):
 
 
 def _valid_budgets():
-  return {"runs": [{"multiple": 1, "train_tokens": 160, "tokens_per_param": 0.1, "effect": 0.3,
+  return {"model": "small",
+          "runs": [{"multiple": 1, "train_tokens": 160, "tokens_per_param": 0.1, "effect": 0.3,
                     "ci": [0.2, 0.4], "verdict": "supported", "failed_controls": []},
                    {"multiple": 4, "train_tokens": 640, "tokens_per_param": 0.4, "effect": 0.1,
                     "ci": [0.0, 0.2]}],
@@ -688,6 +689,9 @@ def _valid_budgets():
 
 @pytest.mark.parametrize("breakage, message", [
     (lambda b: b.update(trend="falls"), "budgets.trend"),
+    (lambda b: b.update(model=3), "budgets.model"),
+    (lambda b: b.update(runtime_s=-1.0), "budgets.runtime_s"),
+    (lambda b: b.update(extra=1), "budgets: keys"),
     (lambda b: b.pop("slope_ci"), "budgets: keys"),
     (lambda b: b["runs"].pop(), "at least two"),
     (lambda b: b["runs"][0].update(multiple=2), "must start at 1"),
@@ -707,11 +711,129 @@ def test_the_schema_rejects_malformed_budgets(breakage, message):
     schema.validate_results(good)
 
 
-def test_the_optimizer_claims_declare_a_4x_budget():
+def test_the_optimizer_claims_declare_a_4x_budget_on_micro():
   for cid in ("muon", "condition-lr", "orthogonal-heads"):
     claim = CLAIMS[cid]
-    at = runner.sizes_at_budget(claim, claim.FULL, 4)
-    assert claim.budgets == (4,) and at.steps == 4 * claim.FULL.steps == 480
-    assert claim.to_dict()["budgets"] == [4]
+    base = runner.budget_base(claim, claim.FULL, quick=False)
+    assert base == dataclasses.replace(claim.FULL, model="micro") != claim.FULL
+    assert "micro" in claim.scale_models  # its 1× is the scale axis's run of micro
+    assert runner.budget_base(claim, claim.QUICK, quick=True) == claim.QUICK
+    at = runner.sizes_at_budget(claim, base, 4)
+    assert claim.budgets[0] == 4 and at.steps == 4 * claim.FULL.steps == 480
+    assert claim.budgets == ((4,) if cid == "muon" else (4, 16))
+    assert runner.sizes_at_budget(claim, base, claim.budgets[-1]).train_tokens() >= (
+        4 * claim.FULL.train_tokens())
+    assert claim.to_dict()["budgets"] == list(claim.budgets)
+    assert claim.to_dict()["budget_model"] == "micro"
     assert dataclasses.replace(at, steps=claim.FULL.steps) == (
-        claim.FULL if cid != "condition-lr" else dataclasses.replace(claim.FULL, eval_every=48))
+        base if cid != "condition-lr" else dataclasses.replace(base, eval_every=48))
+
+
+def model_budget_run(calls: list):
+  """`budget_run`'s effect, plus 0.2 on `mini`: tells which model each budget trained."""
+  inner = budget_run(calls)
+
+  def run(spec):
+    out = inner(spec)
+    calls[-1] = (*calls[-1], spec.sizes.model)
+    lift = 0.2 if spec.sizes.model == "mini" else 0.0
+    for per in out["runs"]["treated"].values():
+      per["score"] += lift
+    return out
+  return run
+
+
+def test_a_budget_model_trains_the_axis_on_that_model(tmp_path):
+  calls = []
+  res, run_dir = runner.run_claim(budget_claim(model_budget_run(calls), budget_model="mini"),
+                                  root=str(tmp_path), log=quiet)
+  # the registered run (small), then 1× and 4× on mini: the verdict is read on small alone
+  assert [(k, m) for k, _, m in calls] == [(1, "small"), (1, "mini"), (4, "mini")]
+  assert calls[1][1].endswith("budget-x1") and calls[2][1].endswith("budget-x4")
+  block = res["budgets"]
+  assert block["model"] == "mini"
+  assert [r["tokens_per_param"] for r in block["runs"]] == pytest.approx(
+      [160 / PARAMS["mini"], 640 / PARAMS["mini"]])
+  e1 = [0.7 + 0.01 * s + NOISE[1][s] for s in SEEDS]
+  assert block["runs"][0]["effect"] == pytest.approx(np.mean(e1))
+  registered = [e for e in res["effects"] if e["name"] == GAIN.name][0]
+  assert registered["mean"] == pytest.approx(np.mean([0.5 + 0.01 * s + NOISE[1][s]
+                                                      for s in SEEDS]))
+  d = np.array([-0.1 * math.log(4) + NOISE[4][s] - NOISE[1][s] for s in SEEDS])
+  assert block["slope"] == pytest.approx(d.mean() / math.log(4), rel=1e-9)  # the lift cancels
+  text = open(os.path.join(run_dir, "report.md")).read()
+  assert "on `mini`, not the registered `small`" in text and "On `mini`, from 1×" in text
+  assert json.load(open(os.path.join(run_dir, "claim.json")))["budget_model"] == "mini"
+  calls.clear()  # with mini on the scale axis, its size run is the axis's 1×: not run twice
+  res, run_dir = runner.run_claim(budget_claim(model_budget_run(calls), budget_model="mini",
+                                               scale_models=("mini", "small")),
+                                  root=str(tmp_path), log=quiet)
+  assert [(k, m) for k, _, m in calls] == [(1, "small"), (1, "mini"), (4, "mini")]
+  assert calls[1][1].endswith("size-mini") and res["budgets"]["runs"][0]["effect"] == (
+      pytest.approx(np.mean(e1)))
+  with pytest.raises(ValueError, match="budget_model='nope' is not a base model"):
+    budget_claim(budget_run(calls), budget_model="nope")
+  with pytest.raises(ValueError, match="declares no budgets"):
+    budget_claim(budget_run(calls), budget_model="mini", budgets=())
+
+
+def test_onto_adds_the_budget_axis_to_a_finished_run_and_runs_nothing_else(tmp_path,
+                                                                            monkeypatch):
+  calls = []
+  claim = budget_claim(model_budget_run(calls), budget_model="mini")
+  old, run_dir = runner.run_claim(claim, root=str(tmp_path / "runs"), log=quiet, budgets=())
+  assert "budgets" not in old and [k for k, _, _ in calls] == [1]
+  kept = tmp_path / "results" / "toy"  # a kept result: copied, never written to
+  kept.parent.mkdir()
+  import shutil
+  shutil.copytree(run_dir, kept)
+  before = {n: open(kept / n, "rb").read() for n in os.listdir(kept)}
+  monkeypatch.setattr(runner, "RESULTS_DIR", str(tmp_path / "results"))
+  calls.clear()
+  res, new_dir = runner.add_budgets(claim, str(kept), root=str(tmp_path / "runs"), log=quiet)
+  assert [(k, m) for k, _, m in calls] == [(1, "mini"), (4, "mini")]
+  assert {n: open(kept / n, "rb").read() for n in os.listdir(kept)} == before
+  assert new_dir != str(kept) and sorted(os.listdir(new_dir)) == [
+      "budget-x1", "budget-x4", "budget.png", "claim.json", "report.md", "results.json"]
+  assert {k: v for k, v in res.items() if k != "budgets"} == old  # nothing else moves
+  direct, _ = runner.run_claim(claim, root=str(tmp_path / "direct"), log=quiet)
+  want = {k: v for k, v in direct["budgets"].items()}
+  assert {k: v for k, v in res["budgets"].items() if k not in ("git", "runtime_s")} == want
+  assert res["budgets"]["runtime_s"] >= 0
+  schema.validate_results(jsonio.load_strict(os.path.join(new_dir, "results.json")))
+  text = open(os.path.join(new_dir, "report.md")).read()
+  assert text.startswith(before["report.md"].decode().rstrip("\n"))
+  assert text.count("# Budget: the primary effect against the training tokens") == 1
+  calls.clear()  # again onto the new folder: budgets reused, the section replaced, not added
+  again, same = runner.add_budgets(claim, new_dir, root=str(tmp_path / "runs"), log=quiet)
+  assert calls == [] and same == new_dir
+  assert open(os.path.join(new_dir, "report.md")).read().count("# Budget: the primary") == 1
+  # onto the registered size (no budget_model): 1× is the kept per-seed metrics, not a rerun
+  plain = budget_claim(model_budget_run(calls))
+  res, _ = runner.add_budgets(plain, str(kept), root=str(tmp_path / "runs"), log=quiet)
+  assert [k for k, _, _ in calls] == [4] and res["budgets"]["model"] == "small"
+  assert res["budgets"]["runs"][0]["effect"] == pytest.approx(
+      [e for e in old["effects"] if e["name"] == GAIN.name][0]["mean"])
+  assert res["budgets"]["runs"][0]["verdict"] == old["verdict"]
+
+
+def test_onto_refuses_what_it_cannot_add_to(tmp_path, capsys):
+  calls = []
+  claim = budget_claim(budget_run(calls))
+  _, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet, budgets=())
+  with pytest.raises(ValueError, match="no results.json"):
+    runner.add_budgets(claim, str(tmp_path), log=quiet)
+  with pytest.raises(ValueError, match="not 'other'"):
+    runner.add_budgets(dataclasses.replace(claim, id="other"), run_dir, log=quiet)
+  stricter = dataclasses.replace(claim, thresholds=(Threshold.beyond(
+      GAIN.name, "treated", "score", baseline="control", margin=0.5),))
+  with pytest.raises(ValueError, match=r"\['thresholds'\] changed"):
+    runner.add_budgets(stricter, run_dir, log=quiet)
+  with pytest.raises(ValueError, match="declares no budgets"):
+    runner.add_budgets(budget_claim(budget_run(calls), budgets=()), run_dir, log=quiet)
+  longer = dataclasses.replace(claim, FULL=BudgetSizes("small", 20))
+  with pytest.raises(ValueError, match="not the claim's registered"):
+    runner.add_budgets(longer, run_dir, log=quiet)
+  assert len(calls) == 1  # only the first run_claim trained
+  assert tour.claim_main(["causal-mask", "--onto", run_dir, "--sizes", "mini"]) == 2
+  assert "--sizes" in capsys.readouterr().err
