@@ -761,8 +761,10 @@ def add_budgets(claim: Claim, onto: str, *, budgets: Sequence[int] | None = None
   quick, seeds = old["quick"], tuple(old["seeds"])
   ks = budget_multiples(claim, quick, budgets if budgets is not None else claim.budgets)
   if not ks:
-    raise ValueError(f"--onto adds the budget axis, but {claim.id!r} declares no budgets and "
-                     "none were given. Fix: pass --budgets 4.")
+    asked = ("--budgets asks for none" if budgets is not None
+             else f"{claim.id!r} declares no budgets")
+    raise ValueError(f"--onto adds the budget axis, but {asked}. Fix: pass --budgets 4 (a "
+                     "multiple of the registered tokens above 1).")
   registered = claim.sizes(quick)
   if old["config"]["sizes"] != jsonio.strict(registered.to_dict()):
     raise ValueError(f"--onto {onto}: that run's sizes {old['config']['sizes']} are not the "

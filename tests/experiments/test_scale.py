@@ -837,3 +837,18 @@ def test_onto_refuses_what_it_cannot_add_to(tmp_path, capsys):
   assert len(calls) == 1  # only the first run_claim trained
   assert tour.claim_main(["causal-mask", "--onto", run_dir, "--sizes", "mini"]) == 2
   assert "--sizes" in capsys.readouterr().err
+
+
+def test_the_claim_command_adds_budgets_onto_a_run(tmp_path, monkeypatch, capsys):
+  calls = []
+  claim = dataclasses.replace(budget_claim(model_budget_run(calls), budget_model="mini"),
+                              id="muon")
+  monkeypatch.setattr(tour, "CLAIMS", {claim.id: claim})
+  _, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet, budgets=())
+  calls.clear()
+  assert tour.claim_main(["muon", "--onto", run_dir, "--out", str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert [(k, m) for k, _, m in calls] == [(1, "mini"), (4, "mini")]
+  assert "On `mini`, from 1× to 4× the tokens" in out and run_dir in out
+  assert tour.claim_main(["muon", "--onto", run_dir, "--budgets", "1"]) == 2
+  assert "--budgets asks for none" in capsys.readouterr().err
