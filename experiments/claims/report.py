@@ -106,6 +106,38 @@ def context_text(results: dict | None) -> str:
                       else "") for r in rows)
 
 
+def budget_text(results: dict | None) -> str:
+  """The primary effect at each training budget (with tokens per parameter) and its trend, or
+  `—` when the run measured none.
+
+  Example:
+    >>> from experiments.claims.report import budget_text
+    >>> runs = [{"multiple": 1, "tokens_per_param": 1.47, "effect": 0.2, "ci": [0.1, 0.3]},
+    ...         {"multiple": 4, "tokens_per_param": 5.87, "effect": 0.4, "ci": [0.3, 0.5]}]
+    >>> text = budget_text({"budgets": {"model": "micro", "runs": runs, "slope": 0.14,
+    ...                                 "slope_ci": [0.07, 0.21], "trend": "grows"}})
+    >>> for part in text.split("; "):
+    ...   print(part)
+    on micro: 1× (1.47 tokens/param): 0.2 [0.1, 0.3]
+    4× (5.87): 0.4 [0.3, 0.5]
+    grows: slope 0.14 [0.07, 0.21] per e-fold of tokens
+  """
+  block = (results or {}).get("budgets")
+  if not block:
+    return "—"
+  parts = []
+  for i, r in enumerate(block["runs"]):
+    per = (f" ({fmt(r['tokens_per_param'])}{' tokens/param' if i == 0 else ''})"
+           if r.get("tokens_per_param") else "")
+    ci = f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None else ""
+    parts.append(f"{r['multiple']}×{per}: {fmt(r['effect'])}{ci}")
+  lo, hi = block["slope_ci"]
+  fit = (f"{block['trend']}: slope {fmt(block['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of "
+         "tokens" if block["slope"] is not None and lo is not None else block["trend"])
+  on = f"on {block['model']}: " if block.get("model") else ""
+  return on + "; ".join(parts) + f"; {fit}"
+
+
 def scale_sentence(scale: dict) -> str:
   """The one sentence a scaled report ends with, computed from the slope's interval.
 

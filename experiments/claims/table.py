@@ -106,7 +106,7 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     res = load_committed(claim.id, root)
     if res is None:
       rows.append([i, claim.topic, f"`{claim.id}`", claim.kind, claim.preface,
-                   "no committed run", "—", "—", "—", "—", report.anchor_text(claim)])
+                   "no committed run", "—", "—", "—", "—", "—", report.anchor_text(claim)])
       continue
     registered = res["seeds"] == list(claim.seeds)
     verdict = res["verdict"] + ("" if registered else " (addendum seeds)")
@@ -114,10 +114,11 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
                  claim.preface, verdict, ext, report.key_number(res, claim),
-                 report.trend_text(res), report.context_text(res), report.anchor_text(claim)])
+                 report.trend_text(res), report.context_text(res), report.budget_text(res),
+                 report.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict",
             "extensions", "key number (95% CI)", "trend with size", "effect against context T",
-            "published anchor"]
+            "effect against training tokens", "published anchor"]
   return report.table(header, rows)[:-1]
 
 
