@@ -68,16 +68,17 @@ optimizer tuned, matrix optimizers' speed-up over AdamW measured 1.4× at 0.1B p
 1.1× at 1.2B, in runs of compute-optimal length and longer (Wen et al. 2025, "Fantastic
 Pretraining Optimizers"); our 4× fewer steps is not a measurement of that regime.
 
-**Budget axis** (`budgets = (4,)`, `budget_model = "micro"`, `at_budget = more_steps`; the
-model was `small` until 2026-12-03, changed before any budget ran): a full run also trains
-`micro` (41,856 parameters) on 4× the registered tokens, `N = 480` steps, 245,760 tokens:
-5.87 tokens per parameter against 1.47 at 1×, both rates tuned again from the same grid on the
-same tuning seeds and Muon's budgets the same fractions of the new `N`. At `small`, 4× would
-reach only 0.286 tokens per parameter, at several times the compute; on `micro` the axis
-moves toward the compute-optimal lengths (≈ 20 tokens per parameter) of the published
-comparisons. `results.json`'s `budgets` gives the ratio at 1× and 4× and its slope on
-log(tokens), paired by seed; the verdict is still read at `small`. `claim muon --onto
-results/muon` adds it to the kept result without rerunning the sizes.
+**Budget axis** (`budgets = (4, 16)`, `budget_model = "micro"`, `at_budget = more_steps`;
+the model was `small` and the budgets `(4,)` until 2026-12-03, changed before any budget ran
+at either; 16× added while the 4× ran, before its result, when `condition-lr`'s 4× on `micro`
+took 692 s): a full run also trains `micro` (41,856 parameters) on 4× and 16× the registered
+tokens, `N = 480` and `1,920` steps: 5.87 and 23.5 tokens per parameter against 1.47 at 1×,
+the last about a compute-optimal length (≈ 20), the regime of Wen et al.'s comparison. Both
+rates are tuned again from the same grid on the same tuning seeds, and Muon's budgets are the
+same fractions of the new `N`. At `small`, 4× would reach only 0.286 tokens per parameter, at
+several times the compute. `results.json`'s `budgets` gives the ratio at each budget and its
+slope on log(tokens), paired by seed; the verdict is still read at `small`. `claim muon
+--onto results/muon` adds it to the kept result without rerunning the sizes.
 
 Scale result (`results/muon/`, git 47ebd2a, 6,282 s of wall time for the three sizes at load
 7–11): `small` reproduced the registered ratio to every digit, and the effect shows **no
@@ -382,7 +383,7 @@ CLAIM = Claim(
     ),
     tuning_seeds=TUNING_SEEDS,
     scale_models=models.CPU_SCALE["gpt"],
-    budgets=(4,),
+    budgets=(4, 16),
     budget_model="micro",
     at_budget=more_steps,
     run=run,
