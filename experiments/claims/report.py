@@ -449,7 +449,7 @@ def budget_figure(claim: Claim, budgets: dict, run_dir: str) -> str:
   ax.errorbar([x_of(r) for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
               fmt="o-", capsize=3, label=f"primary effect{on} (1×: the registered tokens)")
   _threshold_lines(ax, th)
-  sentence = textwrap.fill(budget_sentence(budgets), 68)
+  sentence = textwrap.fill(budget_sentence(budgets).replace("`", ""), 68)  # no markdown
   _save_log_x(fig, ax, th, xlabel=("tokens per parameter" if per else "training tokens")
               + " (log scale)", title=f"primary effect vs training budget (bars: 95% CI)\n"
               f"{sentence}", ticks=[x_of(r) for r in budgets["runs"]],
