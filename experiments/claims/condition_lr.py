@@ -49,6 +49,20 @@ tuning seed at each budget. `results.json`'s `budgets` gives the first primary a
 budget and its slope on log(tokens), paired by seed; the verdict is still read at `small`.
 `claim condition-lr --onto results/condition-lr` adds it without rerunning the sizes.
 
+Budget result (`results/condition-lr/`, kept 2026-12-03 with `--onto`; the 1× reproduced the
+committed `micro` row to every digit; 4× took 692 s and 16× 1,956 s of wall time beside two
+other claims on the 2 shared cores): the speed-up **vanishes and reverses with training
+length**, slope +0.35 [+0.19, +0.52] of `N` per e-fold of tokens (grows). Condition − AdamW
+steps to AdamW's final loss: −0.475 [−0.695, −0.255] at 1× (1.47 tokens per parameter),
++0.146 [−0.456, +0.749] at 4× (5.87), **+0.5 in every seed at 16×** (23.5: the condition arm
+never reaches AdamW's final loss, 1.986 against 1.928 nats; `frozen` 1.958 and `lr-cut` 1.937
+do not either). The registered rule reads inconclusive at 1×, refuted at 4× and 16×. Tuned
+rates: AdamW 1e-2 at every budget; the three arms that cut the hidden matrices' updates pick
+the grid's top 3e-2 (`frozen` 1e-2 at 16×), so their peak rate is bounded by the grid (their
+effective rate on those matrices is about 0.3 × 3e-2); `lr-cut`'s factor 0.293, 0.273, 0.302.
+Like Wen et al.'s matrix optimizers, the gain measured in early training does not survive a
+compute-optimal length, here to the point of a loss.
+
 Earlier result, before pre-registration (3 seeds: 168 s; `--seeds 0 1 2 3 4 5 6 7`: 244 s, on 2
 idle cores; thresholds at a bare 0, and the seed count raised after an inconclusive result,
 which the contract now forbids): **inconclusive** at 3 seeds, **refuted** at 8. Tracking κ does
