@@ -80,6 +80,18 @@ several times the compute. `results.json`'s `budgets` gives the ratio at each bu
 slope on log(tokens), paired by seed; the verdict is still read at `small`. `claim muon
 --onto results/muon` adds it to the kept result without rerunning the sizes.
 
+Budget result (`results/muon/`, kept 2026-12-03 with `--onto`; the 1× reproduced the committed
+`micro` row to every digit; 4× took 1,188 s and 16× 2,297 s of wall time beside other claims
+on the 2 shared cores): supported at every budget, and Muon's lead **shrinks with training
+length**, slope +0.106 [+0.083, +0.128] of AdamW's steps per e-fold of tokens (grows). Muon
+needs 0.221 [0.194, 0.249] of AdamW's steps at 1× (1.47 tokens per parameter), 0.347 [0.263,
+0.432] at 4× (5.87) and **0.514 [0.491, 0.537] at 16×** (23.5, about compute-optimal): a
+speed-up of 4.5×, 2.9× and 1.95× [1.86×, 2.04×]. At 16× Muon ends at 1.801 nats against
+AdamW's 1.940. Tuned rates (none at a grid edge): AdamW 3e-3, 9.49e-3, 1.69e-2; Muon 3e-2,
+1.69e-2, 1.69e-2. Anchor: Wen et al. 2025 measure 1.4× at 0.1B parameters and 1.1× at 1.2B
+at compute-optimal lengths and beyond, shrinking with both size and length; here, on a 42k
+model, the shrinking with length is measured, the level stays above theirs.
+
 Scale result (`results/muon/`, git 47ebd2a, 6,282 s of wall time for the three sizes at load
 7–11): `small` reproduced the registered ratio to every digit, and the effect shows **no
 trend** with size: Muon needs 0.221 [0.194, 0.249] of AdamW's steps at `micro` (1.47 tokens per
