@@ -121,6 +121,17 @@ their own? `results.json`'s `budgets` gives the pattern-similarity difference at
 and its slope on log(tokens), paired by seed; the verdict is still read at `small`. `claim
 orthogonal-heads --onto results/orthogonal-heads` adds it without rerunning the sizes.
 
+Budget result (`results/orthogonal-heads/`, kept 2026-12-03 with `--onto`; the 1× reproduced
+the committed `micro` row to every digit; 4× took 1,362 s and 16× 2,526 s of wall time beside
+other claims on the 2 shared cores): the pull still separates the heads' patterns at every
+budget, with **no trend** with training length, slope +0.041 [−0.004, +0.086] per e-fold of
+tokens. Pattern similarity orth − AdamW: −0.260 [−0.427, −0.092] at 1× (1.47 tokens per
+parameter; the registered rule reads inconclusive there, 2 of 5 orth runs ended diverged at
+the tuned λ = 5), −0.137 [−0.212, −0.063] at 4× (5.87; λ = 0.05, supported), −0.146 [−0.200,
+−0.092] at 16× (23.5; λ = 0.05, supported). AdamW's own heads do not drift apart with longer
+training (similarity 0.307, 0.169, 0.239), so the pull stays needed; its price grows: at 16×
+orth ends at 2.015 nats against AdamW's 1.922 and per-head Muon's 1.828.
+
 Earlier result (3 seeds, before pre-registration, 12 thresholds of which any could refute):
 refuted. The pull lowered the largest principal cosine between heads by 30–45% at no loss cost,
 yet raised the number of prunable heads; per-head Muon lowered the loss but its heads'
