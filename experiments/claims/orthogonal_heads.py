@@ -129,8 +129,9 @@ tokens. Pattern similarity orth − AdamW: −0.260 [−0.427, −0.092] at 1× 
 parameter; the registered rule reads inconclusive there, 2 of 5 orth runs ended diverged at
 the tuned λ = 5), −0.137 [−0.212, −0.063] at 4× (5.87; λ = 0.05, supported), −0.146 [−0.200,
 −0.092] at 16× (23.5; λ = 0.05, supported). AdamW's own heads do not drift apart with longer
-training (similarity 0.307, 0.169, 0.239), so the pull stays needed; its price grows: at 16×
-orth ends at 2.015 nats against AdamW's 1.922 and per-head Muon's 1.828.
+training (similarity 0.307, 0.169, 0.239), so the pull stays needed. Its loss turns from a
+gain to a cost: at 4× orth ends below AdamW (2.368 nats against 2.421), at 16× above it (2.015
+against 1.922; per-head Muon 1.828).
 
 Earlier result (3 seeds, before pre-registration, 12 thresholds of which any could refute):
 refuted. The pull lowered the largest principal cosine between heads by 30–45% at no loss cost,
