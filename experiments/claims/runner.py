@@ -357,18 +357,28 @@ def sizes_at_budget(claim: Claim, base: Sizes, k: int) -> Sizes:
   return at
 
 
-def budget_block(claim: Claim, per_budget: dict[int, dict], seeds, tokens: dict[int, int],
-                 params: int | None, model: str | None = None) -> dict:
+def budget_plan(claim: Claim, registered: Sizes, quick: bool, ks) -> tuple[Sizes, dict]:
+  """`(base, {k: sizes})` of the budget axis, checked before any compute: the sizes it
+  multiplies (`budget_base`) and each multiple's `at_budget` (a wrong one, or a budget model
+  without a card, fails now)."""
+  base = budget_base(claim, registered, quick)
+  at_k = {k: sizes_at_budget(claim, base, k) for k in ks}
+  if ks and base != registered:
+    model_card(base.model)
+  return base, at_k
+
+
+def budget_block(claim: Claim, per_budget: dict[int, dict], seeds, base: Sizes) -> dict:
   """`results.json`'s `budgets`: the primary effect at each multiple of the tokens, its trend.
 
   Args:
     claim: the claim; its `primary` threshold is the effect measured against the budget.
     per_budget: `{k: runs}` (`{arm: {seed: {metric: value}}}`); `1` is the run at the
-      registered tokens (on `model`).
+      registered tokens (on `base`).
     seeds: the seeds every budget ran.
-    tokens: `{k: tokens each reported model trains on}`.
-    params: the parameters of the model trained (None: no `tokens_per_param`).
-    model: the base model every budget trains (None: the sizes name none).
+    base: the sizes the axis multiplies (`budget_base`): `k` times its `train_tokens()` per
+      reported model, over its model's parameters (no `tokens_per_param` when it names no
+      model), and its `model`.
 
   Returns:
     `{"model", "runs": [{"multiple", "train_tokens", "tokens_per_param", "effect", "ci",
@@ -379,6 +389,8 @@ def budget_block(claim: Claim, per_budget: dict[int, dict], seeds, tokens: dict[
     batches across budgets, so the fit pairs them (`stats.ols_slope`'s `groups`).
   """
   th = claim.primary
+  tokens = {k: k * base.train_tokens() for k in per_budget}
+  params, model = _params(base), getattr(base, "model", None)
   rows, xs, ys, groups = [], [], [], []
   for k in sorted(per_budget):
     v = paired_values(per_budget[k], th.arm, th.metric, th.baseline, seeds)
@@ -629,11 +641,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   names = scale_models(claim, quick, sizes)
   Ts = context_lengths(claim, quick, lengths)
   ks = budget_multiples(claim, quick, budgets)
-  base = budget_base(claim, registered, quick)
-  at_k = {k: sizes_at_budget(claim, base, k) for k in ks}  # a wrong at_budget fails now
+  base, at_k = budget_plan(claim, registered, quick, ks)  # a wrong at_budget fails now
   cards = {n: model_card(n) for n in names}  # before any compute: a missing card fails now
-  if ks and base != registered:
-    model_card(base.model)
   run_dir = (_resume_dir(resume, claim, quick, seeds, root) if resume
              else new_run_dir(root, claim.id, quick))
   jsonio.dump_strict({**claim.to_dict(), "quick": quick, "seeds": list(seeds)},
@@ -710,9 +719,7 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     notes.append("- The runs at other lengths ran in `context-T<T>/` (their findings and "
                  "figures); they feed only the trend with context, never the verdict.")
   if 1 in per_budget and len(per_budget) > 1:
-    budget_trend = budget_block(claim, per_budget, seeds, {
-        k: k * base.train_tokens() for k in per_budget}, _params(base),
-        getattr(base, "model", None))
+    budget_trend = budget_block(claim, per_budget, seeds, base)
     figures.append(report.budget_figure(claim, budget_trend, run_dir))
     notes.append(BUDGET_NOTE)
   results, evals = _results(claim, quick=quick, seeds=seeds, sizes=registered,
@@ -779,10 +786,7 @@ def add_budgets(claim: Claim, onto: str, *, budgets: Sequence[int] | None = None
     raise ValueError(f"--onto {onto}: the claim's {changed} changed since that run, so its "
                      f"verdict is not this claim's. Fix: run the claim again: python -m "
                      f"experiments claim {claim.id}.")
-  base = budget_base(claim, registered, quick)
-  at_k = {k: sizes_at_budget(claim, base, k) for k in ks}
-  if base != registered:
-    model_card(base.model)
+  base, at_k = budget_plan(claim, registered, quick, ks)
   run_dir = _resume_dir(onto, claim, quick, seeds, root)
   if run_dir != onto:  # a kept result: its report and figures too, so `--keep` keeps them
     for name in os.listdir(onto):
@@ -808,9 +812,7 @@ def add_budgets(claim: Claim, onto: str, *, budgets: Sequence[int] | None = None
     raise RuntimeError(f"[{claim.id}] the budget axis lost {lost} ({' '.join(failed)}); "
                        f"nothing was added to {run_dir}. Fix: see the traceback above, then "
                        "run the same command again (what was saved is reused).")
-  block = budget_block(claim, per_budget, seeds, {k: k * base.train_tokens()
-                                                  for k in per_budget},
-                       _params(base), getattr(base, "model", None))
+  block = budget_block(claim, per_budget, seeds, base)
   block.update(git=git_revision(), runtime_s=time.perf_counter() - start)
   results = jsonio.strict({**old, "budgets": block})
   validate_results(results)
