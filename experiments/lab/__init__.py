@@ -12,6 +12,8 @@
   training; used by `residual-eigenvalues`, `layernorm-condition`, `eigenvalue-constrained`.
 - `kvcompress`: low-rank KV-cache compression measured as a loss rise; used by
   `kv-compression`, `adaptive-rank` and `python -m experiments eval --kv-ratio`.
+- `lora`: LoRA and full fine-tuning from shared base models, the texts they adapt on and the
+  update's spectra; used by `lora`.
 - `timing`: interleaved timing rounds (medians), for `attention_timing` and the benchmarks.
 
 Nothing here imports a claim or a benchmark; the claims import these, never each other.

@@ -19,6 +19,7 @@ from experiments.claims import lora as lora_claim
 from experiments.claims.claim import Spec
 from experiments.claims.runner import decide
 from experiments.lab import kvcompress
+from experiments.lab import lora as lora_lab
 from experiments.train import sweep
 from transformer import lora
 
@@ -243,7 +244,7 @@ def test_kv_primary_is_the_one_percent_tolerance(rise, expected):
 def test_subspace_overlap_against_scipy_principal_angles():
   rng = np.random.default_rng(2)
   a, b = rng.normal(size=(12, 10)), rng.normal(size=(12, 10))
-  left, right = lora_claim.subspace_overlap(a, b, 3)
+  left, right = lora_lab.subspace_overlap(a, b, 3)
   ua, ub = np.linalg.svd(a)[0][:, :3], np.linalg.svd(b)[0][:, :3]
   va, vb = np.linalg.svd(a)[2][:3].T, np.linalg.svd(b)[2][:3].T
   assert left == pytest.approx(np.mean(np.cos(scipy.linalg.subspace_angles(ua, ub)) ** 2))
@@ -254,11 +255,11 @@ def test_update_spectra_and_held_out_text():
   cfg = transformer.preset("tiny", d_model=32, n_heads=2)
   base = transformer.init(cfg, jax.random.key(0))
   tuned = jax.tree.map(lambda x: x * 1.5, base)
-  spectra = lora_claim.update_spectra(base, tuned)
+  spectra = lora_lab.update_spectra(base, tuned)
   w = np.asarray(base["blocks"]["attn"]["w_q"], np.float64)
   np.testing.assert_allclose(spectra["w_q"], 0.5 * np.linalg.svd(w, compute_uv=False),
                              rtol=1e-5, atol=1e-7)  # float32 differences
-  ft, tune, test, files = lora_claim.held_out_text()
+  ft, tune, test, files = lora_lab.held_out_text()
   assert len(ft) == pytest.approx(8 * len(test), rel=1e-3) and len(tune) > 0
   train_files = set(data.load_corpus("stdlib").train_files)
   assert files and not any(f.endswith(".py") or f in train_files for f in files)
@@ -267,7 +268,7 @@ def test_update_spectra_and_held_out_text():
 def test_make_tx_takes_a_traced_learning_rate():
   """Under inject_hyperparams (a traced rate) it equals optax's own warm-up + cosine Adam."""
   lr, steps = 1e-2, 10
-  ours = optax.inject_hyperparams(lora_claim.make_tx(steps))(learning_rate=lr)
+  ours = optax.inject_hyperparams(lora_lab.make_tx(steps))(learning_rate=lr)
   ref = optax.chain(optax.clip_by_global_norm(1.0),
                     optax.adam(optax.warmup_cosine_decay_schedule(0.0, lr, 1, steps)))
   params = {"w": jax.numpy.array([1.0, -2.0, 3.0])}
@@ -282,7 +283,7 @@ def test_make_tx_takes_a_traced_learning_rate():
 
 @pytest.mark.parametrize("arms", [("lora-qv-r4",), ("lora-all-r16", "lora-qv-r8")])
 def test_lora_sizes_refuse_arms_the_run_cannot_measure(arms):
-  assert set(lora_claim.QUICK.arms) <= set(lora_claim.FULL.arms) == set(lora_claim.ARMS)
+  assert set(lora_claim.QUICK.arms) <= set(lora_claim.FULL.arms) == set(lora_lab.ARMS)
   assert lora_claim.FULL.tune and not lora_claim.QUICK.tune
   with pytest.raises(ValueError, match="lora-qv-r4"):
     lora_claim.LoraSizes(**{**lora_claim.QUICK.to_dict(), "arms": arms})
@@ -313,19 +314,19 @@ def test_lora_sizes_refuse_a_model_that_is_no_shared_base_model():
 
 
 def test_check_ranks_fits_every_scale_size_and_refuses_a_narrow_model(monkeypatch, tmp_path):
-  arms = tuple(lora_claim.ARMS)
+  arms = tuple(lora_lab.ARMS)
   for name in models.CPU_SCALE["gpt"]:
-    lora_claim.check_ranks(models.config(name), arms, name)  # micro: every side >= 32
+    lora_lab.check_ranks(models.config(name), arms, name)  # micro: every side >= 32
   # The boundary is lora.init's: rank == min(D_in, D_out) fits, one more does not.
   d16 = transformer.Config(vocab_size=256, d_model=16, n_layers=1, n_heads=2)
-  lora_claim.check_ranks(d16, arms, "d16")
+  lora_lab.check_ranks(d16, arms, "d16")
   jax.eval_shape(lambda: lora.init(transformer.init(d16, jax.random.key(0)), 16,
                                    jax.random.key(1), lora.ALL_HIDDEN))
   d8 = d16.replace(d_model=8)
-  lora_claim.check_ranks(d8, ("lora-qv-r4",), "d8")
+  lora_lab.check_ranks(d8, ("lora-qv-r4",), "d8")
   with pytest.raises(ValueError, match=r"arm 'lora-qv-r16' has rank 16, above min\(D_in, "
                                        r"D_out\) = 8 of w_q \(8, 8\) at LoraSizes.model='d8'"):
-    lora_claim.check_ranks(d8, arms, "d8")
+    lora_lab.check_ranks(d8, arms, "d8")
   with pytest.raises(ValueError, match="rank=16 must be an integer in \\[1, 8\\]"):
     jax.eval_shape(lambda: lora.init(transformer.init(d8, jax.random.key(0)), 16,
                                      jax.random.key(1)))
@@ -342,15 +343,15 @@ def test_trainable_fraction_by_hand():
   cfg = models.RECIPES["small"].cfg
   d, f, L = cfg.d_model, cfg.d_ff, cfg.n_layers
   hidden = L * (4 * d * d + 2 * d * f)
-  assert lora_claim.trainable_fraction(cfg, "lora-qv-r4") == pytest.approx(
+  assert lora_lab.trainable_fraction(cfg, "lora-qv-r4") == pytest.approx(
       L * 2 * 4 * (d + d) / hidden)
-  assert lora_claim.trainable_fraction(cfg, "lora-all-r16") == pytest.approx(
+  assert lora_lab.trainable_fraction(cfg, "lora-all-r16") == pytest.approx(
       L * 16 * (4 * (d + d) + 2 * (d + f)) / hidden)
 
 
 def test_seed_indexed_picks_each_seeds_leaves_under_vmap():
   per_seed = [{"w": np.full(3, float(k))} for k in range(4)]
-  init = lora_claim.seed_indexed((7, 100, 3, 0), per_seed)
+  init = lora_lab.seed_indexed((7, 100, 3, 0), per_seed)
   keys = jax.vmap(jax.random.key)(jax.numpy.asarray([3, 0, 7, 100]))
   idx, leaves = jax.jit(jax.vmap(init))(keys)
   assert idx.tolist() == [2, 3, 0, 1]
@@ -362,12 +363,12 @@ def test_seeds_train_together_from_their_own_bases():
   with its base closed over (the old form), and the base inside the trained leaves never moves."""
   cfg = transformer.preset("tiny", d_model=32, n_heads=2, n_layers=1, max_len=32)
   bases = [transformer.init(cfg, jax.random.key(k)) for k in (10, 11)]
-  ft, tune, _, _ = lora_claim.held_out_text()
+  ft, tune, _, _ = lora_lab.held_out_text()
   src = data.TextSource(data.Corpus(ft, tune, (), ()), 16)
-  got = lora_claim.train_arm(bases, cfg, src, (5, 9), (3e-3,), "lora-qv-r4", steps=3,
+  got = lora_lab.train_arm(bases, cfg, src, (5, 9), (3e-3,), "lora-qv-r4", steps=3,
                              batch_size=2, seq_len=16)
-  rank, targets = lora_claim.ARMS["lora-qv-r4"]
-  ref = sweep.train_many(cfg, lora_claim.make_tx(3), seeds=(9,), learning_rates=(3e-3,),
+  rank, targets = lora_lab.ARMS["lora-qv-r4"]
+  ref = sweep.train_many(cfg, lora_lab.make_tx(3), seeds=(9,), learning_rates=(3e-3,),
                          steps=3, data=src, batch_size=2, seq_len=16,
                          params_fn=lora.params_fn(bases[1], alpha=float(rank)),
                          init_fn=lambda key: lora.init(bases[1], rank, key, targets),
@@ -421,7 +422,7 @@ def test_lora_primary_is_unchanged_by_the_in_domain_extension():
 
 
 def test_in_domain_text_is_held_out_and_split_by_file():
-  ft, tune, test, files = lora_claim.in_domain_text()
+  ft, tune, test, files = lora_lab.in_domain_text()
   stdlib = data.load_corpus("stdlib")
   assert models.RECIPES["small"].train_config(0).val_fraction == 0.05  # the shared models' split
   assert models.RECIPES["small"].data == models.RECIPES["quick"].data == "stdlib"
@@ -435,9 +436,9 @@ def test_in_domain_text_is_held_out_and_split_by_file():
   fine = {pathlib.Path(f).read_bytes() for f in files["fine-tune"]}
   assert not any(pathlib.Path(f).read_bytes() in fine for f in files["test"] + files["tune"])
   total = len(ft) + len(tune) + len(test)
-  assert lora_claim.IN_DOMAIN_TEST <= len(test) / total < 0.1
-  assert lora_claim.IN_DOMAIN_TUNE * 0.5 < len(tune) / total < 0.1
-  assert files == lora_claim.in_domain_text()[3]  # deterministic
+  assert lora_lab.IN_DOMAIN_TEST <= len(test) / total < 0.1
+  assert lora_lab.IN_DOMAIN_TUNE * 0.5 < len(tune) / total < 0.1
+  assert files == lora_lab.in_domain_text()[3]  # deterministic
 
 
 def _in_domain_runs(excess, gain=(0.05,) * 5, edge=0.0, primary_excess=(0.2,) * 5):
