@@ -108,7 +108,7 @@ def test_default_model_serves_a_windowed_variant_across_block_edges():
 def test_moba_with_a_gate_that_averages_padding_fails_the_padding_check(monkeypatch):
   # The bug the padding check found in MoBA: block means over padded keys move the selection.
   # Top-k passes no gradient, so only the perturbation half of the check can see it.
-  import transformer.attention as attention
+  import transformer.sparse_attention as attention
 
   gate = attention._moba_gate
   monkeypatch.setattr(attention, "_moba_gate", lambda *args: gate(*args[:6]))

@@ -17,7 +17,6 @@ import transformer as tr
 from tests.conftest import random_params
 from transformer.attention import (
     ATTENTION,
-    _random_blocks,
     bigbird_attention,
     linear_attention,
     linear_quadratic,
@@ -28,6 +27,7 @@ from transformer.attention import (
     softmax_attention,
 )
 from transformer.decode import decode_step, init_cache, prefill
+from transformer.sparse_attention import _random_blocks
 
 OPTS = {
     "softmax": {}, "rbf": {}, "linear": {},
