@@ -15,8 +15,7 @@ evaluated ones). The ratio is measured from the latent cache's arrays
 seeds lies below 1%; refuted when it lies above. The margin of 1% of the loss is the
 tolerance the low-rank KV literature reports as "small" (Palu, Eigen Attention) and about the
 loss change of a few percent fewer training steps; a cache that costs more than that changes
-what the model predicts. What would have refuted it: the interval above 1% (the earlier,
-non-registered 3-seed run measured +1.03% [0.78, 1.28], straddling it).
+what the model predicts.
 
 Mathematics settles the part that needs no data (`theorem`): at full rank the latent cache is
 exact, and PCA bases minimise the calibration keys' reconstruction error at every rank; the
@@ -30,11 +29,9 @@ held-out loss at 8× is the empirical question.
   (`r16-loss`) and are fitted by Adam to the uncompressed model's next-token distribution on
   training-split windows (`analysis.kv.calibrate`, Palu's idea of fitting to the output, not
   to the keys): `r16-cal` at ≤ 1%, with a measured ratio ≥ 16 and a fit of at most 10
-  minutes per seed (controls). The fit's rate was chosen on the tuning seed (100) of `small`
-  at 1000 steps on 128 windows (`tuning_seeds`): 16× loss rise +1.71% at 1e-3, +1.53% at
-  3e-3, **+1.47% at 1e-2**, +1.77% at 3e-2 (SVD bases alone: +4.15%); 1000 steps is the
-  budget (about 2 minutes per fit on 2 cores at load 3; 200 steps gave +1.83% at 3e-3). The
-  same rate and steps serve the 32× arm and every size and length;
+  minutes per seed (controls). The fit's rate, 1e-2, was chosen on the tuning seed (100) of
+  `small` at 1000 steps on 128 windows (`tuning_seeds`) from 1e-3, 3e-3, 1e-2 and 3e-2 by the
+  16× loss rise; the same rate and steps serve the 32× arm and every size and length;
 * *32× with 4-bit coefficients* (goal 3, no training): `r32q4-loss` (8× fewer dimensions,
   4-bit codes) at ≤ 2%;
 * *32× with 4-bit coefficients after a short calibration* (goal 3 with the fit; registered
@@ -56,82 +53,35 @@ held-out loss at 8× is the empirical question.
 T = 1024): calibration and evaluation windows of T tokens (`short_len = T/2`, energy-rank
 prefixes doubling up to T), their counts scaled by 128/T so the tokens calibrated on and
 measured per seed stay those of the full run. It feeds the trend with context only, never
-the verdict. One seed at T = 1024 took 132 s on 2 cores at load ≈ 2. On RoPE models the
-keys are compressed before the rotation (`kvcompress.calibrate`'s default, as `kv.compress`:
-the cache stores unrotated coefficients and rotates what it rebuilds); the rotated keys would
-need far more rank: on `llama-small-long` seed 0 at T = 1024 and 8× with equal ranks, the loss
-rose +38.1% compressing rotated keys against +2.4% before the rotation.
+the verdict. On RoPE models the keys are compressed before the rotation
+(`kvcompress.calibrate`'s default, as `kv.compress`: the cache stores unrotated coefficients
+and rotates what it rebuilds); the rotated keys would need far more rank.
 
-Full run (5 seeds, the shared `small` models: d 128, L 4, 4 heads of width 32, T = 128): 443 s
-of CPU time (1075 s wall on 2 cores shared at load ≈ 8), so at most 7.5 minutes on 2 idle CPU
-cores. To fit, the loss-aware table (256 forward passes, most of the run) is measured once per
-seed on 16 calibration windows and reused by every loss-aware arm (the earlier contract
-measured it 7 times per seed on 32 windows), and the data-free weight bases, 8-bit KIVI and the
-shorter length's own calibration were dropped. The two fitted arms (1000 Adam steps each) add
-about 10 minutes per seed at load 6–8 (the fits alone: 273 s and 320 s mean per seed at
-`small`); the registered size took ≈ 65 minutes at that load. `--quick` (the `quick` model,
-one seed, T = 64, 10-step fits) about 60 s. The full run also measures the primary effect
-(the loss rise at a measured 8×) on the GPT family's `micro` (Dh 8) and `mini` (Dh 16)
-models and the Llama family's three (the scale axis, `scale_models`; the verdict is read at
-`small`); on `micro` the 32× 4-bit arm cannot exist (fewer than one 4-bit coefficient per
-head) and is skipped.
-
-The registered full run (5 seeds) is inconclusive: the loss rise at a measured 8× is +1.28%
-[0.86, 1.69], straddling 1%. Loss-aware ranks beat uniform ranks by 2.5 [1.6, 3.5] points;
-32× with 4-bit coefficients costs +4.5% [3.3, 5.7] (refuted); rank against 2-bit KIVI at
-equal bytes: 0.52 [0.04, 1.01] points better (inconclusive against the 0.2 margin); neither
-the key rank nor the 8× loss rise grows from T = 64 to 128. Across sizes (git 6bc792d, the
-same numbers at `small`) the 8× loss rise is +4.9% [−0.8, 10.6] at `micro` (Dh 8), +1.57%
-[0.66, 2.48] at `mini` (Dh 16) and +1.28% [0.86, 1.69] at `small` (Dh 32): it falls as the
-heads widen, but the slope, −1.1% [−2.3, +0.1] of the loss per e-fold of parameters, is not
-distinguishable from no trend at three sizes. The Llama family (git d2d24bd, keys compressed
-before RoPE; the GPT sizes reused by `--resume`; 2,932 s wall for the rest at load 3–5) costs
-far more at T = 128: +27.5% [10.8, 44.2] at `llama-micro`, +21.3% [17.3, 25.4] at
-`llama-mini`, +10.3% [6.8, 13.7] at `llama-small`; with both families the shared slope is
-−3.4% [−5.4, −1.5] of the loss per e-fold of parameters: the cost shrinks with size (Llama
-alone −5.7%). Against context on `llama-small-long` (trained at T = 1024, 5 seeds) the 8×
-rise is +1.43% [1.10, 1.76] at T = 256, +1.33% [0.85, 1.80] at 512 and +1.36% [0.70, 2.02]
-at 1024: flat in T, and above 1% at every length. The same runs give the issue-23 goals on a
-RoPE model at T = 1024 (seed means): 8× with no training +1.36% (goal ≤ 1%), 36× with 4-bit
-coefficients +2.56% (goal ≤ 2%), 2-bit KIVI +0.76% at 5.3×.
-
-The calibrated extensions (registered in c741073 before their run; `--resume` at that commit,
-the registered size and T = 1024 run fresh, the other sizes and lengths reused): at `small`
-(T = 128) the fit cuts the 16× loss rise from +4.46% (SVD) to **+1.43% [1.06, 1.80]**:
-refuted against 1%; 32× with 4-bit coefficients goes from +4.51% to **+3.38% [2.37, 4.39]**:
-refuted against 2%. The fit took 273 s per seed (223–404 s at load 6–8). On `llama-small-long`
-at T = 1024 (fitted on 128-token windows) the 16× fit gains nothing: +5.32% [3.79, 6.84] (SVD)
-against +5.38% [1.94, 8.82] fitted (one seed +9.7%): projections fitted to short windows do
-not carry to long ones at two dimensions per head. But the 36× 4-bit cache (four dimensions
-per head) improves from +2.56% [1.42, 3.71] to +1.30% [0.51, 2.09] (every seed 0.74–2.06%): at
-equal bytes, more dimensions at fewer bits beat fewer dimensions at 16 bits there.
-
-**Addendum on held-out prose** (`python -m experiments.commands.kvgoals`, `goals_on`: this recipe,
-only the evaluated text changed to the `mixed` corpus's test-split prose, ≈ 32k tokens per
-seed; `results/addenda/kv-goals-prose/`, never this claim's verdict). At `small`, T = 128: 8×
-untrained +1.56% [0.79, 2.33], 16× fitted +0.95% [0.66, 1.24], 34× 4-bit +3.06% [1.92, 4.19]
-untrained and +1.70% [0.93, 2.46] fitted (every interval straddles its goal). On
-`llama-small-long`, T = 1024: 8× +1.17% [0.57, 1.77], 16× fitted +2.11% [0.81, 3.41], 36×
-4-bit +1.65% [0.81, 2.48] untrained and **+0.45% [−0.11, 1.02] fitted: the ≥ 32× at ≤ 2%
-goal met**. On prose the fits help more than on held-out code at T = 1024 (16×: +3.64% SVD →
-+2.11% fitted; code: no gain).
+Full run: 5 seeds, the shared `small` models (d 128, L 4, 4 heads of width 32, T = 128); the
+loss-aware table is measured once per seed on 16 calibration windows and reused by every
+loss-aware arm; about 65 minutes on 2 cores at load 6–8, most of it the two fitted arms.
+`--quick` (the `quick` model, one seed, T = 64, 10-step fits) about 60 s. The full run also
+measures the primary effect on the GPT family's `micro` (Dh 8) and `mini` (Dh 16) models and
+the Llama family's three (the scale axis, `scale_models`; the verdict is read at `small`); on
+`micro` the 32× 4-bit arm cannot exist (fewer than one 4-bit coefficient per head) and is
+skipped. `goals_on` runs this recipe on other text (the prose addendum of
+`python -m experiments.commands.kvgoals`, never this claim's verdict). Results:
+`results/kv-compression/report.md`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-import transformer
-from analysis import kv
 from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
-from experiments.lab import kvcompress
-from transformer import latent
+from experiments.lab import kv_arms
+
+# Re-exported for `python -m experiments.commands.kvgoals`, which reads them from this claim.
+from experiments.lab.kv_arms import GOAL_ARMS as GOAL_ARMS
+from experiments.lab.kv_arms import goals_on as goals_on
 
 ALLOCS = ("uniform", "greedy", "loss")
 
@@ -215,12 +165,10 @@ def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
   (`n_calibration`, `cost_windows`, `n_eval`) scale by `seq_len / T`, so the tokens calibrated
   on and measured per seed, and the run time, stay about those of `sizes`, never below
   `min(n, 4)` windows (the loss table then reads 4 windows of 1024 tokens, twice `FULL`'s 16
-  of 128: on 2 it chose ranks that cost +24% instead of +14% at T = 1024, seed 0). The fit of
-  the calibrated arms keeps its windows (`fit_len`, `fit_windows`, `fit_batch`, `fit_steps`):
-  the projections are position-free (keys before RoPE), so they are fitted on short windows
-  at every `T` (the fit's cost stays that of `sizes`; at T = 1024 a step on one 1024-token
-  window cost 1.25 s against 0.12 s on eight of 128, so 1000 steps would pass the issue's 10
-  minutes) and read at `T`: calibrate short, deploy long.
+  of 128; on 2 it chose worse ranks). The fit of the calibrated arms keeps its windows
+  (`fit_len`, `fit_windows`, `fit_batch`, `fit_steps`): the projections are position-free
+  (keys before RoPE), so they are fitted on short windows at every `T` (the fit's cost stays
+  that of `sizes`, within its 10 minutes) and read at `T`: calibrate short, deploy long.
 
   Raises:
     ValueError: `T` is outside `[16, trained length of the model]` (`models.model_at_length`).
@@ -246,249 +194,6 @@ def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
       n_eval=n_eval, exact_windows=min(sizes.exact_windows, n_eval))
 
 
-def full_rank_error(params, cfg: transformer.Config, tokens_BT, cal=None) -> float:
-  """Max |logit difference| between the model and its latent form at full rank, float32 cache.
-
-  Args:
-    params: model params.
-    cfg: model config.
-    tokens_BT: the tokens compared on.
-    cal: a `kvcompress.Calibration` whose bases are used (calibration text); None: bases
-      from `tokens_BT` themselves (at full rank any orthonormal basis is exact).
-
-  Example:
-    >>> import jax, transformer
-    >>> from experiments.claims.kv_compression import full_rank_error
-    >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
-    >>> full_rank_error(params, cfg, jax.numpy.zeros((1, 8), int)) < 1e-4
-    True
-  """
-  if cal is None:
-    mk, mv = kv.kv_moments(params, cfg, np.asarray(tokens_BT))
-    kb, vb = kv.pca_bases(mk)[0], kv.pca_bases(mv)[0]
-  else:
-    kb, vb = cal.key_basis, cal.value_basis
-  full = ((cfg.d_head,) * cfg.n_kv_heads,) * cfg.n_layers
-  comp = latent.make_compression(kb, vb, full, full, 32)
-  B, T = tokens_BT.shape
-  cache = latent.init_cache(cfg, comp, B, T)
-  got, _ = latent.forward(params, cfg, jnp.asarray(tokens_BT), comp, cache=cache)
-  want = transformer.Transformer(cfg).apply({"params": params}, jnp.asarray(tokens_BT))
-  return float(jnp.abs(got - want).max())
-
-
-def _metrics(out: dict) -> dict:
-  return {"loss_rise": out["loss_rise"], "kv_compression": out["kv_compression"],
-          "loss": out["loss"], "loss_full": out["loss_full"]}
-
-
-def feasible(cfg: transformer.Config, ratio: float, bits: int, log) -> bool:
-  """Whether a cache of `ratio`× at `bits` bits keeps at least one coefficient per head; the
-  arm is skipped (and logged) where it does not, e.g. 32× at 4 bits on `micro` (Dh 8)."""
-  try:
-    kv.coefficient_budget(cfg, ratio, bits)
-  except ValueError as e:
-    log(f"    r{ratio}q{bits}: skipped at this size ({e})")
-    return False
-  return True
-
-
-# The calibrated arms: (name, the arm whose compression the fit starts from).
-FITTED = (("r16-cal", "r16-loss"), ("r32q4-cal", "r32q4-loss"))
-
-
-def fit_arms(params, cfg, seed: int, z: KvCompressionSizes, comps: dict, *, log) -> dict:
-  """Fits the calibrated arms (`FITTED`) from their starting compressions in `comps`.
-
-  Each fit is `analysis.kv.calibrate` on `z.fit_windows` training-split windows of
-  `z.fit_len` tokens (`models.windows(seed, ...)`: never the evaluated files), `z.fit_steps`
-  Adam steps at `z.fit_learning_rate`. An arm whose start is not in `comps` (infeasible at
-  this size) is skipped. The fitted compressions are added to `comps`.
-
-  Returns:
-    `{name: seconds the fit took}`, in `FITTED`'s order.
-  """
-  fit_tokens = models.windows(seed, z.fit_len, z.fit_windows, "train")
-  took = {}
-  for name, start in FITTED:
-    if start not in comps:  # the arm it starts from was infeasible at this size
-      continue
-    t0 = time.perf_counter()
-    comps[name] = jax.block_until_ready(kv.calibrate(
-        params, cfg, comps[start], fit_tokens, z.fit_steps, learning_rate=z.fit_learning_rate,
-        batch_size=z.fit_batch))
-    took[name] = time.perf_counter() - t0
-    log(f"    {name}: fitted in {took[name]:.0f} s ({z.fit_steps} Adam steps)")
-  return took
-
-
-# The arms of the issue-23 goals, as `goals_on` measures them: (name, ratio, bits); the
-# `-cal` arms are fitted from the arm before them (`FITTED`).
-GOAL_ARMS = (("r8-loss", 8, 16), ("r16-loss", 16, 16), ("r16-cal", 16, 16),
-             ("r32q4-loss", 32, 4), ("r32q4-cal", 32, 4))
-
-
-def goals_on(params, cfg, seed: int, z: KvCompressionSizes, tokens, *, log=print) -> dict:
-  """The goal arms' metrics (`GOAL_ARMS`) on evaluation windows the caller chooses.
-
-  The claim's recipe exactly (`measure_seed`): the bases, quantization steps and loss-aware
-  table come from `z.n_calibration` training-split windows of `z.seq_len` tokens for `seed`,
-  the `-cal` arms are fitted by `fit_arms`, and only the evaluated text differs: `tokens`
-  (e.g. `experiments.commands.kvgoals.prose_windows`, text no base model trained on). The
-  calibration and fit windows come from the stdlib training split, so they never overlap a
-  held-out file.
-
-  Args:
-    params, cfg: the model.
-    seed: the model's seed (picks the calibration and fit windows, as in the claim).
-    z: the claim's sizes at this length (`FULL`, or `at_length(FULL, T)`).
-    tokens: `(B, T + 1)` evaluation windows.
-    log: progress lines.
-
-  Returns:
-    `{arm: {"loss_rise", "kv_compression", "loss", "loss_full"[, "fit_s"]}}`; an arm that
-    does not fit this model (32× at 4 bits with under one coefficient per head) is absent.
-  """
-  cal_tokens = models.windows(seed, z.seq_len, z.n_calibration, "train")
-  cal = kvcompress.calibrate(params, cfg, cal_tokens, grid=z.loss_grid,
-                             cost_windows=z.cost_windows)
-  comps = {name: kvcompress.compression(params, cfg, cal, ratio, "loss", bits)
-           for name, ratio, bits in GOAL_ARMS
-           if name.endswith("-loss") and (bits == 16 or feasible(cfg, ratio, bits, log))}
-  took = fit_arms(params, cfg, seed, z, comps, log=log)
-  nll_full = kvcompress.full_nll(params, cfg, tokens)
-  runs = {}
-  for name, _, _ in GOAL_ARMS:
-    if name in comps:
-      runs[name] = _metrics(kvcompress.evaluate(params, cfg, comps[name], tokens,
-                                                nll_full=nll_full))
-      if name in took:
-        runs[name]["fit_s"] = took[name]
-      log(f"    {name}: ratio {runs[name]['kv_compression']:.2f}, loss rise "
-          f"{runs[name]['loss_rise']:+.3%}")
-  return runs
-
-
-def measure_seed(params, cfg, seed: int, z: KvCompressionSizes, *, log) -> tuple[dict, dict]:
-  """Every arm's metrics for one model (see the module docstring) and the ranks chosen."""
-  runs, ranks = {}, {}
-  cal_tokens = models.windows(seed, z.seq_len, z.n_calibration, "train")
-  ev = models.windows(seed, z.seq_len, z.n_eval, "val")
-  ev_short = models.windows(seed, z.short_len, z.n_eval, "val")
-  cal = kvcompress.calibrate(params, cfg, cal_tokens, grid=z.loss_grid,
-                             cost_windows=z.cost_windows)
-  nll_full = kvcompress.full_nll(params, cfg, ev)
-  comps = {}
-
-  def comp_eval(name, ratio, alloc, bits, tokens=ev, nll=nll_full):
-    if name not in comps:
-      comps[name] = kvcompress.compression(params, cfg, cal, ratio, alloc, bits)
-    comp = comps[name]
-    out = kvcompress.evaluate(params, cfg, comp, tokens, nll_full=nll)
-    runs[name] = _metrics(out)
-    ranks[name] = {"key": out["key_ranks"], "value": out["value_ranks"],
-                   "payoff_tokens": out["payoff_tokens"], "basis_bytes": out["basis_bytes"]}
-    log(f"    {name}: ratio {out['kv_compression']:.2f}, loss rise {out['loss_rise']:+.3%}")
-
-  runs["exact"] = {"max_logit_error": full_rank_error(params, cfg, ev[:z.exact_windows, :-1],
-                                                      cal)}
-  for alloc in z.allocs:
-    comp_eval(f"r8-{alloc}", 8, alloc, 16)
-  if feasible(cfg, 32, 4, log):
-    comp_eval("r32q4-loss", 32, "loss", 4)
-  comp_eval("r16-loss", 16, "loss", 16)
-  for name, fit_s in fit_arms(params, cfg, seed, z, comps, log=log).items():
-    comp_eval(name, None, None, None)
-    runs[name]["fit_s"] = fit_s
-  for bits in z.kivi_bits:
-    k = kvcompress.evaluate_kivi(params, cfg, ev, bits, nll_full=nll_full)
-    runs[f"kivi{bits}"] = _metrics(k)
-    log(f"    kivi{bits}: ratio {k['kv_compression']:.2f}, loss rise {k['loss_rise']:+.3%}")
-    comp_eval(f"rank@kivi{bits}", k["kv_compression"], "loss", 16)
-  comps["short-r8-loss"] = comps["r8-loss"]  # the same compression, read at a shorter length
-  comp_eval("short-r8-loss", 8, "loss", 16, ev_short, kvcompress.full_nll(params, cfg, ev_short))
-  lengths = z.context_lengths
-  ctx = kvcompress.rank_vs_context(params, cfg, cal_tokens[:, :-1], lengths)
-  runs["context"] = {f"{kind}_rank99_T{T}": v[f"{kind}_mean"] for T, v in ctx.items()
-                     for kind in ("key", "value")}
-  runs["context"]["key_rank99_growth"] = ctx[lengths[-1]]["key_mean"] - ctx[lengths[0]]["key_mean"]
-  runs["context"]["key_rank99_max"] = float(max(v["key_max"] for v in ctx.values()))
-  return runs, ranks
-
-
-def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str) -> str:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  from experiments.claims.stats import mean_ci95
-
-  def mean(arm, metric, scale=1.0):
-    return scale * float(np.mean([runs[arm][s][metric] for s in seeds]))
-
-  def interval(arm):
-    m, ci = mean_ci95([100 * runs[arm][s]["loss_rise"] for s in seeds])
-    return [m - ci[0], ci[1] - m] if ci else [0.0, 0.0]
-
-  from matplotlib.ticker import NullFormatter
-
-  def label(arm):
-    if arm.startswith("kivi"):
-      return f"{arm[4:]}-bit"
-    if arm.startswith("rank@kivi"):
-      return f"at {arm[9:]}-bit bytes"
-    return {"short-r8-loss": f"loss-aware, T = {z.short_len}", "r16-loss": "SVD",
-            "r32q4-loss": "SVD", "r16-cal": "fitted", "r32q4-cal": "fitted"}.get(
-        arm, arm.split("-")[-1].replace("loss", "loss-aware"))
-
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-  groups = (("low rank, 16-bit", [f"r8-{a}" for a in z.allocs] + ["short-r8-loss", "r16-loss"],
-             "o"),
-            ("low rank + 4-bit", [a for a in ("r32q4-loss",) if a in runs], "s"),
-            ("fitted projections", [a for a in ("r16-cal", "r32q4-cal") if a in runs], "D"),
-            ("KIVI-style quantization", [f"kivi{b}" for b in z.kivi_bits], "x"),
-            ("low rank at KIVI's bytes", [f"rank@kivi{b}" for b in z.kivi_bits], "^"))
-  for name, arms, marker in groups:
-    if not arms:
-      continue
-    spread = np.linspace(-0.06, 0.06, len(arms)) if len(arms) > 1 else [0.0]
-    xs = [mean(a, "kv_compression") * np.exp(d) for a, d in zip(arms, spread, strict=True)]
-    ys = [mean(a, "loss_rise", 100) for a in arms]
-    ax1.errorbar(xs, ys, yerr=np.array([interval(a) for a in arms]).T, fmt=marker, capsize=3,
-                 label=name)
-    left = name.startswith("KIVI")
-    for a, x, y in zip(arms, xs, ys, strict=True):
-      dy = -11 if a == "short-r8-loss" else 0  # it sits next to r8-loss: label it below
-      ax1.annotate(label(a), (x, y), textcoords="offset points",
-                   xytext=(-6 if left else 6, dy), ha="right" if left else "left",
-                   va="center", fontsize=7,
-                   bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.3})
-  ax1.axhline(1, color="k", ls=":", label="1% (primary margin)")
-  ax1.axhline(2, color="0.5", ls="--", label="2% (32× extensions)")
-  ticks = [2, 4, 8, 16, 32, 64]
-  ax1.set(xscale="log", xlabel="measured compression vs a 16-bit K/V cache (×, log scale)",
-          ylabel="held-out loss rise (% of uncompressed)",
-          title=f"loss vs cache size, T = {z.seq_len} ({len(seeds)} seed(s); bars: 95% CI)")
-  ax1.set_xticks(ticks, [str(t) for t in ticks])
-  ax1.xaxis.set_minor_formatter(NullFormatter())
-  ax1.legend(fontsize=7)
-  lengths = z.context_lengths
-  for kind in ("key", "value"):
-    ax2.plot(lengths, [mean("context", f"{kind}_rank99_T{T}") for T in lengths], marker="o",
-             label=f"{kind}s")
-  ax2.set(xscale="log", xlabel="context length T (tokens, log scale)",
-          ylabel=f"rank for 99% of the energy (mean head, of {d_head})",
-          title="rank needed vs context (calibration text)")
-  ax2.set_xticks(lengths, [str(T) for T in lengths])
-  ax2.xaxis.set_minor_formatter(NullFormatter())
-  ax2.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/kv_compression.png", dpi=110)
-  plt.close(fig)
-  return "kv_compression.png"
-
-
 def run(spec: Spec) -> dict:
   """Measures every arm for every seed; see the module docstring."""
   z = spec.sizes
@@ -498,60 +203,12 @@ def run(spec: Spec) -> dict:
   for seed, (params, cfg) in zip(spec.seeds, models.base_models(z.model, spec.seeds),
                                  strict=True):
     spec.log(f"  kv-compression: seed {seed}")
-    per_arm, ranks = measure_seed(params, cfg, seed, z, log=spec.log)
+    per_arm, ranks = kv_arms.measure_seed(params, cfg, seed, z, log=spec.log)
     for arm, m in per_arm.items():
       runs.setdefault(arm, {})[seed] = m
     chosen[seed] = ranks
   figure = _figure(runs, spec.seeds, z, cfg.d_head, spec.run_dir)
-  s0 = spec.seeds[0]
-  lengths = z.context_lengths
-
-  def mean(arm, metric):
-    return float(np.mean([runs[arm][s][metric] for s in spec.seeds]))
-
-  table = ["", "| arm | measured ratio | loss rise (mean over seeds) |", "| --- | --- | --- |"]
-  table += [f"| {a} | {mean(a, 'kv_compression'):.2f} | {mean(a, 'loss_rise'):+.3%} |"
-            for a in runs if "kv_compression" in runs[a][s0]]
-  trained_T = models.RECIPES[z.model].seq_len
-  notes = [
-      f"- Models: the shared `{z.model}` models (trained at T = {trained_T}, max_len "
-      f"{cfg.max_len}); per seed {z.n_calibration} training-split calibration windows of "
-      f"{z.seq_len} tokens (bases, quantization steps; the first {z.cost_windows} also the "
-      f"loss-aware table, {z.loss_grid} ranks per head) and {z.n_eval} validation-file "
-      f"windows of {z.seq_len} tokens (and {z.n_eval} of {z.short_len} for the context "
-      "extension); calibration and evaluation files are disjoint.",
-      "- Allocations at 8× (16-bit coefficients): " + ", ".join(
-          f"{a} {mean(f'r8-{a}', 'loss_rise'):+.2%}" for a in z.allocs) + ".",
-      (f"- 32× with 4-bit coefficients (loss-aware): {mean('r32q4-loss', 'loss_rise'):+.2%} at "
-       f"a measured {mean('r32q4-loss', 'kv_compression'):.2f}×." if "r32q4-loss" in runs else
-       "- 32× with 4-bit coefficients: not possible at this size (fewer than one coefficient "
-       "per head)."),
-      *([f"- Fitted projections (`analysis.kv.calibrate`: {z.fit_steps} Adam steps at "
-         f"{z.fit_learning_rate:g} on {z.fit_windows} training-split windows of {z.fit_len} "
-         f"tokens, {z.fit_batch} per step, from the SVD bases): 16× "
-         f"{mean('r16-loss', 'loss_rise'):+.2%} (SVD) → "
-         f"{mean('r16-cal', 'loss_rise'):+.2%} (fitted, {mean('r16-cal', 'fit_s'):.0f} s per "
-         "seed)" + (f"; 32× 4-bit {mean('r32q4-loss', 'loss_rise'):+.2%} → "
-                    f"{mean('r32q4-cal', 'loss_rise'):+.2%} ({mean('r32q4-cal', 'fit_s'):.0f} s)"
-                    if "r32q4-cal" in runs else "") + "."] if "r16-cal" in runs else []),
-      "- Equal bytes, KIVI-style quantization vs the loss-aware low-rank cache: " + "; ".join(
-          f"{b}-bit KIVI {mean(f'kivi{b}', 'kv_compression'):.2f}× "
-          f"{mean(f'kivi{b}', 'loss_rise'):+.2%} vs rank "
-          f"{mean(f'rank@kivi{b}', 'kv_compression'):.2f}× "
-          f"{mean(f'rank@kivi{b}', 'loss_rise'):+.2%}" for b in z.kivi_bits) + ".",
-      f"- The 8× loss-aware compression read at T = {z.short_len}: "
-      f"{mean('short-r8-loss', 'loss_rise'):+.2%} (T = {z.seq_len}: "
-      f"{mean('r8-loss', 'loss_rise'):+.2%}).",
-      "- Rank for 99% of the key energy (mean head) vs context: " + ", ".join(
-          f"T={T}: {mean('context', f'key_rank99_T{T}'):.1f}" for T in lengths)
-      + f" of {cfg.d_head}; values: " + ", ".join(
-          f"T={T}: {mean('context', f'value_rank99_T{T}'):.1f}" for T in lengths) + ".",
-      f"- Loss-aware ranks chosen at 8× (seed {s0}, keys per layer × head): "
-      f"{chosen[s0]['r8-loss']['key']}; values {chosen[s0]['r8-loss']['value']}; the bases "
-      f"cost {chosen[s0]['r8-loss']['basis_bytes']} bytes and pay off after "
-      f"{chosen[s0]['r8-loss']['payoff_tokens']:.0f} tokens of one sequence.",
-      *table,
-  ]
+  notes = kv_arms.notes(runs, chosen, z, cfg, spec.seeds)
   effects = [("16×: SVD − fitted projections (loss rise)", "r16-loss", "r16-cal", "loss_rise"),
              ("32× 4-bit: SVD − fitted projections (loss rise)", "r32q4-loss", "r32q4-cal",
               "loss_rise"),
@@ -667,3 +324,76 @@ CLAIM = Claim(
     QUICK=QUICK,
     FULL=FULL,
 )
+
+
+def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str) -> str:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  from experiments.claims.stats import mean_ci95
+
+  def mean(arm, metric, scale=1.0):
+    return scale * float(np.mean([runs[arm][s][metric] for s in seeds]))
+
+  def interval(arm):
+    m, ci = mean_ci95([100 * runs[arm][s]["loss_rise"] for s in seeds])
+    return [m - ci[0], ci[1] - m] if ci else [0.0, 0.0]
+
+  from matplotlib.ticker import NullFormatter
+
+  def label(arm):
+    if arm.startswith("kivi"):
+      return f"{arm[4:]}-bit"
+    if arm.startswith("rank@kivi"):
+      return f"at {arm[9:]}-bit bytes"
+    return {"short-r8-loss": f"loss-aware, T = {z.short_len}", "r16-loss": "SVD",
+            "r32q4-loss": "SVD", "r16-cal": "fitted", "r32q4-cal": "fitted"}.get(
+        arm, arm.split("-")[-1].replace("loss", "loss-aware"))
+
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+  groups = (("low rank, 16-bit", [f"r8-{a}" for a in z.allocs] + ["short-r8-loss", "r16-loss"],
+             "o"),
+            ("low rank + 4-bit", [a for a in ("r32q4-loss",) if a in runs], "s"),
+            ("fitted projections", [a for a in ("r16-cal", "r32q4-cal") if a in runs], "D"),
+            ("KIVI-style quantization", [f"kivi{b}" for b in z.kivi_bits], "x"),
+            ("low rank at KIVI's bytes", [f"rank@kivi{b}" for b in z.kivi_bits], "^"))
+  for name, arms, marker in groups:
+    if not arms:
+      continue
+    spread = np.linspace(-0.06, 0.06, len(arms)) if len(arms) > 1 else [0.0]
+    xs = [mean(a, "kv_compression") * np.exp(d) for a, d in zip(arms, spread, strict=True)]
+    ys = [mean(a, "loss_rise", 100) for a in arms]
+    ax1.errorbar(xs, ys, yerr=np.array([interval(a) for a in arms]).T, fmt=marker, capsize=3,
+                 label=name)
+    left = name.startswith("KIVI")
+    for a, x, y in zip(arms, xs, ys, strict=True):
+      dy = -11 if a == "short-r8-loss" else 0  # it sits next to r8-loss: label it below
+      ax1.annotate(label(a), (x, y), textcoords="offset points",
+                   xytext=(-6 if left else 6, dy), ha="right" if left else "left",
+                   va="center", fontsize=7,
+                   bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.3})
+  ax1.axhline(1, color="k", ls=":", label="1% (primary margin)")
+  ax1.axhline(2, color="0.5", ls="--", label="2% (32× extensions)")
+  ticks = [2, 4, 8, 16, 32, 64]
+  ax1.set(xscale="log", xlabel="measured compression vs a 16-bit K/V cache (×, log scale)",
+          ylabel="held-out loss rise (% of uncompressed)",
+          title=f"loss vs cache size, T = {z.seq_len} ({len(seeds)} seed(s); bars: 95% CI)")
+  ax1.set_xticks(ticks, [str(t) for t in ticks])
+  ax1.xaxis.set_minor_formatter(NullFormatter())
+  ax1.legend(fontsize=7)
+  lengths = z.context_lengths
+  for kind in ("key", "value"):
+    ax2.plot(lengths, [mean("context", f"{kind}_rank99_T{T}") for T in lengths], marker="o",
+             label=f"{kind}s")
+  ax2.set(xscale="log", xlabel="context length T (tokens, log scale)",
+          ylabel=f"rank for 99% of the energy (mean head, of {d_head})",
+          title="rank needed vs context (calibration text)")
+  ax2.set_xticks(lengths, [str(T) for T in lengths])
+  ax2.xaxis.set_minor_formatter(NullFormatter())
+  ax2.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(f"{run_dir}/kv_compression.png", dpi=110)
+  plt.close(fig)
+  return "kv_compression.png"

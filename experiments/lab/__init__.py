@@ -14,6 +14,8 @@
   `kv-compression`, `adaptive-rank` and `python -m experiments eval --kv-ratio`.
 - `lora`: LoRA and full fine-tuning from shared base models, the texts they adapt on and the
   update's spectra; used by `lora`.
+- `kv_arms`: the `kv-compression` arms on one model (calibrate, fit, evaluate) and its goal
+  arms on other text (`python -m experiments.commands.kvgoals`).
 - `timing`: interleaved timing rounds (medians), for `attention_timing` and the benchmarks.
 
 Nothing here imports a claim or a benchmark; the claims import these, never each other.

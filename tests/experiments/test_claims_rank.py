@@ -18,7 +18,7 @@ from experiments.claims import CLAIMS, adaptive_rank, kv_compression, runner, ta
 from experiments.claims import lora as lora_claim
 from experiments.claims.claim import Spec
 from experiments.claims.runner import decide
-from experiments.lab import kvcompress
+from experiments.lab import kv_arms, kvcompress
 from experiments.lab import lora as lora_lab
 from experiments.train import sweep
 from transformer import lora
@@ -162,8 +162,8 @@ def test_full_rank_error_with_calibration_bases_and_windows():
   w = models.windows(0, 16, 3, "val")
   assert w.shape == (3, 17) and np.array_equal(w, models.windows(0, 16, 3, "val"))
   cal = kvcompress.calibrate(params, cfg, models.windows(0, 16, 3, "train"), loss_aware=False)
-  assert kv_compression.full_rank_error(params, cfg, w[:, :-1], cal) < 1e-4
-  assert kv_compression.full_rank_error(params, cfg, w[:, :-1]) < 1e-4
+  assert kv_arms.full_rank_error(params, cfg, w[:, :-1], cal) < 1e-4
+  assert kv_arms.full_rank_error(params, cfg, w[:, :-1]) < 1e-4
 
 
 def test_kv_sizes_refuse_missing_threshold_arms():
@@ -483,10 +483,10 @@ def test_kv_goals_on_measures_the_goal_arms_as_the_claim_does():
   z = dataclasses.replace(kv_compression.QUICK, n_calibration=4, cost_windows=4, n_eval=4,
                           exact_windows=2, loss_grid=2, fit_windows=4, fit_steps=3)
   quiet = lambda m: None  # noqa: E731
-  want, _ = kv_compression.measure_seed(params, cfg, 0, z, log=quiet)
+  want, _ = kv_arms.measure_seed(params, cfg, 0, z, log=quiet)
   ev = models.windows(0, z.seq_len, z.n_eval, "val")
-  got = kv_compression.goals_on(params, cfg, 0, z, ev, log=quiet)
-  assert set(got) == {a for a, _, _ in kv_compression.GOAL_ARMS}
+  got = kv_arms.goals_on(params, cfg, 0, z, ev, log=quiet)
+  assert set(got) == {a for a, _, _ in kv_arms.GOAL_ARMS}
   for arm in got:
     for k in ("loss_rise", "kv_compression", "loss", "loss_full"):
       np.testing.assert_allclose(got[arm][k], want[arm][k], rtol=1e-5, atol=1e-7,
