@@ -68,17 +68,9 @@ and MoBA's gate scores each query head against the block means of its group's (r
 and picks per query head, as MoBA does with grouped-query attention (tests count the keys
 read on `llama-micro`).
 
-Cost, an **estimate** (step times measured under `nice` at load average ≈ 7.5 on the 2
-shared cores, one jitted step of the 5-seed recall program, MoBA, batch 32 × 16: `mini`
-0.17 s, `small` 0.93 s, `llama-small` 1.0 s; the stdlib half's ratios taken from
-`sliding-window`'s 5-seed step at T = 256: 3.3× and 3.9×; the other sizes not measured).
-Scaling the registered run's wall time at `mini` (1,018 s alone in its first full run; about
-two thirds recall) by those ratios: `small` ≈ 80 min, `llama-small` ≈ 90 min, `llama-mini` ≈
-20 min, `micro` and `llama-micro` at most `mini`'s ≈ 17 min each; ≈ 4 h for the six sizes, plus
-the context lengths at `mini`. Measured in the first full run (two processes sharing 2
-otherwise idle cores, 2026-12-02): `micro` and `llama-micro` 7 min each, `llama-mini` 9 min,
-`small` 40 min, `llama-small` 20 min; the lengths 64, 256 and 1024 took 6, 9 and
-50 min. `--quick` runs one size (`mini`), as before.
+Cost: the first full run took 7 min (`micro`, `llama-micro`) to 40 min (`small`) per size
+on 2 shared cores, and 6, 9 and 50 min for the lengths 64, 256 and 1024. `--quick` runs
+one size (`mini`).
 
 **The context axis** (`context_lengths = (16, 64, 256, 1024)`; never read by the verdict):
 does the gate still find the key when it is far away? `at_length` makes the model read `T`
@@ -93,36 +85,7 @@ model's `max_len` follows `T` past 256, and the stdlib half is not run. Caveat: 
 seen per step fall as `1/T`, so the trend mixes distance with supervision, and each length's
 own controls say whether full attention still learns the task there.
 
-**Scale result** (same run, git 87b1408; six sizes, 41k–859k parameters; seeds 0–4; the five
-other sizes ran in a second process beside the lengths, 83 min wall, and were joined with
-`--resume`, so `runtime_s` counts only the registered run and the lengths): `moba − local`
-recall accuracy is +0.25 [0.18, 0.33] at `micro`, +0.29 [0.07, 0.52] at `mini` (registered),
-+0.13 [0.05, 0.22] at `small`; +0.19 [0.06, 0.33] at `llama-micro`, +0.36 [0.23, 0.48] at
-`llama-mini`, +0.28 [0.09, 0.46] at `llama-small`: no trend with size (shared slope −0.011
-[−0.051, +0.029] per e-fold of parameters; GPT −0.044 [−0.098, +0.011], Llama +0.021 [−0.040,
-+0.082]). MoBA stays within 6 points of full attention or above it at every size (full /
-MoBA / window: `small` 0.70 / 0.69 / 0.55, `llama-small` 0.81 / 0.90 / 0.62), but the window
-learns more of the task as the model grows, so at both `small` sizes its control
-(`local − full` ≤ −10 points) fails and the registered rule there reads inconclusive, as at
-`mini`; the only size whose rule reads supported is `llama-mini`. The stdlib extension is
-supported at `mini`; MoBA's paired stdlib cost at the other sizes is −0.08% to −1.97% of full
-attention's loss.
-
-**Context result** (`results/dynamic-sparsity/`, git 87b1408; the registered run and
-T = 64 and 256 reproduced to every digit; wall 6 min for the registered run on 2 idle cores,
-then 6, 9 and 50 min for T = 64, 256 and 1024 sharing the cores with the scale run):
-`moba − local` recall accuracy is +0.29 [0.07, 0.52] at T = 16 (registered, inconclusive),
-+0.28 [0.25, 0.30] at 64 (above the +0.10 margin), +0.08 [−0.02, 0.17] at 256 and +0.006
-[−0.011, 0.024] at 1024; the adaptation shrinks with distance (slope −0.077 [−0.108, −0.046]
-per e-fold of T). But the last point measures the task, not the gate: at T = 1024 (batch 1,
-800 steps, 1,008 distractors) full attention itself stays at chance (accuracy 0.272 against
-0.25; exact match 0.008; local 0.248, MoBA 0.255), so its control fails and the registered
-rule there reads inconclusive (the primary threshold alone would read refuted). Seed means at
-256: full 0.52, MoBA 0.33, window 0.25: full attention's control fails there too (its interval
-dips below 0.5) while MoBA's gate mostly stops finding the far block; at 64: full 0.60, MoBA
-0.51, window 0.24 (every control holds; the rule reads inconclusive only because `moba − full`
-is not shown above −10 points). Reading the gate at 1024 needs a recall setting full
-attention learns at that length (more steps or a larger batch), which is for an accelerator.
+Results (registered run, scale and context axes): `results/dynamic-sparsity/report.md`.
 """
 
 from __future__ import annotations
@@ -130,20 +93,13 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import optax
 
 import transformer
 from experiments import data as data_lib
 from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
-from experiments.lab.attention_arms import (
-  LEARNING_RATES,
-  config_at,
-  forward,
-  train_arm,
-  tuned_arm,
-  within,
-)
+from experiments.lab.attention_arms import LEARNING_RATES, config_at, within
+from experiments.lab.sparsity import RecallSource, recall_arms, text_arms
 
 TUNE_SEED = 100
 ACC_MARGIN = 0.1  # 10 points of answer accuracy
@@ -234,77 +190,6 @@ FULL = DynamicSparsitySizes(model="mini", recall_pairs=4, recall_queries=4, reca
                             recall_probe=8, text_probe=4)
 
 
-def recall_configs(z: DynamicSparsitySizes) -> dict[str, transformer.Config]:
-  """The recall arms at `z.model`'s shape, `max_len` reaching the `T` tokens they read.
-
-  `full` causal softmax; `local` a window of `z.recall_window` in blocks of `z.recall_block`;
-  `moba` its own block plus the `z.recall_top_k` past blocks its gate picks. Only the
-  attention differs (`attention_arms.config_at`); at `mini` the shape is the `tiny` preset.
-
-  Example:
-    >>> from experiments.claims import dynamic_sparsity as ds
-    >>> import dataclasses
-    >>> cfg = ds.recall_configs(dataclasses.replace(ds.FULL, model="llama-mini"))["moba"]
-    >>> cfg.n_heads, cfg.n_kv_heads, cfg.positions, cfg.block_size, cfg.top_k_blocks
-    (4, 2, 'rope', 2, 1)
-  """
-  T = z.recall_len - 1  # the model reads all but the last answer
-  return {"full": config_at(T, model=z.model),
-          "local": config_at(T, model=z.model, attention="local", window=z.recall_window,
-                             block_size=z.recall_block),
-          "moba": config_at(T, model=z.model, attention="moba", block_size=z.recall_block,
-                            top_k_blocks=z.recall_top_k)}
-
-
-def text_configs(z: DynamicSparsitySizes) -> dict[str, transformer.Config]:
-  """The stdlib arms at `z.model`'s shape: `full`, and `moba` (blocks of `z.text_block`,
-  `TEXT_TOP_K` picked past blocks)."""
-  return {"full": config_at(z.seq_len, model=z.model),
-          "moba": config_at(z.seq_len, model=z.model, attention="moba", block_size=z.text_block,
-                            top_k_blocks=TEXT_TOP_K)}
-
-
-@dataclasses.dataclass(frozen=True)
-class RecallSource:
-  """Associative recall as a data source (pure in seed, step, split).
-
-  ``k1 v1 … kn vn [d1 … dF] SEP q1 a1 … qm am``: `data.associative_recall`'s sequence with
-  `n_filler` distractors `d` inserted after the last pair, drawn uniformly from the ids that
-  are neither a key, a value nor a marker (`[n_keys + n_values, SEP)`), so each query still
-  matches exactly one earlier token and full attention can solve it at any length; the
-  distance from a key to its query grows by `F`. With `n_filler = 0` (the registered
-  layout) the batch is `data.associative_recall`'s, draw for draw.
-  """
-
-  n_pairs: int
-  n_queries: int
-  n_keys: int
-  n_values: int
-  n_filler: int = 0
-
-  @property
-  def vocab_size(self) -> int:
-    return data_lib.VOCAB_SIZE
-
-  def batch(self, seed: int, step: int, batch_size: int, split: str = "train"):
-    rng = data_lib._rng(seed, step, split)
-    b = data_lib.associative_recall(rng, batch_size, self.n_pairs, self.n_queries,
-                                    self.n_keys, self.n_values)
-    if not self.n_filler:
-      return b
-    cut = 2 * self.n_pairs
-    filler_BF = rng.integers(self.n_keys + self.n_values, data_lib.SEP,
-                             (batch_size, self.n_filler))
-    tokens = np.concatenate([b.tokens[:, :cut], filler_BF, b.tokens[:, cut:]], 1)
-    return data_lib._answers_only(tokens, cut + self.n_filler + 2
-                                  + 2 * np.arange(self.n_queries))
-
-
-def recall_source(z: DynamicSparsitySizes) -> RecallSource:
-  return RecallSource(z.recall_pairs, z.recall_queries, z.recall_keys, z.recall_values,
-                      z.recall_filler)
-
-
 def at_length(sizes: DynamicSparsitySizes, T: int) -> DynamicSparsitySizes:
   """`sizes` at context length `T`: recall with distractors between the pairs and the queries.
 
@@ -354,97 +239,16 @@ def at_length(sizes: DynamicSparsitySizes, T: int) -> DynamicSparsitySizes:
       recall_probe=max(1, sizes.recall_probe * (sizes.recall_len - 1) // T), text_steps=0)
 
 
-def keys_read(params, cfg: transformer.Config, tokens_BT) -> dict:
-  """Mean keys read per query (over layers, heads, rows) and the fraction of causal keys skipped.
-
-  Counted from the sown scores: every variant leaves `finfo.min` where it computed no score
-  (or masked one), so `scores > finfo.min` are exactly the keys a query read.
-  """
-  scores = np.asarray(models.intermediates(params, cfg, tokens_BT)["blocks"]["attn"]["scores"])
-  kr = (scores > np.finfo(np.float32).min).sum(-1).astype(np.float64)
-  T = tokens_BT.shape[1]
-  mean_keys = float(kr.mean())
-  return {"keys_read": mean_keys, "sparsity": 1.0 - mean_keys / ((T + 1) / 2)}
-
-
-def val_loss(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
-             batch_size: int) -> float:
-  """Mean cross-entropy of a model on `n_batches` validation batches of `src`."""
-  apply = forward(cfg)
-  losses = []
-  for step in range(n_batches):
-    b = src.batch(seed, step, batch_size, "val")
-    logits = apply({"params": params}, b.tokens[:, :-1])
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, b.tokens[:, 1:])
-    losses.append(float((nll * b.weights).sum() / b.weights.sum()))
-  return float(np.mean(losses))
-
-
-def _recall(spec: Spec, runs: dict) -> dict:
-  """Trains the three recall arms (rate tuned on `full`, shared); fills `runs`; the setup."""
-  z = spec.sizes
-  recall = recall_source(z)
-  T = z.recall_len - 1  # the model reads all but the last answer
-  arms = recall_configs(z)
-  probe = recall.batch(spec.seeds[0], 99_999, z.recall_probe, "val").tokens[:, :-1]
-  kw = dict(data=recall, steps=z.recall_steps, batch_size=z.recall_batch, seq_len=z.recall_len,
-            exact_match=True, em_batches=z.eval_batches)
-  spec.log(f"  dynamic-sparsity: full: recall ({z.recall_pairs} pairs, T={T}, "
-           f"{z.recall_steps} steps)")
-  trained = {"full": tuned_arm(arms["full"], spec.seeds, tuning_seeds=(TUNE_SEED,),
-                               grid=z.learning_rates, **kw)}
-  lr = trained["full"]["lr"]
-  for arm in ("local", "moba"):
-    spec.log(f"  dynamic-sparsity: {arm}: recall at {lr:g}")
-    trained[arm] = train_arm(arms[arm], spec.seeds, learning_rates=(lr,), **kw)
-  for arm, t in trained.items():
-    for s in spec.seeds:
-      m = t["per_seed"][s]
-      runs[arm][s].update(recall_acc=m["accuracy"], recall_em=m["exact_match"],
-                          recall_loss=m["loss"],
-                          recall_diverged=m["diverged"],
-                          recall_keys=keys_read(t["params"][s], arms[arm], probe)["keys_read"])
-  return {"lr": lr, "tuning": trained["full"]["tuning"]}
-
-
-def _text(spec: Spec, runs: dict) -> dict:
-  """Trains full and MoBA on stdlib (rate tuned on full, shared), the sparsity, the switch."""
-  z = spec.sizes
-  text = data_lib.source("stdlib", z.seq_len)
-  arms = text_configs(z)
-  tokens = text.batch(spec.seeds[0], 0, z.text_probe, "val").tokens[:, :-1]
-  kw = dict(data=text, steps=z.text_steps, batch_size=z.text_batch, seq_len=z.seq_len)
-  spec.log(f"  dynamic-sparsity: full: stdlib T={z.seq_len}")
-  trained = {"full": tuned_arm(arms["full"], spec.seeds, tuning_seeds=(TUNE_SEED,),
-                               grid=z.learning_rates, **kw)}
-  lr = trained["full"]["lr"]
-  spec.log(f"  dynamic-sparsity: moba: stdlib T={z.seq_len} at {lr:g}")
-  trained["moba"] = train_arm(arms["moba"], spec.seeds, learning_rates=(lr,), **kw)
-  for s in spec.seeds:
-    full_loss = trained["full"]["per_seed"][s]["loss"]
-    moba_loss = trained["moba"]["per_seed"][s]["loss"]
-    kr = keys_read(trained["moba"]["params"][s], arms["moba"], tokens)
-    runs["full"][s]["loss"] = full_loss
-    runs["moba"][s].update(loss=moba_loss, loss_ratio=moba_loss / full_loss - 1,
-                           text_keys=kr["keys_read"], sparsity=kr["sparsity"])
-    # The same trained full-attention params, read through the MoBA pattern.
-    switched = val_loss(trained["full"]["params"][s], arms["moba"], text, s,
-                        n_batches=z.eval_batches, batch_size=z.text_batch)
-    full_again = val_loss(trained["full"]["params"][s], arms["full"], text, s,
-                          n_batches=z.eval_batches, batch_size=z.text_batch)
-    runs["switch"][s].update(loss=switched, full_loss=full_again,
-                             switch_ratio=switched / full_again - 1)
-  return {"lr": lr, "tuning": trained["full"]["tuning"]}
-
-
 def run(spec: Spec) -> dict:
   """Recall, then (unless `text_steps = 0`) stdlib and the switch; see the module docstring."""
   z = spec.sizes
   text = z.text_steps > 0
   runs = {arm: {s: {} for s in spec.seeds}
           for arm in ("full", "local", "moba") + (("switch",) if text else ())}
-  rec = _recall(spec, runs)
-  txt = _text(spec, runs) if text else None
+  rec = recall_arms(recall_configs(z), recall_source(z), z, spec.seeds, runs,
+                    tune_seed=TUNE_SEED, log=spec.log)
+  txt = text_arms(text_configs(z), data_lib.source("stdlib", z.seq_len), z, spec.seeds,
+                  runs, tune_seed=TUNE_SEED, log=spec.log) if text else None
 
   def mean(arm, k):
     return float(np.mean([runs[arm][s][k] for s in spec.seeds]))
@@ -556,3 +360,39 @@ CLAIM = Claim(
     context_lengths=CONTEXT_LENGTHS,
     at_length=at_length,
 )
+
+
+def recall_configs(z: DynamicSparsitySizes) -> dict[str, transformer.Config]:
+  """The recall arms at `z.model`'s shape, `max_len` reaching the `T` tokens they read.
+
+  `full` causal softmax; `local` a window of `z.recall_window` in blocks of `z.recall_block`;
+  `moba` its own block plus the `z.recall_top_k` past blocks its gate picks. Only the
+  attention differs (`attention_arms.config_at`); at `mini` the shape is the `tiny` preset.
+
+  Example:
+    >>> from experiments.claims import dynamic_sparsity as ds
+    >>> import dataclasses
+    >>> cfg = ds.recall_configs(dataclasses.replace(ds.FULL, model="llama-mini"))["moba"]
+    >>> cfg.n_heads, cfg.n_kv_heads, cfg.positions, cfg.block_size, cfg.top_k_blocks
+    (4, 2, 'rope', 2, 1)
+  """
+  T = z.recall_len - 1  # the model reads all but the last answer
+  return {"full": config_at(T, model=z.model),
+          "local": config_at(T, model=z.model, attention="local", window=z.recall_window,
+                             block_size=z.recall_block),
+          "moba": config_at(T, model=z.model, attention="moba", block_size=z.recall_block,
+                            top_k_blocks=z.recall_top_k)}
+
+
+def text_configs(z: DynamicSparsitySizes) -> dict[str, transformer.Config]:
+  """The stdlib arms at `z.model`'s shape: `full`, and `moba` (blocks of `z.text_block`,
+  `TEXT_TOP_K` picked past blocks)."""
+  return {"full": config_at(z.seq_len, model=z.model),
+          "moba": config_at(z.seq_len, model=z.model, attention="moba", block_size=z.text_block,
+                            top_k_blocks=TEXT_TOP_K)}
+
+
+def recall_source(z: DynamicSparsitySizes) -> RecallSource:
+  """The recall data of `z`: its pairs, queries, keys, values and distractors."""
+  return RecallSource(z.recall_pairs, z.recall_queries, z.recall_keys, z.recall_values,
+                      z.recall_filler)

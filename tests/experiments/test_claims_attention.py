@@ -21,7 +21,7 @@ from experiments.claims import (
   table,
 )
 from experiments.claims.claim import Spec, Threshold
-from experiments.lab import attention_arms
+from experiments.lab import attention_arms, sparsity
 from transformer.attention import (
   linear_quadratic,
   local_attention,
@@ -349,7 +349,7 @@ SW_ARMS = {"full": {}, "local": dict(attention="local", window=32, block_size=32
 
 
 def _old_recall_configs(T, z):
-  """What `dynamic_sparsity._recall` built before the scale axis (`config_at` without a model)."""
+  """The recall arms `recall_configs` built before the scale axis (`config_at` without a model)."""
   return {"full": attention_arms.config_at(T),
           "local": attention_arms.config_at(T, attention="local", window=z.recall_window,
                                             block_size=z.recall_block),
@@ -533,8 +533,8 @@ def test_dynamic_sparsity_run_trains_every_arm_at_the_size_it_is_given(monkeypat
     return {**fake_train(cfg, seeds, learning_rates=(3e-3,), **kw),
             "tuning": {"seeds": list(tuning_seeds), "grid": list(grid), "val_loss": [2.2, 2.1]}}
 
-  monkeypatch.setattr(DS, "train_arm", fake_train)
-  monkeypatch.setattr(DS, "tuned_arm", fake_tuned)
+  monkeypatch.setattr(sparsity, "train_arm", fake_train)
+  monkeypatch.setattr(sparsity, "tuned_arm", fake_tuned)
   z = dataclasses.replace(DS.FULL, model="llama-micro")
   out = DS.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
                     log=lambda *_: None))
@@ -762,10 +762,10 @@ def test_dynamic_sparsity_budget_is_equal_and_labels_come_from_sizes():
 
 def test_keys_read_counts_moba_selection_and_causal_full():
   tokens = np.asarray(jax.random.randint(jax.random.key(4), (1, 16), 0, 64))
-  full = dynamic_sparsity.keys_read(transformer.init(TINY, jax.random.key(0)), TINY, tokens)
+  full = sparsity.keys_read(transformer.init(TINY, jax.random.key(0)), TINY, tokens)
   assert full["keys_read"] == pytest.approx(8.5) and full["sparsity"] == pytest.approx(0.0)
   cfg = TINY.replace(attention="moba", block_size=4, top_k_blocks=1)
-  got = dynamic_sparsity.keys_read(transformer.init(cfg, jax.random.key(0)), cfg, tokens)
+  got = sparsity.keys_read(transformer.init(cfg, jax.random.key(0)), cfg, tokens)
   # Own block (t mod 4 + 1 keys) plus one whole past block from the second block on.
   t = np.arange(16)
   want = (t % 4 + 1 + 4 * (t >= 4)).mean()
@@ -793,7 +793,7 @@ def test_val_loss_and_exact_match_against_numpy():
   src = data_lib.source("task:copy", 33)
   cfg = TINY.replace(vocab_size=data_lib.VOCAB_SIZE, max_len=40)
   params = transformer.init(cfg, jax.random.key(5))
-  got = dynamic_sparsity.val_loss(params, cfg, src, 0, n_batches=2, batch_size=3)
+  got = sparsity.val_loss(params, cfg, src, 0, n_batches=2, batch_size=3)
   want = []
   for step in range(2):
     b = src.batch(0, step, 3, "val")

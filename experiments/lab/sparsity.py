@@ -1,0 +1,139 @@
+"""The `dynamic-sparsity` arms trained and read: recall with distractors, stdlib, keys read.
+
+`RecallSource` is associative recall with distractors between the pairs and the queries (the
+claim's context axis); `recall_arms` trains the full / local / MoBA recall arms (the rate tuned
+on `full` with the tuning seed, shared) and `text_arms` full attention and MoBA on stdlib with
+the switch (the trained full model read through the MoBA pattern). `keys_read` counts the keys
+a query actually read from the sown scores; `val_loss` is a model's held-out loss on a source.
+The arms go through `experiments.lab.attention_arms` (`tuned_arm`, `train_arm`); the sizes `z`
+are the claim's `DynamicSparsitySizes` (read by attribute).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import optax
+
+import transformer
+from experiments import data as data_lib
+from experiments import models
+from experiments.lab.attention_arms import forward, train_arm, tuned_arm
+
+
+@dataclasses.dataclass(frozen=True)
+class RecallSource:
+  """Associative recall as a data source (pure in seed, step, split).
+
+  ``k1 v1 … kn vn [d1 … dF] SEP q1 a1 … qm am``: `data.associative_recall`'s sequence with
+  `n_filler` distractors `d` inserted after the last pair, drawn uniformly from the ids that
+  are neither a key, a value nor a marker (`[n_keys + n_values, SEP)`), so each query still
+  matches exactly one earlier token and full attention can solve it at any length; the
+  distance from a key to its query grows by `F`. With `n_filler = 0` (the registered
+  layout) the batch is `data.associative_recall`'s, draw for draw.
+  """
+
+  n_pairs: int
+  n_queries: int
+  n_keys: int
+  n_values: int
+  n_filler: int = 0
+
+  @property
+  def vocab_size(self) -> int:
+    return data_lib.VOCAB_SIZE
+
+  def batch(self, seed: int, step: int, batch_size: int, split: str = "train"):
+    rng = data_lib._rng(seed, step, split)
+    b = data_lib.associative_recall(rng, batch_size, self.n_pairs, self.n_queries,
+                                    self.n_keys, self.n_values)
+    if not self.n_filler:
+      return b
+    cut = 2 * self.n_pairs
+    filler_BF = rng.integers(self.n_keys + self.n_values, data_lib.SEP,
+                             (batch_size, self.n_filler))
+    tokens = np.concatenate([b.tokens[:, :cut], filler_BF, b.tokens[:, cut:]], 1)
+    return data_lib._answers_only(tokens, cut + self.n_filler + 2
+                                  + 2 * np.arange(self.n_queries))
+
+
+def keys_read(params, cfg: transformer.Config, tokens_BT) -> dict:
+  """Mean keys read per query (over layers, heads, rows) and the fraction of causal keys skipped.
+
+  Counted from the sown scores: every variant leaves `finfo.min` where it computed no score
+  (or masked one), so `scores > finfo.min` are exactly the keys a query read.
+  """
+  scores = np.asarray(models.intermediates(params, cfg, tokens_BT)["blocks"]["attn"]["scores"])
+  kr = (scores > np.finfo(np.float32).min).sum(-1).astype(np.float64)
+  T = tokens_BT.shape[1]
+  mean_keys = float(kr.mean())
+  return {"keys_read": mean_keys, "sparsity": 1.0 - mean_keys / ((T + 1) / 2)}
+
+
+def val_loss(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
+             batch_size: int) -> float:
+  """Mean cross-entropy of a model on `n_batches` validation batches of `src`."""
+  apply = forward(cfg)
+  losses = []
+  for step in range(n_batches):
+    b = src.batch(seed, step, batch_size, "val")
+    logits = apply({"params": params}, b.tokens[:, :-1])
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, b.tokens[:, 1:])
+    losses.append(float((nll * b.weights).sum() / b.weights.sum()))
+  return float(np.mean(losses))
+
+
+def recall_arms(arms: dict, recall, z, seeds, runs: dict, *, tune_seed: int, log) -> dict:
+  """Trains the three recall `arms` (configs) on `recall` (rate tuned on `full`, shared).
+
+  Fills `runs` (`{arm: {seed: metrics}}`) and returns the setup: the rate and its tuning.
+  """
+  T = z.recall_len - 1  # the model reads all but the last answer
+  probe = recall.batch(seeds[0], 99_999, z.recall_probe, "val").tokens[:, :-1]
+  kw = dict(data=recall, steps=z.recall_steps, batch_size=z.recall_batch, seq_len=z.recall_len,
+            exact_match=True, em_batches=z.eval_batches)
+  log(f"  dynamic-sparsity: full: recall ({z.recall_pairs} pairs, T={T}, "
+           f"{z.recall_steps} steps)")
+  trained = {"full": tuned_arm(arms["full"], seeds, tuning_seeds=(tune_seed,),
+                               grid=z.learning_rates, **kw)}
+  lr = trained["full"]["lr"]
+  for arm in ("local", "moba"):
+    log(f"  dynamic-sparsity: {arm}: recall at {lr:g}")
+    trained[arm] = train_arm(arms[arm], seeds, learning_rates=(lr,), **kw)
+  for arm, t in trained.items():
+    for s in seeds:
+      m = t["per_seed"][s]
+      runs[arm][s].update(recall_acc=m["accuracy"], recall_em=m["exact_match"],
+                          recall_loss=m["loss"],
+                          recall_diverged=m["diverged"],
+                          recall_keys=keys_read(t["params"][s], arms[arm], probe)["keys_read"])
+  return {"lr": lr, "tuning": trained["full"]["tuning"]}
+
+
+def text_arms(arms: dict, text, z, seeds, runs: dict, *, tune_seed: int, log) -> dict:
+  """Trains `full` and `moba` (`arms`) on `text` (rate tuned on full, shared), the sparsity and
+  the switch; fills `runs` and returns the setup: the rate and its tuning."""
+  tokens = text.batch(seeds[0], 0, z.text_probe, "val").tokens[:, :-1]
+  kw = dict(data=text, steps=z.text_steps, batch_size=z.text_batch, seq_len=z.seq_len)
+  log(f"  dynamic-sparsity: full: stdlib T={z.seq_len}")
+  trained = {"full": tuned_arm(arms["full"], seeds, tuning_seeds=(tune_seed,),
+                               grid=z.learning_rates, **kw)}
+  lr = trained["full"]["lr"]
+  log(f"  dynamic-sparsity: moba: stdlib T={z.seq_len} at {lr:g}")
+  trained["moba"] = train_arm(arms["moba"], seeds, learning_rates=(lr,), **kw)
+  for s in seeds:
+    full_loss = trained["full"]["per_seed"][s]["loss"]
+    moba_loss = trained["moba"]["per_seed"][s]["loss"]
+    kr = keys_read(trained["moba"]["params"][s], arms["moba"], tokens)
+    runs["full"][s]["loss"] = full_loss
+    runs["moba"][s].update(loss=moba_loss, loss_ratio=moba_loss / full_loss - 1,
+                           text_keys=kr["keys_read"], sparsity=kr["sparsity"])
+    # The same trained full-attention params, read through the MoBA pattern.
+    switched = val_loss(trained["full"]["params"][s], arms["moba"], text, s,
+                        n_batches=z.eval_batches, batch_size=z.text_batch)
+    full_again = val_loss(trained["full"]["params"][s], arms["full"], text, s,
+                          n_batches=z.eval_batches, batch_size=z.text_batch)
+    runs["switch"][s].update(loss=switched, full_loss=full_again,
+                             switch_ratio=switched / full_again - 1)
+  return {"lr": lr, "tuning": trained["full"]["tuning"]}
