@@ -55,17 +55,10 @@ same pairs, and the reach `L (w − 1)` holds unchanged (tests check it by gradi
 `llama-micro`). At L = 4 (`small`, `llama-small`) the reach is 124 < `rf_seq_len` = 128 (`run`
 refuses a shape whose reach the input cannot show).
 
-Cost, measured (wall time of each size in the run below, on the 2 shared cores, with two to
-four claim processes sharing them): `mini` 4.4 min (the registered run, two processes),
-`micro` 8.6 min, `llama-micro` 10.3 min, `llama-mini` 15.7 min, `llama-small` 35 min and
-`small` about 40 min (each about one core), the contexts 512 and 1024 at `mini` 15 min
-together. The six sizes with their receptive fields and timing sweeps are about 2 h of one
-core each at `small`; an earlier estimate from loaded step times (≈ 6 h) was 3× too high.
-At `small` and `llama-small` the receptive field (`receptive_field`: the `(T·D)²`
-Jacobian of the block stack at T = 128, D = 128) is taken one output position at a time
-(`abs_jacobian_rows`): `jax.jacrev` of the whole stack needed 18.5 GB there and was stopped
-by the out-of-memory killer; the row-wise map needs 0.7 GB and ≈ 2–4 min per seed. `--quick`
-runs one size (`mini`), as before.
+Cost: each size took 4.4 min (`mini`) to about 40 min (`small`) on 2 shared cores. At `small`
+and `llama-small` the receptive field (the `(T·D)²` Jacobian of the block stack at T = 128,
+D = 128) is taken one output position at a time (`experiments.lab.receptive`): `jax.jacrev`
+of the whole stack ran out of memory there. `--quick` runs one size (`mini`).
 
 **The context axis** (`context_lengths = (256, 512, 1024)`; never read by the verdict): the
 primary cost `loss_local / loss_full − 1` is measured again at each `T` by `at_length`: both
@@ -76,31 +69,7 @@ scaled alike, the model's `max_len` raised to `T` where `T` passes the preset's 
 registered run's model is unchanged), and no timing sweep (the registered run times
 `T = 256 … 2048` once). At `T = 1024` the window reads 1/32 of the last query's causal keys.
 
-**Result** (`results/sliding-window/`; the registered run and the context lengths at git
-c7b305f first, 2,385 s wall at load 3–5, then all of it again at git dec8df9/1666862 on
-2026-12-03, the registered run and both lengths reproduced to every printed digit):
-supported. The window costs nothing at any length; the local model is *better*: local/full
-− 1 = −2.3% [−3.0, −1.6] at T = 256 (registered), −2.8% [−3.7, −1.9] at 512 and −1.6%
-[−2.6, −0.7] at 1024; no trend with T (slope +0.49 points [−0.30, 1.28] per e-fold of T). At
-this budget (150 steps of 2,048 tokens, 2.3 tokens per parameter at `mini`) a window is a
-helpful prior rather than a loss; whether the gap closes with longer training is not
-measured here.
-
-**With scale** (the six sizes, 41k–859k parameters, 21×): supported at every size, every
-receptive field exactly `L (w − 1)`. GPT: `micro` −1.0% [−1.5, −0.6], `mini` −2.3% [−3.0,
-−1.6], `small` −2.2% [−2.6, −1.8] (the local model's lead grows: slope −0.34 points
-[−0.61, −0.07] per e-fold of parameters). Llama: `llama-micro` −4.1% [−5.5, −2.8],
-`llama-mini` −5.3% [−6.9, −3.7], `llama-small` −4.2% [−5.6, −2.9] (no trend: +0.02 points
-[−0.54, +0.57]). Both families together (one slope, an intercept each): no trend, −0.16
-points [−0.46, +0.13]. With RoPE the window helps more than with learned positions, 1.9–4×
-as much at each size. Both arms chose the same rate at every size: 3e-3 at the four smaller
-ones, 1e-3 at `small` and `llama-small`; a two-rate grid always ends at an edge, so neither
-arm is tuned finely, but both are tuned alike. Every size trains on the same 307,200
-tokens: 7.3 tokens per parameter at `micro`, 0.36 at `small`, so the larger models are the
-less trained ones. The published anchors (the report's: Long Range Arena averages of BigBird
-and Longformer, Tay et al. 2021; BigBird's advice of full attention below 1,024 tokens)
-belong to other tasks and models 10²–10³× larger; they stand beside these numbers, not
-against them.
+Results (registered run, scale and context axes): `results/sliding-window/report.md`.
 """
 
 from __future__ import annotations
@@ -108,14 +77,12 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-import analysis
 import transformer
 from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
-from experiments.lab import attention_timing
+from experiments.lab import attention_timing, receptive
 from experiments.lab.attention_arms import LEARNING_RATES, config_at, tuned_arm, within
 
 WINDOW = 32
@@ -225,79 +192,6 @@ def at_length(sizes: SlidingWindowSizes, T: int) -> SlidingWindowSizes:
                              timing_seq_lens=())
 
 
-def abs_jacobian_rows(f, x_TD: jax.Array) -> jax.Array:
-  """`Σ_ij |∂f(x)_{t,i} / ∂x_{s,j}|` for every `(t, s)`: the `(T, T)` map of who reads whom.
-
-  One output position at a time (`lax.map` over `t`, a `vmap` of the VJP over its `D` units),
-  so the memory is `D` backward passes, not the `T · D` of `jax.jacrev(f)` at once (18.5 GB
-  for a `small` stack at `T = 128`, which the OOM killer stopped). Each entry is the same VJP
-  `jacrev` takes, so the zero pattern is the same.
-
-  Args:
-    f: `(T, D) -> (T, D)`.
-    x_TD: the point.
-
-  Returns:
-    `(T, T)`, float32.
-  """
-  T, D = x_TD.shape
-
-  @jax.jit
-  def rows(x_TD):
-    _, vjp = jax.vjp(f, x_TD)
-    eye_DD = jnp.eye(D, dtype=x_TD.dtype)
-
-    def row(t):
-      cot_DTD = jnp.zeros((D, T, D), x_TD.dtype).at[:, t, :].set(eye_DD)
-      (g_DTD,) = jax.vmap(vjp)(cot_DTD)
-      return jnp.abs(g_DTD).sum((0, 2))
-
-    return jax.lax.map(row, jnp.arange(T))
-
-  return rows(x_TD)
-
-
-def receptive_field(params, cfg: transformer.Config, seq_len: int, key,
-                    window: int | None = None) -> dict:
-  """Measured reach of the block stack by gradient, against `L (w − 1)`.
-
-  Args:
-    params, cfg: the model (its blocks only: `x_TD` enters the first block).
-    seq_len: positions of the random input.
-    key: PRNG key of the input.
-    window: the `w` to compare with (default `cfg.window`).
-
-  Returns:
-    `{"reach": max lag with a nonzero gradient, "expected": L (w − 1), "rf_exact": 1.0 when
-    the nonzero lags are exactly 0 … L (w − 1), else 0.0}`.
-  """
-  f_l = transformer.block_fn(cfg)
-
-  def stack(x_TD):
-    for layer in range(cfg.n_layers):
-      x_TD = f_l(transformer.layer(params, layer), x_TD)
-    return x_TD
-
-  x_TD = jax.random.normal(key, (seq_len, cfg.d_model))
-  J_TS = np.asarray(abs_jacobian_rows(stack, x_TD))
-  lag_TS = np.arange(seq_len)[:, None] - np.arange(seq_len)[None, :]
-  expected = cfg.n_layers * ((window or cfg.window) - 1)
-  reach_mask = (lag_TS >= 0) & (lag_TS <= expected)
-  nonzero = J_TS > 0
-  return {"reach": float(lag_TS[nonzero].max()), "expected": float(expected),
-          "rf_exact": float(np.array_equal(nonzero, reach_mask))}
-
-
-def window_mass(params, cfg: transformer.Config, tokens_BT, window: int) -> dict:
-  """Mean mass of trained full-attention heads within the last `window` keys."""
-  weights = models.intermediates(params, cfg, tokens_BT)["blocks"]["attn"]["weights"]
-  mass_LBH = np.asarray(analysis.local_mass(weights, window))  # mean over query rows
-  per_head = mass_LBH.mean(1)  # (L, H)
-  return {"local_mass": float(mass_LBH.mean()),
-          "heads_mostly_local": float((per_head > 0.5).mean()),
-          "local_mass_min_head": float(per_head.min())}
-
-
 def timing(ts, rounds: int, *, heads: int = 4, d_head: int = 16) -> dict:
   """`softmax` vs `local` (window 32, blocks of 16) fwd and fwd+bwd, `heads` heads of `d_head`.
 
@@ -394,9 +288,9 @@ def run(spec: Spec) -> dict:
   for s in spec.seeds:
     runs["local"][s]["loss_ratio"] = runs["local"][s]["loss"] / runs["full"][s]["loss"] - 1
     tokens = models.val_tokens(seq_len, z.probe_batch, s)
-    runs["full"][s].update(window_mass(trained["full"]["params"][s], arms["full"], tokens,
+    runs["full"][s].update(receptive.window_mass(trained["full"]["params"][s], arms["full"], tokens,
                                        WINDOW))
-    rf = receptive_field(trained["local"]["params"][s], arms["local"], z.rf_seq_len,
+    rf = receptive.receptive_field(trained["local"]["params"][s], arms["local"], z.rf_seq_len,
                          jax.random.key(s))
     runs["local"][s].update(rf)
   tm, figures = None, []

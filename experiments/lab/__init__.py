@@ -16,6 +16,8 @@
   update's spectra; used by `lora`.
 - `kv_arms`: the `kv-compression` arms on one model (calibrate, fit, evaluate) and its goal
   arms on other text (`python -m experiments.commands.kvgoals`).
+- `receptive`: a block stack's receptive field by gradient and attention mass within a
+  window; used by `sliding-window`.
 - `sparsity`: the `dynamic-sparsity` arms (recall with distractors, stdlib, the switch) and
   the keys a query reads.
 - `timing`: interleaved timing rounds (medians), for `attention_timing` and the benchmarks.

@@ -21,7 +21,7 @@ from experiments.claims import (
   table,
 )
 from experiments.claims.claim import Spec, Threshold
-from experiments.lab import attention_arms, sparsity
+from experiments.lab import attention_arms, receptive, sparsity
 from transformer.attention import (
   linear_quadratic,
   local_attention,
@@ -152,7 +152,7 @@ def test_window_reads_at_most_w_keys_and_ignores_the_rest_float64(T, w, bs):
 def test_receptive_field_measures_layers_times_window_minus_one(window):
   cfg = TINY.replace(attention="local", window=window, block_size=4, positions="none")
   params = transformer.init(cfg, jax.random.key(0))
-  rf = sliding_window.receptive_field(params, cfg, 16, jax.random.key(1))
+  rf = receptive.receptive_field(params, cfg, 16, jax.random.key(1))
   assert rf["expected"] == 2 * (window - 1) and rf["reach"] == rf["expected"]
   assert rf["rf_exact"] == 1.0
 
@@ -173,7 +173,7 @@ def test_abs_jacobian_rows_matches_the_whole_jacobian_by_jacrev(attention):
 
   x_TD = jax.random.normal(jax.random.key(1), (12, cfg.d_model))
   want = np.abs(np.asarray(jax.jacrev(stack)(x_TD), np.float64)).sum((1, 3))
-  got = np.asarray(sliding_window.abs_jacobian_rows(stack, x_TD))
+  got = np.asarray(receptive.abs_jacobian_rows(stack, x_TD))
   assert got.shape == (12, 12) and (want > 0).sum() > 12  # not a diagonal-only stack
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)
   np.testing.assert_array_equal(got > 0, want > 0)
@@ -183,16 +183,16 @@ def test_receptive_field_catches_attention_that_is_not_a_window():
   # The dense masked window reaches exactly L(w−1) too; full attention reaches everything.
   cfg = TINY.replace(positions="none")
   params = transformer.init(cfg, jax.random.key(0))
-  dense = sliding_window.receptive_field(params, cfg.replace(window=3), 16, jax.random.key(1))
+  dense = receptive.receptive_field(params, cfg.replace(window=3), 16, jax.random.key(1))
   assert dense["rf_exact"] == 1.0 and dense["reach"] == 4.0
-  full = sliding_window.receptive_field(params, cfg, 16, jax.random.key(1), window=3)
+  full = receptive.receptive_field(params, cfg, 16, jax.random.key(1), window=3)
   assert full["rf_exact"] == 0.0 and full["reach"] == 15.0
 
 
 def test_window_mass_against_numpy():
   params = transformer.init(TINY, jax.random.key(2))
   tokens = np.asarray(jax.random.randint(jax.random.key(3), (2, 20), 0, 64))
-  got = sliding_window.window_mass(params, TINY, tokens, 4)
+  got = receptive.window_mass(params, TINY, tokens, 4)
   _, state = transformer.Transformer(TINY).apply({"params": params}, tokens,
                                                   mutable=["intermediates"])
   w = np.asarray(state["intermediates"]["blocks"]["attn"]["weights"][0], np.float64)  # L B H T S
