@@ -10,6 +10,8 @@
   `sliding-window` and `python -m experiments.benchmarks.attention`.
 - `stability`: eigenvalues at depth, input conditioning, the logit certificate, tracked
   training; used by `residual-eigenvalues`, `layernorm-condition`, `eigenvalue-constrained`.
+- `norm_training`: training with and without a norm, read for the conditioning of the
+  normalized inputs; used by `layernorm-condition`.
 - `kvcompress`: low-rank KV-cache compression measured as a loss rise; used by
   `kv-compression`, `adaptive-rank` and `python -m experiments eval --kv-ratio`.
 - `lora`: LoRA and full fine-tuning from shared base models, the texts they adapt on and the

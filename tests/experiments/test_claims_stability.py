@@ -14,6 +14,7 @@ from experiments.claims import CLAIMS, stats
 from experiments.claims import eigenvalue_constrained as ec
 from experiments.claims import layernorm_condition as lc
 from experiments.claims import residual_eigenvalues as re_
+from experiments.lab import norm_training
 
 
 @pytest.mark.parametrize("claim_id", ["residual-eigenvalues", "eigenvalue-constrained",
@@ -40,9 +41,9 @@ def test_rankdata_and_spearman_match_scipy():
 
 def test_kappa_max_ignores_non_finite():
   k = np.array([[2.0, 30.0], [np.nan, np.inf]])
-  assert lc.kappa_max(k) == 30.0
-  assert lc.kappa_max([k, np.array([[31.0, np.nan], [1.0, 1.0]])]) == 31.0
-  assert np.isnan(lc.kappa_max(np.full((1, 2), np.nan)))
+  assert norm_training.kappa_max(k) == 30.0
+  assert norm_training.kappa_max([k, np.array([[31.0, np.nan], [1.0, 1.0]])]) == 31.0
+  assert np.isnan(norm_training.kappa_max(np.full((1, 2), np.nan)))
 
 
 # ------------------------------------------------ layernorm-condition: the theorem, float64
@@ -144,12 +145,12 @@ def test_kappa_bound_is_bf16_unit_roundoff_and_ceiling_is_the_rank_tolerance():
 def test_ended_diverged_end_loss_and_stress_rate():
   V = 256
   final = np.array([2.5, np.log(V) + 1e-3, np.nan, np.inf, np.log(V) - 1e-3])
-  assert lc.ended_diverged(final, V).tolist() == [False, True, True, True, False]
-  np.testing.assert_allclose(lc.end_loss(final, V),
+  assert norm_training.ended_diverged(final, V).tolist() == [False, True, True, True, False]
+  np.testing.assert_allclose(norm_training.end_loss(final, V),
                              [2.5, np.log(V), np.log(V), np.log(V), np.log(V) - 1e-3])
   grid = (1e-3, 1e-2, 1e-1, 1.0)
-  assert lc.stress_rate(grid, [False, True, False, True]) == (1e-2, True)
-  assert lc.stress_rate(grid, [False] * 4) == (1.0, False)
+  assert norm_training.stress_rate(grid, [False, True, False, True]) == (1e-2, True)
+  assert norm_training.stress_rate(grid, [False] * 4) == (1.0, False)
 
 
 def test_claim_preregistration():
@@ -213,13 +214,14 @@ def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
     seen.append(("track", cfg, tuple(rates)))
     E, R, S, L = 2, 2, len(seeds), cfg.n_layers
     kappa = np.full((E, R, S, L), 10.0)
-    return {"kappa_ERSL": {n: kappa for n in lc.NORMED}, "val_RSE": np.full((R, S, E), 2.5),
+    return {"kappa_ERSL": {n: kappa for n in norm_training.NORMED},
+            "val_RSE": np.full((R, S, E), 2.5),
             "steps_E": np.array([1, 2]), "n_dropped_ERSL": np.zeros((E, R, S, L)),
             "final_RS": np.full((R, S), 2.5), "ended_diverged_RS": np.zeros((R, S), bool),
             "spiked_RS": np.zeros((R, S), bool)}
 
-  monkeypatch.setattr(lc, "tune_arm", fake_tune)
-  monkeypatch.setattr(lc, "track", fake_track)
+  monkeypatch.setattr(norm_training, "tune_arm", fake_tune)
+  monkeypatch.setattr(norm_training, "track", fake_track)
   monkeypatch.setattr(lc, "_figure", lambda *a, **k: "kappa.png")
   z = dataclasses.replace(lc.FULL, model="mini")
   out = lc.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
@@ -279,7 +281,7 @@ def test_seed_metrics_from_a_track():
         "n_dropped_ERSL": np.array([[[[1, 1]], [[1, 3]]], [[[1, 1]], [[2, 1]]]]),
         "final_RS": np.array([[2.5], [np.inf]]), "ended_diverged_RS": np.array([[False], [True]]),
         "spiked_RS": np.array([[False], [False]])}
-  m = lc.seed_metrics(tr, 0, 256)
+  m = norm_training.seed_metrics(tr, 0, 256)
   assert m["kappa_tuned"] == 30.0 and m["attn_in/kappa_tuned"] == 20.0
   assert m["kappa_tuned_final"] == 30.0 and m["log10_kappa_tuned"] == pytest.approx(np.log10(30))
   assert m["kappa_stress"] == 900.0 and m["kappa_stress_final"] == 900.0
@@ -293,7 +295,7 @@ def test_input_conditions_match_numpy_svd():
   tokens = jax.random.randint(jax.random.key(1), (4, 16), 0, 32)
   _, state = transformer.Transformer(cfg).apply({"params": params}, tokens,
                                                 mutable=["intermediates"])
-  out = lc.input_conditions(state["intermediates"])
+  out = norm_training.input_conditions(state["intermediates"])
   X = np.asarray(state["intermediates"]["blocks"]["attn"]["attn_in"][0], np.float64)
   for layer in range(cfg.n_layers):
     Xl = X[layer].reshape(-1, cfg.d_model)
@@ -310,12 +312,12 @@ def test_input_conditions_rmsnorm_drops_nothing():
   tokens = jax.random.randint(jax.random.key(1), (4, 16), 0, 32)
   _, state = transformer.Transformer(cfg).apply({"params": params}, tokens,
                                                 mutable=["intermediates"])
-  out = lc.input_conditions(state["intermediates"])
+  out = norm_training.input_conditions(state["intermediates"])
   assert out["attn_in"]["n_dropped"].tolist() == [0]
   assert out["ffn_in"]["n_dropped"].tolist() == [0]
   assert sorted(out) == ["attn_in", "ffn_in"]  # the claim reads only the normalized inputs
   with pytest.raises(ValueError, match="not projection inputs"):
-    lc.input_conditions(state["intermediates"], names=("attn_out",))
+    norm_training.input_conditions(state["intermediates"], names=("attn_out",))
 
 
 def test_good_rates_and_divergent_rates():
