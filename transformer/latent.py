@@ -85,16 +85,11 @@ import numpy as np
 from flax import struct
 
 from transformer.attention import rope
+from transformer.block import _lead
 from transformer.config import Config
+from transformer.kvhook import KVHook, dense_kv
 from transformer.linalg import serial
-from transformer.model import (
-    KVHook,
-    Transformer,
-    _lead,
-    dense_kv,
-    forward_layerwise,
-    param_tree,
-)
+from transformer.model import Transformer, forward_layerwise, param_tree
 from transformer.names import split_heads
 
 BITS = (32, 16, 8, 4, 2)
