@@ -1,4 +1,4 @@
-"""The bench the claims share: parts that several claims use, below every claim.
+"""The bench below the claims: what they measure and train with, shared or one claim's own.
 
 - `optimizers`: optimizer arms, AdamW with one change each (Muon, orthogonal heads,
   κ-aware rates); used by `muon`, `condition-lr`, `orthogonal-heads`.
