@@ -12,8 +12,9 @@ works under `jax.jit`:
 - `labels` / `select`: parameter roles (`hidden`, `embedding`, `unembedding`, `vector`)
   from parameter paths — ours, and linen/nnx, equinox and Hugging Face names from one table
   (`CONVENTIONS`) — and masks built from them; a leaf no rule places raises, naming it and
-  the fix (`label_fn`, `labels_by_shape`); `MatrixAxes` says which axes of a stacked or
-  Einsum leaf are its matrix;
+  the fix (`label_fn`, `labels_by_shape`); `MatrixAxes` (the type `analysis.spectrum` reads
+  too, from `transformer.linalg`) says which axes of a stacked, fused or Einsum leaf are its
+  matrix, as `matrix_axes=` of every transform below;
 - `newton_schulz`, `scale_by_muon`, `muon`: Muon on the hidden matrices, AdamW elsewhere
   (orthogonality topic); under a device mesh `shard="owner"` orthogonalizes each stacked
   layer on the device that owns it (`owner_spec`);
@@ -21,6 +22,9 @@ works under `jax.jit`:
 - `scale_by_condition`: per-matrix rates from `κ = σ_max/σ_min` (condition-number topic);
 - `orthogonal_heads`: a decoupled pull toward mutually orthogonal head subspaces
   (orthogonality topic).
+
+Bad arguments (`ns_steps <= 0`, `beta` outside `[0, 1)`, `every <= 0`, ...) raise one line at
+construction; `check_finite=True` on any transform names the leaf that holds a NaN or inf.
 
 Example:
   >>> import jax, optax, transformer, optim
@@ -40,16 +44,9 @@ from optim.condition import (
 )
 from optim.heads import head_gram_overlap, orthogonal_heads
 from optim.orthogonalized import MuonState, muon, owner_spec, scale_by_muon, shape_scale
-from optim.roles import (
-    CONVENTIONS,
-    ROLES,
-    MatrixAxes,
-    head_layout,
-    labels,
-    labels_by_shape,
-    select,
-)
+from optim.roles import CONVENTIONS, ROLES, head_layout, labels, labels_by_shape, select
 from optim.spectral import SpectralState, spectral_cap, spectral_normalize
+from transformer.linalg.axes import MatrixAxes
 from transformer.linalg.polar import NS_COEFFS, newton_schulz
 from transformer.version import __version__
 

@@ -14,7 +14,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.roles import default_mask, unzip_tree
+from optim import checks
+from optim.axes import AxesSpec, on_matrices
+from optim.roles import checked_mask, unzip_tree
 from transformer.linalg.power import normalize, power_iteration
 from transformer.linalg.serial import one_at_a_time
 
@@ -222,6 +224,8 @@ def scale_by_condition(
     power_steps: int = 4,
     init_power_steps: int = 30,
     mask=None,
+    matrix_axes: AxesSpec = None,
+    check_finite: bool = False,
 ) -> optax.GradientTransformation:
   r"""Scale each chosen matrix's update by `condition_multiplier(κ̂)` of that matrix.
 
@@ -243,18 +247,38 @@ def scale_by_condition(
     init_power_steps: iterations at `init`.
     mask: which leaves (a bool pytree or `params -> bool pytree`); default the `hidden` role,
       loud when it selects nothing (see `spectral_cap`).
+    matrix_axes: which axes of each chosen leaf are its matrix (`optim.MatrixAxes`, a mapping
+      path suffix -> `MatrixAxes`, or a function; see `optim.spectral_cap`): one multiplier
+      per matrix of the batch this defines.
+    check_finite: raise, naming the leaf, on NaN or inf in the updates or parameters (see
+      `optim.scale_by_muon`).
 
   Returns:
     An `optax.GradientTransformation` with state `optax.MaskedState(ConditionState)`.
 
+  Raises:
+    ValueError: (one line, at construction) for `every <= 0`, `power_steps < 0`,
+      `init_power_steps < 0`, `alpha < 0`, `kappa_ref <= 0` or a malformed `matrix_axes`.
+
   Example:
     >>> import jax, optax
+    >>> from optim import MatrixAxes
     >>> params = {"w_1": jax.random.normal(jax.random.key(0), (2, 16, 16))}
-    >>> tx = optax.chain(optax.scale_by_adam(), scale_by_condition(alpha=0.5, kappa_ref=10.0),
+    >>> stack = {"w_1": MatrixAxes(-2, -1)}  # a bare leaf: 2 layers' (16, 16) matrices
+    >>> tx = optax.chain(optax.scale_by_adam(),
+    ...                  scale_by_condition(alpha=0.5, kappa_ref=10.0, matrix_axes=stack),
     ...                  optax.scale_by_learning_rate(1e-3))
     >>> updates, state = tx.update(params, tx.init(params), params)
     >>> state[1].inner_state.kappa["w_1"].shape  # one κ per stacked matrix
     (2,)
   """
-  inner = _scale_by_condition(alpha, kappa_ref, every, power_steps, init_power_steps)
-  return optax.masked(inner, default_mask("scale_by_condition") if mask is None else mask)
+  caller = "optim.scale_by_condition"
+  checks.non_negative(alpha, "alpha", caller)
+  checks.positive(kappa_ref, "kappa_ref", caller)
+  checks.at_least(every, 1, "every", caller)
+  checks.at_least(power_steps, 0, "power_steps", caller)
+  checks.at_least(init_power_steps, 0, "init_power_steps", caller)
+  inner = on_matrices(_scale_by_condition(alpha, kappa_ref, every, power_steps,
+                                          init_power_steps), matrix_axes, caller)
+  tx = optax.masked(inner, checked_mask(mask, matrix_axes, "scale_by_condition"))
+  return checks.guarded(tx, check_finite, caller)

@@ -28,16 +28,10 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from optim.roles import (
-  AxesSpec,
-  as_matrices,
-  head_split,
-  labels,
-  merge_heads,
-  path_str,
-  resolve_axes,
-  split_heads,
-)
+from optim import checks
+from optim.axes import AxesSpec, check_keys, check_spec, resolve_axes
+from optim.roles import check_roles, head_split, labels, merge_heads, path_str, split_heads
+from transformer.linalg.axes import as_matrices
 from transformer.linalg.polar import coeff_table, newton_schulz
 
 ShapeScaling = Literal["width", "rms", "none"]
@@ -168,6 +162,7 @@ def scale_by_muon(
     mesh: Mesh | None = None,
     shard_axes: Sequence[str] | None = None,
     matrix_axes: AxesSpec = None,
+    check_finite: bool = False,
 ) -> optax.GradientTransformation:
   r"""Momentum, then Newton–Schulz orthogonalization, then shape scaling, per matrix.
 
@@ -222,10 +217,19 @@ def scale_by_muon(
       `params -> pytree of MatrixAxes | None`. Default: ours and linen/nnx `kernel` are
       `(..., d_in, d_out)`, a 2-D PyTorch/equinox `weight` is `(d_out, d_in)`, and any other
       leaf's last two axes are the matrix. The update is the same up to a transpose; the
-      shape scaling reads `d_in`, `d_out` from it.
+      shape scaling reads `d_in`, `d_out` from it. A plain pair `(reduction, output)` is read
+      as one `MatrixAxes`; axes out of range for a leaf raise, naming it.
+    check_finite: check every incoming update (and the parameters) for NaN and inf, and raise
+      naming the first such leaf (eagerly a one-line `ValueError`; under `jit` when the step
+      runs). Off by default: it costs one reduction per leaf and, under `jit`, a host callback.
 
   Returns:
-    An `optax.GradientTransformation` with state `MuonState`.
+    An `optax.GradientTransformation` with state `MuonState` (with `check_finite`, the chain
+    `(optax.EmptyState(), MuonState)`).
+
+  Raises:
+    ValueError: (one line, at construction) for `beta` outside `[0, 1)`, `ns_steps <= 0`,
+      unknown coefficients or shard settings, or a malformed `matrix_axes`.
 
   Example:
     >>> import jax.numpy as jnp, optax, optim
@@ -239,8 +243,10 @@ def scale_by_muon(
     Jordan et al., `Muon: An optimizer for hidden layers in neural networks`, 2024.
     Liu et al., `Muon is Scalable for LLM Training`, 2025.
   """
+  _check_muon_args("optim.scale_by_muon", beta, ns_steps, n_heads, n_kv_heads)
   coeff_table(coeffs)  # fail at construction on bad coefficients
   _check_shard(shard, mesh, shard_axes)
+  matrix_axes = check_spec(matrix_axes, "optim.scale_by_muon")
 
   def init_fn(params):
     return MuonState(
@@ -286,14 +292,23 @@ def scale_by_muon(
     mu_hat = optax.tree.cast_like(mu_hat, updates)
     layouts = [None if n_heads is None else head_split(p, n_heads, n_kv_heads)
                for p, _ in jax.tree_util.tree_leaves_with_path(mu_hat)]
-    axes = resolve_axes(mu_hat, matrix_axes)
+    axes = resolve_axes(mu_hat, matrix_axes, caller="optim.scale_by_muon")
     updates = jax.tree.unflatten(jax.tree.structure(mu_hat), [
         orthogonalize(x, lay, ax)
         for x, lay, ax in zip(jax.tree.leaves(mu_hat), layouts, axes, strict=True)])
     mu = jax.tree.map(lambda m, old: m.astype(old.dtype), mu, state.mu)
     return updates, MuonState(count=count, mu=mu)
 
-  return optax.GradientTransformation(init_fn, update_fn)
+  return checks.guarded(optax.GradientTransformation(init_fn, update_fn), check_finite,
+                        "optim.scale_by_muon")
+
+
+def _check_muon_args(caller, beta, ns_steps, n_heads, n_kv_heads) -> None:
+  """The arguments that would otherwise fail inside the trace, or silently (one line each)."""
+  checks.unit_interval(beta, "beta", caller)
+  checks.at_least(ns_steps, 1, "ns_steps", caller, allow_none=True)
+  checks.at_least(n_heads, 1, "n_heads", caller, allow_none=True)
+  checks.at_least(n_kv_heads, 1, "n_kv_heads", caller, allow_none=True)
 
 
 def muon(
@@ -323,6 +338,7 @@ def muon(
     mesh: Mesh | None = None,
     shard_axes: Sequence[str] | None = None,
     matrix_axes: AxesSpec = None,
+    check_finite: bool = False,
 ) -> optax.GradientTransformation:
   r"""Muon on the `hidden` matrices, AdamW (with its own hyper-parameters) on the rest.
 
@@ -342,7 +358,8 @@ def muon(
       `compute_dtype`, `shape_scaling`, `rms`, `n_heads`, `n_kv_heads`, `mu_dtype`, `gram`
       and `matrix_axes`. A leaf sent to Muon with three or more axes, neither ours nor named
       by `matrix_axes` (a scanned stack, an `nn.Einsum` kernel, a convolution), raises: only
-      you know which axes are its matrix.
+      you know which axes are its matrix. A key of a `matrix_axes` mapping that names no leaf
+      raises, naming the nearest paths.
     shard: where each matrix is orthogonalized under a device mesh, as in `scale_by_muon`
       (`"owner"`: each device its own layers, no collective inside the Newton–Schulz
       iterations); `mesh` and `shard_axes` are as there too.
@@ -358,11 +375,14 @@ def muon(
       nnx, equinox and Hugging Face conventions and raises (one line, naming the leaves and
       the fix) on a leaf of two or more axes it cannot place, or when no leaf goes to Muon.
       `optim.labels_by_shape` is optax's every-2-D rule. A `label_fn` of your own is trusted
-      as it is. (Under `optax.inject_hyperparams`, name it in `static_args`, since callables
-      are taken as schedules there.)
+      for its choices, but a role not in `optim.ROLES` or a tree that does not match the
+      parameters raises. (Under `optax.inject_hyperparams`, name it in `static_args`, since
+      callables are taken as schedules there.)
+    check_finite: as in `scale_by_muon`, on every leaf (AdamW's too).
 
   Returns:
-    An `optax.GradientTransformation` (an `optax.partition` of the two optimizers).
+    An `optax.GradientTransformation` (an `optax.partition` of the two optimizers; with
+    `check_finite`, chained after a pass-through that checks).
 
   Example:
     >>> import jax, optim, transformer
@@ -376,7 +396,14 @@ def muon(
     Jordan et al., `Muon: An optimizer for hidden layers in neural networks`, 2024.
     Loshchilov & Hutter, `Decoupled Weight Decay Regularization`, 2019.
   """
+  _check_muon_args("optim.muon", beta, ns_steps, n_heads, n_kv_heads)
+  checks.unit_interval(adam_b1, "adam_b1", "optim.muon")
+  checks.unit_interval(adam_b2, "adam_b2", "optim.muon")
   muon_roles = frozenset(muon_roles)
+  for r in muon_roles:
+    if r not in ("hidden", "embedding", "unembedding", "vector"):
+      raise ValueError(f"optim.muon: unknown role {r!r} in muon_roles; choose from optim.ROLES")
+  matrix_axes = check_spec(matrix_axes, "optim.muon")
   strict = label_fn is None
   label_fn = labels if label_fn is None else label_fn
   muon_tx = optax.chain(
@@ -392,7 +419,12 @@ def muon(
                         weight_decay=adam_weight_decay, mu_dtype=mu_dtype)
 
   def param_labels(params):
-    routes = jax.tree.map(lambda r: "muon" if r in muon_roles else "adam", label_fn(params))
+    roles = label_fn(params)
+    if not strict:
+      check_roles(roles, params, "optim.muon")
+    if isinstance(matrix_axes, dict):
+      check_keys(matrix_axes, params, "optim.muon: matrix_axes")
+    routes = jax.tree.map(lambda r: "muon" if r in muon_roles else "adam", roles)
     chosen = [x for x, r in zip(jax.tree.leaves(params), jax.tree.leaves(routes), strict=True)
               if r == "muon"]
     if strict and not chosen:
@@ -402,10 +434,11 @@ def muon(
           f"optim.muon: no leaf has a role in {sorted(muon_roles)}, so Muon would run AdamW on "
           f"everything; the leaves are {', '.join(found)}; pass label_fn= (e.g. "
           f"optim.labels_by_shape) or check muon_roles")
-    resolve_axes(_only(params, routes, "muon"), matrix_axes, strict=True)
+    resolve_axes(_only(params, routes, "muon"), matrix_axes, strict=True, caller="optim.muon")
     return routes
 
-  return optax.partition({"muon": muon_tx, "adam": adam_tx}, param_labels)
+  return checks.guarded(optax.partition({"muon": muon_tx, "adam": adam_tx}, param_labels),
+                        check_finite, "optim.muon")
 
 
 def _only(params, routes, route: str):

@@ -23,7 +23,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from optim.roles import default_mask, unzip_tree
+from optim import checks
+from optim.axes import AxesSpec, on_matrices
+from optim.roles import checked_mask, unzip_tree
 from transformer.linalg import serial
 from transformer.linalg.lanczos import lanczos_svd
 from transformer.linalg.power import power_iteration
@@ -88,8 +90,6 @@ def _rescale(rule: Callable, *, method: Method, tol: float, krylov_dim: int | No
              power_steps: int,
              init_power_steps: int):
   """The unmasked transform: `W + u -> (W + u)·factor(σ_max)` for every leaf it sees."""
-  if method not in ("lanczos", "power", "svd"):
-    raise ValueError(f"unknown {method=}; choose 'lanczos', 'power' or 'svd'")
   kw = {"method": method, "tol": tol, "krylov_dim": krylov_dim}
 
   def init_fn(params):
@@ -132,6 +132,8 @@ def spectral_cap(
     krylov_dim: int | None = None,
     power_steps: int = 1,
     init_power_steps: int = 20,
+    matrix_axes: AxesSpec = None,
+    check_finite: bool = False,
 ) -> optax.GradientTransformation:
   r"""Project each chosen matrix, after the update, so that `σ_max ≤ max_sigma`.
 
@@ -161,15 +163,28 @@ def spectral_cap(
       buffer shapes: under `optax.inject_hyperparams` name it in `static_args`.
     power_steps: (`"power"`) power iterations per update.
     init_power_steps: (`"power"`) power iterations at `init`, from the initial parameters.
+    matrix_axes: which axes of each chosen leaf are its matrix, as in `optim.muon`
+      (`optim.MatrixAxes`, a mapping path suffix -> `MatrixAxes`, or a function): a fused qkv
+      `(D, 3, H, Dh)` with `MatrixAxes(0, (2, 3))` caps each of its three `(D, H·Dh)`
+      matrices. Default: the last two axes (ours, linen/nnx `kernel`; a 2-D PyTorch/equinox
+      `weight` by its convention — the same `σ_max`).
+    check_finite: raise, naming the leaf, on NaN or inf in the updates or parameters (see
+      `optim.scale_by_muon`).
 
   Returns:
     An `optax.GradientTransformation` whose state is `optax.MaskedState(SpectralState)`.
 
+  Raises:
+    ValueError: (one line, at construction) for `max_sigma <= 0`, `power_steps < 0`,
+      `tol <= 0`, an unknown `method` or a malformed `matrix_axes`.
+
   Example:
     >>> import jax, numpy as np, optax
+    >>> from optim import MatrixAxes
     >>> params = {"w_1": 3.0 * jax.random.normal(jax.random.key(0), (2, 16, 24))}
     >>> grads = {"w_1": jax.random.normal(jax.random.key(1), (2, 16, 24))}
-    >>> tx = optax.chain(optax.adamw(1e-3), spectral_cap(1.0))
+    >>> stack = MatrixAxes(-2, -1)  # a bare leaf: say that (2, 16, 24) is 2 layers' matrices
+    >>> tx = optax.chain(optax.adamw(1e-3), spectral_cap(1.0, matrix_axes=stack))
     >>> state = tx.init(params)
     >>> updates, state = tx.update(grads, state, params)   # `params` is required
     >>> W = np.asarray(optax.apply_updates(params, updates)["w_1"], np.float64)
@@ -184,9 +199,11 @@ def spectral_cap(
     active = sigma > max_sigma
     return jnp.where(active, max_sigma / jnp.where(active, sigma, 1), 1), active
 
-  inner = _rescale(rule, method=method, tol=tol, krylov_dim=krylov_dim, power_steps=power_steps,
-                   init_power_steps=init_power_steps)
-  return optax.masked(inner, default_mask("spectral_cap") if mask is None else mask)
+  caller = "optim.spectral_cap"
+  checks.positive(max_sigma, "max_sigma", caller)
+  return _constraint(rule, caller, mask, matrix_axes, check_finite, method=method, tol=tol,
+                     krylov_dim=krylov_dim, power_steps=power_steps,
+                     init_power_steps=init_power_steps)
 
 
 def spectral_normalize(
@@ -198,6 +215,8 @@ def spectral_normalize(
     krylov_dim: int | None = None,
     power_steps: int = 1,
     init_power_steps: int = 20,
+    matrix_axes: AxesSpec = None,
+    check_finite: bool = False,
 ) -> optax.GradientTransformation:
   r"""Rescale each chosen matrix, after the update, to spectral norm `target`.
 
@@ -217,9 +236,15 @@ def spectral_normalize(
       buffer shapes: under `optax.inject_hyperparams` name it in `static_args`.
     power_steps: (`"power"`) power iterations per update.
     init_power_steps: (`"power"`) power iterations at `init`.
+    matrix_axes: which axes of each chosen leaf are its matrix (see `spectral_cap`).
+    check_finite: raise, naming the leaf, on NaN or inf (see `spectral_cap`).
 
   Returns:
     An `optax.GradientTransformation` whose state is `optax.MaskedState(SpectralState)`.
+
+  Raises:
+    ValueError: (one line, at construction) for `target <= 0` and the arguments of
+      `spectral_cap`.
 
   Example:
     >>> import jax, numpy as np, optax
@@ -238,6 +263,24 @@ def spectral_normalize(
     active = sigma > 0
     return target / jnp.where(active, sigma, 1), active
 
-  inner = _rescale(rule, method=method, tol=tol, krylov_dim=krylov_dim, power_steps=power_steps,
-                   init_power_steps=init_power_steps)
-  return optax.masked(inner, default_mask("spectral_normalize") if mask is None else mask)
+  caller = "optim.spectral_normalize"
+  checks.positive(target, "target", caller)
+  return _constraint(rule, caller, mask, matrix_axes, check_finite, method=method, tol=tol,
+                     krylov_dim=krylov_dim, power_steps=power_steps,
+                     init_power_steps=init_power_steps)
+
+
+def _constraint(rule, caller, mask, matrix_axes, check_finite, *, method, tol, krylov_dim,
+                power_steps, init_power_steps):
+  """The arguments checked, `_rescale` on each chosen leaf's matrices, masked and guarded."""
+  if method not in ("lanczos", "power", "svd"):
+    raise ValueError(f"{caller}: unknown method={method!r}; choose 'lanczos', 'power' or 'svd'")
+  checks.positive(tol, "tol", caller)
+  checks.at_least(krylov_dim, 2, "krylov_dim", caller, allow_none=True)
+  checks.at_least(power_steps, 0, "power_steps", caller)
+  checks.at_least(init_power_steps, 0, "init_power_steps", caller)
+  inner = on_matrices(_rescale(rule, method=method, tol=tol, krylov_dim=krylov_dim,
+                               power_steps=power_steps, init_power_steps=init_power_steps),
+                      matrix_axes, caller)
+  tx = optax.masked(inner, checked_mask(mask, matrix_axes, caller.removeprefix("optim.")))
+  return checks.guarded(tx, check_finite, caller)

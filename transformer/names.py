@@ -18,6 +18,7 @@ orthogonal-heads penalty, the per-head circuits and logit bounds of `analysis`).
 
 from __future__ import annotations
 
+import re
 from typing import Literal, NamedTuple
 
 import jax
@@ -78,6 +79,19 @@ NAMES: dict[str, Name] = {
 }
 
 
+# Where each name sits in a tree of this library (`transformer.init`): a regex of the segments
+# before it (a name added to `NAMES` without a line here sits in a block: `blocks/<sublayer>`).
+# A name of ours is ours only there (`library_key`): a user's `attn/w_q` or a bare
+# `{"w_1": W}` is someone else's leaf, with someone else's layout.
+_BLOCK = {"w_q": "attn", "w_k": "attn", "w_v": "attn", "w_o": "attn",
+          **{f"b_{p}": "attn" for p in "qkvo"},
+          "w_gate": "ffn", "w_1": "ffn", "w_2": "ffn", "b_gate": "ffn", "b_1": "ffn", "b_2": "ffn"}
+PLACES: dict[str, str] = {
+    **{k: rf"blocks/{v}" for k, v in _BLOCK.items()},
+    "scale": r"blocks/norm_\d+|norm_f", "bias": r"blocks/norm_\d+|norm_f",
+}
+
+
 def path_str(path) -> str:
   """The string of a `jax.tree_util` key path: `blocks/attn/w_q`.
 
@@ -105,6 +119,28 @@ def key_of(path) -> str | None:
     if key in NAMES:
       return key
   return None
+
+
+def library_key(path) -> str | None:
+  """The key of `NAMES` naming `path` where a tree of this library puts it, else `None`.
+
+  `key_of` matches a name anywhere (`w_q` names `x/w_q`); this one only at its place in
+  `transformer.init`'s tree (`PLACES`), so that a user's leaf that happens to share one of our
+  names (`attn/w_q` of shape `(D, H, Dh)`, a bare `{"w_1": W}`) never gets our layout.
+
+  Example:
+    >>> from transformer.names import library_key
+    >>> library_key("params/blocks/attn/w_q"), library_key("attn/w_q"), library_key("w_1")
+    ('w_q', None, None)
+    >>> library_key("embed/embedding"), library_key("blocks/norm_2/scale")
+    ('embed/embedding', 'scale')
+  """
+  s = path if isinstance(path, str) else path_str(path)
+  key = key_of(s)
+  if key is None or "/" in key:
+    return key  # `embed/embedding`, `unembed/w_out`: the key carries its place
+  head = s[: -len(key)].rstrip("/")
+  return key if re.search(rf"(^|/)({PLACES.get(key, r'blocks/[^/]+')})$", head) else None
 
 
 def name_of(path) -> Name:

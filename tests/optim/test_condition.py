@@ -60,7 +60,7 @@ def test_scale_by_condition_per_layer_and_refresh():
   W = jnp.stack([_with_kappa(0, (16, 16), 2.0), _with_kappa(1, (16, 16), 160.0)])
   params = {"w_1": W, "scale": jnp.ones(16)}
   tx = optim.scale_by_condition(alpha=1.0, kappa_ref=4.0, every=3, init_power_steps=100,
-                                power_steps=100)
+                                power_steps=100, matrix_axes={"w_1": optim.MatrixAxes(-2, -1)})
   state = tx.init(params)
   updates = jax.tree.map(jnp.ones_like, params)
   step = jax.jit(tx.update)

@@ -65,7 +65,7 @@ def loss(params, data):
   varies, a matrix least-squares problem when `X` is a `(16, 8)` design with singular values in
   [0.7, 1.2] and `h = 1`."""
   p = jax.tree.map(lambda x: x.astype(jnp.float32), params)
-  r_q = data["h_q"] * jnp.einsum("nd,lde->lne", data["X"], p["w_q"] - data["t_q"])
+  r_q = data["h_q"] * jnp.einsum("nd,lde->lne", data["X"], p["blocks"]["attn"]["w_q"] - data["t_q"])
   r_1 = data["h_1"] * (data["X"] @ (p["w_1"] - data["t_1"]))
   r_s = data["h_s"] * (p["scale"] - data["t_s"])
   return 0.5 * (jnp.sum(r_q**2) + jnp.sum(r_1**2) + jnp.sum(r_s**2))
@@ -85,8 +85,10 @@ def problem(kind, dtype=jnp.float32):
     data["X"] = _orthogonal(rng, (16, 8)) * np.linspace(0.7, 1.2, 8)[None, :]
     h = lambda shape: np.ones(shape)
   data.update(h_q=h((2, 16, 8)), h_1=h((16, 16)), h_s=h((8,)))
-  params0 = {"w_q": 0.1 * rng.normal(size=(2, 8, 8)), "w_1": 0.1 * rng.normal(size=(8, 16)),
-             "scale": np.zeros(8)}
+  # A stacked `w_q` at its place in our tree (`blocks/attn`), so that it splits into heads and
+  # its leading axis is a layer axis; a bare 2-D `w_1` is anyone's `x @ W` matrix.
+  params0 = {"blocks": {"attn": {"w_q": 0.1 * rng.normal(size=(2, 8, 8))}},
+             "w_1": 0.1 * rng.normal(size=(8, 16)), "scale": np.zeros(8)}
   return (jax.tree.map(lambda x: jax.device_put(x.astype(np.float32)), data),
           jax.tree.map(lambda x: jax.device_put(x.astype(dtype)), params0))
 

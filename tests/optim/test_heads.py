@@ -32,9 +32,10 @@ def test_penalty_and_gradient(side):
 
 def test_strength_zero_is_identity_and_steps_reduce_overlap():
   key = jax.random.key(1)
-  params = {"w_q": jax.random.normal(key, (2, 16, 16)) / 4,
-            "w_k": jax.random.normal(key, (2, 16, 8)) / 4,
-            "w_o": jax.random.normal(key, (2, 16, 16)) / 4, "w_1": jnp.ones((16, 16))}
+  attn = {"w_q": jax.random.normal(key, (2, 16, 16)) / 4,
+          "w_k": jax.random.normal(key, (2, 16, 8)) / 4,
+          "w_o": jax.random.normal(key, (2, 16, 16)) / 4}
+  params = {"blocks": {"attn": attn}, "w_1": jnp.ones((16, 16))}  # ours at their place
   updates = jax.tree.map(lambda p: jnp.sin(p), params)
   same, _ = optim.orthogonal_heads(0.0, 4).update(updates, optax.EmptyState(), params)
   for a, b in zip(jax.tree.leaves(same), jax.tree.leaves(updates), strict=True):
@@ -42,10 +43,11 @@ def test_strength_zero_is_identity_and_steps_reduce_overlap():
   tx = optim.orthogonal_heads(0.02, n_heads=4, n_kv_heads=2)
   step = jax.jit(lambda p: optax.apply_updates(
       p, tx.update(jax.tree.map(jnp.zeros_like, p), optax.EmptyState(), p)[0]))
-  before = {k: optim.head_gram_overlap(params[k], n, side)[0]
+  before = {k: optim.head_gram_overlap(attn[k], n, side)[0]
             for k, n, side in (("w_q", 4, "columns"), ("w_k", 2, "columns"), ("w_o", 4, "rows"))}
   for _ in range(200):
     params = step(params)
   for k, n, side in (("w_q", 4, "columns"), ("w_k", 2, "columns"), ("w_o", 4, "rows")):
-    assert np.all(np.asarray(optim.head_gram_overlap(params[k], n, side)[0]) < 1e-3 * before[k])
+    W = params["blocks"]["attn"][k]
+    assert np.all(np.asarray(optim.head_gram_overlap(W, n, side)[0]) < 1e-3 * before[k])
   np.testing.assert_array_equal(params["w_1"], 1.0)  # not a head-split matrix

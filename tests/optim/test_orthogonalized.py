@@ -10,8 +10,10 @@ import optim
 from optim.roles import merge_heads, split_heads
 from transformer.linalg.polar import newton_schulz
 
-SHAPES = {"attn": {"w_q": (2, 32, 32), "w_o": (2, 32, 32)}, "ffn": {"w_1": (2, 32, 64),
-          "w_2": (2, 64, 32)}, "norm": {"scale": (2, 32)}, "embed": {"embedding": (50, 32)}}
+# Our names at their places (`blocks/attn/w_q`): stacked `(L, d_in, d_out)`, heads by `NAMES`.
+SHAPES = {"blocks": {"attn": {"w_q": (2, 32, 32), "w_o": (2, 32, 32)},
+                     "ffn": {"w_1": (2, 32, 64), "w_2": (2, 64, 32)},
+                     "norm_1": {"scale": (2, 32)}}, "embed": {"embedding": (50, 32)}}
 
 
 def _tree(seed):
@@ -48,14 +50,15 @@ def test_alias_is_orthogonalized_momentum_plus_decay_times_lr():
   updates, _ = jax.jit(tx.update)(grads, tx.init(params), params)
   # First step, no Nesterov: the debiased momentum is the gradient itself.
   for name in ("w_q", "w_o"):
-    expected = -0.1 * (newton_schulz(grads["attn"][name]) + 0.5 * params["attn"][name])
-    np.testing.assert_allclose(updates["attn"][name], expected, rtol=1e-5, atol=1e-6)
+    g, p = grads["blocks"]["attn"][name], params["blocks"]["attn"][name]
+    expected = -0.1 * (newton_schulz(g) + 0.5 * p)
+    np.testing.assert_allclose(updates["blocks"]["attn"][name], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_stacked_layers_are_independent_matrices():
   grads = _tree(1)
   tx = optim.scale_by_muon(shape_scaling="rms")
-  w = {"w_1": grads["ffn"]["w_1"]}
+  w = {"w_1": grads["blocks"]["ffn"]["w_1"]}
   stacked, _ = tx.update(w, tx.init(w))
   for l in range(2):
     single = {"w_1": w["w_1"][l]}
@@ -66,10 +69,11 @@ def test_stacked_layers_are_independent_matrices():
 
 
 def test_per_head_orthogonalizes_each_block():
-  g = {"w_q": jax.random.normal(jax.random.key(3), (2, 32, 32)),
-       "w_o": jax.random.normal(jax.random.key(4), (2, 32, 32))}
+  attn = {"w_q": jax.random.normal(jax.random.key(3), (2, 32, 32)),
+          "w_o": jax.random.normal(jax.random.key(4), (2, 32, 32))}
   tx = optim.scale_by_muon(n_heads=4, shape_scaling="none")
-  u, _ = jax.jit(tx.update)(g, tx.init(g))
+  u, _ = jax.jit(tx.update)({"blocks": {"attn": attn}}, tx.init({"blocks": {"attn": attn}}))
+  u, g = u["blocks"]["attn"], attn
   for name, side in (("w_q", "columns"), ("w_o", "rows")):
     blocks = split_heads(u[name], 4, side)
     assert blocks.shape == ((2, 4, 32, 8) if side == "columns" else (2, 4, 8, 32))
@@ -113,7 +117,8 @@ def test_gram_iteration_gives_the_same_update(n_heads):
   """The Gram iteration (feed-forward `(32, 64)`, per-head `(32, 8)` blocks) changes the
   FLOPs, not the update; `coeffs` and `gram` reach `newton_schulz` unchanged."""
   params, grads = _tree(0), _tree(1)
-  hidden = {"attn": grads["attn"], "ffn": grads["ffn"]}
+  blk = grads["blocks"]
+  hidden = {"blocks": {"attn": blk["attn"], "ffn": blk["ffn"]}}
   u = {}
   for gram in (None, True, False):
     tx = optim.scale_by_muon(n_heads=n_heads, coeffs="polar_express", gram=gram)
@@ -125,14 +130,14 @@ def test_gram_iteration_gives_the_same_update(n_heads):
     np.testing.assert_array_equal(a, c if square else b, err_msg=str(path))
     # The Gram iteration amplifies float32 rounding by up to the slope at 0 (~1000 × 1.2e-7).
     np.testing.assert_allclose(b, c, rtol=0, atol=1.2e-4, err_msg=str(path))
-  w_1 = grads["ffn"]["w_1"]
+  w_1 = blk["ffn"]["w_1"]
   expected = newton_schulz(w_1, coeffs="polar_express", gram=False)
   # (Momentum rescales the first gradient, which Newton–Schulz ignores up to rounding.)
-  np.testing.assert_allclose(u[False]["ffn"]["w_1"], expected * optim.shape_scale(32, 64, "width"),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(u[False]["blocks"]["ffn"]["w_1"],
+                             expected * optim.shape_scale(32, 64, "width"), rtol=1e-5, atol=1e-5)
   tx = optim.muon(0.1, coeffs="polar_express", gram=False, shape_scaling="none", nesterov=False)
   updates, _ = tx.update(grads, tx.init(params), params)
-  np.testing.assert_allclose(updates["ffn"]["w_1"],
+  np.testing.assert_allclose(updates["blocks"]["ffn"]["w_1"],
                              -0.1 * newton_schulz(w_1, coeffs="polar_express", gram=False),
                              rtol=1e-5, atol=1e-6)
 
