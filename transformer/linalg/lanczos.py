@@ -1,49 +1,38 @@
 """Krylov methods for linear operators given only as closures: Lanczos (SVD and symmetric
 eigenvalues, Gauss quadrature) and Arnoldi.
 
-The routines see the operator `A: ℝⁿ → ℝᵖ` only through `matvec(v) = A v` (and, for the
-SVD, `rmatvec(u) = Aᵀ u`), so `A` may be a Jacobian that is never formed (`jax.jvp` /
-`jax.vjp`). They keep the whole Krylov basis and re-orthogonalize every new vector against
-it, which removes the ghost eigenvalues of plain Lanczos: the three-term recurrence first,
-then two passes of classical Gram–Schmidt against the whole basis ("twice is enough",
-Giraud et al.). The basis is one fixed-shape buffer and each pass reads all of it, so a
-step costs `O(krylov_dim · n)` memory traffic besides the operator: at large `n` choose
-`krylov_dim` near the dimension that converges rather than far above it. (Reading only the
-filled rows would need `lax.cond` or a dynamic slice of the buffer, which XLA answers with a
-copy of the buffer per step: slower, not faster.)
-
-Converged by default: the Krylov space grows, `check_every` vectors at a time, until every
-requested value meets `tol` (relative to the largest value) or the space reaches its cap
-`krylov_dim`. The buffers have the cap's size, so memory is `O(krylov_dim · n)` and
-everything is `jax.lax.while_loop` over fixed shapes: jit-able, and batched by `jax.vmap`
-(a batch runs until its slowest member converges). Each result carries a bound per value and
-a `converged` flag per value; an unconverged value is reported, not hidden.
+The routines see the operator only through `matvec` (and, for the SVD, `rmatvec`), so it may
+be a Jacobian that is never formed. The machinery they share with Arnoldi
+(`transformer.linalg.arnoldi`): full re-orthogonalization, growth until every requested value
+converges, a bound and a `converged` flag per value, is `transformer.linalg.krylov`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from transformer.linalg import serial
+from transformer.linalg.arnoldi import EigResult, arnoldi_eig
+from transformer.linalg.krylov import (
+    DEFAULT_CHECK_EVERY,
+    DEFAULT_TOL,
+    Operator,
+    _check_sizes,
+    _grow,
+    _orthogonalize,
+    _safe_normalize,
+    _square_sizes,
+    check_interval,
+    default_krylov_dim,
+)
 
-Operator = Callable[[jax.Array], jax.Array]
-
-DEFAULT_TOL = 1e-4
-DEFAULT_CHECK_EVERY = 8
-
-
-def default_krylov_dim(k: int) -> int:
-  """The default cap on the Krylov dimension for `k` values: `max(20 k + 60, 160)`.
-
-  Enough for the clustered top spectra of near-identity residual blocks (e.g. the top-8
-  singular values of a `T·d = 1024` block Jacobian converge to `1e-4` at about 80).
-  """
-  return max(20 * k + 60, 160)
+__all__ = ["DEFAULT_CHECK_EVERY", "DEFAULT_TOL", "EigResult", "Operator", "SVDResult",
+           "SymEigResult", "Which", "arnoldi_eig", "check_interval", "default_krylov_dim",
+           "lanczos_eigh", "lanczos_quadrature", "lanczos_svd"]
 
 
 class SVDResult(NamedTuple):
@@ -73,26 +62,6 @@ class SVDResult(NamedTuple):
   krylov_dim: jax.Array
 
 
-class EigResult(NamedTuple):
-  """Dominant eigenvalues from `arnoldi_eig`, largest modulus first.
-
-  Attributes:
-    values: `(k,)` complex Ritz values `θ_i`.
-    bounds: `(k,)` backward errors: `θ_i` is an exact eigenvalue of `A + E_i` with
-      `‖E_i‖₂ ≤ bounds[i]` (`= ‖A x_i − θ_i x_i‖ + j·ε·|θ_1|` for the unit Ritz vector `x_i`,
-      the second term for rounding). For a normal `A` this bounds the distance from `θ_i` to
-      the nearest eigenvalue; for a non-normal `A` (e.g. a causal Jacobian) the forward error
-      can be larger by that eigenvalue's condition number (Bauer–Fike).
-    converged: `(k,)` bool, `bounds[i] ≤ tol · |θ_1|`.
-    krylov_dim: `()` int, the Krylov dimension the values come from.
-  """
-
-  values: jax.Array
-  bounds: jax.Array
-  converged: jax.Array
-  krylov_dim: jax.Array
-
-
 class SymEigResult(NamedTuple):
   """Extreme eigenpairs of a symmetric operator from `lanczos_eigh`, in the order asked for.
 
@@ -113,69 +82,6 @@ class SymEigResult(NamedTuple):
   bounds: jax.Array
   converged: jax.Array
   krylov_dim: jax.Array
-
-
-def _safe_normalize(w: jax.Array) -> tuple[jax.Array, jax.Array]:
-  norm = jnp.linalg.norm(w)
-  return w / jnp.where(norm == 0, 1, norm), norm
-
-
-def _orthogonalize(basis: jax.Array, w: jax.Array, count) -> tuple[jax.Array, jax.Array]:
-  """`w` made orthogonal to `basis[:count]` (two classical Gram–Schmidt passes), and the
-  coefficients removed, one per row (zero from row `count` on)."""
-  live = jnp.arange(basis.shape[0]) < count
-  h1 = jnp.where(live, basis @ w, 0)
-  w = w - h1 @ basis
-  h2 = jnp.where(live, basis @ w, 0)
-  return w - h2 @ basis, h1 + h2
-
-
-def _check_sizes(name: str, k: int, cap: int, limit: int, tol: float,
-                 check_every: int | None):
-  if not 1 <= k <= cap:
-    raise ValueError(f"{name}: need 1 <= k <= krylov_dim (clipped to {limit}), got {k=} and "
-                     f"krylov_dim={cap}. Fix: lower k or raise krylov_dim.")
-  if isinstance(tol, (int, float)) and not tol > 0:  # a traced tol is the caller's to check
-    raise ValueError(f"{name}: tol must be > 0, got {tol=}.")
-  if check_every is not None and check_every < 1:
-    raise ValueError(f"{name}: check_every must be >= 1 (or None), got {check_every=}.")
-
-
-def check_interval(cap: int, n: int) -> int:
-  """The default `check_every` for a Krylov cap `cap` on vectors of size `n`.
-
-  A check is a dense SVD (or eigensolve) of a `cap × cap` matrix, about `10·cap³` flops; a
-  step streams the `cap × n` basis several times, at least `cap·n` flops. Checking every
-  `⌈10·cap²/n⌉` vectors keeps the checks near a tenth of the work, so a large operator is
-  checked after every vector (no wasted operator applications past convergence) and a small
-  one every `DEFAULT_CHECK_EVERY`.
-
-  Example:
-    >>> check_interval(160, 2048 * 512), check_interval(160, 1024)
-    (1, 8)
-  """
-  return max(1, min(DEFAULT_CHECK_EVERY, -(-10 * cap * cap // n)))
-
-
-def _grow(step, ritz, carry, cap: int, k: int, check_every: int):
-  """Run `step(j, carry)` for `j = 0, 1, …` in chunks of `check_every` until `cap` or until
-  `ritz(j, carry) -> (out, done)` says done; returns `(j, carry, out)` of the last check."""
-
-  def cond(state):
-    j, _, _, done = state
-    return (j < cap) & jnp.logical_not(done)
-
-  def body(state):
-    j, carry, _, _ = state
-    j_next = jnp.minimum(jnp.maximum(j + check_every, k), cap)
-    carry = jax.lax.fori_loop(j, j_next, step, carry)
-    out, done = ritz(j_next, carry)
-    return j_next, carry, out, done
-
-  out_shape = jax.eval_shape(ritz, jnp.int32(k), carry)[0]
-  out = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), out_shape)
-  j, carry, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), carry, out, jnp.bool_(False)))
-  return j, carry, out
 
 
 def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
@@ -265,86 +171,6 @@ def lanczos_svd(matvec: Operator, rmatvec: Operator, v0: jax.Array, k: int, *,
   right = QT[:k] @ jnp.where((rows < j)[:, None], V[:cap], 0)
   left = P[:, :k].T @ U
   return SVDResult(s[:k], right, left, bounds, bounds <= tol * s[0], j)
-
-
-def _square_sizes(name: str, matvec, v0, k: int, krylov_dim, tol, check_every):
-  """`(n, Krylov cap, check interval)` of a square operator, after checking every size."""
-  n = v0.shape[-1]
-  out = jax.eval_shape(matvec, v0).shape[-1]
-  if out != n:
-    raise ValueError(f"{name}: the operator must be square, it maps {n} -> {out}.")
-  cap = min(n, default_krylov_dim(k) if krylov_dim is None else krylov_dim)
-  _check_sizes(name, k, cap, n, tol, check_every)
-  return n, cap, check_interval(cap, n) if check_every is None else check_every
-
-
-def arnoldi_eig(matvec: Operator, v0: jax.Array, k: int, *, krylov_dim: int | None = None,
-                tol: float = DEFAULT_TOL, check_every: int | None = None) -> EigResult:
-  r"""Dominant (largest-modulus) eigenvalues of a square, non-symmetric operator by Arnoldi.
-
-  .. math::
-    A Q_j = Q_j H_j + h_{j+1,j} q_{j+1} e_j^\top,
-
-  `Q_j` orthonormal (fully re-orthogonalized), `H_j` upper Hessenberg; the eigenvalues of the
-  small `H_j` (Ritz values) converge to the outer eigenvalues of `A` first. The Ritz pair
-  `(θ_i, Q_j y_i)` has residual `|h_{j+1,j}| |e_jᵀ y_i|` (see `EigResult.bounds`). The space
-  grows until every requested value meets `tol` or reaches `krylov_dim`. Uses
-  `jnp.linalg.eig`, which XLA provides on CPU.
-
-  Args:
-    matvec: `v (n,) -> A v (n,)`.
-    v0: `(n,)` start vector.
-    k: how many eigenvalues to return.
-    krylov_dim: cap on the Krylov dimension (default `default_krylov_dim(k)`), clipped to `n`.
-    tol: stop as soon as every `bounds[i] ≤ tol · |θ_1|`.
-    check_every: Krylov vectors added between convergence checks (default
-      `check_interval(krylov_dim, n)`).
-
-  Returns:
-    `EigResult(values, bounds, converged, krylov_dim)`: complex Ritz values sorted by
-    decreasing modulus.
-
-  Example:
-    >>> import jax, jax.numpy as jnp, numpy as np
-    >>> A = jax.random.normal(jax.random.key(0), (40, 40))
-    >>> res = arnoldi_eig(lambda v: A @ v, jnp.ones(40), k=2)
-    >>> bool(res.converged.all())
-    True
-    >>> lam = np.linalg.eigvals(np.asarray(A, np.float64))
-    >>> bool(np.isclose(abs(complex(res.values[0])), np.abs(lam).max(), rtol=1e-4))
-    True
-
-  References:
-    Arnoldi, "The principle of minimized iterations in the solution of the matrix eigenvalue
-    problem" (1951); Saad, "Numerical Methods for Large Eigenvalue Problems" (2011).
-  """
-  n, cap, check_every = _square_sizes("arnoldi_eig", matvec, v0, k, krylov_dim, tol, check_every)
-  dtype = v0.dtype
-  eps = jnp.finfo(dtype).eps
-  q, _ = _safe_normalize(v0)
-  Q = jnp.zeros((cap + 1, n), dtype).at[0].set(q)
-  H = jnp.zeros((cap + 1, cap), dtype)
-  rows = jnp.arange(cap)
-
-  def step(j, carry):
-    Q, H = carry
-    w, h = _orthogonalize(Q, matvec(Q[j]), j + 1)
-    q, h_next = _safe_normalize(w)
-    return Q.at[j + 1].set(q), H.at[:, j].set(h.at[j + 1].set(h_next))
-
-  def ritz(j, carry):
-    _, H = carry
-    active = (rows[:, None] < j) & (rows[None, :] < j)
-    lam, Y = serial.eig(jnp.where(active, H[:cap], 0))
-    order = jnp.argsort(-jnp.abs(lam))[:k]
-    Y_k = Y[:, order] / jnp.linalg.norm(Y[:, order], axis=0, keepdims=True)
-    lam_k = lam[order]
-    bounds = (jnp.abs(H[j, j - 1]) * jnp.abs(Y_k[j - 1])
-              + j.astype(dtype) * eps * jnp.abs(lam_k[0])).astype(dtype)
-    return (lam_k, bounds), jnp.all(bounds <= tol * jnp.abs(lam_k[0]))
-
-  j, _, (lam_k, bounds) = _grow(step, ritz, (Q, H), cap, k, check_every)
-  return EigResult(lam_k, bounds, bounds <= tol * jnp.abs(lam_k[0]), j)
 
 
 Which = Literal["largest", "smallest", "magnitude"]
