@@ -81,8 +81,8 @@ def check_spec(spec, caller: str) -> AxesSpec:
     return spec
   if isinstance(spec, tuple | list):
     return as_matrix_axes(spec, where)
-  raise ValueError(f"{where}: got {type(spec).__name__} {spec!r}; pass a MatrixAxes, a pair "
-                   f"(reduction, output), a mapping path -> MatrixAxes, or a function")
+  raise ValueError(f"{where}: {spec!r} is not a MatrixAxes; pass a MatrixAxes, a pair "
+                   f"(reduction, output), a mapping path suffix -> MatrixAxes, or a function")
 
 
 def names_leaf(spec, path: str) -> bool:
