@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from analysis.inputs import check_loss
 from transformer.linalg.lanczos import (
     DEFAULT_TOL,
     SymEigResult,
@@ -131,6 +132,8 @@ def hessian_operator(loss_fn: Loss, params, batch, *, wrt: PathFilter | None = N
     >>> matvec(jnp.ones(3)).tolist()
     [0.0, 1.0, 2.0]
   """
+  check_loss(loss_fn, params, "analysis.hessian_operator",
+             None if wrt is None else lambda path: wrt(path_name(path)))
   theta, merge, unravel = split_params(params, wrt)
   grad = jax.grad(lambda t: loss_fn(merge(t), batch))
   if linearize:
@@ -182,6 +185,10 @@ def hessian_top_eigenvalues(loss_fn: Loss, params, batch, k: int = 1, *,
     `transformer.linalg.SymEigResult`: `.values (k,)`, flat eigenvectors `.vectors (k, n)`,
     `.bounds (k,)`, `.converged (k,)` and the `.krylov_dim` used.
 
+  Raises:
+    ValueError: (one line, before tracing) for `(params, loss_fn)` passed the wrong way round,
+      a `loss_fn` that is not callable, or a differentiated leaf of integer dtype (named).
+
   Example:
     >>> import jax, jax.numpy as jnp, numpy as np
     >>> X = jax.random.normal(jax.random.key(0), (32, 6))
@@ -193,6 +200,8 @@ def hessian_top_eigenvalues(loss_fn: Loss, params, batch, k: int = 1, *,
     >>> bool(top.converged.all()), bool(np.allclose(top.values, lam, rtol=1e-4))
     (True, True)
   """
+  check_loss(loss_fn, params, "analysis.hessian_top_eigenvalues",
+             None if wrt is None else lambda path: wrt(path_name(path)))
   matvec, theta, _ = hessian_operator(loss_fn, params, batch, wrt=wrt, linearize=linearize)
   return lanczos_eigh(matvec, _start(theta, key, v0), k, which=which, tol=tol,
                       krylov_dim=krylov_dim)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from analysis.inputs import check_function
 from transformer import Config, Transformer, block_fn
 from transformer.linalg.lanczos import DEFAULT_TOL, EigResult, SVDResult, arnoldi_eig, lanczos_svd
 from transformer.model import param_tree
@@ -28,6 +29,7 @@ DEFAULT_MAX_BYTES = 2**30
 
 def jacobian_bytes(f: Callable, x: jax.Array) -> int:
   """Bytes of the dense Jacobian `J: (y.size, x.size)` of `f` at `x` (from shapes only)."""
+  check_function(f, x, "analysis.jacobian_bytes")
   y = jax.eval_shape(f, x)
   return math.prod(y.shape) * math.prod(x.shape) * jnp.dtype(y.dtype).itemsize
 
@@ -58,6 +60,7 @@ def jacobian(f: Callable, x: jax.Array, *, max_bytes: int = DEFAULT_MAX_BYTES) -
     >>> jacobian(f, jax.random.normal(jax.random.key(1), (8, 32))).shape  # (T·d, T·d)
     (256, 256)
   """
+  check_function(f, x, "analysis.jacobian")
   need = jacobian_bytes(f, x)
   if need > max_bytes:
     raise MemoryError(f"jacobian: the dense Jacobian needs {need / 2**20:,.1f} MiB "
@@ -126,6 +129,7 @@ def jacobian_top_singular_values(f: Callable, x: jax.Array, k: int = 8, *,
     >>> bool(np.all(np.abs(np.asarray(top.values) - s) <= 1e-4 * s[0]))
     True
   """
+  check_function(f, x, "analysis.jacobian_top_singular_values")
   matvec, rmatvec = _operators(f, x)
   return lanczos_svd(matvec, rmatvec, _start(x, key), k, krylov_dim=krylov_dim, tol=tol)
 
@@ -166,6 +170,7 @@ def jacobian_top_eigenvalues(f: Callable, x: jax.Array, k: int = 8, *, tol: floa
     ...                                         rtol=1e-3))
     (True, True)
   """
+  check_function(f, x, "analysis.jacobian_top_eigenvalues")
   matvec, _ = _operators(f, x)
   return arnoldi_eig(lambda v: matvec(v) - shift * v, _start(x, key), k, krylov_dim=krylov_dim,
                      tol=tol)
@@ -189,6 +194,7 @@ def token_dependency(f: Callable, x: jax.Array) -> jax.Array:
     >>> bool(is_block_lower_triangular(D_TS))  # a causal layer
     True
   """
+  check_function(f, x, "analysis.token_dependency")
   T, d_in = x.shape
   eye = jnp.eye(d_in, dtype=x.dtype)
   _, f_jvp = jax.linearize(f, x)

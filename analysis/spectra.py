@@ -13,8 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.inputs import as_matrix_batch
 from analysis.powerlaw import power_law_alpha, power_law_fit
 from transformer.linalg import serial
+from transformer.linalg.axes import MatrixAxes, as_matrices
 
 
 def singular_values(W: jax.Array) -> jax.Array:
@@ -62,21 +64,33 @@ def mp_edge(W: jax.Array) -> jax.Array:
   return (jnp.sqrt(s2) * (np.sqrt(m) + np.sqrt(n))).astype(W.dtype)
 
 
-def spectrum(W: jax.Array, *, tol: float | None = None) -> dict[str, jax.Array]:
+def spectrum(W: jax.Array, *, tol: float | None = None,
+             matrix_axes: MatrixAxes | tuple | None = None) -> dict[str, jax.Array]:
   """The spectral summary of each matrix in a batch.
 
   Args:
-    W: `(..., m, n)`.
+    W: `(..., m, n)`, or any array whose matrix `matrix_axes` names.
     tol: absolute singular-value threshold of the numerical rank; default
       `max(m, n) · eps · σ_1` in `W`'s dtype (returned as `rank_tol`).
+    matrix_axes: which axes of `W` are its matrix (`transformer.linalg.MatrixAxes`, the type
+      `optim.MatrixAxes` is; a plain pair `(reduction, output)` is read as one); every other
+      axis is a batch axis, kept in order. Default: the last two. A fused qkv kernel
+      `(D, 3, H, Dh)` with `MatrixAxes(0, (2, 3))` is three `(D, H·Dh)` matrices; an
+      `nn.Einsum` kernel `(D, H, Dh)` with `MatrixAxes(0, 2)` is `H` per-head `(D, Dh)` ones.
 
   Returns:
-    A dict of arrays with leading shape `W.shape[:-2]`: `singular_values (..., min(m,n))`,
+    A dict of arrays with leading shape the batch shape (`W.shape[:-2]` by default):
+    `singular_values (..., min(m,n))`,
     `condition_number` `σ_1/σ_min` (inf when `σ_min = 0`), `stable_rank`, `effective_rank`,
     `numerical_rank`, `rank_tol`, `alpha` (`power_law_alpha` of the eigenvalues `σ²` of
     `WᵀW`: Hill's estimator on the top half), `alpha_clauset` (`power_law_fit` of the same
     eigenvalues: the Clauset–Shalizi–Newman fit, WeightWatcher's `alpha`), `mp_edge`, and
     `n_outliers` (singular values above `mp_edge`).
+
+  Raises:
+    ValueError: (one line) when `W` is a dict or other tree (map `spectrum` over its leaves),
+      has fewer than two axes or an integer dtype, or `matrix_axes` is malformed or out of
+      range.
 
   Example:
     >>> import jax, transformer
@@ -84,7 +98,13 @@ def spectrum(W: jax.Array, *, tol: float | None = None) -> dict[str, jax.Array]:
     >>> spec = spectrum(params["blocks"]["attn"]["w_q"])  # (L, d, H·dh): one entry per layer
     >>> spec["stable_rank"].shape
     (2,)
+    >>> qkv = jax.random.normal(jax.random.key(1), (16, 3, 2, 8))  # (D, 3, H, Dh), fused
+    >>> spectrum(qkv, matrix_axes=(0, (2, 3)))["singular_values"].shape  # 3 of (16, 16)
+    (3, 16)
   """
+  W = as_matrix_batch(W, "analysis.spectrum")
+  if matrix_axes is not None:
+    W, _ = as_matrices(W, matrix_axes, "analysis.spectrum's W")
   s = singular_values(W)
   rank_tol = default_rank_tol(s, W.shape) if tol is None else jnp.full(s.shape[:-1], tol, s.dtype)
   edge = mp_edge(W)

@@ -48,6 +48,7 @@ from transformer.names import Side as Side
 from transformer.names import merge_heads as merge_heads
 from transformer.names import split_heads as split_heads
 
+#: The four roles a leaf can have: `hidden` (to Muon), `embedding`, `unembedding`, `vector`.
 ROLES = _names.UPDATE_ROLES
 _listing = listing  # the name `optim.orthogonalized` and older callers use
 
@@ -76,7 +77,8 @@ def labels(params, *, overrides: Mapping[str, str] | None = None,
     named `emb`, `tok_embed`, ..., and unnamed tables whose leading axis is the vocabulary;
   - `unembedding`: `unembed/w_out`, `lm_head`, `head`, `classifier`, `to_vocab`, `readout`,
     `logits`, `decoder`, ...;
-  - `vector`: every leaf of fewer than two axes, and norm `scale`s and `bias`es at any rank.
+  - `vector`: every leaf of fewer than two axes, and norm scales and biases (`scale`,
+    `bias`) at any rank.
 
   Args:
     params: a parameter pytree (a `{"params": ...}` wrapper and an `nnx.State` are fine).
