@@ -64,7 +64,7 @@ loss-aware arm; about 65 minutes on 2 cores at load 6–8, most of it the two fi
 measures the primary effect on the GPT family's `micro` (Dh 8) and `mini` (Dh 16) models and
 the Llama family's three (the scale axis, `scale_models`; the verdict is read at `small`); on
 `micro` the 32× 4-bit arm cannot exist (fewer than one 4-bit coefficient per head) and is
-skipped. `goals_on` runs this recipe on other text (the prose addendum of
+skipped. `kv_arms.goals_on` runs this recipe on other text (the prose addendum of
 `python -m experiments.commands.kvgoals`, never this claim's verdict). Results:
 `results/kv-compression/report.md`.
 """
@@ -78,10 +78,6 @@ import numpy as np
 from experiments import models
 from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import kv_arms
-
-# Re-exported for `python -m experiments.commands.kvgoals`, which reads them from this claim.
-from experiments.lab.kv_arms import GOAL_ARMS as GOAL_ARMS
-from experiments.lab.kv_arms import goals_on as goals_on
 
 ALLOCS = ("uniform", "greedy", "loss")
 

@@ -5,7 +5,7 @@
 
 The claim `kv-compression` scores its arms on held-out stdlib *code* (validation files) and
 its verdicts stay those. The issue asks for the goals "on held-out prose": this script measures
-the goal arms (`kv_compression.GOAL_ARMS`) by the claim's own recipe (`kv_compression.goals_on`:
+the goal arms (`experiments.lab.kv_arms.GOAL_ARMS`) by the claim's own recipe (`goals_on`:
 the same models, calibration windows, loss-aware ranks and fitted projections) and changes only
 the evaluated text, to the prose of the `mixed` corpus's **test split** (CPython's `Doc/`
 files that `experiments.data.archive_split` puts in `test`), which no base model trained on.
@@ -37,6 +37,7 @@ import numpy as np
 from experiments import data, jsonio, models
 from experiments.claims import kv_compression as kc
 from experiments.claims.stats import mean_ci95
+from experiments.lab import kv_arms
 
 # (arm, goal: the loss-rise limit in percent of the loss, the ratio it must reach)
 GOALS = {"r8-loss": (1.0, 8), "r16-cal": (1.0, 16), "r32q4-loss": (2.0, 32),
@@ -89,7 +90,7 @@ def summary(per_seed: dict) -> dict:
     (0.6, 0.4)
   """
   out = {}
-  arms = [a for a, _, _ in kc.GOAL_ARMS if all(a in r for r in per_seed.values())]
+  arms = [a for a, _, _ in kv_arms.GOAL_ARMS if all(a in r for r in per_seed.values())]
   for arm in arms:
     rise = [100 * r[arm]["loss_rise"] for r in per_seed.values()]
     ratio = float(np.mean([r[arm]["kv_compression"] for r in per_seed.values()]))
@@ -156,8 +157,8 @@ def main(argv=None) -> int:
       continue
     t0 = time.perf_counter()
     print(f"  seed {seed}", flush=True)
-    per_seed[seed] = kc.goals_on(params, cfg, seed, z, ev,
-                                 log=lambda m: print(m, flush=True))
+    per_seed[seed] = kv_arms.goals_on(params, cfg, seed, z, ev,
+                                      log=lambda m: print(m, flush=True))
     print(f"  seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
     jsonio.dump_strict({"key": key, "per_seed": per_seed}, path)
   done = {s: per_seed[s] for s in args.seeds}
