@@ -30,6 +30,21 @@ Example:
   True
 """
 
+import pathlib as _pathlib
+
+import transformer as _transformer
+
+# A user's own `transformer.py` (or folder) earlier on `sys.path` shadows ours, and every import
+# below would fail far from the cause: say so first, in one line.
+if _pathlib.Path(getattr(_transformer, "__file__", "") or ".").resolve().parent.parent != (
+    _pathlib.Path(__file__).resolve().parent.parent):
+  raise ImportError(
+      f"analysis: `import transformer` found "
+      f"{getattr(_transformer, '__file__', _transformer)}, not this library's package "
+      f"(matrices-in-transformers): a module of yours named transformer shadows it. Fix: "
+      f"rename it, or keep it inside a package of yours and run your code with "
+      f"`python -m yourpackage.script` (docs/own-model.rst)")
+
 from analysis import kv
 from analysis.contracts import check_attention
 from analysis.curvature import (

@@ -35,6 +35,21 @@ Example:
   >>> state = tx.init(params)
 """
 
+import pathlib as _pathlib
+
+import transformer as _transformer
+
+# A user's own `transformer.py` (or folder) earlier on `sys.path` shadows ours, and every import
+# below would fail far from the cause: say so first, in one line.
+if _pathlib.Path(getattr(_transformer, "__file__", "") or ".").resolve().parent.parent != (
+    _pathlib.Path(__file__).resolve().parent.parent):
+  raise ImportError(
+      f"optim: `import transformer` found "
+      f"{getattr(_transformer, '__file__', _transformer)}, not this library's package "
+      f"(matrices-in-transformers): a module of yours named transformer shadows it. Fix: "
+      f"rename it, or keep it inside a package of yours and run your code with "
+      f"`python -m yourpackage.script` (docs/own-model.rst)")
+
 from optim.condition import (
     ConditionEstimate,
     ConditionState,

@@ -4,6 +4,7 @@ Builds the wheel from the repository's files (tracked or not ignored, as a fresh
 them) with `pip wheel --no-build-isolation`, as `.ci/examples` does, and reads it back.
 """
 
+import os
 import pathlib
 import re
 import shutil
@@ -23,8 +24,8 @@ DEV_ONLY = {"pytest", "pytest-xdist", "hypothesis", "ruff", "chex", "sphinx", "t
             "transformers"}
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
+def _build(tmp_path_factory, **env):
+  """The wheel of the repository's files (as a fresh clone has them), with `env` set."""
   if shutil.which("git") is None or not (ROOT / ".git").exists():
     pytest.skip("needs a git checkout to list the repository's files")
   src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
@@ -34,11 +35,17 @@ def wheel(tmp_path_factory):
     if (ROOT / f).is_file():
       (src / f).parent.mkdir(parents=True, exist_ok=True)
       shutil.copy2(ROOT / f, src / f)
+  environ = {k: v for k, v in os.environ.items() if k != "MATRICES_WITH_CORPUS"}
   subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                   "--no-build-isolation", "-w", str(out), str(src)], check=True,
-                 capture_output=True)
+                 capture_output=True, env={**environ, **env})
   (path,) = out.glob("*.whl")
   return path
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+  return _build(tmp_path_factory)
 
 
 def test_one_version_everywhere(wheel):
@@ -61,6 +68,18 @@ def test_every_package_and_nothing_else(wheel):
   assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
+def test_the_text_corpus_ships_only_when_asked(wheel, tmp_path_factory):
+  """The wheel holds no corpus text by default; `MATRICES_WITH_CORPUS=1` puts it in (an
+  editable install reads it from the checkout either way)."""
+  corpus = {"experiments/corpora/cpython-3.11.2.tar.gz", "experiments/corpora/README.md",
+            "experiments/corpora/LICENSE-PSF.txt"}
+  assert not [n for n in zipfile.ZipFile(wheel).namelist() if "corpora/" in n]
+  asked = _build(tmp_path_factory, MATRICES_WITH_CORPUS="1")
+  names = set(zipfile.ZipFile(asked).namelist())
+  assert corpus <= names
+  assert names - corpus == set(zipfile.ZipFile(wheel).namelist())  # and nothing else changes
+
+
 def test_installing_pulls_no_dev_dependency(wheel):
   meta = zipfile.ZipFile(wheel).read(
       f"matrices_in_transformers-{transformer.__version__}.dist-info/METADATA").decode()
@@ -71,3 +90,26 @@ def test_installing_pulls_no_dev_dependency(wheel):
   assert not core & DEV_ONLY, core & DEV_ONLY
   extras = {m.group(1) for r in requires for m in [re.search(r'extra == "(\w+)"', r)] if m}
   assert {"dev", "hf", "docs"} <= extras
+
+
+def test_a_users_transformer_py(tmp_path):
+  """Beside a user's `transformer.py`, `import optim` / `import analysis` refuse in one line
+  naming it; run from a package (`python -m userproj.main`) both modules live side by side."""
+  pkg = tmp_path / "userproj"
+  pkg.mkdir()
+  (pkg / "__init__.py").write_text("")
+  (pkg / "transformer.py").write_text('NAME = "mine"\n')
+  (pkg / "main.py").write_text(
+      "import optim, transformer\nfrom userproj import transformer as mine\n"
+      "print(mine.NAME, hasattr(transformer, 'init'), optim.labels.__module__)\n")
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  for package in ("optim", "analysis"):
+    run = subprocess.run([sys.executable, "-c", f"import {package}"], cwd=pkg, env=env,
+                         capture_output=True, text=True)
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ImportError: {package}: `import transformer` found "), last
+    assert str(pkg / "transformer.py") in last and "python -m" in last
+  run = subprocess.run([sys.executable, "-m", "userproj.main"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)
+  assert run.stdout.split() == ["mine", "True", "optim.roles"], run.stderr[-2000:]
