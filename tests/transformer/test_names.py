@@ -29,6 +29,18 @@ def test_path_str_and_longest_suffix_rule():
   assert names.name_of("blocks/attn/mystery").kind == "vector"  # unknown -> vector
 
 
+def test_library_key_only_at_the_place_of_our_trees():
+  """Our names are ours at their place in `transformer.init`'s tree, nowhere else."""
+  assert names.library_key("params/blocks/attn/w_q") == "w_q"
+  assert names.library_key("blocks/ffn/w_gate") == "w_gate"
+  assert names.library_key("blocks/norm_2/scale") == names.library_key("norm_f/scale") == "scale"
+  assert names.library_key("unembed/w_out") == "unembed/w_out"
+  for foreign in ("w_q", "attn/w_q", "encoder/blocks/mlp/w_q", "layers/0/ffn/w_1",
+                  "norm/scale", "blocks/attn/w_z"):
+    assert names.library_key(foreign) is None, foreign
+  assert names.key_of("attn/w_q") == "w_q"  # the name itself is still known
+
+
 def test_decay_mask_is_every_weight_matrix(model):
   cfg, params = model
   mask = names.decay_mask(params)
