@@ -51,20 +51,20 @@ greedy ablation), since a head that can be removed is redundant whatever its pat
 Full run (seeds 0–4, tuning seeds 100–101): the `small` shared model shape with
 **8 heads** (d 128, L 4, H 8, dh 16), stdlib corpus, batches of 8 windows of **64** tokens
 (half the shared models' context, to fit the 2-core budget), `N = 120` steps: 50 tuning runs
-(2 seeds × 5 rates × 5 arm settings) and 15 reported runs: 36 min at `small` in the last full
-run on the 2 shared cores (58 min for the three GPT sizes; see the report's runtime).
+(2 seeds × 5 rates × 5 arm settings) and 15 reported runs; expect about 40 minutes at `small`
+on 2 cores (the report gives each run's runtime).
 `--quick` (the `quick` shape, H 4, one seed, 24 steps, one untuned rate, `λ = 0.5`): about a
 minute; `--quick --sizes llama-micro,llama-mini,llama-small` runs the Llama path at those sizes
-(H 4 on K 2): 340 s in all (with `quick`), measured at load average ≈ 5. The full run also
-measures the primary effect on the `micro` (d 32, dh 4) and `mini` (d 64, dh 8) shapes with the
-same 8 heads and on the Llama family's three (`llama-micro`, `llama-mini`, `llama-small`),
-each trained from scratch with its own tuned rates and λ (the scale axis, `scale_models`; the
-verdict is read at `small`).
+(H 4 on K 2). The full run also measures the primary effect on the `micro` (d 32, dh 4) and
+`mini` (d 64, dh 8) shapes with the same 8 heads and on the Llama family's three
+(`llama-micro`, `llama-mini`, `llama-small`), each trained from scratch with its own tuned rates
+and λ (the scale axis, `scale_models`; the verdict is read at `small`). Every model trains on
+61,440 tokens (`config.budget`, the scale table).
 
 **On Llama** (RoPE, RMSNorm, SwiGLU with `d_ff = 3 d`, no biases, untied output) the model
 keeps its family's grouped-query attention: 8 query heads on `K = 4` key/value heads, query
-head `h` reading key/value head `h // 2` (`model_config`; a GPT shape keeps `K = H = 8`, the
-model of every earlier run). Every arm and metric keeps its meaning:
+head `h` reading key/value head `h // 2` (`experiments.lab.heads_training.model_config`; a GPT
+shape keeps `K = H = 8`, the model of every earlier run). Every arm and metric keeps its meaning:
 
 - the pull's `R` splits `w_q` and `w_o` into the 8 query heads and `w_k`, `w_v` into the 4
   key/value heads (an 8-way split would cut each key head in half and pull its halves apart);
@@ -87,33 +87,9 @@ tests/experiments/test_claims_optimizers.py checks the Llama measurement against
 forward pass that repeats key/value head `h // 2` for query head `h` (the interleaved `h % K`
 gives another similarity) and both optimizers' first updates against float64 references.
 
-Cost of the Llama sizes (estimated before the run, which then took 54 min for the three at
-load 6–8): the tuning program (10 runs in one
-vmapped program, batches 8 × 64) took 0.25, 0.43 and 1.67 s per step at `llama-micro`,
-`llama-mini` and `llama-small` against 0.18, 0.37 and 1.67 s at `micro`, `mini` and `small`,
-measured back to back under `nice` at load average ≈ 5 on the 2 shared cores (compiling each
-program: 35–50 s, about as on GPT). Scaling the GPT sizes' wall times in the last full run
-(6, 16 and 36 min) by those ratios gives about 8, 19 and 36 min: ≈ 1 h for the three, on top
-of the GPT sizes (reused by `--resume`).
-
-The registered full run (5 seeds) supports it at every size (the scale rerun, git a24e932,
-repeats the committed numbers at `small`): pattern similarity orth − AdamW −0.26 [−0.43, −0.09]
-at `micro`, −0.24 [−0.45, −0.03] at `mini`, −0.30 [−0.37, −0.23] at `small`; no trend (slope
-−0.016 [−0.072, 0.041] per e-fold of parameters). The extension *non-redundant in function*
-is refuted at `small` (+0.23 [0.04, 0.43] of the heads prunable): the pulled heads correlate
-less, yet more of them can be removed.
-The Llama sizes (git 1bd2220, `--resume` on that run: the GPT sizes reused; 3,224 s wall for
-the three Llama sizes at load 6–8) support it too: −0.17 [−0.24, −0.10] at `llama-micro`,
-−0.26 [−0.53, +0.02] at `llama-mini` (inconclusive: its interval crosses −0.05), −0.29
-[−0.43, −0.15] at `llama-small`. With both families the shared slope is −0.027 [−0.066,
-+0.013] per e-fold of parameters: no trend (GPT alone −0.016 [−0.072, 0.041], Llama alone
-−0.037 [−0.101, 0.026]); the verdict at the largest sizes equals the smallest's (supported).
-Every model trains on 61,440 tokens: 1.47–1.49 tokens per parameter at the micro sizes,
-0.46–0.47 at the mini sizes, 0.072 at the small ones (`config.budget`, the scale table).
-
 **Budget axis** (`budgets = (4, 16)`, `budget_model = "micro"`, `at_budget = more_steps`;
-declared on 2026-12-03 before any budget ran, the 16× added when `micro`'s 1× took 437 s on
-the shared cores): a full run also trains the `micro` shape with 8 heads (41,856 parameters)
+declared on 2026-12-03 before any budget ran, the 16× added after timing `micro`'s 1× on the
+shared cores): a full run also trains the `micro` shape with 8 heads (41,856 parameters)
 on 4× and 16× the registered tokens, `N = 480` and `1,920` steps: 5.87 and 23.5 tokens per
 parameter against 1.47 at 1×, with every rate and λ tuned again at each budget. Does the pull
 still separate the heads' patterns when training runs long enough for heads to specialise on
@@ -121,34 +97,15 @@ their own? `results.json`'s `budgets` gives the pattern-similarity difference at
 and its slope on log(tokens), paired by seed; the verdict is still read at `small`. `claim
 orthogonal-heads --onto results/orthogonal-heads` adds it without rerunning the sizes.
 
-Budget result (`results/orthogonal-heads/`, kept 2026-12-03 with `--onto`; the 1× reproduced
-the committed `micro` row to every digit; 4× took 1,362 s and 16× 2,526 s of wall time beside
-other claims on the 2 shared cores): the pull still separates the heads' patterns at every
-budget, with **no trend** with training length, slope +0.041 [−0.004, +0.086] per e-fold of
-tokens. Pattern similarity orth − AdamW: −0.260 [−0.427, −0.092] at 1× (1.47 tokens per
-parameter; the registered rule reads inconclusive there, 2 of 5 orth runs ended diverged at
-the tuned λ = 5), −0.137 [−0.212, −0.063] at 4× (5.87; λ = 0.05, supported), −0.146 [−0.200,
-−0.092] at 16× (23.5; λ = 0.05, supported). AdamW's own heads do not drift apart with longer
-training (similarity 0.307, 0.169, 0.239), so the pull stays needed. Its loss turns from a
-gain to a cost: at 4× orth ends below AdamW (2.368 nats against 2.421), at 16× above it (2.015
-against 1.922; per-head Muon 1.828).
-
-Earlier result (3 seeds, before pre-registration, 12 thresholds of which any could refute):
-refuted. The pull lowered the largest principal cosine between heads by 30–45% at no loss cost,
-yet raised the number of prunable heads; per-head Muon lowered the loss but its heads'
-subspaces overlapped more than AdamW's.
+Results (every size and budget): `results/orthogonal-heads/report.md`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 
-import analysis
-import transformer
-from experiments import data as data_lib
 from experiments import models
 from experiments.claims.claim import (
   Anchor,
@@ -160,9 +117,8 @@ from experiments.claims.claim import (
   more_steps,
 )
 from experiments.claims.stats import mean_ci95
+from experiments.lab import heads_training as heads
 from experiments.lab import optimizers as O
-from experiments.lab import tuning
-from experiments.train.sweep import train_many
 
 TUNING_SEEDS = (100, 101)
 GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # frozen: the grid of every arm (half-decade steps)
@@ -170,8 +126,6 @@ STRENGTHS = (0.05, 0.5, 5.0)
 PATTERN_MARGIN = 0.05  # of correlation: a twentieth of the identical-to-unrelated scale
 LOSS_MARGIN = 0.02  # nats, ≈ 1% of the loss at this budget
 PRUNABLE_MARGIN = 0.1  # a tenth of the heads
-REDUNDANCY = ("max_cos", "max_cos_k", "max_cos_v", "max_cos_o", "pattern_similarity",
-              "n_prunable", "prunable_fraction", "base_loss")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,133 +170,20 @@ FULL = OrthogonalHeadsSizes(model="small", n_heads=8, steps=120, batch_size=8, s
                             probe_batch=8, tune=True, extend=2)
 
 
-def choose_strength(tuned_by_strength: dict, adamw_loss: float,
-                    margin: float = LOSS_MARGIN) -> float:
-  """The largest strength whose tuned loss is within `margin` of AdamW's; else the smallest.
-
-  `tuned_by_strength` maps `λ` to its `tune_on_seeds` record, or to None when every rate
-  diverged (never chosen unless no strength tuned at all).
-
-  Example:
-    >>> from experiments.claims.orthogonal_heads import choose_strength
-    >>> rec = lambda loss: {"val_loss": [loss], "index": 0}
-    >>> choose_strength({0.05: rec(2.50), 0.5: rec(2.51), 5.0: rec(2.60)}, 2.50)
-    0.5
-    >>> choose_strength({0.05: rec(2.60), 0.5: None}, 2.50)
-    0.05
-  """
-  ok = [s for s, t in tuned_by_strength.items()
-        if t is not None and t["val_loss"][t["index"]] <= adamw_loss + margin]
-  if ok:
-    return max(ok)
-  tuned = [s for s, t in tuned_by_strength.items() if t is not None]
-  if not tuned:
-    raise ValueError("choose_strength: every strength diverged at every rate. Fix: lower the "
-                     "strengths.")
-  return min(tuned)
-
-
-def _tune(cfg, make_tx, z, N, kw):
-  return tuning.tune_on_seeds(cfg, make_tx, z.grid, seeds=TUNING_SEEDS, steps=N,
-                              extend=z.extend, **kw)
-
-
-def model_config(model: str, n_heads: int) -> transformer.Config:
-  r"""The recipe `model`'s shape with `n_heads` query heads, its family's grouping kept.
-
-  .. math:: K = H / g, \qquad g = H_\text{recipe} / K_\text{recipe}
-
-  GPT recipes give every query head its own key/value head (`g = 1`, so `K = H`, the shape
-  every earlier run of this claim trained); Llama recipes serve `g = 2` query heads per
-  key/value head, and so does the claim's model: query head `h` reads key/value head `h // g`.
-  `d_head = d_model / H` is derived again; Llama's `d_ff = 3 d`, RMSNorm, RoPE and SwiGLU are
-  kept.
-
-  Args:
-    model: a key of `experiments.models.RECIPES`.
-    n_heads: query heads `H`; a multiple of the recipe's `g`.
-
-  Returns:
-    The `transformer.Config` every arm of the run trains from scratch.
-
-  Example:
-    >>> from experiments.claims.orthogonal_heads import model_config
-    >>> cfg = model_config("llama-small", 8)
-    >>> cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_ff, cfg.activation
-    (8, 4, 16, 384, 'swiglu')
-    >>> model_config("small", 8).n_kv_heads
-    8
-  """
-  base = models.RECIPES[model].cfg
-  g = base.kv_groups
-  if n_heads % g:
-    raise ValueError(f"orthogonal-heads: n_heads={n_heads} does not split into the {g} query "
-                     f"heads per key/value head of `{model}`. Fix: a multiple of {g}.")
-  return base.replace(n_heads=n_heads, n_kv_heads=n_heads // g)
-
-
-def orth_arm(cfg: transformer.Config, strength: float) -> O.MakeTx:
-  """The `orth` arm on `cfg`: the pull splits `w_q`, `w_o` into `H` heads, `w_k`, `w_v` into `K`."""
-  return O.orthogonal_heads_arm(strength=strength, n_heads=cfg.n_heads,
-                                n_kv_heads=cfg.n_kv_heads)
-
-
-def muon_per_head_arm(cfg: transformer.Config) -> O.MakeTx:
-  """The `muon-per-head` arm on `cfg`: `w_q`, `w_o` per query head, `w_k`, `w_v` per KV head."""
-  return O.muon_arm(n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads)
-
-
 def run(spec: Spec) -> dict:
   """Tunes every arm and the strength, trains the seeds, measures redundancy."""
   z = spec.sizes
-  cfg = model_config(z.model, z.n_heads)
+  cfg = heads.model_config(z.model, z.n_heads)
   N, seeds, H, K = z.steps, tuple(spec.seeds), cfg.n_heads, cfg.n_kv_heads
   kw = {"data": "stdlib", "batch_size": z.batch_size, "seq_len": z.seq_len,
         "eval_batches": z.eval_batches}
-  orth = lambda s: orth_arm(cfg, s)
-  arms = {"adamw": O.adamw_arm(), "muon-per-head": muon_per_head_arm(cfg)}
-  tuned, by_strength = {}, {}
-  if z.tune:
-    for name in arms:
-      spec.log(f"  orthogonal-heads: tuning {name} (seeds {TUNING_SEEDS})")
-      tuned[name] = _tune(cfg, arms[name], z, N, kw)
-    for s in z.strengths:
-      spec.log(f"  orthogonal-heads: tuning orth λ = {s:g} (seeds {TUNING_SEEDS})")
-      try:
-        by_strength[s] = _tune(cfg, orth(s), z, N, kw)
-      except ValueError:  # every rate diverged: this strength cannot be chosen
-        by_strength[s] = None
-    adamw_loss = tuned["adamw"]["val_loss"][tuned["adamw"]["index"]]
-    strength = choose_strength(by_strength, adamw_loss)
-    tuned["orth"] = by_strength[strength]
-  else:
-    strength = z.quick_strength
-    tuned = {name: tuning.untuned(z.grid[0]) for name in (*arms, "orth")}
-  arms["orth"] = orth(strength)
+  arms = {"adamw": O.adamw_arm(), "muon-per-head": heads.muon_per_head_arm(cfg)}
+  tuned, by_strength, strength = heads.tune_arms(cfg, arms, z, seeds=TUNING_SEEDS,
+                                                 margin=LOSS_MARGIN, kw=kw, log=spec.log)
+  arms["orth"] = heads.orth_arm(cfg, strength)
   spec.log(f"  orthogonal-heads: λ = {strength:g}; rates "
            + ", ".join(f"{a} {t['learning_rate']:g}" for a, t in tuned.items()))
-  src = data_lib.text_source("stdlib", z.seq_len)
-  at_edge = float(tuned["adamw"]["at_edge"] + tuned["orth"]["at_edge"])
-  runs: dict = {}
-  for name in ("adamw", "orth", "muon-per-head"):
-    spec.log(f"  orthogonal-heads: {name} at {tuned[name]['learning_rate']:g} on seeds {seeds}")
-    r = train_many(cfg, tuning.on_budget(arms[name], N), seeds=seeds,
-                   learning_rates=(tuned[name]["learning_rate"],), steps=N, eval_every=N, **kw)
-    final = r.val_loss[0, :, -1]
-    ended = tuning.ended_diverged(final, cfg.vocab_size)
-    runs[name] = {}
-    for i, seed in enumerate(seeds):
-      params = jax.tree.map(lambda x, i=i: x[0, i], r.params)
-      probe = src.batch(seed, 0, z.probe_batch, "val").tokens
-      red = analysis.redundancy_summary(params, cfg, probe)
-      runs[name][seed] = {"val_loss": float(final[i]), "ended_diverged": float(ended[i]),
-                          "spiked": float(r.diverged[0, i] and not ended[i]),
-                          "learning_rate": tuned[name]["learning_rate"],
-                          **{k: float(red[k]) for k in REDUNDANCY if k in red}}
-    runs[name] = {s: {**m, "rates_at_grid_edge": at_edge,
-                      "any_ended_diverged": float(m["ended_diverged"]
-                                                  or runs["adamw"][s]["ended_diverged"])}
-                  for s, m in runs[name].items()}
+  runs = heads.train_arms(cfg, arms, tuned, z, seeds=seeds, kw=kw, log=spec.log)
   figure = _figure(tuned, by_strength, strength, runs, seeds, spec.run_dir, z)
   mean = lambda a, k: float(np.mean([runs[a][s][k] for s in seeds]))
   arms_text = lambda k, f: ", ".join(f"{a} {mean(a, k):{f}}" for a in runs)

@@ -3,6 +3,8 @@
 - `optimizers`: optimizer arms, AdamW with one change each (Muon, orthogonal heads,
   κ-aware rates); used by `muon`, `condition-lr`, `orthogonal-heads`.
 - `tuning`: the rate grid, tuning on a tuning seed, fixed budgets, steps to a target loss.
+- `heads_training`: the `orthogonal-heads` arms (the pull and per-head Muon split by query and
+  key/value heads), their rate and strength tuning, and the heads' redundancy per seed.
 - `updates`: how far an update is from orthogonal (condition number, singular-value entropy).
 - `attention_arms`: one small model trained per attention variant over a rate grid; used by
   `psd-attention`, `sliding-window`, `dynamic-sparsity`.

@@ -17,8 +17,8 @@ import transformer
 from experiments import models
 from experiments.claims import condition_lr, muon, orthogonal_heads
 from experiments.claims.runner import extension_verdicts, scale_models, verdict
+from experiments.lab import heads_training, tuning, updates
 from experiments.lab import optimizers as O
-from experiments.lab import tuning, updates
 from experiments.train import sweep
 from tests.conftest import random_params
 from transformer.linalg.polar import newton_schulz
@@ -360,12 +360,45 @@ def test_orthogonal_heads_can_share_one_pattern_so_provably_non_redundant_cannot
 
 def test_choose_strength_takes_the_largest_that_is_free():
   rec = lambda loss: {"val_loss": [9.0, loss], "index": 1}
-  choose = orthogonal_heads.choose_strength
+  choose = lambda by, adamw: heads_training.choose_strength(by, adamw,
+                                                           orthogonal_heads.LOSS_MARGIN)
   assert choose({0.05: rec(2.50), 0.5: rec(2.519), 5.0: rec(2.53)}, 2.50) == 0.5
   assert choose({0.05: rec(2.49), 0.5: rec(2.48), 5.0: rec(2.47)}, 2.50) == 5.0
   assert choose({0.05: rec(2.60), 0.5: rec(2.70), 5.0: None}, 2.50) == 0.05
   with pytest.raises(ValueError, match="diverged"):
     choose({0.05: None}, 2.5)
+
+
+def test_tune_arms_tunes_each_arm_and_every_strength_then_chooses(monkeypatch):
+  """Every arm and every strength is tuned on the tuning seeds; a strength whose every rate
+  diverged is recorded as None; the chosen strength's record becomes `orth`'s, last."""
+  cfg = heads_training.model_config("quick", 4)
+  losses = {"adamw": 2.50, "muon-per-head": 2.40, 0.05: 2.50, 0.5: 2.515, 5.0: None}
+  seen = []
+
+  def fake_tune(cfg_, make_tx, grid, *, seeds, steps, extend, **kw):
+    key = make_tx if isinstance(make_tx, str) else make_tx.strength
+    seen.append((key, tuple(grid), seeds, steps, extend))
+    if losses[key] is None:
+      raise ValueError("every rate diverged")
+    return {"val_loss": [losses[key]], "index": 0, "learning_rate": 1e-3, "at_edge": False}
+
+  monkeypatch.setattr(tuning, "tune_on_seeds", fake_tune)
+  monkeypatch.setattr(heads_training, "orth_arm",
+                      lambda c, s: types.SimpleNamespace(strength=s))
+  z = orthogonal_heads.FULL
+  tuned, by, strength = heads_training.tune_arms(
+      cfg, {"adamw": "adamw", "muon-per-head": "muon-per-head"}, z,
+      seeds=orthogonal_heads.TUNING_SEEDS, margin=orthogonal_heads.LOSS_MARGIN, kw={},
+      log=lambda m: None)
+  assert [k for k, *_ in seen] == ["adamw", "muon-per-head", 0.05, 0.5, 5.0]
+  assert all(tuple(rest) == (z.grid, (100, 101), z.steps, z.extend) for _, *rest in seen)
+  assert strength == 0.5 and by[5.0] is None and list(tuned) == ["adamw", "muon-per-head", "orth"]
+  assert tuned["orth"] is by[0.5]
+  tuned, by, strength = heads_training.tune_arms(cfg, {"adamw": None}, orthogonal_heads.QUICK,
+                                                 seeds=(100,), margin=0.02, kw={})
+  assert (strength, by, list(tuned)) == (0.5, {}, ["adamw", "orth"])
+  assert tuned["orth"]["learning_rate"] == orthogonal_heads.QUICK.grid[0]
 
 
 def _heads_runs(delta, **orth_metrics):
@@ -491,10 +524,10 @@ def test_orthogonal_heads_model_keeps_each_familys_grouping():
   """GPT sizes train the exact model of every earlier run (K = H = 8: saved sizes stay valid);
   Llama sizes keep RoPE, RMSNorm, SwiGLU (d_ff = 3d) and two query heads per key/value head."""
   for name in ("quick", *models.CPU_SCALE["gpt"]):
-    assert (orthogonal_heads.model_config(name, 8)
+    assert (heads_training.model_config(name, 8)
             == models.RECIPES[name].cfg.replace(n_heads=8, n_kv_heads=8))
   for name in models.CPU_SCALE["llama"]:
-    base, cfg = models.RECIPES[name].cfg, orthogonal_heads.model_config(name, 8)
+    base, cfg = models.RECIPES[name].cfg, heads_training.model_config(name, 8)
     assert (cfg.n_heads, cfg.n_kv_heads, cfg.kv_groups) == (8, 4, base.kv_groups) == (8, 4, 2)
     assert (cfg.d_head, cfg.d_ff) == (base.d_model // 8, 3 * base.d_model)
     assert (cfg.positions, cfg.norm, cfg.activation) == ("rope", "rmsnorm", "swiglu")
@@ -502,7 +535,7 @@ def test_orthogonal_heads_model_keeps_each_familys_grouping():
   assert sizes[0] == orthogonal_heads.FULL.model == "small"
   assert set(sizes) == {*models.CPU_SCALE["gpt"], *models.CPU_SCALE["llama"]}
   with pytest.raises(ValueError, match="multiple of 2"):
-    orthogonal_heads.model_config("llama-small", 5)
+    heads_training.model_config("llama-small", 5)
 
 
 def test_orthogonal_heads_redundancy_on_gqa_matches_a_float64_llama_with_repeated_kv_heads():
@@ -557,7 +590,7 @@ def test_orthogonal_heads_pull_splits_llama_keys_and_values_into_kv_heads():
   `w_o`'s rows; SwiGLU's `w_gate`, `w_1`, `w_2` and the norms get AdamW's alone. Splitting
   `w_k` into H blocks (half a head each) gives another update."""
   lam, params = 0.5, _llama_params()
-  g, u = _first_update(orthogonal_heads.orth_arm(LLAMA, lam), params)
+  g, u = _first_update(heads_training.orth_arm(LLAMA, lam), params)
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
   adam = jax.tree.map(lambda x: -1e-3 * x / (np.abs(x) + 1e-8), g)
   H, K = LLAMA.n_heads, LLAMA.n_kv_heads
@@ -594,7 +627,7 @@ def test_orthogonal_heads_per_head_muon_orthogonalises_each_llama_kv_head_block(
   `−η·0.2·√D·NS(g_k)` per key/value head block `(D, Dh)`, of `w_q` per query head, and SwiGLU's
   `w_gate` is orthogonalised whole (`−η·0.2·√F·NS(g)`); an H-way split of `w_k` differs."""
   params = _llama_params()
-  g, u = _first_update(orthogonal_heads.muon_per_head_arm(LLAMA), params)
+  g, u = _first_update(heads_training.muon_per_head_arm(LLAMA), params)
   D, F, H, K = LLAMA.d_model, LLAMA.d_ff, LLAMA.n_heads, LLAMA.n_kv_heads
 
   def per_block(G_LDN, n):
