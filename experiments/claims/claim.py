@@ -54,6 +54,10 @@ class Threshold:
       group (the primary question or its extension).
     unit: the unit of the quantity, as reports print it (e.g. `"nats"`, `"% of loss"`,
       `"fraction of heads"`).
+    censored: a condition on one seed's value (e.g. `">= 0.5"`) that marks it a sentinel or
+      a floor rather than a measurement (a run that never reached its target, a loss at its
+      floor); an axis point where any seed meets it is left out of the trend fit, flagged
+      `censored` (`stats.fit_trend`). Written into `to_dict` only when set.
   """
 
   name: str
@@ -67,6 +71,7 @@ class Threshold:
   margin: float | None = None
   needs: tuple[str, ...] | None = None
   unit: str = ""
+  censored: str | None = None
 
   @classmethod
   def beyond(cls, name: str, arm: str, metric: str, *, margin: float,
@@ -106,13 +111,15 @@ class Threshold:
     if self.control and self.supports is None:
       raise ValueError(f"Threshold {self.name!r} is a control without `supports`. Fix: a control "
                        "states what must hold, e.g. supports='== 1'.")
-    for cond in (self.supports, self.refutes):
+    for cond in (self.supports, self.refutes, self.censored):
       if cond is not None:
         parse_condition(cond)
 
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
     d["needs"] = None if self.needs is None else list(self.needs)
+    if self.censored is None:
+      del d["censored"]
     return d
 
 
@@ -305,6 +312,14 @@ class Claim:
       the regime optimizer comparisons are published in. Its 1× run is the scale axis's run
       of that model when the scale axis runs it (else it runs into `budget-x1/`); quick runs
       keep their own model. The verdict is never read from these runs.
+    version: the registration's number, 1 for the first. A claim whose setup changes (steps,
+      batch, context, model, metric, margin) is registered again under the next version,
+      before it runs; `revisions` says why, one line per version after the first, and
+      `results.json` records the version it ran under.
+    revisions: `("v2: <why>", ...)`, exactly `version − 1` lines.
+    bits_metric: `(arm, metric)` of a held-out loss in nats per byte that the claim's runs
+      report, read as the bits per byte its models reach (`results.json`'s
+      `config.regime`); None: the base model's stored held-out loss, when it reads one.
   """
 
   id: str
@@ -329,8 +344,18 @@ class Claim:
   budgets: tuple[int, ...] = ()
   at_budget: Callable[[Sizes, int], Sizes] | None = None
   budget_model: str | None = None
+  version: int = 1
+  revisions: tuple[str, ...] = ()
+  bits_metric: tuple[str, str] | None = None
 
   def __post_init__(self):
+    if not (isinstance(self.version, int) and self.version >= 1
+            and len(self.revisions) == self.version - 1
+            and all(r.startswith(f"v{i + 2}: ") for i, r in enumerate(self.revisions))):
+      raise ValueError(f"Claim {self.id!r}: version={self.version!r} needs exactly "
+                       f"{max(self.version - 1, 0)} revisions, 'v2: <why>', 'v3: <why>', ...; got "
+                       f"{list(self.revisions)}. Fix: add one line per new registration saying "
+                       "what changed and why, written before the run.")
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", self.id):
       raise ValueError(f"Claim.id={self.id!r} must be kebab-case, e.g. 'causal-mask'.")
     if self.kind not in KINDS:
@@ -499,6 +524,8 @@ class Claim:
       d["budgets"] = list(self.budgets)
     if self.budget_model is not None:
       d["budget_model"] = self.budget_model
+    if self.version > 1:
+      d["version"], d["revisions"] = self.version, list(self.revisions)
     return d
 
 

@@ -82,11 +82,23 @@ def trend_text(results: dict | None) -> str:
   scale = (results or {}).get("scale")
   if not scale:
     return "—"
-  if scale["slope"] is None:
-    return f"{scale['trend']} (no slope: fewer than two sizes measured)"
-  lo, hi = scale["slope_ci"]
+  return _fit_text(scale, "params", "sizes")
+
+
+def _fit_text(fit: dict, per: str, items: str) -> str:
+  """A fit in one table cell: `grows: slope 0.1 [0.05, 0.2] per e-fold of params`, plus the
+  points left out and, when the families disagree, each family's slope."""
+  left = fit.get("excluded") or []
+  out = f" ({len(left)} left out)" if left else ""
+  if fit["trend"] == "families disagree":
+    fams = "; ".join(f"{f} {b['trend']} {fmt(b['slope'])} [{fmt(b['slope_ci'][0])}, "
+                     f"{fmt(b['slope_ci'][1])}]" for f, b in fit["families"].items())
+    return f"families disagree, no pooled slope: {fams} per e-fold of {per}{out}"
+  if fit["slope"] is None:
+    return f"{fit['trend']} (no slope: fewer than two {items} in the fit){out}"
+  lo, hi = fit["slope_ci"]
   ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (no interval: under 3 points)"
-  return f"{scale['trend']}: slope {fmt(scale['slope'])}{ci} per e-fold of params"
+  return f"{fit['trend']}: slope {fmt(fit['slope'])}{ci} per e-fold of {per}{out}"
 
 
 def context_text(results: dict | None) -> str:
@@ -101,9 +113,47 @@ def context_text(results: dict | None) -> str:
   rows = (results or {}).get("context")
   if not rows:
     return "—"
-  return "; ".join(f"T = {r['T']}: {fmt(r['effect'])}"
-                   + (f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None
-                      else "") for r in rows)
+  fit = results.get("context_trend")
+  return "; ".join([f"T = {r['T']}: {fmt(r['effect'])}"
+                    + (f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None
+                       else "") for r in rows] + ([_fit_text(fit, "T", "lengths")] if fit else []))
+
+
+def regime_text(results: dict | None) -> str:
+  """The registered size's model, parameters, tokens per parameter and held-out bits per byte.
+
+  From `config.regime` (runs since 2026-12-05); an older run gives what its config records
+  (the model's recipe, `config.budget`) and says its bits per byte were not recorded.
+
+  Example:
+    >>> from experiments.claims.report import regime_text
+    >>> regime_text({"config": {"regime": {"model": "mini-20", "params": 132864,
+    ...              "tokens_per_param": 20.01, "bits_per_byte": 2.48}}})
+    '`mini-20`, 0.13M params, 20 tokens/param, 2.48 bits/byte'
+  """
+  if not results:
+    return "—"
+  reg = results["config"].get("regime")
+  if reg is None:
+    from experiments import models
+
+    name = (results["config"].get("sizes") or {}).get("model")
+    known = name in models.RECIPES or name in models.SHAPES
+    card = models.model_card(name) if known else {}
+    spent = results["config"].get("budget")
+    reg = {"model": name, "params": card.get("params"), "bits_per_byte": None,
+           "tokens_per_param": spent["tokens_per_param"] if spent
+           else card.get("tokens_per_param")}
+  if reg["model"] is None:
+    return "no model"
+  parts = [f"`{reg['model']}`"]
+  if reg["params"]:
+    parts.append(f"{params_text(reg['params'])} params")
+  tpp = reg["tokens_per_param"]
+  parts.append(f"{tpp:.3g} tokens/param" if tpp else "tokens/param not recorded")
+  bits = reg["bits_per_byte"]
+  parts.append(f"{bits:.3g} bits/byte" if bits is not None else "bits/byte not recorded")
+  return ", ".join(parts)
 
 
 def budget_text(results: dict | None) -> str:
@@ -131,9 +181,7 @@ def budget_text(results: dict | None) -> str:
            if r.get("tokens_per_param") else "")
     ci = f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None else ""
     parts.append(f"{r['multiple']}×{per}: {fmt(r['effect'])}{ci}")
-  lo, hi = block["slope_ci"]
-  fit = (f"{block['trend']}: slope {fmt(block['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of "
-         "tokens" if block["slope"] is not None and lo is not None else block["trend"])
+  fit = _fit_text(block, "tokens", "budgets")
   on = f"on {block['model']}: " if block.get("model") else ""
   return on + "; ".join(parts) + f"; {fit}"
 
@@ -157,18 +205,7 @@ def scale_sentence(scale: dict) -> str:
          else " and ".join(families) + " families")
   span = (f"{first['model']} {params_text(first['params'])} → {last['model']} "
           f"{params_text(last['params'])} params, {fam}")
-  words = {"grows": "the effect grows", "shrinks": "the effect shrinks",
-           "no trend": "the effect shows no trend"}[scale["trend"]]
-  lo, hi = scale["slope_ci"]
-  if scale["slope"] is None:
-    slope = "no slope could be fitted (fewer than two sizes with a finite effect)"
-  elif lo is None:
-    slope = (f"slope {fmt(scale['slope'])} per e-fold of parameters, with no interval "
-             "(under 3 points)")
-  else:
-    slope = (f"slope {fmt(scale['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of parameters"
-             + (" (the interval contains 0)" if scale["trend"] == "no trend" else ""))
-  return f"With scale ({span}), {words}: {slope}."
+  return f"With scale ({span}), {_trend_clause(scale, 'parameters', 'sizes', 'under 3 points')}."
 
 
 def reading_text(row: dict) -> str:
@@ -229,6 +266,7 @@ def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
   rows = []
   budgets = any(r.get("tokens_per_param") is not None for r in scale["sizes"])
   read = any("verdict" in r for r in scale["sizes"])
+  fitted = "points" in scale
   for r in scale["sizes"]:
     outcome, why = size_test(th, r)
     lo, hi = r["ci"]
@@ -237,10 +275,12 @@ def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
                  r["family"], params_text(r["params"]), *(spent if budgets else []),
                  fmt(r["effect"]),
                  f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None else "n/a (one seed)",
-                 f"{outcome}: {why}", *([reading_text(r)] if read else [])])
+                 f"{outcome}: {why}", *([reading_text(r)] if read else []),
+                 *([fit_cell(r)] if fitted else [])])
   lines += table(["model", "family", "parameters", *(["tokens / param"] if budgets else []),
                   "effect", "95% CI", "primary threshold at this size",
-                  *(["every threshold and control at this size"] if read else [])], rows)
+                  *(["every threshold and control at this size"] if read else []),
+                  *(["in the trend fit"] if fitted else [])], rows)
   last = scale["sizes"][-1]
   outcome, why = size_test(th, last)
   note = (" (the verdict reads the range over seeds; this test reads the 95% interval)"
@@ -251,7 +291,8 @@ def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
             f"primary threshold would be **{outcome}**: {why}{note}{whole}.", ""]
   if scale.get("families"):
     lines += ["With two families the trend is the slope shared by both, each with its own "
-              "intercept; each family's own fit:", ""]
+              "intercept, read only when the families' intervals overlap; each family's own "
+              "fit:", ""]
     lines += table(["family", "trend", "slope per e-fold of params", "95% CI"],
                    [[f, b["trend"], fmt(b["slope"]),
                      f"[{fmt(b['slope_ci'][0])}, {fmt(b['slope_ci'][1])}]"
@@ -280,17 +321,37 @@ def _trend_clause(fit: dict, per: str, items: str, no_interval: str) -> str:
   `per` names the axis (`T`, `tokens`), `items` its points (`lengths`), `no_interval` why a
   fitted slope may have no interval.
   """
-  words = {"grows": "the effect grows", "shrinks": "the effect shrinks",
-           "no trend": "the effect shows no trend"}[fit["trend"]]
+  words = TREND_WORDS[fit["trend"]]
   lo, hi = fit["slope_ci"]
-  if fit["slope"] is None:
-    slope = f"no slope could be fitted (fewer than two {items} with a finite effect)"
+  if fit["trend"] == "families disagree":
+    fams = "; ".join(f"{f} {b['trend']}, slope {fmt(b['slope'])} [{fmt(b['slope_ci'][0])}, "
+                     f"{fmt(b['slope_ci'][1])}]" for f, b in fit["families"].items())
+    slope = f"the families' intervals are disjoint ({fams} per e-fold of {per})"
+  elif fit["slope"] is None:
+    slope = f"no slope could be fitted (fewer than two {items} in the fit)"
   elif lo is None:
     slope = f"slope {fmt(fit['slope'])} per e-fold of {per}, with no interval ({no_interval})"
   else:
     slope = (f"slope {fmt(fit['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of {per}"
              + (" (the interval contains 0)" if fit["trend"] == "no trend" else ""))
+  if "dof" in fit and fit["slope"] is not None:
+    slope += (f", fitted on the seed mean of each of {fit['points']} {items} "
+              f"({fit['dof']} residual degrees of freedom)")
+  left = fit.get("excluded") or []
+  if left:
+    slope += ("; left out of the fit: " + "; ".join(f"{x} ({why})" for x, why in left))
   return f"{words}: {slope}"
+
+
+TREND_WORDS = {"grows": "the effect grows", "shrinks": "the effect shrinks",
+               "no trend": "the effect shows no trend",
+               "not measured": "the trend is not measured",
+               "families disagree": "no pooled trend is read, the families disagree"}
+
+
+def fit_cell(row: dict) -> str:
+  """Whether a row entered its axis's trend fit: `yes`, or `no: <why>`."""
+  return f"no: {row['excluded']}" if row.get("excluded") else "yes"
 
 
 def context_markdown(claim: Claim, results: dict, h: str, trend_: dict | None) -> list[str]:
@@ -306,14 +367,18 @@ def context_markdown(claim: Claim, results: dict, h: str, trend_: dict | None) -
            "length's runs (a failed control blocks what needs it).", ""]
   rows = []
   read = any("verdict" in r for r in results["context"])
+  trend_ = results.get("context_trend") or trend_
+  fitted = bool(trend_) and "points" in trend_
   for r in results["context"]:
     outcome, why = size_test(th, r)
     lo, hi = r["ci"]
     rows.append([str(r["T"]), fmt(r["effect"]),
                  f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None else "n/a (one seed)",
-                 f"{outcome}: {why}", *([reading_text(r)] if read else [])])
+                 f"{outcome}: {why}", *([reading_text(r)] if read else []),
+                 *([fit_cell(r)] if fitted else [])])
   lines += table(["T (tokens)", "effect", "95% CI", "primary threshold at this T",
-                  *(["every threshold and control at this T"] if read else [])], rows)
+                  *(["every threshold and control at this T"] if read else []),
+                  *(["in the trend fit"] if fitted else [])], rows)
   if trend_:
     lines += [context_sentence(results["context"], trend_), ""]
   return lines
@@ -367,10 +432,12 @@ def budget_markdown(claim: Claim, results: dict, h: str) -> list[str]:
     lo, hi = r["ci"]
     rows.append([f"{r['multiple']}×", f"{r['train_tokens']:,}", fmt(r["tokens_per_param"]),
                  fmt(r["effect"]), f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None
-                 else "n/a (one seed)", f"{outcome}: {why}", reading_text(r)])
+                 else "n/a (one seed)", f"{outcome}: {why}", reading_text(r),
+                 *([fit_cell(r)] if "points" in block else [])])
   lines += table(["budget", "tokens per model", "tokens per parameter", "effect", "95% CI",
                   "primary threshold at this budget",
-                  "every threshold and control at this budget"], rows)
+                  "every threshold and control at this budget",
+                  *(["in the trend fit"] if "points" in block else [])], rows)
   return lines + [budget_sentence(block), ""]
 
 def _error_bars(rows: list[dict]) -> list[list[float]]:
@@ -592,6 +659,7 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
     lines += [f"![{name}]({figure_path(name)})" for name in figures] + [""]
   if results.get("scale"):
     lines += [f"**Trend with scale.** {scale_sentence(results['scale'])}", ""]
+  context_trend = results.get("context_trend") or context_trend
   if results.get("context") and context_trend:
     lines += [f"**Trend with context.** {context_sentence(results['context'], context_trend)}",
               ""]

@@ -51,11 +51,11 @@ from experiments.claims.stats import (
   arm_summary,
   effect,
   evaluate,
+  fit_trend,
   fmt,
+  holds,
   mean_ci95,
-  ols_slope,
   paired_values,
-  trend,
 )
 
 
@@ -225,6 +225,84 @@ def reading(claim: Claim, runs: dict, seeds) -> dict:
                                             if th.control and not ev["supports"]]}
 
 
+def excluded(claim: Claim, runs: dict, seeds, row: dict) -> str | None:
+  """Why an axis point is left out of its trend fit, or None.
+
+  In order: a failed control (`row["failed_controls"]`); a censored seed (a value of the
+  primary's metric, in its arm or its baseline, that meets the primary's `censored`
+  condition: a sentinel or a floor, not a measurement); an effect that is not measured (no
+  finite seed); a size trained below the regime's tokens per parameter
+  (`row["under_trained"]`, set by `_flag_under_trained`).
+
+  Example:
+    >>> from experiments.claims.claim import Claim, Threshold
+    >>> th = Threshold.beyond("ratio", "a", "steps", baseline="b", margin=0.1, censored=">= 1.5")
+    >>> c = Claim(id="x", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+    ...           thresholds=(th,), trains=False, run=print)
+    >>> runs = {"a": {0: {"steps": 1.5}, 1: {"steps": 0.4}}, "b": {0: {"steps": 1.0}, 1: {"steps": 1.0}}}
+    >>> excluded(c, runs, (0, 1), {}), excluded(c, runs, (1,), {"failed_controls": ["edge"]})
+    ("censored: a seed's a.steps >= 1.5", 'control failed: edge')
+  """
+  th = claim.primary
+  if row.get("failed_controls"):
+    return "control failed: " + ", ".join(row["failed_controls"])
+  if runs is None:  # a kept row whose per-seed findings were not kept: what the row says
+    finite = row.get("effect") is not None and math.isfinite(row["effect"])
+    return row.get("under_trained") if finite else "not measured"
+  if th.censored is not None:
+    for arm in (th.arm, th.baseline):
+      vals = [runs[arm][s].get(th.metric) for s in seeds] if arm in runs else []
+      if any(v is not None and holds(th.censored, (float(v), float(v))) for v in vals):
+        return f"censored: a seed's {arm}.{th.metric} {th.censored}"
+  if not np.isfinite(paired_values(runs, th.arm, th.metric, th.baseline, seeds)).any():
+    return "not measured"
+  return row.get("under_trained")
+
+
+def axis_fit(claim: Claim, rows: list[dict], runs_of, seeds, *, x: str, label: str | None = None,
+             family: str | None = None, regime: bool = False) -> dict:
+  """The one statistics block of every axis: flags why each row is left out, then fits.
+
+  Args:
+    claim: the claim; its `primary` threshold is the effect on the axis.
+    rows: the axis's rows (`effect`, `ci`, the reading, the axis quantity `x`); each gains
+      `excluded` (the reason) when it is left out of the fit (`excluded`), in place.
+    runs_of: `runs_of(row) -> {arm: {seed: metrics}}` of that point, or None when its
+      per-seed findings are not at hand (a kept row: then only what the row says is used).
+    seeds: the seeds every point ran.
+    x: the key of the axis quantity (`"params"`, `"T"`, `"train_tokens"`).
+    label: the key naming a row in the fit's `excluded` list.
+    family: the key of the family label (the scale axis), or None.
+    regime: whether rows trained below `TOKENS_PER_PARAM` are left out (the scale axis).
+
+  Returns:
+    The fit fields of a results block (`stats.fit_trend`, `per_family` stored as `families`
+    when there are two families or more).
+  """
+  if regime:
+    _flag_under_trained(rows)
+  for row in rows:
+    why = excluded(claim, runs_of(row), seeds, row)
+    row.pop("under_trained", None)
+    row.pop("excluded", None)
+    if why:
+      row["excluded"] = why
+  fit = fit_trend(rows, x, family=family, label=label)
+  if family is not None and len({r[family] for r in rows}) < 2:
+    fit.pop("per_family")
+    fit.pop("pooled")
+  return _fit_fields(fit)
+
+
+def _fit_fields(fit: dict) -> dict:
+  """The fit as a results block stores it: `per_family` is written as `families`."""
+  out = {k: v for k, v in fit.items() if k != "per_family"}
+  if "per_family" in fit:
+    out["families"] = {f: {k: b[k] for k in ("slope", "slope_ci", "trend", "dof", "points")}
+                       for f, b in fit["per_family"].items()}
+  return out
+
+
 def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str, dict],
                 tokens: dict[str, int | None] | None = None) -> dict:
   """`results.json`'s `scale`: the primary effect per size, its slope on log(params), the trend.
@@ -247,36 +325,31 @@ def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str,
     and `"families"` adds `{family: {"slope", "slope_ci", "trend"}}`, each family's own fit.
   """
   th = claim.primary
-  rows, points = [], []  # points: (family, log params, effect) of every finite (size, seed)
+  rows = []
   for name, runs in per_size.items():
     v = paired_values(runs, th.arm, th.metric, th.baseline, seeds)
     m, ci = mean_ci95(v)
-    rows.append({**cards[name], "effect": m, "ci": list(ci) if ci else [None, None],
-                 **reading(claim, runs, seeds)})
+    row = {**cards[name], "effect": m, "ci": list(ci) if ci else [None, None],
+           **reading(claim, runs, seeds)}
     if (tokens or {}).get(name) is not None:
-      rows[-1]["tokens_per_param"] = tokens[name] / cards[name]["params"]
-    points += [(cards[name]["family"], math.log(cards[name]["params"]), float(e))
-               for e in v[np.isfinite(v)]]
+      row["tokens_per_param"] = tokens[name] / cards[name]["params"]
+    rows.append(row)
   rows.sort(key=lambda r: (r["params"], r["family"], r["model"]))
+  return {"sizes": rows, **axis_fit(claim, rows, lambda r: per_size[r["model"]], seeds,
+                                    x="params", label="model", family="family", regime=True)}
 
-  def fit(pts, grouped):
-    fams, xs, ys = zip(*pts, strict=True) if pts else ((), (), ())
-    try:
-      slope, ci = ols_slope(xs, ys, groups=fams if grouped else None)
-    except ValueError:  # fewer than two sizes with a finite effect: no slope to fit
-      slope, ci = None, None
-    effects = [r["effect"] for r in rows if math.isfinite(r["effect"])
-               and (grouped or r["family"] == pts[0][0])] if pts else []
-    mean_effect = float(np.mean(effects)) if effects else math.nan
-    return {"slope": slope, "slope_ci": list(ci) if ci else [None, None],
-            "trend": trend(ci, mean_effect)}
 
-  families = sorted({r["family"] for r in rows})
-  block = {"sizes": rows, **fit(points, grouped=True)}
-  if len(families) > 1:
-    block["families"] = {f: fit([p for p in points if p[0] == f], grouped=False)
-                         for f in families}
-  return block
+def _flag_under_trained(rows: list[dict]) -> None:
+  """Marks the rows trained on fewer tokens per parameter than the regime, when the regime
+  holds at all: a size that could not afford it is shown apart and left out of the fit."""
+  from experiments.models import TOKENS_PER_PARAM
+
+  tpp = [r.get("tokens_per_param") for r in rows]
+  if not any(t is not None and t >= TOKENS_PER_PARAM * 0.995 for t in tpp):
+    return  # no size reaches the regime: a run registered before it, read as it was
+  for r, t in zip(rows, tpp, strict=True):
+    if t is not None and t < TOKENS_PER_PARAM * 0.995:
+      r["under_trained"] = f"under-trained: {t:.3g} tokens per parameter"
 
 
 def context_lengths(claim: Claim, quick: bool, lengths: Sequence[int] | None = None
@@ -307,22 +380,13 @@ def context_block(claim: Claim, per_length: dict[int, dict], seeds) -> tuple[lis
     on `log T` (per e-fold of context) and the trend it implies (`stats.trend`).
   """
   th = claim.primary
-  rows, xs, ys = [], [], []
+  rows = []
   for T in sorted(per_length):
     v = paired_values(per_length[T], th.arm, th.metric, th.baseline, seeds)
     m, ci = mean_ci95(v)
     rows.append({"T": int(T), "effect": m, "ci": list(ci) if ci else [None, None],
                  **reading(claim, per_length[T], seeds)})
-    xs += [math.log(T)] * int(np.isfinite(v).sum())
-    ys += v[np.isfinite(v)].tolist()
-  try:
-    slope, ci = ols_slope(xs, ys)
-  except ValueError:  # fewer than two lengths with a finite effect
-    slope, ci = None, None
-  effects = [r["effect"] for r in rows if math.isfinite(r["effect"])]
-  mean_effect = float(np.mean(effects)) if effects else math.nan
-  return rows, {"slope": slope, "slope_ci": list(ci) if ci else [None, None],
-                "trend": trend(ci, mean_effect)}
+  return rows, axis_fit(claim, rows, lambda r: per_length[r["T"]], seeds, x="T")
 
 
 def budget_multiples(claim: Claim, quick: bool, budgets: Sequence[int] | None = None
@@ -391,7 +455,7 @@ def budget_block(claim: Claim, per_budget: dict[int, dict], seeds, base: Sizes) 
   th = claim.primary
   tokens = {k: k * base.train_tokens() for k in per_budget}
   params, model = _params(base), getattr(base, "model", None)
-  rows, xs, ys, groups = [], [], [], []
+  rows = []
   for k in sorted(per_budget):
     v = paired_values(per_budget[k], th.arm, th.metric, th.baseline, seeds)
     m, ci = mean_ci95(v)
@@ -399,18 +463,9 @@ def budget_block(claim: Claim, per_budget: dict[int, dict], seeds, base: Sizes) 
                  "tokens_per_param": tokens[k] / params if params else None,
                  "effect": m, "ci": list(ci) if ci else [None, None],
                  **reading(claim, per_budget[k], seeds)})
-    finite = np.isfinite(v)
-    xs += [math.log(tokens[k])] * int(finite.sum())
-    ys += v[finite].tolist()
-    groups += [s for s, ok in zip(seeds, finite, strict=True) if ok]
-  try:
-    slope, ci = ols_slope(xs, ys, groups=groups)
-  except ValueError:  # fewer than two budgets with a finite effect
-    slope, ci = None, None
-  effects = [r["effect"] for r in rows if math.isfinite(r["effect"])]
-  mean_effect = float(np.mean(effects)) if effects else math.nan
-  return {"model": model, "runs": rows, "slope": slope,
-          "slope_ci": list(ci) if ci else [None, None], "trend": trend(ci, mean_effect)}
+  return {"model": model, "runs": rows, **axis_fit(
+      claim, rows, lambda r: per_budget[r["multiple"]], seeds, x="train_tokens",
+      label="multiple")}
 
 
 def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, log,
@@ -529,10 +584,40 @@ def _results(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, 
       "anchors": [a.to_dict() for a in claim.anchors], "runtime_s": runtime,
       "env": environment(), "git": git_revision(),
       **({"budgets": budgets} if budgets else {}),
+      **({"context_trend": findings["context_trend"]} if findings.get("context_trend") else {}),
+      **({"version": claim.version} if claim.version > 1 else {}),
   }
+  results["config"]["regime"] = regime(claim, sizes, seeds, runs)
   results = jsonio.strict(results)
   validate_results(results)
   return results, evals
+
+
+def regime(claim: Claim, sizes: Sizes, seeds, runs: dict) -> dict:
+  """`config.regime`: the registered size's model, parameters, tokens per parameter and the
+  held-out bits per byte its models reach (None where the run does not measure it).
+
+  Tokens per parameter are what each reported model trains on (`budget`) for a claim that
+  trains, else the base model's own recipe; bits per byte come from `claim.bits_metric`, else
+  from the stored base models' held-out loss (`experiments.models.heldout_bits`).
+  """
+  from experiments import models
+
+  name = getattr(sizes, "model", None)
+  known = name in models.RECIPES or name in models.SHAPES
+  params = model_card(name)["params"] if known else None
+  spent = budget(sizes, _params(sizes))
+  tpp = spent["tokens_per_param"] if spent else (
+      models.model_card(name).get("tokens_per_param") if known else None)
+  bits = None
+  if claim.bits_metric is not None:
+    arm, metric = claim.bits_metric
+    vals = [runs[arm][s].get(metric) for s in seeds if arm in runs]
+    vals = [v for v in vals if v is not None and math.isfinite(v)]
+    bits = float(np.mean(vals)) / math.log(2) if vals else None
+  elif known and not spent:
+    bits = models.heldout_bits(name, seeds)
+  return {"model": name, "params": params, "tokens_per_param": tpp, "bits_per_byte": bits}
 
 
 BUDGET_NOTE = ("- The runs on more tokens ran in `budget-x<k>/` (their findings and figures); "
@@ -723,7 +808,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     figures.append(report.budget_figure(claim, budget_trend, run_dir))
     notes.append(BUDGET_NOTE)
   results, evals = _results(claim, quick=quick, seeds=seeds, sizes=registered,
-                            findings={**findings, "context": context}, runs=runs,
+                            findings={**findings, "context": context,
+                                      "context_trend": context_trend}, runs=runs,
                             runtime=time.perf_counter() - start, scale=scale,
                             budgets=budget_trend)
   jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
@@ -780,8 +866,12 @@ def add_budgets(claim: Claim, onto: str, *, budgets: Sequence[int] | None = None
   frozen = jsonio.load_strict(os.path.join(onto, "claim.json")) if os.path.exists(
       os.path.join(onto, "claim.json")) else {}
   now = jsonio.strict(claim.to_dict())
+
+  def verdict_part(ths):  # `censored` decides only which points a trend fits, not a verdict
+    return [{k: v for k, v in th.items() if k != "censored"} for th in ths or ()]
   changed = [k for k in ("thresholds", "extensions", "seeds", "tuning_seeds")
-             if frozen.get(k) != now[k]]
+             if (verdict_part(frozen.get(k)) != verdict_part(now[k]) if k == "thresholds"
+                 else frozen.get(k) != now[k])]
   if changed:
     raise ValueError(f"--onto {onto}: the claim's {changed} changed since that run, so its "
                      f"verdict is not this claim's. Fix: run the claim again: python -m "

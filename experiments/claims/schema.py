@@ -16,20 +16,28 @@ from experiments.jsonio import load_strict
 RESULT_KEYS = ("claim", "quick", "seeds", "tuning_seeds", "config", "arms", "effects", "verdict",
                "reason", "thresholds", "extensions", "scale", "context", "anchors", "runtime_s",
                "env", "git")
-# optional: `budgets`, written only by a run on several training budgets (since 2026-12-03)
-OPTIONAL_RESULT_KEYS = ("budgets",)
+# optional: `budgets`, written only by a run on several training budgets (since 2026-12-03);
+# `context_trend`, the fit of the context axis (since 2026-12-05); `version`, the claim's
+# registration (since 2026-12-05; absent: version 1)
+OPTIONAL_RESULT_KEYS = ("budgets", "context_trend", "version")
 EXTENSION_KEYS = ("name", "verdict", "reason", "thresholds")
 SCALE_KEYS = ("sizes", "slope", "slope_ci", "trend")
 SCALE_FIT_KEYS = ("slope", "slope_ci", "trend")  # `scale.families.<family>`, with 2+ families
 SCALE_SIZE_KEYS = ("family", "model", "params", "effect", "ci")  # + optional tokens_per_param
 BUDGET_KEYS = ("train_tokens", "params", "tokens_per_param")
-TRENDS = ("grows", "shrinks", "no trend")
+TRENDS = ("grows", "shrinks", "no trend", "not measured", "families disagree")
+# optional in a fit (since 2026-12-05, `stats.fit_trend`): residual dof, points fitted, the
+# points left out with their reason, and (scale with families) whether a pooled slope is read
+FIT_EXTRA_KEYS = ("dof", "points", "excluded", "pooled", "per_family")
 CONTEXT_KEYS = ("T", "effect", "ci")
 BUDGETS_KEYS = ("model", "runs", "slope", "slope_ci", "trend")
 OPTIONAL_BUDGETS_KEYS = ("git", "runtime_s")  # present when added onto a finished result
 BUDGET_RUN_KEYS = ("multiple", "train_tokens", "tokens_per_param", "effect", "ci")
 # optional in a scale or context row (runs kept since 2026-12-02): the registered rule there
 READING_KEYS = ("verdict", "failed_controls")
+# optional in a row (since 2026-12-05): why the row is left out of its axis's fit, and the
+# held-out bits per byte of the model it reads or trains
+ROW_EXTRA_KEYS = ("excluded", "bits_per_byte")
 EFFECT_KEYS = ("name", "arm", "baseline", "metric", "mean", "ci95")
 TOUR_KEYS = ("quick", "runtime_s", "claims")
 TOUR_ENTRY_KEYS = ("claim", "verdict", "reason", "results")
@@ -77,10 +85,11 @@ def validate_scale(sc) -> None:
     ...
     ValueError: results.json schema: scale.sizes: must list at least two sizes
   """
-  _keys({k: v for k, v in sc.items() if k != "families"} if isinstance(sc, dict) else sc,
-        SCALE_KEYS, "scale")
+  _keys({k: v for k, v in sc.items() if k not in ("families", *FIT_EXTRA_KEYS)}
+        if isinstance(sc, dict) else sc, SCALE_KEYS, "scale")
   for fam, fit in (sc.get("families") or {}).items():
-    _keys(fit, SCALE_FIT_KEYS, f"scale.families.{fam}")
+    _keys({k: v for k, v in fit.items() if k not in FIT_EXTRA_KEYS}, SCALE_FIT_KEYS,
+          f"scale.families.{fam}")
     _need(fit["trend"] in TRENDS, f"scale.families.{fam}.trend", f"must be one of {TRENDS}")
     _need(_is_num(fit["slope"]), f"scale.families.{fam}.slope", "must be a number or null")
     _need(_interval(fit["slope_ci"]), f"scale.families.{fam}.slope_ci",
@@ -90,7 +99,8 @@ def validate_scale(sc) -> None:
         "must list at least two sizes")
   for i, row in enumerate(sc["sizes"]):
     where = f"scale.sizes[{i}]"
-    _keys({k: v for k, v in row.items() if k not in ("tokens_per_param", *READING_KEYS)}
+    _keys({k: v for k, v in row.items()
+           if k not in ("tokens_per_param", *READING_KEYS, *ROW_EXTRA_KEYS)}
           if isinstance(row, dict) else row, SCALE_SIZE_KEYS, where)
     _reading(row, where)
     _need(row.get("tokens_per_param") is None or (_is_num(row["tokens_per_param"])
@@ -123,8 +133,8 @@ def validate_context(ctx) -> None:
   """Checks `results.json`'s `context`: `[{"T", "effect", "ci"}, ...]` or null."""
   _need(isinstance(ctx, list), "context", "must be a list or null")
   for i, row in enumerate(ctx):
-    _keys({k: v for k, v in row.items() if k not in READING_KEYS} if isinstance(row, dict)
-          else row, CONTEXT_KEYS, f"context[{i}]")
+    _keys({k: v for k, v in row.items() if k not in (*READING_KEYS, *ROW_EXTRA_KEYS)}
+          if isinstance(row, dict) else row, CONTEXT_KEYS, f"context[{i}]")
     _reading(row, f"context[{i}]")
     _need(isinstance(row["T"], int) and not isinstance(row["T"], bool) and row["T"] > 0,
           f"context[{i}].T", "must be a positive integer (tokens)")
@@ -139,7 +149,7 @@ def validate_budgets(block) -> None:
   reading), ...], "slope", "slope_ci", "trend"}` (+ `git`, `runtime_s` when the axis was
   added onto a finished result), the first run at the registered tokens (`1`).
   """
-  _keys({k: v for k, v in block.items() if k not in OPTIONAL_BUDGETS_KEYS}
+  _keys({k: v for k, v in block.items() if k not in (*OPTIONAL_BUDGETS_KEYS, *FIT_EXTRA_KEYS)}
         if isinstance(block, dict) else block, BUDGETS_KEYS, "budgets")
   _need(block["model"] is None or isinstance(block["model"], str), "budgets.model",
         "must be the base model's name or null")
@@ -152,8 +162,8 @@ def validate_budgets(block) -> None:
         "must list at least two budgets, the registered one (multiple 1) first")
   for i, row in enumerate(block["runs"]):
     where = f"budgets.runs[{i}]"
-    _keys({k: v for k, v in row.items() if k not in READING_KEYS} if isinstance(row, dict)
-          else row, BUDGET_RUN_KEYS, where)
+    _keys({k: v for k, v in row.items() if k not in (*READING_KEYS, *ROW_EXTRA_KEYS)}
+          if isinstance(row, dict) else row, BUDGET_RUN_KEYS, where)
     _reading(row, where)
     for key in ("multiple", "train_tokens"):
       _need(isinstance(row[key], int) and not isinstance(row[key], bool) and row[key] > 0,

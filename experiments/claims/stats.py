@@ -274,3 +274,107 @@ def spearman(x, y) -> float:
   rx, ry = rx - rx.mean(), ry - ry.mean()
   den = math.sqrt(float((rx**2).sum() * (ry**2).sum()))
   return float((rx * ry).sum() / den) if den > 0 else math.nan
+
+
+def means_slope(x, y, groups=None) -> tuple[float, tuple[float, float] | None, int]:
+  """The slope of `y` on `x` fitted to the mean of `y` at each distinct `(group, x)`.
+
+  Seeds at one size are repeated measurements of one point, not independent sizes: the fit
+  has one point per size (per family), so its interval has `sizes − 2` degrees of freedom (with
+  `g` families and one intercept each, `sizes − g − 1`), however many seeds each size ran.
+  An OLS on every (size, seed) point would count each seed as a size and shrink the interval.
+
+  Args:
+    x: the regressor of each point, e.g. `log(params)` of each (size, seed).
+    y: the response of that point.
+    groups: optional family labels; one intercept per family (`ols_slope`'s `groups`).
+
+  Returns:
+    `(slope, (lo, hi) or None, dof)`.
+
+  Example:
+    >>> from experiments.claims.stats import means_slope
+    >>> x = [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]
+    >>> slope, ci, dof = means_slope(x, [0.0, 0.2, 1.1, 0.9, 2.3, 1.7])
+    >>> round(slope, 3), dof
+    (0.95, 1)
+  """
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  labels = np.zeros(x.shape, np.int64) if groups is None else np.unique(
+      np.asarray(groups), return_inverse=True)[1].reshape(-1)
+  if x.shape != y.shape or labels.shape != x.shape or x.ndim != 1:
+    raise ValueError(f"means_slope: x, y and groups must be 1-D of one length; got {x.shape=}, "
+                     f"{y.shape=}, {labels.shape=}.")
+  keys = sorted(set(zip(labels.tolist(), x.tolist(), strict=True)))
+  gx = np.array([k[1] for k in keys])
+  gy = np.array([y[(labels == g) & (x == v)].mean() for g, v in keys])
+  gg = np.array([k[0] for k in keys])
+  slope, ci = ols_slope(gx, gy, groups=gg if groups is not None else None)
+  n_groups = np.unique(gg).size if groups is not None else 1
+  return slope, ci, len(keys) - n_groups - 1
+
+
+def fit_trend(rows: Sequence[dict], x: str, *, family: str | None = None,
+              label: str | None = None) -> dict:
+  """The trend of an axis: the slope of the per-point mean effect on `log(row[x])`.
+
+  Each row is one point of the axis (a size, a length, a budget) holding the seed mean
+  `effect`. A row enters the fit only when its effect is finite and it is not `excluded`
+  (a failed control, a censored metric, an under-trained size: the runner writes the reason);
+  a row whose effect is not finite is `"not measured"`. With `family` (the key naming each
+  row's family) the slope is shared with one intercept per family, each family gets its own
+  fit in `per_family`, and the pooled slope is refused (`pooled: false`, `trend`
+  `"families disagree"`) when two families' intervals are disjoint.
+
+  Args:
+    rows: the axis's rows, each with `effect`, `x` and optionally `excluded`.
+    x: the key of the quantity the effect is read against (`"params"`, `"T"`, ...).
+    family: the key of the family label, or None for one family.
+    label: the key that names a row in `excluded` (default `x`).
+
+  Returns:
+    `{"slope", "slope_ci", "dof", "trend", "points", "excluded"}` (+ `"per_family"` and
+    `"pooled"` with `family`): `points` is how many rows entered the fit, `excluded` the
+    `[label, reason]` of every row that did not. `trend` is `"grows"`, `"shrinks"`, `"no
+    trend"` (the interval contains 0), or `"not measured"` (under three points, so no interval).
+
+  Example:
+    >>> from experiments.claims.stats import fit_trend
+    >>> rows = [{"T": 64, "effect": 0.1}, {"T": 256, "effect": 0.3},
+    ...         {"T": 1024, "effect": 0.52}, {"T": 2048, "effect": 0.9, "excluded": "censored"}]
+    >>> fit = fit_trend(rows, "T")
+    >>> fit["trend"], fit["points"], fit["dof"], fit["excluded"]
+    ('grows', 3, 1, [[2048, 'censored']])
+  """
+  used, excluded = [], []
+  for r in rows:
+    e = r.get("effect")
+    why = r.get("excluded") or (None if e is not None and math.isfinite(e) else "not measured")
+    if why:
+      excluded.append([r[label or x], why])
+    else:
+      used.append(r)
+
+  def one(pts, grouped):
+    xs = [math.log(r[x]) for r in pts]
+    ys = [float(r["effect"]) for r in pts]
+    gs = [r[family] for r in pts] if grouped else None
+    try:
+      slope, ci, dof = means_slope(xs, ys, gs)
+    except ValueError:  # fewer than two distinct points
+      slope, ci, dof = None, None, 0
+    mean_effect = float(np.mean(ys)) if ys else math.nan
+    return {"slope": slope, "slope_ci": list(ci) if ci else [None, None], "dof": max(dof, 0),
+            "trend": trend(ci, mean_effect) if ci else "not measured", "points": len(pts)}
+
+  families = sorted({r[family] for r in used}) if family else []
+  out = {**one(used, grouped=len(families) > 1), "excluded": excluded}
+  if family:
+    per = {f: one([r for r in used if r[family] == f], grouped=False) for f in families}
+    out["per_family"] = per
+    cis = [b["slope_ci"] for b in per.values() if b["slope_ci"][0] is not None]
+    disjoint = any(a[1] < b[0] or b[1] < a[0] for i, a in enumerate(cis) for b in cis[i + 1:])
+    out["pooled"] = not disjoint
+    if disjoint:
+      out.update(slope=None, slope_ci=[None, None], trend="families disagree")
+  return out

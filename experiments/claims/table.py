@@ -106,18 +106,20 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     res = load_committed(claim.id, root)
     if res is None:
       rows.append([i, claim.topic, f"`{claim.id}`", claim.kind, claim.preface,
-                   "no committed run", "—", "—", "—", "—", "—", report.anchor_text(claim)])
+                   "no committed run", "—", "—", "—", "—", "—", "—", report.anchor_text(claim)])
       continue
     registered = res["seeds"] == list(claim.seeds)
-    verdict = res["verdict"] + ("" if registered else " (addendum seeds)")
+    verdict = (res["verdict"] + ("" if registered else " (addendum seeds)")
+               + (f" (v{res['version']})" if res.get("version", 1) > 1 else " (v1)"))
     ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
-                 claim.preface, verdict, ext, report.key_number(res, claim),
+                 claim.preface, verdict, report.regime_text(res), ext,
+                 report.key_number(res, claim),
                  report.trend_text(res), report.context_text(res), report.budget_text(res),
                  report.anchor_text(claim)])
-  header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict",
-            "extensions", "key number (95% CI)", "trend with size", "effect against context T",
+  header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict (registration)",
+            "registered size: model, params, tokens/param, held-out bits/byte", "extensions", "key number (95% CI)", "trend with size", "effect against context T",
             "effect against training tokens", "published anchor"]
   return report.table(header, rows)[:-1]
 

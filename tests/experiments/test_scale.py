@@ -97,11 +97,19 @@ def block(effect: dict, noise: dict | None = None) -> dict:
   return runner.scale_block(claim, per_size, SEEDS, {m: runner.model_card(m) for m in effect})
 
 
+def linear(level: float, slope: float, names=("mini", "small", "base")) -> dict:
+  """Effects `level + slope · log(params / 1e5)`, off the line by a few thousandths per size
+  (so the fit has residuals, and an interval of non-zero width)."""
+  off = {"mini": 0.002, "small": -0.004, "base": 0.002, "llama-mini": 0.001,
+         "llama-base": -0.001}
+  return {m: level + slope * math.log(PARAMS[m] / 1e5) + off[m] for m in names}
+
+
 @pytest.mark.parametrize("effect, expected", [
-    ({"mini": 0.2, "small": 0.4, "base": 0.6}, "grows"),      # positive, rising
-    ({"mini": -0.2, "small": -0.4, "base": -0.6}, "grows"),   # negative, falling: |effect| up
-    ({"mini": 0.6, "small": 0.4, "base": 0.2}, "shrinks"),
-    ({"mini": -0.6, "small": -0.4, "base": -0.2}, "shrinks"),
+    (linear(0.2, 0.1), "grows"),      # positive, rising
+    (linear(-0.2, -0.1), "grows"),    # negative, falling: |effect| up
+    (linear(0.6, -0.1), "shrinks"),
+    (linear(-0.6, 0.1), "shrinks"),
 ])
 def test_trend_follows_the_magnitude_of_the_effect(effect, expected):
   sc = block(effect)
@@ -116,7 +124,7 @@ def test_no_trend_when_the_slope_interval_contains_zero():
 
 
 def test_sizes_run_through_the_runner_with_slope_equal_to_scipys(tmp_path):
-  effect = {"mini": 0.5, "small": 0.4, "base": 0.25}
+  effect = linear(0.5, -0.08)
   calls = []
   claim = scale_claim(fake_run(effect, calls))
   lines = []
@@ -132,16 +140,20 @@ def test_sizes_run_through_the_runner_with_slope_equal_to_scipys(tmp_path):
   schema.validate_results(on_disk, ["toy"])
   sc = on_disk["scale"]
   assert [r["model"] for r in sc["sizes"]] == ["mini", "small", "base"]  # by params
-  ci = scipy.stats.t.interval(0.95, 2, loc=0.51, scale=scipy.stats.sem([0.5, 0.51, 0.52]))
+  m = effect["mini"] + 0.01
+  ci = scipy.stats.t.interval(0.95, 2, loc=m, scale=scipy.stats.sem([m - 0.01, m, m + 0.01]))
   assert sc["sizes"][0] == {"family": "GPT", "model": "mini", "params": 100_000,
-                            "effect": pytest.approx(0.51), "ci": pytest.approx(list(ci)),
+                            "effect": pytest.approx(m), "ci": pytest.approx(list(ci)),
                             "verdict": "supported", "failed_controls": []}
-  x, y = points(effect, ["mini", "small", "base"])
+  # The fit reads one point per size, the seed mean: 3 sizes leave 1 degree of freedom.
+  x = [math.log(PARAMS[m]) for m in ("mini", "small", "base")]
+  y = [effect[m] + 0.01 for m in ("mini", "small", "base")]
   ref = scipy.stats.linregress(x, y)
-  half = scipy.stats.t.ppf(0.975, len(x) - 2) * ref.stderr
+  half = scipy.stats.t.ppf(0.975, 1) * ref.stderr
   assert sc["slope"] == pytest.approx(ref.slope, rel=1e-9)
   assert sc["slope_ci"] == pytest.approx([ref.slope - half, ref.slope + half], rel=1e-6)
-  assert sc["trend"] == "shrinks"
+  assert sc["dof"] == 1 and sc["points"] == 3 and sc["excluded"] == []
+  assert sc["trend"] == "shrinks" and ref.slope + half < 0
   for name in ("mini", "small", "base"):
     assert os.path.exists(os.path.join(run_dir, f"size-{name}", "findings.json"))
   assert os.path.exists(os.path.join(run_dir, "scale.png"))
@@ -392,7 +404,7 @@ def test_the_table_shows_the_trend_with_the_slope_interval(tmp_path):
     (folder / cid).mkdir(parents=True)
     jsonio.dump_strict({**committed[cid], "scale": scale}, str(folder / cid / "results.json"))
     row = next(line for line in table.table_lines(str(folder)) if f"`{cid}`" in line)
-    return [c.strip() for c in row.strip("|").split(" | ")][8]
+    return [c.strip() for c in row.strip("|").split(" | ")][9]
 
   assert (trend_cell(_valid_scale(), tmp_path / "scaled")
           == "shrinks: slope -0.01 [-0.02, -0.001] per e-fold of params")
@@ -400,7 +412,7 @@ def test_the_table_shows_the_trend_with_the_slope_interval(tmp_path):
 
 
 def test_claim_cli_takes_sizes(tmp_path, monkeypatch, capsys):
-  claim = scale_claim(fake_run({"mini": 0.5, "small": 0.4, "base": 0.3}))
+  claim = scale_claim(fake_run(linear(0.5, -0.05)))
   monkeypatch.setattr(tour, "CLAIMS", {"toy": claim})
   assert tour.claim_main(["toy", "--sizes", "mini,base", "--out", str(tmp_path)]) == 0
   out = capsys.readouterr().out
@@ -414,13 +426,15 @@ def test_claim_cli_takes_sizes(tmp_path, monkeypatch, capsys):
 def test_two_families_share_one_slope_with_an_intercept_each():
   # The Llama sizes sit 0.5 above the GPT sizes; within each family the effect falls by 0.05
   # per e-fold. A pooled fit would mix the offset into the slope; the shared one must not.
-  effect = {m: -0.05 * math.log(PARAMS[m]) + (0.5 if FAMILY[m] == "Llama" else 0.0)
-            for m in ("mini", "small", "base", "llama-mini", "llama-base")}
+  names = ("mini", "small", "base", "llama-mini", "llama-base")
+  effect = {m: e + (0.5 if FAMILY[m] == "Llama" else 0.0)
+            for m, e in linear(-0.6, -0.05, names).items()}
   noise = {0: 0.01, 1: -0.02, 2: 0.015}
   sc = block(effect, noise)
-  fams = np.array([FAMILY[r] for r in effect for _ in SEEDS])
-  x = np.array([math.log(PARAMS[m]) for m in effect for _ in SEEDS])
-  y = np.array([effect[m] + noise[s] for m in effect for s in SEEDS])
+  # Reference: least squares on the seed mean of each size (5 points), one intercept per family.
+  fams = np.array([FAMILY[m] for m in effect])
+  x = np.array([math.log(PARAMS[m]) for m in effect])
+  y = np.array([effect[m] + np.mean(list(noise.values())) for m in effect])
   design = np.c_[x, fams == "GPT", fams == "Llama"].astype(np.float64)
   coef, rss, *_ = np.linalg.lstsq(design, y, rcond=None)
   dof = x.size - 3
@@ -560,14 +574,15 @@ def test_a_size_whose_effect_is_n_a_is_kept_and_left_out_of_the_fit_and_figure(t
   assert set(rows) == {"mini", "small", "base"}
   assert rows["small"]["effect"] == pytest.approx(0.41)
   assert rows["mini"]["effect"] is None and rows["base"]["effect"] is None  # n/a in the JSON
-  assert res["scale"]["slope"] is None and res["scale"]["trend"] == "no trend"  # one finite size
+  assert res["scale"]["slope"] is None and res["scale"]["trend"] == "not measured"  # one size
+  assert res["scale"]["excluded"] == [["mini", "not measured"], ["base", "not measured"]]
   assert os.path.exists(os.path.join(run_dir, "scale.png"))
   effect["small"] = math.nan  # n/a at every size (its log-x figure once crashed on that)
   res, run_dir = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini", "base"),
                                   root=str(tmp_path / "c"), log=quiet)
   assert [r["effect"] for r in res["scale"]["sizes"]] == [None, None, None]
-  assert res["scale"]["trend"] == "no trend" and os.path.exists(os.path.join(run_dir,
-                                                                            "scale.png"))
+  assert res["scale"]["trend"] == "not measured" and os.path.exists(os.path.join(run_dir,
+                                                                                "scale.png"))
   effect.update(small=0.4, base=0.2)  # two finite sizes: the slope is theirs alone
   res, _ = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini", "base"),
                             root=str(tmp_path / "b"), log=quiet)
@@ -618,14 +633,12 @@ def test_budgets_give_the_paired_slope_on_log_tokens(tmp_path):
   assert [r["multiple"] for r in block["runs"]] == [1, 4]
   assert [r["train_tokens"] for r in block["runs"]] == [160, 640]
   assert block["runs"][1]["tokens_per_param"] == pytest.approx(640 / PARAMS["small"])
-  # Reference: with one intercept per seed, two budgets reduce to the paired t-test of
-  # e(4×) − e(1×) per seed, divided by log 4.
+  # Reference: the line through the two budgets' seed means; two points leave no degree of
+  # freedom, so there is no interval and the trend is not measured (never "no trend").
   d = np.array([-0.1 * math.log(4) + NOISE[4][s] - NOISE[1][s] for s in SEEDS])
-  half = scipy.stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
   assert block["slope"] == pytest.approx(d.mean() / math.log(4), rel=1e-9)
-  assert block["slope_ci"] == pytest.approx([(d.mean() - half) / math.log(4),
-                                             (d.mean() + half) / math.log(4)], rel=1e-6)
-  assert block["trend"] == "shrinks"
+  assert block["slope_ci"] == [None, None] and block["dof"] == 0
+  assert block["trend"] == "not measured"
   e4 = [0.5 - 0.1 * math.log(4) + 0.01 * s + NOISE[4][s] for s in SEEDS]
   assert block["runs"][1]["effect"] == pytest.approx(np.mean(e4))
   assert block["runs"][0]["verdict"] == res["verdict"]  # 1× is the registered run

@@ -1,0 +1,137 @@
+"""Trend statistics an expert would sign: one point per size, points that cannot count left out."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from experiments import models
+from experiments.claims import report, runner, stats
+from experiments.claims.claim import Claim, Sizes, Threshold
+
+SIZES = {"s1": 1e4, "s2": 4e4, "s3": 1.6e5, "s4": 6.4e5, "s5": 2.56e6}
+
+
+def test_seeds_are_not_sizes_the_interval_is_the_per_size_means_fit():
+  """(size, seed) points with seed noise: the fit equals OLS on the five size means, df 3."""
+  rng = np.random.default_rng(0)
+  x_size = np.log(list(SIZES.values()))
+  true = 0.3 - 0.02 * x_size + 0.01 * rng.standard_normal(x_size.size)  # off the line a bit
+  seeds = 7
+  x = np.repeat(x_size, seeds)
+  y = np.repeat(true, seeds) + 0.05 * rng.standard_normal(x.size)  # fabricated seed noise
+  slope, ci, dof = stats.means_slope(x, y)
+  means = y.reshape(len(SIZES), seeds).mean(1)
+  ref = scipy.stats.linregress(x_size, means)
+  half = scipy.stats.t.ppf(0.975, len(SIZES) - 2) * ref.stderr
+  assert dof == len(SIZES) - 2
+  assert slope == pytest.approx(ref.slope, rel=1e-10)
+  assert ci == pytest.approx((ref.slope - half, ref.slope + half), rel=1e-6)
+  # The fit that treats every seed as a size has 33 dof and a much narrower interval.
+  naive = stats.ols_slope(x, y)[1]
+  assert naive[1] - naive[0] < 0.5 * (ci[1] - ci[0])
+  # The seed order does not matter, and the mean per size is what enters.
+  perm = rng.permutation(x.size)
+  assert stats.means_slope(x[perm], y[perm])[1] == pytest.approx(ci, rel=1e-9)
+
+
+def test_families_share_a_slope_with_an_intercept_each_and_sizes_minus_3_dof():
+  x = np.log([1e4, 4e4, 1.6e5, 1e4, 4e4, 1.6e5])
+  y = np.array([0.10, 0.21, 0.29, 0.62, 0.69, 0.81])
+  slope, ci, dof = stats.means_slope(np.repeat(x, 2), np.repeat(y, 2),
+                                     np.repeat(["a"] * 3 + ["b"] * 3, 2))
+  design = np.c_[x, [1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1]].astype(float)
+  coef, rss, *_ = np.linalg.lstsq(design, y, rcond=None)
+  se = math.sqrt(rss[0] / 3 * np.linalg.inv(design.T @ design)[0, 0])
+  assert dof == 3 and slope == pytest.approx(coef[0], rel=1e-10)
+  assert ci == pytest.approx((coef[0] - scipy.stats.t.ppf(0.975, 3) * se,
+                              coef[0] + scipy.stats.t.ppf(0.975, 3) * se), rel=1e-6)
+
+
+def _rows(effects, **extra):
+  return [{"model": m, "params": SIZES[m], "effect": e, **extra.get(m, {})}
+          for m, e in effects.items()]
+
+
+def test_excluded_and_undefined_points_leave_the_fit_and_say_why():
+  effects = {"s1": 0.1, "s2": 0.2, "s3": 0.31, "s4": 0.9, "s5": math.nan}
+  fit = stats.fit_trend(_rows(effects, s4={"excluded": "censored: a seed's value >= 0.5"}),
+                        "params", label="model")
+  assert fit["excluded"] == [["s4", "censored: a seed's value >= 0.5"], ["s5", "not measured"]]
+  ref = scipy.stats.linregress(np.log([1e4, 4e4, 1.6e5]), [0.1, 0.2, 0.31])
+  assert fit["slope"] == pytest.approx(ref.slope) and fit["points"] == 3 and fit["dof"] == 1
+  two = stats.fit_trend(_rows({"s1": 0.1, "s2": 0.2, "s3": math.nan}), "params")
+  assert two["slope_ci"] == [None, None] and two["trend"] == "not measured"  # never "no trend"
+  none = stats.fit_trend(_rows({"s1": math.nan, "s2": math.nan}), "params")
+  assert none["slope"] is None and none["trend"] == "not measured"
+
+
+def test_disjoint_family_intervals_refuse_the_pooled_slope():
+  rows = [{"params": p, "effect": 0.1 * math.log(p) + d, "family": "gpt"}
+          for p, d in ((1e4, 0.001), (4e4, -0.002), (1.6e5, 0.001))]
+  rows += [{"params": p, "effect": -0.1 * math.log(p) + d, "family": "llama"}
+           for p, d in ((1e4, 0.001), (4e4, -0.002), (1.6e5, 0.001))]
+  fit = stats.fit_trend(rows, "params", family="family")
+  assert fit["pooled"] is False and fit["trend"] == "families disagree"
+  assert fit["slope"] is None
+  assert fit["per_family"]["gpt"]["trend"] == "grows"
+  assert fit["per_family"]["llama"]["slope"] == pytest.approx(-0.1, abs=1e-3)
+  agree = stats.fit_trend([{**r, "effect": r["effect"] + (0.2 * math.log(r["params"])
+                                                           if r["family"] == "llama" else 0)}
+                           for r in rows], "params", family="family")
+  assert agree["pooled"] is True and agree["trend"] == "grows"
+
+
+# ------------------------------------------------ the runner: controls, censoring, training
+
+
+class ToySizes(Sizes):
+  pass
+
+
+PRIMARY = Threshold.beyond("steps ratio", "method", "ratio", margin=0.05, direction="<",
+                           reference=1.0, censored=">= 1")
+CONTROL = Threshold("method learns", "method", "learned", supports="== 1", control=True)
+
+
+def _claim():
+  return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+               thresholds=(PRIMARY, CONTROL), seeds=(0, 1, 2), trains=False,
+               run=lambda spec: {})
+
+
+def test_a_failed_control_or_a_censored_seed_keeps_a_size_out_of_the_scale_fit(monkeypatch):
+  cards = {"s1": ("gpt", 1e4), "s2": ("gpt", 4e4), "s3": ("gpt", 1.6e5),
+           "s4": ("gpt", 6.4e5), "s5": ("gpt", 2.56e6)}
+
+  def runs(ratio, learned=1.0, censor_seed=None):
+    return {"method": {s: {"ratio": 1.0 if s == censor_seed else ratio + 0.01 * s,
+                           "learned": learned} for s in (0, 1, 2)}}
+
+  per_size = {"s1": runs(0.30), "s2": runs(0.40), "s3": runs(0.52),
+              "s4": runs(0.2, learned=0.0), "s5": runs(0.7, censor_seed=1)}
+  block = runner.scale_block(_claim(), per_size, (0, 1, 2),
+                             {m: {"family": f, "model": m, "params": int(p)}
+                              for m, (f, p) in cards.items()})
+  rows = {r["model"]: r for r in block["sizes"]}
+  assert rows["s4"]["excluded"] == "control failed: method learns"
+  assert rows["s5"]["excluded"] == "censored: a seed's method.ratio >= 1"
+  assert "excluded" not in rows["s1"] and block["points"] == 3
+  ref = scipy.stats.linregress(np.log([1e4, 4e4, 1.6e5]), [0.31, 0.41, 0.53])
+  assert block["slope"] == pytest.approx(ref.slope, rel=1e-9)
+  md = "\n".join(report.scale_markdown(_claim(), {"scale": block, "config": {}}, "#"))
+  assert "no: control failed: method learns" in md and "no: censored" in md
+  assert "left out of the fit: s4 (control failed" in report.scale_sentence(block)
+
+
+def test_an_under_trained_size_is_shown_apart_when_the_regime_holds():
+  rows = [{"model": "a", "tokens_per_param": 20.0}, {"model": "b", "tokens_per_param": 20.01},
+          {"model": "c", "tokens_per_param": 0.95}]
+  runner._flag_under_trained(rows)
+  assert "under_trained" not in rows[0] and "under_trained" not in rows[1]
+  assert rows[2]["under_trained"] == "under-trained: 0.95 tokens per parameter"
+  old = [{"model": "a", "tokens_per_param": 6.2}, {"model": "b", "tokens_per_param": 0.95}]
+  runner._flag_under_trained(old)  # no size reaches the regime: a run registered before it
+  assert not any("under_trained" in r for r in old)
+  assert models.TOKENS_PER_PARAM == 20
