@@ -64,7 +64,7 @@ import jax
 import numpy as np
 
 import transformer
-from experiments import train
+from experiments import model_store, train
 from experiments.train import sweep
 
 CACHE_VERSION = 1
@@ -93,6 +93,12 @@ class Recipe:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=64)
+def _param_count(cfg: transformer.Config) -> int:
+  abstract = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
+  return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(abstract))
+
+
 def _gpt(d: int, n_layers: int, max_len: int = 256) -> transformer.Config:
   """The `tiny` preset's family at width `d`: learned positions, LayerNorm, GELU, 4 heads."""
   return transformer.preset("tiny", d_model=d, n_layers=n_layers, n_heads=4, max_len=max_len)
@@ -117,6 +123,26 @@ def _long_recipe(cfg: transformer.Config) -> Recipe:
   return Recipe(cfg, steps=400, batch_size=2, seq_len=1024)
 
 
+# The trained regime: every size sees the same number of tokens per parameter (Hoffmann et
+# al. 2022's compute-optimal ratio), so size is no longer confounded with training.
+TOKENS_PER_PARAM = 20
+
+
+def _trained_recipe(cfg: transformer.Config) -> Recipe:
+  """`cfg` trained on `TOKENS_PER_PARAM` tokens per parameter, in steps of 16 × 128 tokens.
+
+  The peak rate falls with width, `3e-3 · 64 / d` (1.2e-2 at d 16, 6e-3 at d 32, 3e-3 at
+  d 64), the 1/width rule of maximal-update parametrisations, chosen on tuning seed 99 (never
+  a reported seed) from AdamW sweeps at this recipe: held-out bits per byte at d 16 were 4.17,
+  3.78, 3.70, 3.65 at 3e-3, 1e-2, 3e-2, 1e-1 (145 steps: the smallest model wants a larger
+  rate than any rule across sizes gives it); at d 32 3.466, 3.466, 3.482 at 3e-3, 1e-2, 3e-2;
+  at d 64 2.95, 2.48, 2.65 at 1e-3, 3e-3, 1e-2.
+  """
+  steps = math.ceil(TOKENS_PER_PARAM * _param_count(cfg) / (16 * 128))
+  return Recipe(cfg, steps=steps, batch_size=16, seq_len=128,
+                learning_rate=3e-3 * 64 / cfg.d_model)
+
+
 RECIPES = {
     # `small` and `quick` are spelled out: their fields are the cache key of committed results.
     "small": Recipe(transformer.preset("tiny", d_model=128, n_layers=4, n_heads=4, max_len=256),
@@ -132,6 +158,13 @@ RECIPES = {
     "llama-base": _family_recipe(_llama(192, 4)),
     "small-long": _long_recipe(_gpt(128, 4, max_len=2048)),
     "llama-small-long": _long_recipe(_llama(128, 4, max_len=2048)),
+    # The trained regime (`TOKENS_PER_PARAM`): the suffix is the ratio each size is trained at.
+    "pico-20": _trained_recipe(_gpt(16, 2)),
+    "micro-20": _trained_recipe(_gpt(32, 2)),
+    "mini-20": _trained_recipe(_gpt(64, 2)),
+    "llama-pico-20": _trained_recipe(_llama(16, 2)),
+    "llama-micro-20": _trained_recipe(_llama(32, 2)),
+    "llama-mini-20": _trained_recipe(_llama(64, 2)),
 }
 FAMILIES = {"gpt": ("micro", "mini", "small", "base"),
             "llama": ("llama-micro", "llama-mini", "llama-small", "llama-base")}
@@ -140,6 +173,12 @@ FAMILIES = {"gpt": ("micro", "mini", "small", "base"),
 CPU_SCALE = {"gpt": ("micro", "mini", "small"),
              "llama": ("llama-micro", "llama-mini", "llama-small")}
 LONG = {"gpt": "small-long", "llama": "llama-small-long"}
+# The sizes trained at `TOKENS_PER_PARAM` (16× in parameters per family), the scale axis of a
+# claim registered under the trained regime; `small` (0.95 tokens per parameter) is
+# shown beside them as under-trained and left out of every fit.
+TRAINED = {"gpt": ("pico-20", "micro-20", "mini-20"),
+           "llama": ("llama-pico-20", "llama-micro-20", "llama-mini-20")}
+STORED = frozenset(TRAINED["gpt"] + TRAINED["llama"])  # committed in float16 (`model_store`)
 # Shapes that a claim trains from scratch at its registered size and that are no shared model:
 # nothing here trains them, but `config` and `model_card` read them like a recipe's shape, so
 # the claim's scale axis can start from the model its registered results were measured on.
@@ -211,12 +250,6 @@ def family(cfg: transformer.Config) -> str:
   return "llama" if cfg.positions == "rope" else "gpt"
 
 
-@functools.lru_cache(maxsize=64)
-def _param_count(cfg: transformer.Config) -> int:
-  abstract = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
-  return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(abstract))
-
-
 def param_count(name: str) -> int:
   """Parameters of the shared model (or shape) `name`, from its initialised shapes (no compute).
 
@@ -272,7 +305,8 @@ def _flatten(params) -> dict[str, np.ndarray]:
 def _unflatten(cfg: transformer.Config, arrays) -> dict:
   abstract = jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))
   names = list(_flatten(jax.tree.map(lambda a: np.zeros((), a.dtype), abstract)))
-  leaves = [np.asarray(arrays[n]) for n in names]
+  leaves = [np.asarray(arrays[n], np.float32) if np.asarray(arrays[n]).dtype == np.float16
+            else np.asarray(arrays[n]) for n in names]
   return jax.tree.unflatten(jax.tree.structure(abstract), leaves)
 
 
@@ -330,7 +364,12 @@ def _train_and_write(name: str, seeds: tuple[int, ...], root: str, progress=None
             "val_loss": float(result.val_loss[0, j, -1]), "diverged": bool(result.diverged[0, j])}
     path = cache_dir(name, seed, root)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    _write(path, params, meta)
+    if name in STORED:
+      arrays = model_store.rounded(_flatten(params))
+      heldout = heldout_loss(_unflatten(recipe.cfg, arrays), recipe.cfg)
+      model_store.save(path, arrays, {**meta, "key": recipe.key(seed), "heldout": heldout})
+    else:
+      _write(path, params, meta)
 
 
 def _cached(name: str, seed: int, root: str) -> bool:
@@ -367,14 +406,89 @@ def summary(root: str = "runs") -> list[dict]:
   rows = []
   for name in [*order, *(n for n in RECIPES if n not in order)]:
     metas = _cached_metas(name, root)
-    bpb = [m["val_loss"] / math.log(2) for m in metas.values()]
+    for seed in range(64) if name in STORED else ():
+      if committed(name, seed):
+        metas[seed] = model_store.read_meta(model_store.folder(name, seed))
+    metas = dict(sorted(metas.items()))
+    bpb = [m["heldout"]["bits_per_byte"] if "heldout" in m else m["val_loss"] / math.log(2)
+           for m in metas.values()]
     rows.append({**model_card(name), "cached_seeds": list(metas),
                  "bits_per_byte": float(np.mean(bpb)) if bpb else None})
   return rows
 
 
+def committed(name: str, seed: int) -> str | None:
+  """The folder of the committed model `name` at `seed` (`model_store`), or None.
+
+  Raises:
+    ValueError: the committed model was trained under another recipe than the current one.
+  """
+  path = model_store.folder(name, seed)
+  if name not in STORED or not os.path.exists(os.path.join(path, "meta.json")):
+    return None
+  key = model_store.read_meta(path).get("key")
+  if key != _recipe(name).key(seed):
+    raise ValueError(f"{path} was trained under recipe key {key}; `{name}`'s recipe is now "
+                     f"{_recipe(name).key(seed)}. Fix: retrain it (`python -m experiments models "
+                     f"--train {name} --seeds {seed}`) and store it with `--commit {name}`.")
+  return path
+
+
+def heldout_loss(params, cfg: transformer.Config, *, batches: int = 8, batch_size: int = 16,
+                 seq_len: int = 128) -> dict:
+  """Held-out loss of `params` on fixed validation windows: `{"loss", "bits_per_byte", "tokens"}`.
+
+  The same `batches × batch_size` windows of the stdlib validation split (seed 0, steps
+  `0 … batches − 1`) for every model and seed, so the numbers compare across sizes.
+  """
+  from experiments.train import step
+
+  model = transformer.Transformer(cfg)
+  fn = jax.jit(lambda p, t: step.loss_fn(p, model, t, jax.numpy.ones(t[:, 1:].shape)))
+  losses = [float(fn(params, windows(0, seq_len, batch_size, "val", step=k)))
+            for k in range(batches)]
+  loss = float(np.mean(losses))
+  return {"loss": loss, "bits_per_byte": loss / math.log(2),
+          "tokens": batches * batch_size * seq_len}
+
+
+def heldout_bits(name: str, seeds) -> float | None:
+  """Mean held-out bits per byte of the committed models `name` at `seeds`, or None when any
+  of them is not committed (nothing is trained or loaded)."""
+  if name not in STORED:
+    return None
+  metas = [model_store.read_meta(model_store.folder(name, s)) if committed(name, s) else None
+           for s in seeds]
+  if not metas or any(m is None for m in metas):
+    return None
+  return float(np.mean([m["heldout"]["bits_per_byte"] for m in metas]))
+
+
+def commit(name: str, seeds, root: str = "runs") -> list[str]:
+  """Copies the cached models `name` at `seeds` into the committed store; returns the folders."""
+  if name not in STORED:
+    raise ValueError(f"commit: {name!r} is not in the trained regime {sorted(STORED)}; only "
+                     "those are committed.")
+  out = []
+  for seed in seeds:
+    arrays, meta = model_store.load(cache_dir(name, seed, root))
+    out.append(model_store.folder(name, seed))
+    model_store.save(out[-1], arrays, {k: v for k, v in meta.items()
+                                       if k not in ("sha256", "dtype")})
+  return out
+
+
+def verify() -> list[dict]:
+  """`model_store.verify` of the committed models against the current recipes."""
+  return model_store.verify(lambda n, s: RECIPES[n].key(s) if n in RECIPES else None)
+
+
 @functools.lru_cache(maxsize=16)
 def _load(name: str, seed: int, root: str):
+  stored_at = committed(name, seed)
+  if stored_at is not None:
+    arrays, meta = model_store.load(stored_at)
+    return _unflatten(RECIPES[name].cfg, arrays), {**meta, "path": stored_at}
   path = cache_dir(name, seed, root)
   if not _cached(name, seed, root):
     _train_and_write(name, (seed,), root)
@@ -415,7 +529,8 @@ def base_models(name: str, seeds, *, root: str = "runs",
   separately trained ones to float32 rounding, not bit for bit. `progress`: a
   `console.progress(RECIPES[name].steps)` bar that the training moves.
   """
-  missing = tuple(s for s in dict.fromkeys(int(s) for s in seeds) if not _cached(name, s, root))
+  missing = tuple(s for s in dict.fromkeys(int(s) for s in seeds)
+                  if not _cached(name, s, root) and committed(name, s) is None)
   if missing:
     _train_and_write(name, missing, root, progress)
   return [base_model(name, int(s), root=root) for s in seeds]
@@ -445,6 +560,8 @@ def base_model_info(name: str, seed: int, *, root: str = "runs") -> dict:
   """
   meta = dict(_load(name, seed, root)[1])
   bpb = meta["val_loss"] / math.log(2) if RECIPES[name].cfg.vocab_size == 256 else None
+  if "heldout" in meta:  # the trained regime: the stored (float16) model's own held-out loss
+    bpb = meta["heldout"]["bits_per_byte"]
   return {**model_card(name), **meta, "bits_per_byte": bpb}
 
 

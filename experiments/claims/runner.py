@@ -239,7 +239,8 @@ def excluded(claim: Claim, runs: dict, seeds, row: dict) -> str | None:
     >>> th = Threshold.beyond("ratio", "a", "steps", baseline="b", margin=0.1, censored=">= 1.5")
     >>> c = Claim(id="x", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
     ...           thresholds=(th,), trains=False, run=print)
-    >>> runs = {"a": {0: {"steps": 1.5}, 1: {"steps": 0.4}}, "b": {0: {"steps": 1.0}, 1: {"steps": 1.0}}}
+    >>> runs = {"a": {0: {"steps": 1.5}, 1: {"steps": 0.4}},
+    ...         "b": {0: {"steps": 1.0}, 1: {"steps": 1.0}}}
     >>> excluded(c, runs, (0, 1), {}), excluded(c, runs, (1,), {"failed_controls": ["edge"]})
     ("censored: a seed's a.steps >= 1.5", 'control failed: edge')
   """

@@ -119,7 +119,8 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
                  report.trend_text(res), report.context_text(res), report.budget_text(res),
                  report.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict (registration)",
-            "registered size: model, params, tokens/param, held-out bits/byte", "extensions", "key number (95% CI)", "trend with size", "effect against context T",
+            "registered size: model, params, tokens/param, held-out bits/byte", "extensions",
+            "key number (95% CI)", "trend with size", "effect against context T",
             "effect against training tokens", "published anchor"]
   return report.table(header, rows)[:-1]
 

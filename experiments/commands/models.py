@@ -4,6 +4,15 @@
     python -m experiments models --train NAME [NAME ...] [--seeds 0-4]
     python -m experiments models --train all --seeds 0 1 2 3 4
 
+    python -m experiments models --commit NAME [NAME ...] [--seeds 0-4]
+    python -m experiments models --verify
+
+`--commit` copies cached models of the trained regime (`experiments.models.STORED`) into
+`results/models/<name>/seed-<k>/` (float16 `params.npz` + `meta.json` with its sha256), from
+where every claim reads them on a fresh clone without training; `--verify` checks every
+committed model's arrays against its hash and its recipe against the current one, prints
+one line per model and exits 1 if any fails.
+
 Without `--train` it prints one row per recipe of `experiments.models.RECIPES` (name, family,
 shape, parameters, tokens seen, tokens per parameter, the seeds already cached under
 `ROOT/cache/` and their mean held-out bits per byte), reading only `meta.json` files: nothing
@@ -91,7 +100,19 @@ def main(argv=None) -> int:
   p.add_argument("--seeds", nargs="+", default=["0-4"],
                  help="seeds to train: 0-4, 0,1,2 or 0 1 2 (default 0-4)")
   p.add_argument("--root", default="runs", help="the runs folder holding cache/")
+  p.add_argument("--commit", nargs="+", default=None, metavar="NAME",
+                 help=f"store cached models in results/models: {', '.join(sorted(models.STORED))}")
+  p.add_argument("--verify", action="store_true",
+                 help="check every committed model's hash and recipe; exit 1 on a mismatch")
   args = p.parse_args(argv)
+  if args.verify:
+    rows = models.verify()
+    for r in rows:
+      print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['name']} seed {r['seed']}"
+            + (f": {r['why']}" if r["why"] else ""))
+    bad = sum(not r["ok"] for r in rows)
+    print(f"{len(rows) - bad}/{len(rows)} committed models verified")
+    return 1 if bad or not rows else 0
   try:
     seeds = parse_seeds(args.seeds)
   except ValueError as e:
@@ -104,5 +125,10 @@ def main(argv=None) -> int:
     if unknown:
       p.error(f"unknown model(s) {unknown}; choose from {list(models.RECIPES)} or all")
     train(names, seeds, args.root)
+  for name in args.commit or ():
+    if name not in models.STORED:
+      p.error(f"--commit {name}: only the trained regime is committed: {sorted(models.STORED)}")
+    for path in models.commit(name, seeds, args.root):
+      print(f"committed {path}")
   print(table(models.summary(args.root)))
   return 0
