@@ -11,6 +11,6 @@ Grouped by role, top of the house first (imports only point down this list):
 - `lab/`: the parts several claims share (arms, tuning, measurements), below every claim;
 - `models`: the shared base models, trained once and cached;
 - `train/`: the one loss and step, the loop, vmapped sweeps, checkpoints, sharding;
-- `data`, `jsonio`, `console`: text and tasks as pure functions of `(seed, step)`, strict
-  JSON, progress lines.
+- `data/`: text and tasks as pure functions of `(seed, step)` (`batch`, `text`, `tasks`);
+  `jsonio`, `console`: strict JSON, progress lines.
 """

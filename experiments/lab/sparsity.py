@@ -17,8 +17,9 @@ import numpy as np
 import optax
 
 import transformer
-from experiments import data as data_lib
 from experiments import models
+from experiments.data.batch import VOCAB_SIZE, batch_rng
+from experiments.data.tasks import SEP, answers_only, associative_recall
 from experiments.lab.attention_arms import forward, train_arm, tuned_arm
 
 
@@ -26,12 +27,12 @@ from experiments.lab.attention_arms import forward, train_arm, tuned_arm
 class RecallSource:
   """Associative recall as a data source (pure in seed, step, split).
 
-  ``k1 v1 … kn vn [d1 … dF] SEP q1 a1 … qm am``: `data.associative_recall`'s sequence with
+  ``k1 v1 … kn vn [d1 … dF] SEP q1 a1 … qm am``: `associative_recall`'s sequence with
   `n_filler` distractors `d` inserted after the last pair, drawn uniformly from the ids that
   are neither a key, a value nor a marker (`[n_keys + n_values, SEP)`), so each query still
   matches exactly one earlier token and full attention can solve it at any length; the
   distance from a key to its query grows by `F`. With `n_filler = 0` (the registered
-  layout) the batch is `data.associative_recall`'s, draw for draw.
+  layout) the batch is `associative_recall`'s, draw for draw.
   """
 
   n_pairs: int
@@ -42,20 +43,18 @@ class RecallSource:
 
   @property
   def vocab_size(self) -> int:
-    return data_lib.VOCAB_SIZE
+    return VOCAB_SIZE
 
   def batch(self, seed: int, step: int, batch_size: int, split: str = "train"):
-    rng = data_lib._rng(seed, step, split)
-    b = data_lib.associative_recall(rng, batch_size, self.n_pairs, self.n_queries,
-                                    self.n_keys, self.n_values)
+    rng = batch_rng(seed, step, split)
+    b = associative_recall(rng, batch_size, self.n_pairs, self.n_queries, self.n_keys,
+                           self.n_values)
     if not self.n_filler:
       return b
     cut = 2 * self.n_pairs
-    filler_BF = rng.integers(self.n_keys + self.n_values, data_lib.SEP,
-                             (batch_size, self.n_filler))
+    filler_BF = rng.integers(self.n_keys + self.n_values, SEP, (batch_size, self.n_filler))
     tokens = np.concatenate([b.tokens[:, :cut], filler_BF, b.tokens[:, cut:]], 1)
-    return data_lib._answers_only(tokens, cut + self.n_filler + 2
-                                  + 2 * np.arange(self.n_queries))
+    return answers_only(tokens, cut + self.n_filler + 2 + 2 * np.arange(self.n_queries))
 
 
 def keys_read(params, cfg: transformer.Config, tokens_BT) -> dict:

@@ -302,7 +302,7 @@ def test_dynamic_sparsity_at_length_refuses_when_no_id_is_left_for_distractors()
 
 def test_recall_without_filler_is_associative_recall_draw_for_draw():
   got = DS.recall_source(DS.FULL).batch(7, 3, 5, "val")
-  want = data_lib.associative_recall(data_lib._rng(7, 3, "val"), 5, 4, 4, 4, 4)
+  want = data_lib.associative_recall(data_lib.batch_rng(7, 3, "val"), 5, 4, 4, 4, 4)
   np.testing.assert_array_equal(got.tokens, want.tokens)
   np.testing.assert_array_equal(got.weights, want.weights)
 
