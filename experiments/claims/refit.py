@@ -35,7 +35,7 @@ def _kept_runs(folder: str) -> dict | None:
   return jsonio.load_strict(path)["findings"]["runs"]
 
 
-def refit(claim: Claim, res: dict, folder: str) -> dict:
+def refit_results(claim: Claim, res: dict, folder: str) -> dict:
   """`res` with every axis's fit recomputed by `runner.axis_fit` from the kept rows."""
   res = copy.deepcopy(res)
   seeds = [str(s) for s in res["seeds"]]
@@ -139,20 +139,21 @@ def _figures(claim: Claim, res: dict, folder: str) -> None:
 
 
 def refit_kept(claim_id: str, root: str = RESULTS_DIR, *, write: bool = True) -> bool:
-  """Refits `root/<claim_id>/`; returns whether its `results.json` changed."""
+  """Refits `root/<claim_id>/`; returns whether its `results.json` or `report.md` changed."""
   folder = os.path.join(root, claim_id)
   path = os.path.join(folder, "results.json")
   if not os.path.exists(path):
     return False
   res = jsonio.load_strict(path)
-  new = refit(CLAIMS[claim_id], res, folder)
-  changed = new != res
+  new = refit_results(CLAIMS[claim_id], res, folder)
+  with open(os.path.join(folder, "report.md")) as f:
+    text = f.read()
+  text_new = rerender(CLAIMS[claim_id], new, text)
+  changed = new != res or text_new != text
   if changed and write:
     jsonio.dump_strict(new, path)
-    with open(os.path.join(folder, "report.md")) as f:
-      text = f.read()
     with open(os.path.join(folder, "report.md"), "w") as f:
-      f.write(rerender(CLAIMS[claim_id], new, text))
+      f.write(text_new)
     _figures(CLAIMS[claim_id], new, folder)
   return changed
 

@@ -403,7 +403,7 @@ def budget_sentence(budgets: dict) -> str:
          "parameter)" if first.get("tokens_per_param") and last.get("tokens_per_param") else "")
   on = f"On `{budgets['model']}`, from" if budgets.get("model") else "From"
   return (f"{on} {first['multiple']}× to {last['multiple']}× the tokens{per} "
-          f"{_trend_clause(budgets, 'tokens', 'budgets', 'one seed')}.")
+          f"{_trend_clause(budgets, 'tokens', 'budgets', 'under 3 points')}.")
 
 
 def budget_markdown(claim: Claim, results: dict, h: str) -> list[str]:
@@ -444,6 +444,14 @@ def _error_bars(rows: list[dict]) -> list[list[float]]:
   """Matplotlib's `yerr` of rows with `effect` and `ci` (no bar where the interval is null)."""
   return [[r["effect"] - r["ci"][0] if r["ci"][0] is not None else 0.0 for r in rows],
           [r["ci"][1] - r["effect"] if r["ci"][1] is not None else 0.0 for r in rows]]
+
+
+def _hollow_excluded(ax, rows: list[dict], x: str, color, marker: str = "o") -> None:
+  """Rings the rows left out of the trend fit (white fill), labelled once."""
+  out = [r for r in rows if r.get("excluded")]
+  if out:
+    ax.plot([r[x] for r in out], [r["effect"] for r in out], marker, ms=9, mfc="white",
+            mec=color, ls="none", label="left out of the trend fit (see the report)")
 
 
 def _threshold_lines(ax, th: Threshold) -> None:
@@ -488,8 +496,9 @@ def context_figure(claim: Claim, context: list[dict], trend_: dict, run_dir: str
   fig, ax = plt.subplots(figsize=(7.0, 4.4))
   rs = [r for r in context if r["effect"] is not None]
   on = f" ({', '.join(models_at)})" if models_at else ""
-  ax.errorbar([r["T"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs), fmt="o-",
-              capsize=3, label=f"primary effect{on}")
+  line = ax.errorbar([r["T"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
+                     fmt="o-", capsize=3, label=f"primary effect{on}")
+  _hollow_excluded(ax, rs, "T", line[0].get_color())
   _threshold_lines(ax, th)
   sentence = textwrap.fill(context_sentence(context, trend_), 68) if rs else ""
   _save_log_x(fig, ax, th, xlabel="context length T (tokens, log scale)",
@@ -513,8 +522,9 @@ def budget_figure(claim: Claim, budgets: dict, run_dir: str) -> str:
   fig, ax = plt.subplots(figsize=(7.0, 4.4))
   rs = [r for r in budgets["runs"] if r["effect"] is not None]
   on = f" on {budgets['model']}" if budgets.get("model") else ""
-  ax.errorbar([x_of(r) for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
-              fmt="o-", capsize=3, label=f"primary effect{on} (1×: the registered tokens)")
+  line = ax.errorbar([x_of(r) for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
+                     fmt="o-", capsize=3, label=f"primary effect{on} (1×: the registered tokens)")
+  _hollow_excluded(ax, [{**r, "x": x_of(r)} for r in rs], "x", line[0].get_color())
   _threshold_lines(ax, th)
   sentence = textwrap.fill(budget_sentence(budgets).replace("`", ""), 68)  # no markdown
   _save_log_x(fig, ax, th, xlabel=("tokens per parameter" if per else "training tokens")
@@ -543,8 +553,9 @@ def scale_figure(claim: Claim, scale: dict, run_dir: str, registered: str | None
           and math.isfinite(r["effect"])]  # a size whose effect is n/a has no point to draw
     if not rs:
       continue
-    ax.errorbar([r["params"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
-                fmt=f"{marker}-", capsize=3, label=f"{fam} family")
+    line = ax.errorbar([r["params"] for r in rs], [r["effect"] for r in rs],
+                       yerr=_error_bars(rs), fmt=f"{marker}-", capsize=3, label=f"{fam} family")
+    _hollow_excluded(ax, rs, "params", line[0].get_color(), marker)
     for r in rs:
       ax.annotate(r["model"], (r["params"], r["effect"]), textcoords="offset points",
                   xytext=(6, 6), fontsize=7)

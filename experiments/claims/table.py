@@ -56,8 +56,9 @@ KEEP_MAX_BYTES = 1_000_000  # a committed file is small: no checkpoints, no arra
 def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
   """Copies a full run's folder to `root/<claim-id>/`, replacing what was kept; returns it.
 
-  Only a full run on the claim's pre-registered seeds is kept (a quick run or an addendum is
-  refused with the reason), and only its small files: `claim.json`, `results.json`,
+  Only a full run on the claim's pre-registered seeds, finished on a clean checkout, is kept
+  (a quick run, an addendum, or a run whose `git` is dirty or missing is refused with the
+  reason), and only its small files: `claim.json`, `results.json`,
   `report.md` and figures, each under `KEEP_MAX_BYTES`, and the findings each size and length
   saved (`size-<model>/findings.json`, `context-T<T>/findings.json`, `findings.json`: the
   per-seed metrics behind `scale` and `context`), those under `KEEP_MAX_BYTES` (a larger one
@@ -73,6 +74,13 @@ def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
   if res["quick"]:
     raise ValueError(f"{run_dir} is a quick run; only full runs are kept. Fix: run "
                      f"`python -m experiments claim {claim.id}` without --quick.")
+  revs = [res["git"]] + [res["budgets"].get("git", "")] if res.get("budgets") else [res["git"]]
+  if any(r is None or r.endswith("-dirty") for r in revs):
+    where = "no git checkout" if None in revs else "a dirty tree"
+    raise ValueError(f"{run_dir} finished on {where} (git {revs}), so no commit holds the code "
+                     "that produced it. Fix: "
+                     "commit, then run it again from a clean checkout (e.g. `git worktree add "
+                     "/tmp/clean HEAD` and run there).")
   if res["seeds"] != list(claim.seeds):
     raise ValueError(f"{run_dir} ran seeds {res['seeds']}, not the pre-registered "
                      f"{list(claim.seeds)}: an addendum is reported, not kept as the result.")

@@ -112,7 +112,10 @@ def _stand_in_run(tmp_path, quick: bool):
   return run_dir
 
 
-def test_keep_copies_a_full_run_and_refuses_a_quick_one(tmp_path):
+def test_keep_copies_a_full_run_and_refuses_a_quick_one(tmp_path, monkeypatch):
+  from experiments.claims import runner
+
+  monkeypatch.setattr(runner, "git_revision", lambda: "0" * 40)  # a clean checkout
   results = tmp_path / "results"
   run_dir = _stand_in_run(tmp_path, quick=False)
   (results / "causal-mask").mkdir(parents=True)
@@ -124,3 +127,16 @@ def test_keep_copies_a_full_run_and_refuses_a_quick_one(tmp_path):
   with pytest.raises(ValueError, match="quick run"):
     table.keep(_stand_in_run(tmp_path, quick=True), str(results))
   assert table.load_committed("causal-mask", str(results)) == kept  # the old one stays whole
+
+
+def test_keep_refuses_a_run_finished_on_a_dirty_tree(tmp_path, monkeypatch):
+  from experiments.claims import runner
+
+  results = tmp_path / "results"
+  for rev, why in (("1" * 40 + "-dirty", "a dirty tree"), (None, "no git checkout")):
+    monkeypatch.setattr(runner, "git_revision", lambda rev=rev: rev)
+    run_dir = _stand_in_run(tmp_path / str(rev), quick=False)
+    with pytest.raises(ValueError, match=why) as e:
+      table.keep(run_dir, str(results))
+    assert "Fix: commit" in str(e.value) and "\n" not in str(e.value)
+  assert not (results / "causal-mask").exists()

@@ -135,3 +135,11 @@ def test_an_under_trained_size_is_shown_apart_when_the_regime_holds():
   runner._flag_under_trained(old)  # no size reaches the regime: a run registered before it
   assert not any("under_trained" in r for r in old)
   assert models.TOKENS_PER_PARAM == 20
+
+
+def test_every_kept_result_is_fitted_and_rendered_with_the_current_statistics():
+  """`refit --check`: each kept results.json's trends and its report's axis sections are what
+  the current statistics give from the kept rows and findings."""
+  from experiments.claims import refit
+
+  assert refit.main(["--check"]) == 0
