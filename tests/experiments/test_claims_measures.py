@@ -67,6 +67,22 @@ def test_kernel_certificate_tied_is_psd_untied_is_not():
   assert metrics["frac_kernel"] == 0.0 and 0.0 <= metrics["frac_psd"] <= 1.0
 
 
+def test_kernel_certificate_stays_exact_when_tied_scores_pass_float32s_range():
+  """Trained tied heads score up to ~110 on `mini-20`; exp overflows float32 above ~88, and a
+  clamp at 80 (softmax-kernel v2's instrument) breaks exp∘G's definiteness: with scores
+  G = [[100, 85], [85, 72.25]] (q = 10, 8.5) the clamped [[e⁸⁰, e⁸⁰], [e⁸⁰, e^72.25]] has a
+  negative determinant. The float64 kernel shifted by the largest score stays exactly PSD."""
+  q = np.array([10.0, 8.5], np.float32).reshape(1, 1, 2, 1, 1)  # (L, B, T, H, dh)
+  tied = softmax_kernel.kernel_certificate(q, q, 1.0, causal=False)
+  assert tied["max_score"] == 100.0 and tied["is_kernel"].all()
+  shifted = np.exp(np.array([[0.0, -15.0], [-15.0, -27.75]]))
+  lam = np.linalg.eigvalsh(shifted)
+  assert lam[0] > 0  # exp∘G / e¹⁰⁰ is positive definite, as the Schur product theorem says
+  assert tied["min_eig_rel"][0, 0] == pytest.approx(lam[0] / lam[1], rel=1e-9)
+  clamped = np.exp(np.minimum([[100.0, 85.0], [85.0, 72.25]], 80.0))
+  assert np.linalg.det(clamped / np.exp(80.0)) < 0  # what v2's clamp measured instead
+
+
 def test_kernel_certificate_gqa_reads_key_head_h_over_groups():
   # 4 query heads on 2 key heads: query head h must read key head h // 2 (the model's grouping).
   rng = np.random.default_rng(2)
