@@ -132,21 +132,6 @@ def test_tying_keys_to_queries_under_gqa_and_rope():
                                                  causal=False)["negative_mass"].max()) <= 1e-3
 
 
-def test_causal_mask_at_length_reads_the_long_model_at_t():
-  z = causal_mask.at_length(causal_mask.FULL, 1024)
-  assert (z.model, z.primary_T, z.seq_lens) == ("llama-small-long", 1024, (32, 1024))
-  assert models.RECIPES[z.model].seq_len >= z.primary_T
-  assert z.batch_size == 4  # the floor: 4 windows certify 4·L·H heads at every length
-  assert causal_mask.CLAIM.context_lengths == (256, 512, 1024)
-  with pytest.raises(ValueError, match="T=2048.*trained at T = 1024"):
-    causal_mask.at_length(causal_mask.FULL, 2048)
-  with pytest.raises(ValueError, match="T=128.*smoke test"):
-    causal_mask.at_length(causal_mask.QUICK, 128)
-  q = causal_mask.at_length(causal_mask.QUICK, 64)
-  assert (q.model, q.primary_T, q.seq_lens, q.batch_size) == ("quick", 64, (32, 64), 2)
-  assert max(q.seq_lens) <= models.RECIPES[q.model].cfg.max_len
-
-
 def test_contract_measurement_quick(monkeypatch):
   """The claim's aggregation over the registry; each variant's own check is in test_contracts."""
   for name in set(transformer.ATTENTION) - {"softmax"}:
