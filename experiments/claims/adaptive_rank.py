@@ -3,73 +3,37 @@
     python -m experiments claim adaptive-rank [--quick]
 
 **The preface's question.** "Adaptive rank allocation—easy inputs get low-rank attention, hard
-inputs get full rank" proposes an application: spend the KV rank where the input needs it. An
-allocation a model can use must be fixed from what it has read (the rank of a cache entry is
-chosen when it is written), so the question is: **at an equal average budget, does a causal
-per-sequence rank allocation give a lower held-out loss than the same rank for every
-sequence?** Measured at the key budget of rank `Dh/4` per head on average (8 of 32: 4× fewer
-key and value coefficients): the causal policy reads each sequence's first `prefix_len`
-tokens, measures their loss at every rank of the grid, allocates ranks over the sequences
-from those prefix curves, and is scored on the whole sequences against uniform rank `Dh/4`.
-The difference `(policy − uniform) / full-rank loss` is paired per seed; supported when its
-95% interval lies below −0.2% of the loss, refuted when it lies above. The margin, 0.2% of
-the loss, is a fifth of the 1% tolerance of the `kv-compression` claim: a policy that buys
-less changes no compression decision and does not pay for the bookkeeping of per-sequence
-ranks. What would have refuted it: the interval above −0.2% (the earlier, non-registered
-3-seed run had the policy *worse* than uniform at every budget, by 0.016 to 0.042 nats).
+inputs get full rank". An allocation a model can use must be fixed from what it has read (a
+cache entry's rank is chosen when it is written), so: **at an equal average budget, does a
+causal per-sequence rank allocation give a lower held-out loss than the same rank for every
+sequence?** At rank `Dh/4` per head on average (4× fewer key and value coefficients), the
+causal policy reads each sequence's first `prefix_len` tokens, measures their loss at every
+rank of the grid, allocates ranks over the sequences from those prefix curves (`allocate`), and
+is scored on the whole sequences against uniform rank `Dh/4`. `(policy − uniform) / full-rank
+loss` is paired per seed; supported when its 95% interval lies below −0.2% of the loss (a
+fifth of `kv-compression`'s 1% tolerance), refuted when it lies above.
 
-The allocator (`allocate`) is the same for the policy and the oracle: it minimises the summed
-loss of the curves it is given at mean rank ≤ the budget (Lagrangian relaxation, then a
-greedy fill of the leftover budget), and falls back to uniform when uniform is lower on those
-curves. Given the true curves (the *oracle*) it is therefore never worse than uniform; given
-the prefix curves (the *causal policy*) it can be.
+`allocate` minimises the summed loss of the curves it is given at mean rank ≤ the budget
+(Lagrangian relaxation, then a greedy fill), falling back to uniform when uniform is lower on
+those curves: given the true curves (the *oracle*) it never loses to uniform; given the prefix
+curves (the *causal policy*) it can.
 
-**Extensions** (own verdicts, never the headline):
+**Extensions**: *headroom* (does the oracle beat uniform by the margin?); *hard inputs need
+higher rank* (Spearman of a sequence's full-rank loss and the smallest grid rank within 1% of
+the mean full-rank loss, above 0.1?); *other budgets* (the policy at `Dh/8` and `Dh/2`).
+Nothing is tuned, so the claim has no tuning seeds.
 
-* *headroom*: does the oracle, which sees each whole sequence's curve, beat uniform by the
-  same margin? If not, no causal policy can, whatever it reads;
-* *hard inputs need higher rank* (the preface's premise): is the Spearman correlation between
-  a sequence's full-rank loss and the rank it needs above 0.1? The needed rank is the
-  smallest grid rank within 1% of the *mean* full-rank loss (an absolute tolerance, so a hard
-  sequence gets no larger tolerance than an easy one);
-* *other budgets*: the causal policy against uniform at `Dh/8` and `Dh/2`.
+Protocol: per seed, the committed base model (`experiments.models`, 20 tokens per parameter);
+nested per-head PCA bases of the cached keys and values from training-split calibration
+windows (`analysis.kv`), and every held-out sequence's loss with every head at each rank of the
+grid (`kv.rank_losses`). Registered on `mini-20` (Dh 16); the scale axis measures `micro-20`
+(Dh 8) and both Llama sizes beside them; the `pico` sizes (Dh 4) are left out, as `Dh/8` is
+below the grid's smallest rank there. Results, with their runtime, are in
+`results/adaptive-rank/report.md`.
 
-Nothing is tuned: the rank grid, budgets, prefix length and allocator are fixed here, and no
-rate exists, so the claim has no tuning seeds.
-
-**Context axis** (`context_lengths`, `at_length`): a full run also reads the primary effect
-(policy − uniform at rank Dh/4) at T = 256, 512 and 1024 on `llama-small-long` (Llama,
-trained at T = 1024): held-out sequences of T tokens whose first quarter the policy reads,
-with the sequence and calibration counts scaled by 128/T (at least 16 sequences) so the tokens
-measured per seed stay those of the full run. It feeds the trend with context only, never the
-verdict. One seed at T = 1024 took 48 s on 2 cores at load ≈ 2.
-
-Per seed, nested per-head PCA bases of the cached keys and values come from calibration
-windows of the training split (`analysis.kv`, files disjoint from the evaluated ones), and
-every held-out sequence's loss is measured with every head at each rank of the grid
-(`kv.rank_losses`; rank `r` keeps the first `r` directions).
-
-Full run (5 seeds, the shared `small` models, 192 validation sequences of 128 tokens each,
-down from 256 to fit the budget): 178 s of CPU time (554 s wall on 2 cores shared at load
-≈ 10), so at most 3 minutes on 2 idle CPU cores; `--quick` (the `quick` model, 64 sequences of
-64 tokens) about 20 s. The full run also measures the primary effect on the GPT family's
-`micro` (Dh 8) and `mini` (Dh 16) models and the Llama family's three, at the same budget of
-rank Dh/4 (the scale axis, `scale_models`; the verdict is read at `small`).
-
-The registered full run (5 seeds) refutes it: the causal policy is *worse* than uniform rank
-Dh/4 by 0.42% [0.28, 0.55] of the loss; the oracle beats uniform by 0.32% [0.18, 0.46]
-(headroom: inconclusive against the 0.2% margin); hard sequences need slightly *lower* rank
-(Spearman −0.14 [−0.26, −0.02]). Across sizes (git 6bc792d) the policy is never better than
-uniform: +0.76% [−0.39, 1.90] at `micro`, +0.22% [0.01, 0.44] at `mini`, +0.42% [0.28, 0.55]
-at `small`; no trend (slope −0.09% [−0.34, 0.16] of the loss per e-fold of parameters).
-The Llama family (keys compressed before RoPE; measured at git d2d24bd, the GPT sizes reused
-by `--resume`) agrees: +0.28% [−1.25, 1.81] at `llama-micro`, +0.004% [−0.92, 0.93] at
-`llama-mini`, +0.81% [0.58, 1.05] at `llama-small`; the slope shared by both families is
-+0.05% [−0.16, 0.27] per e-fold: no trend. Against context on `llama-small-long`: +0.30%
-[0.09, 0.51] at T = 256, +0.05% [−0.11, 0.21] at 512, +0.005% [−0.016, 0.027] at 1024; the
-effect shrinks towards zero with T (slope −0.21% [−0.34, −0.08] per e-fold of T), so at long
-context the causal policy is no worse than uniform rank, and still no better (refuted at
-every T against the −0.2% margin).
+v2 (2026-12-05, before the run): registered on the trained regime (`mini-20`; v1 read
+`small`, Dh 32, at 0.95 tokens per parameter), and the context axis left out until its
+long-context model is trained at the regime (issue 38).
 """
 
 from __future__ import annotations
@@ -114,37 +78,8 @@ class AdaptiveRankSizes(Sizes):
 
 QUICK = AdaptiveRankSizes(model="quick", seq_len=64, n_sequences=64, prefix_len=17,
                           n_calibration=8)
-FULL = AdaptiveRankSizes(model="small", seq_len=128, n_sequences=192, prefix_len=33,
+FULL = AdaptiveRankSizes(model="mini-20", seq_len=128, n_sequences=192, prefix_len=33,
                          n_calibration=32)
-
-
-def at_length(sizes: AdaptiveRankSizes, T: int) -> AdaptiveRankSizes:
-  """The sizes of a run at context length `T` (`Claim.at_length`, the context axis).
-
-  What changes with `T`: the model (full sizes: `llama-small-long`, trained at T = 1024, for
-  every `T`; quick sizes keep the quick model, `T ≤ 64`), the held-out and calibration
-  windows (`seq_len = T`: the policy − uniform loss, the primary effect, is read on sequences
-  of `T` tokens), and the prefix the causal policy reads, which keeps its share of the
-  sequence (`prefix_len − 1` predicted tokens scale by `T / seq_len`: `FULL`'s first 32 of 128
-  become the first 256 of 1024). `n_sequences` and `n_calibration` scale by `seq_len / T`, so
-  the tokens measured per seed, and the run time, stay about those of `sizes`; never below
-  `min(n, 4)` calibration windows, nor 16 sequences to allocate over (`FULL` at T = 1024 has
-  24).
-
-  Raises:
-    ValueError: `T` is outside `[16, trained length of the model]` (`models.model_at_length`).
-
-  Example:
-    >>> z = at_length(FULL, 1024)
-    >>> z.model, z.seq_len, z.prefix_len, z.n_sequences, z.n_calibration
-    ('llama-small-long', 1024, 257, 24, 4)
-  """
-  model = models.model_at_length("adaptive-rank", sizes.model, T, quick_model=QUICK.model)
-  ref = sizes.seq_len
-  return dataclasses.replace(
-      sizes, model=model, seq_len=T, prefix_len=1 + round((sizes.prefix_len - 1) * T / ref),
-      n_sequences=max(min(sizes.n_sequences, 16), round(sizes.n_sequences * ref / T)),
-      n_calibration=max(min(sizes.n_calibration, 4), round(sizes.n_calibration * ref / T)))
 
 
 def _fill(losses_NB, ranks, idx, cap: float) -> np.ndarray:
@@ -405,7 +340,7 @@ CLAIM = Claim(
     kind="new",
     preface=("Adaptive rank allocation—easy inputs get low-rank attention, hard inputs get "
              "full rank"),
-    hypothesis=("At an equal average KV rank of Dh/4 per head (8 of 32), a causal policy that "
+    hypothesis=("At an equal average KV rank of Dh/4 per head (4 of 16), a causal policy that "
                 "allocates each held-out sequence's rank from the loss curves of its first "
                 "prefix_len tokens gives a whole-sequence loss at least 0.2% below uniform rank "
                 "Dh/4 (whole 95% interval of the paired difference over 5 seeds)."),
@@ -447,9 +382,12 @@ CLAIM = Claim(
         Anchor("rank allocation across heads/layers (static, not per input)", "Fisher-based "
                "search beats uniform", "Chang et al. 2024, Palu"),
     ),
-    scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
-    context_lengths=(256, 512, 1024),
-    at_length=at_length,
+    scale_models=("micro-20", "mini-20", "llama-micro-20", "llama-mini-20"),
+    version=2,
+    revisions=("v2: registered on the trained regime (mini-20 at 20 tokens per parameter, "
+               "Dh 16; v1 read small, Dh 32, at 0.95), scale over the trained sizes with "
+               "Dh >= 8, the context axis left out until its long model is trained at the "
+               "regime (issue 38)",),
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -14,13 +14,13 @@ import scipy.stats
 import transformer
 from analysis import kv
 from experiments import data, jsonio, models
-from experiments.claims import CLAIMS, adaptive_rank, kv_compression, runner, table
+from experiments.claims import CLAIMS, adaptive_rank, kv_compression
 from experiments.claims import lora as lora_claim
-from experiments.claims.claim import Spec
-from experiments.claims.runner import decide
 from experiments.lab import kv_arms, kvcompress
 from experiments.lab import lora as lora_lab
 from experiments.train import sweep
+from experiments.verdict import Spec, axes, folders
+from experiments.verdict.rule import decide
 from transformer import lora
 
 # ----------------------------------------------------------------------------- adaptive-rank
@@ -111,23 +111,6 @@ def test_adaptive_rank_primary_is_a_difference_with_a_margin(diffs, expected):
   assert decide(adaptive_rank.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == expected
   runs["needs"][2]["full_rank_error"] = 1e-3  # the instrument is broken: nothing can be read
   assert decide(adaptive_rank.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
-
-
-def test_adaptive_rank_at_length_reads_the_long_model_at_t():
-  z = adaptive_rank.at_length(adaptive_rank.FULL, 1024)
-  assert (z.model, z.seq_len) == ("llama-small-long", 1024)
-  assert models.RECIPES[z.model].seq_len >= z.seq_len
-  assert z.prefix_len == 257  # the policy still reads the first quarter (32 of 128 -> 256)
-  assert z.n_sequences * z.seq_len == adaptive_rank.FULL.n_sequences * 128  # tokens kept
-  assert (z.n_calibration, adaptive_rank.at_length(adaptive_rank.FULL, 256).n_sequences) == (4, 96)
-  assert adaptive_rank.CLAIM.context_lengths == (256, 512, 1024)
-  with pytest.raises(ValueError, match="T=2048.*trained at T = 1024"):
-    adaptive_rank.at_length(adaptive_rank.FULL, 2048)
-  with pytest.raises(ValueError, match="T=128.*smoke test"):
-    adaptive_rank.at_length(adaptive_rank.QUICK, 128)
-  q = adaptive_rank.at_length(adaptive_rank.QUICK, 64)
-  assert q == adaptive_rank.QUICK  # the quick model at its training length: QUICK itself
-  assert 2 <= q.prefix_len < q.seq_len <= models.RECIPES[q.model].cfg.max_len
 
 
 # ----------------------------------------------------------------------------- kv-compression
@@ -290,16 +273,16 @@ def test_lora_sizes_refuse_arms_the_run_cannot_measure(arms):
 
 
 def test_lora_registered_size_is_unchanged_and_the_scale_axis_is_the_gpt_family():
-  res = jsonio.load_strict(f"{table.RESULTS_DIR}/lora/results.json")
+  res = jsonio.load_strict(f"{folders.RESULTS_DIR}/lora/results.json")
   assert (lora_claim.FULL.model, lora_claim.QUICK.model) == ("small", "quick")
   assert lora_claim.FULL.to_dict() == res["config"]["sizes"]  # the registered run's sizes
   assert models.config("small").to_dict() == res["config"]["setup"]["model_config"]
   claim = CLAIMS["lora"]
   assert claim.scale_models == models.CPU_SCALE["gpt"] == ("micro", "mini", "small")
   assert claim.to_dict()["scale_models"] == ["micro", "mini", "small"]
-  assert runner.scale_models(claim, quick=False) == ("small", "micro", "mini")  # verdict first
-  assert runner.scale_models(claim, quick=True) == ()
-  assert runner.scale_models(claim, quick=True, sizes=("quick", "micro")) == ("quick", "micro")
+  assert axes.scale_models(claim, quick=False) == ("small", "micro", "mini")  # verdict first
+  assert axes.scale_models(claim, quick=True) == ()
+  assert axes.scale_models(claim, quick=True, sizes=("quick", "micro")) == ("quick", "micro")
   cards = {n: models.model_card(n) for n in claim.scale_models}
   assert {n: (c["family"], c["d_model"], c["n_layers"], c["params"]) for n, c in cards.items()} == {
       "micro": ("gpt", 32, 2, 41_856), "mini": ("gpt", 64, 2, 132_864),
