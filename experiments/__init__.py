@@ -5,9 +5,12 @@
 Grouped by role, top of the house first (imports only point down this list):
 
 - `__main__`: the CLI, dispatching to the modules below;
-- `commands/`: `demo`, `catalog`, `atlas`, `eval`, `sample`;
-- `claims/`: the 14 claims of the preface and their machinery (`claim`, `stats`, `schema`,
-  `runner`, `report`, `tour`, `table`); `benchmarks/`: timing scripts that print ratios;
+- `commands/`: `demo`, `catalog`, `atlas`, `eval`, `sample`, and the claims' `tour`,
+  `claim`, `table`, `validate`, `refit`;
+- `claims/`: the 14 claims of the preface and their registry; `benchmarks/`: timing scripts
+  that print ratios;
+- `verdict/`: the machinery every claim shares (declarations, statistics, the verdict rule,
+  the runner, reports), below every claim;
 - `lab/`: the parts several claims share (arms, tuning, measurements), below every claim;
 - `models`: the shared base models, trained once and cached;
 - `train/`: the one loss and step, the loop, vmapped sweeps, checkpoints, sharding;

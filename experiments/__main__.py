@@ -54,12 +54,12 @@ def _models(argv):
 
 
 def _claim(argv):
-  from experiments.claims import tour
+  from experiments.commands import tour
   return tour.claim_main(argv)
 
 
 def _tour(argv):
-  from experiments.claims import tour
+  from experiments.commands import tour
   return tour.tour_main(argv)
 
 

@@ -1,28 +1,55 @@
-"""The preface's fourteen claims, each a `Claim` that can fail, run by one runner.
+"""The preface's fourteen claims, each a `Claim` that can fail, and their registry `CLAIMS`.
 
     python -m experiments claim causal-mask [--quick] [--seeds 0 1 2 3 4] [--sizes mini,small]
     python -m experiments tour [--quick] [--only causal-mask softmax-kernel]
-    python -m experiments.claims.table [--check README.md]
+    python -m experiments.commands.table [--check README.md]
 
-One module per claim (`causal_mask.py`, ...: its `Sizes`, `QUICK`, `FULL`, `run`, `CLAIM`),
-and the machinery every claim shares, each module one concern:
-
-| module | concern |
-| --- | --- |
-| `claim` | the frozen declarations: `Claim`, `Threshold`, `Extension`, `Anchor`, `Sizes`, `Spec` |
-| `stats` | t-quantiles, 95% intervals, paired effects, rank correlations, number formatting |
-| `schema` | the validators of `results.json` (a claim's and the tour's) |
-| `runner` | running a claim and its verdict (`decide`: the one rule, margins and controls) |
-| `report` | markdown: a claim's `report.md` and the tour's (imports `claim`, `stats` only) |
-| `tour` | `python -m experiments tour` and `claim` |
-| `table` | the README's verdict table from the committed runs in `results/` |
-| `validate` | `python -m experiments.claims.validate ROOT` (CI, after the quick tour) |
+One module per claim (`causal_mask.py`, ...: its `Sizes`, `QUICK`, `FULL`, `run`, `CLAIM`) and
+nothing else: the machinery they share (declarations, statistics, the verdict rule, the
+runner, reports) is `experiments.verdict`, the commands that run them `experiments.commands`.
+A claim imports no other claim; what two claims share lives in `experiments.lab`.
 
 `CLAIMS` maps the ids of DESIGN.md, in tour order (per topic: the existing application, then
 the new one), to their `Claim`. A claim whose module is not written yet is registered with
 `not_built(...)`: it carries its topic and the preface's sentence, and the tour shows it as
-"not built", never as a verdict. To add one, write `experiments/claims/<id>.py` defining
-`CLAIM = Claim(...)` and replace its `not_built` line below with `<module>.CLAIM`.
+"not built", never as a verdict.
+
+To add a claim, write `experiments/claims/<id>.py` (under 400 lines; measurements that grow
+go to `experiments/lab/`), freezing its thresholds before it ever runs, and register its
+`CLAIM` below, in its topic's place::
+
+    import dataclasses
+
+    from experiments.verdict import Claim, Sizes, Spec, Threshold
+
+
+    @dataclasses.dataclass(frozen=True)
+    class MySizes(Sizes):
+      model: str
+      steps: int
+
+
+    QUICK = MySizes(model="quick", steps=20)
+    FULL = MySizes(model="mini", steps=400)
+
+
+    def run(spec: Spec) -> dict:
+      runs = {"arm": {}, "base": {}}
+      for seed in spec.seeds:
+        ...  # measure each arm at spec.sizes on this seed
+        runs["arm"][seed], runs["base"][seed] = {"loss": ...}, {"loss": ...}
+      return {"runs": runs, "setup": {"model": spec.sizes.model}}
+
+
+    CLAIM = Claim(
+        id="my-claim", topic="...", kind="new", preface="the preface's sentence",
+        hypothesis="ours, precise enough to fail", refuted_if="what would refute it",
+        thresholds=(Threshold.beyond("loss drop", "arm", "loss", baseline="base",
+                                     direction="<", margin=0.01),),
+        QUICK=QUICK, FULL=FULL, run=run, tuning_seeds=(99,))
+
+`python -m experiments claim my-claim --quick` then runs it, and a test of the claim's
+measurement against an independent reference goes to `tests/experiments/`.
 
 Example:
   >>> from experiments.claims import CLAIMS
@@ -46,9 +73,7 @@ from experiments.claims import (
   sliding_window,
   softmax_kernel,
 )
-from experiments.claims.claim import Anchor, Claim, Sizes, Spec, Threshold
-from experiments.claims.runner import run_claim
-from experiments.claims.schema import validate_results, validate_tour
+from experiments.verdict.claim import Claim
 
 
 def not_built(id: str, topic: str, kind: str, preface: str) -> Claim:
@@ -73,5 +98,4 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     dynamic_sparsity.CLAIM,
 )}
 
-__all__ = ["Anchor", "CLAIMS", "Claim", "Sizes", "Spec", "Threshold", "not_built", "run_claim",
-           "validate_results", "validate_tour"]
+__all__ = ["CLAIMS", "not_built"]

@@ -1,4 +1,4 @@
-"""The commands of `python -m experiments NAME` other than training and the claims.
+"""The commands of `python -m experiments NAME` other than training, and the claims' tools.
 
 | module | command |
 | --- | --- |
@@ -7,6 +7,11 @@
 | `eval` | `eval`: loss, bits per byte and perplexity of a run or HF model on any text |
 | `sample` | `sample`: continue a prompt with a trained run; `catalog --checkpoint` |
 | `kvgoals` | `python -m experiments.commands.kvgoals`: the KV goals on held-out prose |
+| `tour` | `tour`: every claim in order, one verdict table; `claim ID`: one claim |
+| `table` | `python -m experiments.commands.table [--check README.md]`: the README's table |
+| `validate` | `python -m experiments.commands.validate ROOT`: every `results.json` (CI) |
+| `refit` | `python -m experiments.commands.refit [--check]`: kept results' trends refitted |
 
-`train` lives in `experiments.train`, `claim` and `tour` in `experiments.claims`.
+`train` lives in `experiments.train`. Commands are leaves: only `experiments.__main__` and
+other commands import them.
 """

@@ -11,8 +11,19 @@ import pytest
 import scipy.stats
 
 from experiments import jsonio
-from experiments.claims import CLAIMS, not_built, runner, schema, stats, tour
-from experiments.claims.claim import VERDICTS, Claim, Extension, Sizes, Threshold
+from experiments.claims import CLAIMS, not_built
+from experiments.commands import tour
+from experiments.verdict import (
+  Claim,
+  Extension,
+  Sizes,
+  Threshold,
+  rule,
+  runner,
+  schema,
+  stats,
+)
+from experiments.verdict.rule import VERDICTS
 
 DESIGN_ORDER = [
     "causal-mask", "kv-compression", "residual-eigenvalues", "eigenvalue-constrained",
@@ -88,7 +99,7 @@ RUNS = {"a": {0: {"m": 1.0}, 1: {"m": 1.2}, 2: {"m": 1.1}},
       Threshold("ctl", "b", "m", stat="range", supports="== 0", control=True)], "inconclusive"),
 ])
 def test_verdict_from_thresholds(thresholds, expected):
-  v, reason, evals = runner.verdict(_claim(thresholds), RUNS, (0, 1, 2), indicative=False)
+  v, reason, evals = rule.verdict(_claim(thresholds), RUNS, (0, 1, 2), indicative=False)
   assert v == expected and reason
   # The paired effect a − b over seeds is (1.0, 1.1, 0.8): mean 0.9667.
   assert evals[0]["mean"] == pytest.approx(np.mean([1.0, 1.1, 0.8]))
@@ -269,12 +280,12 @@ def test_margin_rule_decides_both_ways(effects, expected):
   runs = {"new": {s: {"m": e} for s, e in enumerate(effects)},
           "old": {s: {"m": 0.0} for s in range(3)}}
   th = Threshold.beyond("gain", "new", "m", baseline="old", margin=0.01)
-  v, _, _ = runner.decide((th,), runs, (0, 1, 2))
+  v, _, _ = rule.decide((th,), runs, (0, 1, 2))
   assert v == expected
   # Mirrored: a claimed drop below −margin.
   flipped = {arm: {s: {"m": -m["m"]} for s, m in per.items()} for arm, per in runs.items()}
   th_down = Threshold.beyond("drop", "new", "m", baseline="old", margin=0.01, direction="<")
-  assert runner.decide((th_down,), flipped, (0, 1, 2))[0] == expected
+  assert rule.decide((th_down,), flipped, (0, 1, 2))[0] == expected
 
 
 def test_a_failed_control_blocks_only_what_needs_it():
@@ -282,14 +293,14 @@ def test_a_failed_control_blocks_only_what_needs_it():
   ctl = Threshold("recall works", "a", "ok", stat="range", supports="== 1", control=True)
   dependent = Threshold("sparse recall", "a", "m", supports="> 0.5", needs=("recall works",))
   independent = Threshold("text loss", "a", "n", supports="> 1", needs=())
-  v, why, evals = runner.decide((dependent, independent, ctl), runs, (0, 1, 2))
+  v, why, evals = rule.decide((dependent, independent, ctl), runs, (0, 1, 2))
   assert v == "inconclusive" and "sparse recall" in why
   assert [e["blocked"] for e in evals] == [True, False, False]
   # Without the dependent one, the failed control blocks nothing and the group is read.
-  v, why, _ = runner.decide((independent, ctl), runs, (0, 1, 2))
+  v, why, _ = rule.decide((independent, ctl), runs, (0, 1, 2))
   assert v == "supported" and "block nothing" in why
   # Old default (needs=None): every threshold of the group depends on its controls.
-  assert runner.decide((Threshold("x", "a", "n", supports="> 1"), ctl), runs,
+  assert rule.decide((Threshold("x", "a", "n", supports="> 1"), ctl), runs,
                        (0, 1, 2))[0] == "inconclusive"
 
 

@@ -12,16 +12,9 @@ import pytest
 import transformer
 from experiments import data as data_lib
 from experiments import jsonio, models
-from experiments.claims import (
-  CLAIMS,
-  dynamic_sparsity,
-  psd_attention,
-  runner,
-  sliding_window,
-  table,
-)
-from experiments.claims.claim import Spec, Threshold
+from experiments.claims import CLAIMS, dynamic_sparsity, psd_attention, sliding_window
 from experiments.lab import attention_arms, receptive, sparsity
+from experiments.verdict import Spec, Threshold, axes, folders, rule
 from transformer.attention import (
   linear_quadratic,
   local_attention,
@@ -72,7 +65,7 @@ def test_within_is_non_inferiority_by_the_runners_rule(direction, values, expect
   margin = 0.02 if direction == "<" else 0.1
   th = Threshold("cost", "new", "m", unit="u", **attention_arms.within(margin, direction))
   runs = {"new": {s: {"m": v} for s, v in enumerate(values)}}
-  assert runner.decide((th,), runs, (0, 1, 2))[0] == expected
+  assert rule.decide((th,), runs, (0, 1, 2))[0] == expected
 
 
 def test_within_refuses_a_zero_margin_and_unknown_direction():
@@ -398,9 +391,9 @@ def test_dynamic_sparsity_registered_size_trains_the_model_of_the_committed_resu
 def test_attention_sparsity_scale_axis_is_both_families_with_the_registered_size_first(cid):
   c = CLAIMS[cid]
   assert c.scale_models == models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"]
-  assert runner.scale_models(c, quick=False) == SCALE
-  assert runner.scale_models(c, quick=True) == ()  # quick runs stay one size
-  assert {runner.model_card(n)["family"] for n in SCALE} == {"gpt", "llama"}
+  assert axes.scale_models(c, quick=False) == SCALE
+  assert axes.scale_models(c, quick=True) == ()  # quick runs stay one size
+  assert {axes.model_card(n)["family"] for n in SCALE} == {"gpt", "llama"}
 
 
 def _llama_count_by_hand(d, L, H, K, F, V):
@@ -431,7 +424,7 @@ def _check_shape(cfg, size, T):
           else _llama_count_by_hand(d, L, 4, K, F, 256))
   assert n == want
   if max_len == 256:  # the card the scale axis reports is this shape's
-    assert runner.model_card(size)["params"] == want
+    assert axes.model_card(size)["params"] == want
 
 
 @pytest.mark.parametrize("size", list(SHAPE))
@@ -630,15 +623,15 @@ def test_psd_primary_is_the_variant_chosen_on_the_tuning_seed():
   runs = {psd_attention.CHOSEN: {s: {"loss_ratio": 0.001, "em_diff": 0.0} for s in range(3)},
           "softmax": {s: {"exact_match": 0.0} for s in range(3)},
           **{a: {s: {"loss_ratio": 0.001} for s in range(3)} for a in psd_attention.TIED}}
-  assert runner.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
+  assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
   copy = next(e for e in c.extensions if "copy" in e.name)
-  assert runner.decide(copy.thresholds, runs, (0, 1, 2))[0] == "inconclusive"
+  assert rule.decide(copy.thresholds, runs, (0, 1, 2))[0] == "inconclusive"
 
 
 # ------------------------------------------------------------------ psd-attention: sizes
 
 def _committed(claim_id):
-  return jsonio.load_strict(os.path.join(table.RESULTS_DIR, claim_id, "results.json"))
+  return jsonio.load_strict(os.path.join(folders.RESULTS_DIR, claim_id, "results.json"))
 
 
 def test_psd_registered_size_trains_the_model_of_the_committed_results():
@@ -660,8 +653,8 @@ def test_psd_registered_size_trains_the_model_of_the_committed_results():
 def test_psd_scale_axis_is_the_gpt_family_with_the_registered_size_first():
   c = CLAIMS["psd-attention"]
   assert c.scale_models == ("micro", "mini", "small")
-  assert runner.scale_models(c, quick=False) == ("mini", "micro", "small")
-  assert runner.scale_models(c, quick=True) == ()  # quick runs stay one size
+  assert axes.scale_models(c, quick=False) == ("mini", "micro", "small")
+  assert axes.scale_models(c, quick=True) == ()  # quick runs stay one size
   assert "Llama family is left out" in psd_attention.__doc__
   with pytest.raises(ValueError, match="qk_tied"):  # why: tied keys refuse K < H
     models.RECIPES["llama-mini"].cfg.replace(qk_tied=True)
@@ -686,7 +679,7 @@ def test_psd_other_sizes_build_the_declared_shape(size, d, L):
     shapes = jax.eval_shape(lambda cfg=cfg: transformer.init(cfg, jax.random.key(0)))
     n = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
     assert n == _count_by_hand(d, L, 4, 256, 256, tied=cfg.qk_tied), arm
-  assert runner.model_card(size)["params"] == _count_by_hand(d, L, 4, 256, 256, tied=False)
+  assert axes.model_card(size)["params"] == _count_by_hand(d, L, 4, 256, 256, tied=False)
 
 
 def test_psd_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
@@ -735,16 +728,16 @@ def _recall_runs(full, local, moba):
 def test_a_failed_recall_control_blocks_only_what_needs_it():
   th = CLAIMS["dynamic-sparsity"].thresholds
   ok = _recall_runs((0.95, 0.9, 0.92), (0.1, 0.05, 0.12), (0.94, 0.9, 0.91))
-  v, _, evals = runner.decide(th, ok, (0, 1, 2))
+  v, _, evals = rule.decide(th, ok, (0, 1, 2))
   assert v == "supported" and not any(e["blocked"] for e in evals)
   # The window does not fail: "adapts" cannot be read, "reads what full reads" still can.
   easy = _recall_runs((0.95, 0.9, 0.92), (0.9, 0.85, 0.9), (0.5, 0.45, 0.55))
-  v, why, evals = runner.decide(th, easy, (0, 1, 2))
+  v, why, evals = rule.decide(th, easy, (0, 1, 2))
   assert [e["blocked"] for e in evals] == [True, False, False, False]
   assert v == "refuted" and "reads what full reads" in why
   # Full attention does not learn: both comparisons are blocked.
   unlearned = _recall_runs((0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
-  v, _, evals = runner.decide(th, unlearned, (0, 1, 2))
+  v, _, evals = rule.decide(th, unlearned, (0, 1, 2))
   assert v == "inconclusive" and [e["blocked"] for e in evals] == [True, True, False, False]
   # The stdlib half is an extension: no recall control is in its group.
   text = CLAIMS["dynamic-sparsity"].extensions[0].thresholds

@@ -16,10 +16,11 @@ import optim
 import transformer
 from experiments import models
 from experiments.claims import condition_lr, muon, orthogonal_heads
-from experiments.claims.runner import extension_verdicts, scale_models, verdict
 from experiments.lab import heads_training, tuning, updates
 from experiments.lab import optimizers as O
 from experiments.train import sweep
+from experiments.verdict.axes import scale_models
+from experiments.verdict.rule import extension_verdicts, verdict
 from tests.conftest import random_params
 from transformer.linalg.polar import newton_schulz
 

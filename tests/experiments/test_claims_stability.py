@@ -10,11 +10,12 @@ import scipy.stats
 
 import analysis
 import transformer
-from experiments.claims import CLAIMS, stats
+from experiments.claims import CLAIMS
 from experiments.claims import eigenvalue_constrained as ec
 from experiments.claims import layernorm_condition as lc
 from experiments.claims import residual_eigenvalues as re_
 from experiments.lab import norm_training
+from experiments.verdict import axes, folders, rule, stats
 
 
 @pytest.mark.parametrize("claim_id", ["residual-eigenvalues", "eigenvalue-constrained",
@@ -166,10 +167,9 @@ def test_registered_size_is_the_model_of_the_committed_results():
   """`nano` is `stability._tiny(max_len=seq_len)`, the model every arm trained before the scale
   axis, field by field; the other fields are the committed run's sizes."""
   from experiments import jsonio, models
-  from experiments.claims import table
   from experiments.lab import stability
 
-  res = jsonio.load_strict(f"{table.RESULTS_DIR}/layernorm-condition/results.json")
+  res = jsonio.load_strict(f"{folders.RESULTS_DIR}/layernorm-condition/results.json")
   assert {k: v for k, v in lc.FULL.to_dict().items() if k != "model"} == {
       k: v for k, v in res["config"]["sizes"].items() if k != "model"}
   for z in (lc.FULL, lc.QUICK):
@@ -180,17 +180,16 @@ def test_registered_size_is_the_model_of_the_committed_results():
 
 
 def test_scale_axis_starts_at_the_registered_nano_and_spans_the_gpt_shapes():
-  from experiments.claims import runner
 
   claim = CLAIMS["layernorm-condition"]
-  assert runner.scale_models(claim, quick=False) == ("nano", "mini", "small")
-  assert runner.scale_models(claim, quick=True) == ()  # quick runs stay one size
+  assert axes.scale_models(claim, quick=False) == ("nano", "mini", "small")
+  assert axes.scale_models(claim, quick=True) == ()  # quick runs stay one size
   # The cards' parameter counts, from the matrix catalog: embedding (tied), learned positions,
   # per block w_q, w_k, w_v, w_o, w_1, w_2 with biases and two LayerNorms, a final LayerNorm.
   def by_hand(d, L, max_len):
     return 256 * d + max_len * d + L * (4 * d * d + 4 * d + 8 * d * d + 5 * d + 4 * d) + 2 * d
 
-  cards = {n: runner.model_card(n) for n in ("nano", "mini", "small")}
+  cards = {n: axes.model_card(n) for n in ("nano", "mini", "small")}
   assert {n: c["params"] for n, c in cards.items()} == {
       "nano": by_hand(32, 2, 32), "mini": by_hand(64, 2, 256), "small": by_hand(128, 4, 256)}
   assert {c["family"] for c in cards.values()} == {"gpt"}
@@ -200,7 +199,7 @@ def test_scale_axis_starts_at_the_registered_nano_and_spans_the_gpt_shapes():
 def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
   """`run` at `mini`: tuning and tracking get `mini`'s shape with each arm's norm."""
   from experiments import models
-  from experiments.claims.claim import Spec
+  from experiments.verdict import Spec
 
   seen = []
 
@@ -253,24 +252,22 @@ def _synthetic_runs(kappa_ln, kappa_rms, kappa_none, loss_none, loss_normed=2.6)
     ((120, 150, 90, 200, 130), (2.7, 2.6, 2.75, 2.65, 2.7), "refuted"),  # inside 0.25 nats
 ])
 def test_primary_verdict_from_the_frozen_thresholds(kappa_ln, loss_none, expected):
-  from experiments.claims import runner
 
   claim = CLAIMS["layernorm-condition"]
   runs = _synthetic_runs(kappa_ln, (100,) * 5, (110, 160, 95, 210, 120), loss_none)
-  v, _, evals = runner.decide(claim.thresholds, runs, tuple(range(5)))
+  v, _, evals = rule.decide(claim.thresholds, runs, tuple(range(5)))
   assert v == expected
   # The stress-rate gap is the paired difference none − layernorm, seed by seed.
   assert evals[2]["mean"] == pytest.approx(np.mean(np.array(loss_none) - 2.6))
 
 
 def test_is_it_the_norm_extension_reads_decades():
-  from experiments.claims import runner
 
   ext = {e.name: e for e in CLAIMS["layernorm-condition"].extensions}["is it the norm?"]
   same = _synthetic_runs((100,) * 5, (100,) * 5, (110, 120, 90, 100, 105), (5.5,) * 5)
-  assert runner.decide(ext.thresholds, same, tuple(range(5)))[0] == "refuted"
+  assert rule.decide(ext.thresholds, same, tuple(range(5)))[0] == "refuted"
   tenfold = _synthetic_runs((100,) * 5, (100,) * 5, (900, 1200, 1000, 1100, 950), (5.5,) * 5)
-  assert runner.decide(ext.thresholds, tenfold, tuple(range(5)))[0] == "supported"
+  assert rule.decide(ext.thresholds, tenfold, tuple(range(5)))[0] == "supported"
 
 
 def test_seed_metrics_from_a_track():
@@ -356,10 +353,9 @@ def test_eigenvalue_constrained_registered_size_is_the_model_of_the_committed_re
   """`nano` at T = 64 is `stability._tiny(max_len=64)`, the model every arm trained before the
   scale axis, field by field; the other fields are the committed run's sizes."""
   from experiments import jsonio, models
-  from experiments.claims import table
   from experiments.lab import stability
 
-  res = jsonio.load_strict(f"{table.RESULTS_DIR}/eigenvalue-constrained/results.json")
+  res = jsonio.load_strict(f"{folders.RESULTS_DIR}/eigenvalue-constrained/results.json")
   assert ec.FULL.to_dict() == res["config"]["sizes"]  # rerun 2026-12-03: `model` recorded
   for z in (ec.FULL, ec.QUICK):
     assert (z.model, z.seq_len) == ("nano", 64)
@@ -374,13 +370,12 @@ def test_eigenvalue_constrained_registered_size_is_the_model_of_the_committed_re
 
 def test_eigenvalue_constrained_scale_axis_is_nano_mini_small():
   from experiments import models
-  from experiments.claims import runner
 
   claim = CLAIMS["eigenvalue-constrained"]
   assert claim.scale_models == ("mini", "small")  # `nano`, registered, is added first
-  assert runner.scale_models(claim, quick=False) == ("nano", "mini", "small")
-  assert runner.scale_models(claim, quick=True) == ()  # quick runs stay one size
-  assert runner.scale_models(claim, quick=True, sizes=("mini",)) == ("nano", "mini")
+  assert axes.scale_models(claim, quick=False) == ("nano", "mini", "small")
+  assert axes.scale_models(claim, quick=True) == ()  # quick runs stay one size
+  assert axes.scale_models(claim, quick=True, sizes=("mini",)) == ("nano", "mini")
   assert claim.to_dict()["scale_models"] == ["mini", "small"]
   cards = {n: models.model_card(n) for n in ("nano", "mini", "small")}
   assert {n: (c["family"], c["d_model"], c["n_layers"], c["n_heads"], c["params"])
@@ -411,8 +406,8 @@ def test_eigenvalue_constrained_sizes_refuse_unknown_model_and_too_long_seq_len(
 def test_eigenvalue_constrained_run_trains_every_arm_at_the_size_it_is_given(
     model, monkeypatch, tmp_path):
   from experiments import models
-  from experiments.claims.claim import Spec
   from experiments.lab import stability
+  from experiments.verdict import Spec
 
   seen = []
 

@@ -6,7 +6,9 @@ import shutil
 import pytest
 
 from experiments import jsonio
-from experiments.claims import CLAIMS, runner, stats, table
+from experiments.claims import CLAIMS
+from experiments.commands import table
+from experiments.verdict import folders, runner, stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -19,7 +21,7 @@ def test_readme_table_matches_the_committed_results():
 
 def test_every_committed_result_passes_the_schema_and_matches_its_claim():
   for cid, res in table.committed_runs().items():  # load_committed validates
-    folder = os.path.join(table.RESULTS_DIR, cid)
+    folder = os.path.join(folders.RESULTS_DIR, cid)
     frozen = jsonio.load_strict(os.path.join(folder, "claim.json"))
     assert frozen["id"] == cid and res["claim"] == cid
     assert not set(res["seeds"]) & set(res["tuning_seeds"])
@@ -34,11 +36,11 @@ def test_kept_findings_give_the_committed_scale_and_context():
   committed row."""
   checked, committed = [], table.committed_runs()
   for cid, res in committed.items():
-    folder, th = os.path.join(table.RESULTS_DIR, cid), CLAIMS[cid].primary
+    folder, th = os.path.join(folders.RESULTS_DIR, cid), CLAIMS[cid].primary
     rows = {**{f"size-{r['model']}": r for r in (res["scale"] or {}).get("sizes", ())},
             **{f"context-T{r['T']}": r for r in res["context"] or ()},
             **{f"budget-x{r['multiple']}": r for r in (res.get("budgets") or {}).get("runs", ())}}
-    for rel in runner.saved_findings(folder):
+    for rel in folders.saved_findings(folder):
       sub = os.path.dirname(rel)
       if sub not in rows:
         continue
@@ -92,8 +94,7 @@ def _stand_in_run(tmp_path, quick: bool):
   """A real run folder of a stand-in `causal-mask` claim (same id and seeds, trivial run)."""
   import dataclasses
 
-  from experiments.claims import runner
-  from experiments.claims.claim import Claim, Sizes, Threshold
+  from experiments.verdict import Claim, Sizes, Threshold
 
   @dataclasses.dataclass(frozen=True)
   class S(Sizes):
@@ -113,9 +114,8 @@ def _stand_in_run(tmp_path, quick: bool):
 
 
 def test_keep_copies_a_full_run_and_refuses_a_quick_one(tmp_path, monkeypatch):
-  from experiments.claims import runner
 
-  monkeypatch.setattr(runner, "git_revision", lambda: "0" * 40)  # a clean checkout
+  monkeypatch.setattr(folders, "git_revision", lambda: "0" * 40)  # a clean checkout
   results = tmp_path / "results"
   run_dir = _stand_in_run(tmp_path, quick=False)
   (results / "causal-mask").mkdir(parents=True)
@@ -130,11 +130,10 @@ def test_keep_copies_a_full_run_and_refuses_a_quick_one(tmp_path, monkeypatch):
 
 
 def test_keep_refuses_a_run_finished_on_a_dirty_tree(tmp_path, monkeypatch):
-  from experiments.claims import runner
 
   results = tmp_path / "results"
   for rev, why in (("1" * 40 + "-dirty", "a dirty tree"), (None, "no git checkout")):
-    monkeypatch.setattr(runner, "git_revision", lambda rev=rev: rev)
+    monkeypatch.setattr(folders, "git_revision", lambda rev=rev: rev)
     run_dir = _stand_in_run(tmp_path / str(rev), quick=False)
     with pytest.raises(ValueError, match=why) as e:
       table.keep(run_dir, str(results))

@@ -10,8 +10,21 @@ import pytest
 import scipy.stats
 
 from experiments import jsonio, models
-from experiments.claims import CLAIMS, report, runner, schema, stats, table, tour
-from experiments.claims.claim import Claim, Sizes, Threshold, TrainedSizes, more_steps
+from experiments.claims import CLAIMS
+from experiments.commands import table, tour
+from experiments.verdict import (
+  Claim,
+  Sizes,
+  Threshold,
+  TrainedSizes,
+  axes,
+  axis_report,
+  folders,
+  more_steps,
+  runner,
+  schema,
+  stats,
+)
 
 PARAMS = {"mini": 100_000, "small": 860_000, "base": 2_000_000, "llama-mini": 120_000,
           "llama-base": 2_300_000}
@@ -94,7 +107,7 @@ def block(effect: dict, noise: dict | None = None) -> dict:
   per_size = {m: {"treated": {s: {"score": effect[m] + noise[s]} for s in SEEDS},
                   "control": {s: {"score": 0.0} for s in SEEDS}} for m in effect}
   claim = scale_claim(fake_run(effect))
-  return runner.scale_block(claim, per_size, SEEDS, {m: runner.model_card(m) for m in effect})
+  return axes.scale_block(claim, per_size, SEEDS, {m: axes.model_card(m) for m in effect})
 
 
 def linear(level: float, slope: float, names=("mini", "small", "base")) -> dict:
@@ -159,7 +172,7 @@ def test_sizes_run_through_the_runner_with_slope_equal_to_scipys(tmp_path):
   assert os.path.exists(os.path.join(run_dir, "scale.png"))
   text = open(os.path.join(run_dir, "report.md")).read()
   assert "## Scale: the primary effect against model size" in text and "![scale.png]" in text
-  assert text.rstrip().endswith(report.scale_sentence(sc))
+  assert text.rstrip().endswith(axis_report.scale_sentence(sc))
   assert "With scale (mini 0.1M → base 2.0M params, GPT family), the effect shrinks" in text
   assert "At the largest size (`base`, 2.0M params) the primary threshold would be **supported**"\
       in text
@@ -178,7 +191,7 @@ def test_the_verdict_is_read_only_at_the_registered_size(tmp_path):
     assert res[key] == one[key], key
   assert res["verdict"] == "supported"
   base = res["scale"]["sizes"][-1]
-  assert base["model"] == "base" and report.size_test(GAIN, base)[0] == "refuted"
+  assert base["model"] == "base" and axis_report.size_test(GAIN, base)[0] == "refuted"
   text = open(os.path.join(run_dir, "report.md")).read()
   assert "**Verdict: supported.**" in text and "would be **refuted**" in text
 
@@ -193,7 +206,7 @@ def test_two_families_and_declared_sizes_but_quick_runs_one_size(tmp_path):
   res, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet)
   assert {r["family"] for r in res["scale"]["sizes"]} == {"GPT", "Llama"}
   assert len(res["scale"]["sizes"]) == 5  # the registered `small` added to the declared four
-  assert "GPT and Llama families" in report.scale_sentence(res["scale"])
+  assert "GPT and Llama families" in axis_report.scale_sentence(res["scale"])
   assert os.path.exists(os.path.join(run_dir, "scale.png"))
 
 
@@ -220,10 +233,11 @@ def test_a_kept_run_keeps_its_findings_and_resumes_on_another_machine(tmp_path, 
   calls = []
   claim = scale_claim(fake_run(effect, calls))
   monkeypatch.setitem(CLAIMS, "toy", claim)
-  monkeypatch.setattr(runner, "RESULTS_DIR", str(tmp_path / "results"))
+  monkeypatch.setattr(folders, "RESULTS_DIR", str(tmp_path / "results"))
+  monkeypatch.setattr(folders, "git_revision", lambda: "0" * 40)  # a clean checkout
   res, run_dir = runner.run_claim(claim, sizes=("mini",), root=str(tmp_path / "a"), log=quiet)
-  kept = table.keep(run_dir, runner.RESULTS_DIR)
-  assert runner.saved_findings(kept) == ["size-mini/findings.json", "size-small/findings.json"]
+  kept = table.keep(run_dir, folders.RESULTS_DIR)
+  assert folders.saved_findings(kept) == ["size-mini/findings.json", "size-small/findings.json"]
   before = {f: open(os.path.join(kept, f)).read() for f in ("results.json", "report.md")}
   calls.clear()  # a fresh machine: the first run folder is gone, only results/ is left
   again, new_dir = runner.run_claim(claim, sizes=("mini", "base"), resume=kept,
@@ -237,7 +251,7 @@ def test_a_kept_run_keeps_its_findings_and_resumes_on_another_machine(tmp_path, 
   big = os.path.join(new_dir, "size-base", "findings.json")
   with open(big, "a") as f:
     f.write(" " * table.KEEP_MAX_BYTES)  # findings too large for results/ stay in the run
-  assert runner.saved_findings(table.keep(new_dir, runner.RESULTS_DIR)) == [
+  assert folders.saved_findings(table.keep(new_dir, folders.RESULTS_DIR)) == [
       "size-mini/findings.json", "size-small/findings.json"]
 
 
@@ -278,7 +292,7 @@ def test_each_size_and_length_records_the_registered_rule_with_its_controls(tmp_
   assert (by_model["mini"]["verdict"], by_model["mini"]["failed_controls"]) == ("supported", [])
   assert (by_model["base"]["verdict"], by_model["base"]["failed_controls"]) == (
       "inconclusive", ["control learns"])
-  assert report.size_test(GAIN, by_model["base"])[0] == "supported"  # the threshold alone
+  assert axis_report.size_test(GAIN, by_model["base"])[0] == "supported"  # the threshold alone
   (ctx,) = res["context"]
   assert (ctx["T"], ctx["verdict"], ctx["failed_controls"]) == (256, "inconclusive",
                                                                  ["control learns"])
@@ -324,7 +338,7 @@ def test_registered_claims_keep_their_claim_json():
     if not claim.scale_models:
       assert "scale_models" not in claim.to_dict()
   for cid in table.committed_runs():
-    frozen = jsonio.load_strict(os.path.join(table.RESULTS_DIR, cid, "claim.json"))
+    frozen = jsonio.load_strict(os.path.join(folders.RESULTS_DIR, cid, "claim.json"))
     assert CLAIMS[cid].scale_models or "scale_models" not in frozen
 
 
@@ -727,14 +741,14 @@ def test_the_schema_rejects_malformed_budgets(breakage, message):
 def test_the_optimizer_claims_declare_a_4x_budget_on_micro():
   for cid in ("muon", "condition-lr", "orthogonal-heads"):
     claim = CLAIMS[cid]
-    base = runner.budget_base(claim, claim.FULL, quick=False)
+    base = axes.budget_base(claim, claim.FULL, quick=False)
     assert base == dataclasses.replace(claim.FULL, model="micro") != claim.FULL
     assert "micro" in claim.scale_models  # its 1× is the scale axis's run of micro
-    assert runner.budget_base(claim, claim.QUICK, quick=True) == claim.QUICK
-    at = runner.sizes_at_budget(claim, base, 4)
+    assert axes.budget_base(claim, claim.QUICK, quick=True) == claim.QUICK
+    at = axes.sizes_at_budget(claim, base, 4)
     assert claim.budgets[0] == 4 and at.steps == 4 * claim.FULL.steps == 480
     assert claim.budgets == (4, 16)
-    assert runner.sizes_at_budget(claim, base, claim.budgets[-1]).train_tokens() >= (
+    assert axes.sizes_at_budget(claim, base, claim.budgets[-1]).train_tokens() >= (
         4 * claim.FULL.train_tokens())
     assert claim.to_dict()["budgets"] == list(claim.budgets)
     assert claim.to_dict()["budget_model"] == "micro"
@@ -801,7 +815,7 @@ def test_onto_adds_the_budget_axis_to_a_finished_run_and_runs_nothing_else(tmp_p
   import shutil
   shutil.copytree(run_dir, kept)
   before = {n: open(kept / n, "rb").read() for n in os.listdir(kept)}
-  monkeypatch.setattr(runner, "RESULTS_DIR", str(tmp_path / "results"))
+  monkeypatch.setattr(folders, "RESULTS_DIR", str(tmp_path / "results"))
   calls.clear()
   res, new_dir = runner.add_budgets(claim, str(kept), root=str(tmp_path / "runs"), log=quiet)
   assert [(k, m) for k, _, m in calls] == [(1, "mini"), (4, "mini")]

@@ -7,8 +7,8 @@ import pytest
 import scipy.stats
 
 from experiments import models
-from experiments.claims import report, runner, stats
-from experiments.claims.claim import Claim, Sizes, Threshold
+from experiments.commands import refit
+from experiments.verdict import Claim, Sizes, Threshold, axes, axis_report, stats
 
 SIZES = {"s1": 1e4, "s2": 4e4, "s3": 1.6e5, "s4": 6.4e5, "s5": 2.56e6}
 
@@ -111,7 +111,7 @@ def test_a_failed_control_or_a_censored_seed_keeps_a_size_out_of_the_scale_fit(m
 
   per_size = {"s1": runs(0.30), "s2": runs(0.40), "s3": runs(0.52),
               "s4": runs(0.2, learned=0.0), "s5": runs(0.7, censor_seed=1)}
-  block = runner.scale_block(_claim(), per_size, (0, 1, 2),
+  block = axes.scale_block(_claim(), per_size, (0, 1, 2),
                              {m: {"family": f, "model": m, "params": int(p)}
                               for m, (f, p) in cards.items()})
   rows = {r["model"]: r for r in block["sizes"]}
@@ -120,19 +120,19 @@ def test_a_failed_control_or_a_censored_seed_keeps_a_size_out_of_the_scale_fit(m
   assert "excluded" not in rows["s1"] and block["points"] == 3
   ref = scipy.stats.linregress(np.log([1e4, 4e4, 1.6e5]), [0.31, 0.41, 0.53])
   assert block["slope"] == pytest.approx(ref.slope, rel=1e-9)
-  md = "\n".join(report.scale_markdown(_claim(), {"scale": block, "config": {}}, "#"))
+  md = "\n".join(axis_report.scale_markdown(_claim(), {"scale": block, "config": {}}, "#"))
   assert "no: control failed: method learns" in md and "no: censored" in md
-  assert "left out of the fit: s4 (control failed" in report.scale_sentence(block)
+  assert "left out of the fit: s4 (control failed" in axis_report.scale_sentence(block)
 
 
 def test_an_under_trained_size_is_shown_apart_when_the_regime_holds():
   rows = [{"model": "a", "tokens_per_param": 20.0}, {"model": "b", "tokens_per_param": 20.01},
           {"model": "c", "tokens_per_param": 0.95}]
-  runner._flag_under_trained(rows)
+  axes._flag_under_trained(rows)
   assert "under_trained" not in rows[0] and "under_trained" not in rows[1]
   assert rows[2]["under_trained"] == "under-trained: 0.95 tokens per parameter"
   old = [{"model": "a", "tokens_per_param": 6.2}, {"model": "b", "tokens_per_param": 0.95}]
-  runner._flag_under_trained(old)  # no size reaches the regime: a run registered before it
+  axes._flag_under_trained(old)  # no size reaches the regime: a run registered before it
   assert not any("under_trained" in r for r in old)
   assert models.TOKENS_PER_PARAM == 20
 
@@ -140,6 +140,5 @@ def test_an_under_trained_size_is_shown_apart_when_the_regime_holds():
 def test_every_kept_result_is_fitted_and_rendered_with_the_current_statistics():
   """`refit --check`: each kept results.json's trends and its report's axis sections are what
   the current statistics give from the kept rows and findings."""
-  from experiments.claims import refit
 
   assert refit.main(["--check"]) == 0

@@ -10,8 +10,8 @@ import math
 import os
 from collections.abc import Sequence
 
-from experiments.claims.claim import VERDICTS
 from experiments.jsonio import load_strict
+from experiments.verdict.rule import VERDICTS
 
 RESULT_KEYS = ("claim", "quick", "seeds", "tuning_seeds", "config", "arms", "effects", "verdict",
                "reason", "thresholds", "extensions", "scale", "context", "anchors", "runtime_s",
@@ -78,7 +78,7 @@ def validate_scale(sc) -> None:
   """Checks `results.json`'s `scale` (null for a one-size run); raises `ValueError`.
 
   Example:
-    >>> from experiments.claims.schema import validate_scale
+    >>> from experiments.verdict.schema import validate_scale
     >>> validate_scale({"sizes": [], "slope": None, "slope_ci": [None, None],
     ...                 "trend": "no trend"})
     Traceback (most recent call last):
@@ -187,7 +187,7 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
   Never looks at which verdict was reached, only that it is one of `VERDICTS`.
 
   Example:
-    >>> from experiments.claims.schema import validate_results
+    >>> from experiments.verdict.schema import validate_results
     >>> validate_results({"claim": "x"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -281,7 +281,7 @@ def validate_tour(obj: dict, claim_ids: Sequence[str]) -> None:
 def validate_runs(claim_ids: Sequence[str], root: str = "runs") -> int:
   """Validates every `results.json` under `root/claims` and `root/tour`; returns how many.
 
-  Run as `python -m experiments.claims.validate [ROOT]` (CI does, after `tour --quick`).
+  Run as `python -m experiments.commands.validate [ROOT]` (CI does, after `tour --quick`).
   """
   count = 0
   for kind in ("claims", "tour"):

@@ -35,9 +35,12 @@ import traceback
 from concurrent import futures
 
 from experiments import jsonio
-from experiments.claims import CLAIMS, report, table
-from experiments.claims.runner import add_budgets, run_claim
-from experiments.claims.schema import validate_tour
+from experiments.claims import CLAIMS
+from experiments.commands import table
+from experiments.verdict import axis_report, cells, report
+from experiments.verdict.runner import add_budgets, run_claim
+from experiments.verdict.schema import validate_tour
+from experiments.verdict.stats import fmt
 
 
 def _opening(log) -> list[str]:
@@ -161,7 +164,7 @@ def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print,
     results_by_id[claim.id] = res
     entries[i] = {"claim": claim.id, "verdict": res["verdict"], "reason": res["reason"],
                   "results": os.path.join(run_dir, "results.json")}
-    log(f"{head(i)} {report.verdict_label(res, res['verdict']):<36} "
+    log(f"{head(i)} {cells.verdict_label(res, res['verdict']):<36} "
         f"{seconds:6.1f} s  {os.path.join(run_dir, 'report.md')}")
 
   if jobs == 1 or len(todo) < 2:
@@ -326,17 +329,17 @@ def claim_main(argv=None) -> int:
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  print(f"{claim.id}: {report.verdict_label(res, res['verdict'])} ({res['runtime_s']:.1f} s)\n"
+  print(f"{claim.id}: {cells.verdict_label(res, res['verdict'])} ({res['runtime_s']:.1f} s)\n"
         f"  {res['reason']}\n  report: {os.path.join(run_dir, 'report.md')}")
   if res["scale"]:
-    print(f"  {report.scale_sentence(res['scale'])}")
+    print(f"  {axis_report.scale_sentence(res['scale'])}")
   if res["context"]:
     print("  effect against context: " + "; ".join(
-        f"T = {r['T']}: {report.fmt(r['effect'])}" for r in res["context"])
+        f"T = {r['T']}: {fmt(r['effect'])}" for r in res["context"])
         + " (the trend with T is in the report)")
   if res.get("budgets"):
-    print(f"  {report.budget_sentence(res['budgets'])}")
+    print(f"  {axis_report.budget_sentence(res['budgets'])}")
   if args.keep:
     print(f"  kept: {table.keep(run_dir)} (regenerate the README table: "
-          "python -m experiments.claims.table)")
+          "python -m experiments.commands.table)")
   return 0

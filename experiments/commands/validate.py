@@ -1,6 +1,6 @@
 """Checks every `results.json` under a runs folder against the schema (CI, after the tour).
 
-    python -m experiments.claims.validate [ROOT]     # default ROOT: runs
+    python -m experiments.commands.validate [ROOT]     # default ROOT: runs
 
 Exits non-zero if a file breaks the schema or none is found; never judges a verdict's value.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from experiments.claims import CLAIMS
-from experiments.claims.schema import validate_runs
+from experiments.verdict.schema import validate_runs
 
 
 def main(argv=None) -> int:

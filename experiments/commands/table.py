@@ -1,7 +1,7 @@
 """The README's verdict table, generated from the committed full runs in `results/`.
 
-    python -m experiments.claims.table                 # print the table (markdown)
-    python -m experiments.claims.table --check README.md   # exit 1 if README's table differs
+    python -m experiments.commands.table                 # print the table (markdown)
+    python -m experiments.commands.table --check README.md   # exit 1 if README's table differs
 
 `results/<claim-id>/` holds the latest full run of each claim under the pre-registered
 contract (`claim.json`, `results.json`, `report.md`, figures). The table has one row per
@@ -22,9 +22,10 @@ import shutil
 import sys
 
 from experiments import jsonio
-from experiments.claims import CLAIMS, report
-from experiments.claims.runner import RESULTS_DIR, saved_findings
-from experiments.claims.schema import validate_results
+from experiments.claims import CLAIMS
+from experiments.verdict import cells
+from experiments.verdict.folders import RESULTS_DIR, saved_findings
+from experiments.verdict.schema import validate_results
 
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
 
@@ -66,8 +67,6 @@ def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
   a run longer than one sitting can land size by size. The folder is written under a
   temporary name and renamed into place, so a crash leaves the old result whole.
   """
-  from experiments.claims import CLAIMS
-
   res = jsonio.load_strict(os.path.join(run_dir, "results.json"))
   validate_results(res, list(CLAIMS))
   claim = CLAIMS[res["claim"]]
@@ -114,7 +113,7 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     res = load_committed(claim.id, root)
     if res is None:
       rows.append([i, claim.topic, f"`{claim.id}`", claim.kind, claim.preface,
-                   "no committed run", "—", "—", "—", "—", "—", "—", report.anchor_text(claim)])
+                   "no committed run", "—", "—", "—", "—", "—", "—", cells.anchor_text(claim)])
       continue
     registered = res["seeds"] == list(claim.seeds)
     verdict = (res["verdict"] + ("" if registered else " (addendum seeds)")
@@ -122,22 +121,22 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
-                 claim.preface, verdict, report.regime_text(res), ext,
-                 report.key_number(res, claim),
-                 report.trend_text(res), report.context_text(res), report.budget_text(res),
-                 report.anchor_text(claim)])
+                 claim.preface, verdict, cells.regime_text(res), ext,
+                 cells.key_number(res, claim),
+                 cells.trend_text(res), cells.context_text(res), cells.budget_text(res),
+                 cells.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict (registration)",
             "registered size: model, params, tokens/param, held-out bits/byte", "extensions",
             "key number (95% CI)", "trend with size", "effect against context T",
             "effect against training tokens", "published anchor"]
-  return report.table(header, rows)[:-1]
+  return cells.table(header, rows)[:-1]
 
 
 def readme_table(text: str, path: str = "README.md") -> list[str]:
   """The lines between the markers of `text`; raises `ValueError` naming what is missing."""
   if START not in text or END not in text:
     raise ValueError(f"{path}: no verdict table between {START} and {END}. Fix: paste the "
-                     "output of `python -m experiments.claims.table` between those markers.")
+                     "output of `python -m experiments.commands.table` between those markers.")
   inner = text.split(START, 1)[1].split(END, 1)[0]
   return [line for line in inner.strip("\n").split("\n")]
 
@@ -153,7 +152,7 @@ def first_difference(expected: list[str], found: list[str]) -> str | None:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(prog="python -m experiments.claims.table", description=__doc__,
+  p = argparse.ArgumentParser(prog="python -m experiments.commands.table", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--check", metavar="README", help="compare with the table in this file")
   p.add_argument("--results", default=RESULTS_DIR, help="the results folder")
@@ -171,7 +170,7 @@ def main(argv=None) -> int:
   diff = first_difference(lines, found)
   if diff:
     print(f"{args.check}: the verdict table does not match {args.results}: {diff}\nFix: paste "
-          "the output of `python -m experiments.claims.table`.", file=sys.stderr)
+          "the output of `python -m experiments.commands.table`.", file=sys.stderr)
     return 1
   print(f"{args.check}: the verdict table matches {args.results}")
   return 0

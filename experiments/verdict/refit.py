@@ -1,31 +1,27 @@
-"""Refits the trends of kept results with the current statistics, without running anything.
-
-    python -m experiments.claims.refit            # rewrite results/*/ in place
-    python -m experiments.claims.refit --check    # exit 1 if any kept result would change
+"""Refitting a kept result: its axes' trends under the current statistics, nothing run again.
 
 The trend of every axis (scale, context, budgets) is a statistic of the axis's rows, so a
-result kept under older statistics (a slope over every (size, seed) point, no exclusions)
-is brought up to the current rule (`runner.axis_fit`: one point per size, failed controls,
-censored seeds and under-trained sizes left out) from what was kept: the rows in
-`results.json` and, where kept, each point's per-seed findings (`size-<model>/`,
-`context-T<T>/`, `budget-x<k>/findings.json`; the registered point's runs are the
-`arms`). The verdict, the rows' effects and intervals, and everything else stay as they were.
-`report.md` gets its axis sections and trend sentences rendered again (the rest of it,
-notes included, is kept), and the axis figures are drawn again.
+result kept under older statistics (a slope over every (size, seed) point, no exclusions) is
+brought up to the current rule (`axes.axis_fit`: one point per size, failed controls, censored
+seeds and under-trained sizes left out) from what was kept: the rows in `results.json` and,
+where kept, each point's per-seed findings (`size-<model>/`, `context-T<T>/`,
+`budget-x<k>/findings.json`; the registered point's runs are the `arms`). The verdict, the
+rows' effects and intervals, and everything else stay as they were (`refit_results`). The
+report gets its axis sections and trend sentences rendered again (`rerender`; the rest of it,
+notes included, is kept), and the axis figures are drawn again (`redraw`).
+`python -m experiments.commands.refit` applies it to every result in `results/`.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 import re
-import sys
 
 from experiments import jsonio
-from experiments.claims import CLAIMS, report, runner
-from experiments.claims.claim import Claim
-from experiments.claims.runner import RESULTS_DIR
+from experiments.verdict import axis_report, figures
+from experiments.verdict.axes import axis_fit
+from experiments.verdict.claim import Claim
 
 
 def _kept_runs(folder: str) -> dict | None:
@@ -36,7 +32,7 @@ def _kept_runs(folder: str) -> dict | None:
 
 
 def refit_results(claim: Claim, res: dict, folder: str) -> dict:
-  """`res` with every axis's fit recomputed by `runner.axis_fit` from the kept rows."""
+  """`res` with every axis's fit recomputed by `axes.axis_fit` from the kept rows."""
   res = copy.deepcopy(res)
   seeds = [str(s) for s in res["seeds"]]
   registered_runs = {arm: body["runs"] for arm, body in res["arms"].items()}
@@ -47,11 +43,11 @@ def refit_results(claim: Claim, res: dict, folder: str) -> dict:
         return registered_runs
       return _kept_runs(os.path.join(folder, f"size-{row['model']}"))
     rows = res["scale"]["sizes"]
-    fit = runner.axis_fit(claim, rows, size_runs, seeds, x="params", label="model",
+    fit = axis_fit(claim, rows, size_runs, seeds, x="params", label="model",
                           family="family", regime=True)
     res["scale"] = {"sizes": rows, **fit}
   if res.get("context"):
-    res["context_trend"] = runner.axis_fit(
+    res["context_trend"] = axis_fit(
         claim, res["context"], lambda r: _kept_runs(os.path.join(folder, f"context-T{r['T']}")),
         seeds, x="T")
   if res.get("budgets"):
@@ -66,24 +62,27 @@ def refit_results(claim: Claim, res: dict, folder: str) -> dict:
         here = os.path.join(folder, f"size-{block['model']}")
       return _kept_runs(here)
     keep = {k: block[k] for k in ("model", "runs", "git", "runtime_s") if k in block}
-    res["budgets"] = {**keep, **runner.axis_fit(claim, block["runs"], budget_runs, seeds,
+    res["budgets"] = {**keep, **axis_fit(claim, block["runs"], budget_runs, seeds,
                                                 x="train_tokens", label="multiple")}
   return jsonio.strict(res)
 
 
 _SECTION = re.compile(r"^#+ (Scale|Context|Budget): ")
+
+
 _TREND = re.compile(r"^\*\*Trend with (scale|context|the training budget)\.\*\* ")
 
 
 def rerender(claim: Claim, res: dict, text: str) -> str:
   """`text` (a report.md) with its axis sections and trend sentences rendered from `res`."""
   h = "#"
-  sections = {"Scale": lambda: report.scale_markdown(claim, res, h),
-              "Context": lambda: report.context_markdown(claim, res, h, res.get("context_trend")),
-              "Budget": lambda: report.budget_markdown(claim, res, h)}
-  trends = {"scale": lambda: report.scale_sentence(res["scale"]),
-            "context": lambda: report.context_sentence(res["context"], res["context_trend"]),
-            "the training budget": lambda: report.budget_sentence(res["budgets"])}
+  sections = {"Scale": lambda: axis_report.scale_markdown(claim, res, h),
+              "Context": lambda: axis_report.context_markdown(claim, res, h,
+                                                              res.get("context_trend")),
+              "Budget": lambda: axis_report.budget_markdown(claim, res, h)}
+  trends = {"scale": lambda: axis_report.scale_sentence(res["scale"]),
+            "context": lambda: axis_report.context_sentence(res["context"], res["context_trend"]),
+            "the training budget": lambda: axis_report.budget_sentence(res["budgets"])}
   out, lines, i = [], text.split("\n"), 0
   while i < len(lines):
     line = lines[i]
@@ -101,7 +100,7 @@ def rerender(claim: Claim, res: dict, text: str) -> str:
 
 
 def _section_end(lines: list[str], i: int, kind: str) -> int:
-  """The index just past the axis section that starts at `lines[i]`, as `report` renders it:
+  """The index just past the axis section that starts at `lines[i]`, as `axis_report` renders it:
   heading, intro, table, then the paragraphs that section ends with (the largest size and the
   families' table; the trend sentence of a context or budget section)."""
   def paragraph(j, starts=None):  # one paragraph (or table) and the blank line after it
@@ -126,49 +125,14 @@ def _section_end(lines: list[str], i: int, kind: str) -> int:
   return j
 
 
-def _figures(claim: Claim, res: dict, folder: str) -> None:
+def redraw(claim: Claim, res: dict, folder: str) -> None:
+  """Draws again the axis figures `folder` already holds, from `res`."""
   registered = (res["config"].get("sizes") or {}).get("model")
   if res.get("scale") and os.path.exists(os.path.join(folder, "scale.png")):
-    report.scale_figure(claim, res["scale"], folder, registered)
+    figures.scale_figure(claim, res["scale"], folder, registered)
   if res.get("context") and os.path.exists(os.path.join(folder, "context.png")):
     models_at = sorted({getattr(claim.at_length(claim.FULL, r["T"]), "model", "")
                         for r in res["context"]} - {""}) if claim.at_length else []
-    report.context_figure(claim, res["context"], res["context_trend"], folder, models_at)
+    figures.context_figure(claim, res["context"], res["context_trend"], folder, models_at)
   if res.get("budgets") and os.path.exists(os.path.join(folder, "budget.png")):
-    report.budget_figure(claim, res["budgets"], folder)
-
-
-def refit_kept(claim_id: str, root: str = RESULTS_DIR, *, write: bool = True) -> bool:
-  """Refits `root/<claim_id>/`; returns whether its `results.json` or `report.md` changed."""
-  folder = os.path.join(root, claim_id)
-  path = os.path.join(folder, "results.json")
-  if not os.path.exists(path):
-    return False
-  res = jsonio.load_strict(path)
-  new = refit_results(CLAIMS[claim_id], res, folder)
-  with open(os.path.join(folder, "report.md")) as f:
-    text = f.read()
-  text_new = rerender(CLAIMS[claim_id], new, text)
-  changed = new != res or text_new != text
-  if changed and write:
-    jsonio.dump_strict(new, path)
-    with open(os.path.join(folder, "report.md"), "w") as f:
-      f.write(text_new)
-    _figures(CLAIMS[claim_id], new, folder)
-  return changed
-
-
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(prog="python -m experiments.claims.refit", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--check", action="store_true", help="exit 1 if a kept result would change")
-  p.add_argument("--results", default=RESULTS_DIR)
-  args = p.parse_args(argv)
-  stale = [cid for cid in CLAIMS if refit_kept(cid, args.results, write=not args.check)]
-  for cid in stale:
-    print(f"{cid}: {'would change' if args.check else 'refitted'}")
-  return 1 if args.check and stale else 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())
+    figures.budget_figure(claim, res["budgets"], folder)

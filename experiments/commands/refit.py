@@ -1,0 +1,57 @@
+"""Refits the trends of kept results with the current statistics, without running anything.
+
+    python -m experiments.commands.refit            # rewrite results/*/ in place
+    python -m experiments.commands.refit --check    # exit 1 if any kept result would change
+
+Each claim's `results/<id>/` is refitted by `experiments.verdict.refit`: every axis's fit
+recomputed from the kept rows and findings (`refit_results`), the report's axis sections and
+trend sentences rendered again (`rerender`), the axis figures drawn again (`redraw`). The
+verdict and everything else stay as they were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from experiments import jsonio
+from experiments.claims import CLAIMS
+from experiments.verdict.folders import RESULTS_DIR
+from experiments.verdict.refit import redraw, refit_results, rerender
+
+
+def refit_kept(claim_id: str, root: str = RESULTS_DIR, *, write: bool = True) -> bool:
+  """Refits `root/<claim_id>/`; returns whether its `results.json` or `report.md` changed."""
+  folder = os.path.join(root, claim_id)
+  path = os.path.join(folder, "results.json")
+  if not os.path.exists(path):
+    return False
+  res = jsonio.load_strict(path)
+  new = refit_results(CLAIMS[claim_id], res, folder)
+  with open(os.path.join(folder, "report.md")) as f:
+    text = f.read()
+  text_new = rerender(CLAIMS[claim_id], new, text)
+  changed = new != res or text_new != text
+  if changed and write:
+    jsonio.dump_strict(new, path)
+    with open(os.path.join(folder, "report.md"), "w") as f:
+      f.write(text_new)
+    redraw(CLAIMS[claim_id], new, folder)
+  return changed
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(prog="python -m experiments.commands.refit", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--check", action="store_true", help="exit 1 if a kept result would change")
+  p.add_argument("--results", default=RESULTS_DIR)
+  args = p.parse_args(argv)
+  stale = [cid for cid in CLAIMS if refit_kept(cid, args.results, write=not args.check)]
+  for cid in stale:
+    print(f"{cid}: {'would change' if args.check else 'refitted'}")
+  return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

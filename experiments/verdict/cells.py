@@ -1,0 +1,202 @@
+"""The one-line texts of a result: table cells, labels and numbers as every report writes them.
+
+Each reads a `results.json` dict (or one row of it) and returns a string: the verdict's label,
+the key number, the regime of the registered size, each axis's trend in one cell. The tour's
+table and the README's (`python -m experiments.commands.table`) are made of these; `table`
+writes the markdown table itself.
+"""
+
+from __future__ import annotations
+
+from experiments.verdict.claim import Claim
+from experiments.verdict.rule import INDICATIVE
+from experiments.verdict.stats import fmt
+
+
+def _row(cells) -> str:
+  return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+def table(header, rows) -> list[str]:
+  """A markdown table as a list of lines (with a trailing blank line)."""
+  return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows), ""]
+
+
+def verdict_label(results: dict | None, verdict: str) -> str:
+  """`supported`, or `supported — indicative (quick)` for quick or under-seeded runs."""
+  if results is not None and verdict != "not built" and (
+      results["quick"] or len(results["seeds"]) < 3):
+    return f"{verdict} — {INDICATIVE}"
+  return verdict
+
+
+def key_number(results: dict | None, claim: Claim | None = None) -> str:
+  """The claim's key number: its first effect, `mean [lo, hi] unit` (95% CI, or one seed)."""
+  if not results or not results["effects"]:
+    return "—"
+  e = results["effects"][0]
+  lo, hi = e["ci95"]
+  ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (one seed)"
+  unit = ""
+  if claim is not None and claim.thresholds and claim.thresholds[0].unit:
+    unit = f" {claim.thresholds[0].unit}"
+  return f"{e['name']}: {fmt(e['mean'])}{unit}{ci}"
+
+
+def params_text(params: float) -> str:
+  """A parameter count as reports write it: `0.86M`, `2.0M`, `1.2B`.
+
+  Example:
+    >>> from experiments.verdict.cells import params_text
+    >>> params_text(857_000), params_text(2_000_000), params_text(1.2e9)
+    ('0.86M', '2.0M', '1.2B')
+  """
+  if params >= 1e9:
+    return f"{params / 1e9:.1f}B"
+  if params >= 1e6:
+    return f"{params / 1e6:.1f}M"
+  return f"{params / 1e6:.2g}M"
+
+
+def trend_text(results: dict | None) -> str:
+  """The trend with model size and the slope's interval, or `—` for a one-size run.
+
+  Example:
+    >>> from experiments.verdict.cells import trend_text
+    >>> trend_text({"scale": {"sizes": [], "slope": -0.012, "slope_ci": [-0.02, -0.004],
+    ...                       "trend": "shrinks"}})
+    'shrinks: slope -0.012 [-0.02, -0.004] per e-fold of params'
+    >>> trend_text({"scale": None})
+    '—'
+  """
+  scale = (results or {}).get("scale")
+  if not scale:
+    return "—"
+  return _fit_text(scale, "params", "sizes")
+
+
+def _fit_text(fit: dict, per: str, items: str) -> str:
+  """A fit in one table cell: `grows: slope 0.1 [0.05, 0.2] per e-fold of params`, plus the
+  points left out and, when the families disagree, each family's slope."""
+  left = fit.get("excluded") or []
+  out = f" ({len(left)} left out)" if left else ""
+  if fit["trend"] == "families disagree":
+    fams = "; ".join(f"{f} {b['trend']} {fmt(b['slope'])} [{fmt(b['slope_ci'][0])}, "
+                     f"{fmt(b['slope_ci'][1])}]" for f, b in fit["families"].items())
+    return f"families disagree, no pooled slope: {fams} per e-fold of {per}{out}"
+  if fit["slope"] is None:
+    return f"{fit['trend']} (no slope: fewer than two {items} in the fit){out}"
+  lo, hi = fit["slope_ci"]
+  ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (no interval: under 3 points)"
+  return f"{fit['trend']}: slope {fmt(fit['slope'])}{ci} per e-fold of {per}{out}"
+
+
+def context_text(results: dict | None) -> str:
+  """The primary effect at each context length, or `—` when the run measured none.
+
+  Example:
+    >>> from experiments.verdict.cells import context_text
+    >>> context_text({"context": [{"T": 256, "effect": 0.1, "ci": [0.0, 0.2]},
+    ...                           {"T": 1024, "effect": 0.3, "ci": [0.2, 0.4]}]})
+    'T = 256: 0.1 [0, 0.2]; T = 1024: 0.3 [0.2, 0.4]'
+  """
+  rows = (results or {}).get("context")
+  if not rows:
+    return "—"
+  fit = results.get("context_trend")
+  return "; ".join([f"T = {r['T']}: {fmt(r['effect'])}"
+                    + (f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None
+                       else "") for r in rows] + ([_fit_text(fit, "T", "lengths")] if fit else []))
+
+
+def regime_text(results: dict | None) -> str:
+  """The registered size's model, parameters, tokens per parameter and held-out bits per byte.
+
+  From `config.regime` (runs since 2026-12-05); an older run gives what its config records
+  (the model's recipe, `config.budget`) and says its bits per byte were not recorded.
+
+  Example:
+    >>> from experiments.verdict.cells import regime_text
+    >>> regime_text({"config": {"regime": {"model": "mini-20", "params": 132864,
+    ...              "tokens_per_param": 20.01, "bits_per_byte": 2.48}}})
+    '`mini-20`, 0.13M params, 20 tokens/param, 2.48 bits/byte'
+  """
+  if not results:
+    return "—"
+  reg = results["config"].get("regime")
+  if reg is None:
+    from experiments import models
+
+    name = (results["config"].get("sizes") or {}).get("model")
+    known = name in models.RECIPES or name in models.SHAPES
+    card = models.model_card(name) if known else {}
+    spent = results["config"].get("budget")
+    reg = {"model": name, "params": card.get("params"), "bits_per_byte": None,
+           "tokens_per_param": spent["tokens_per_param"] if spent
+           else card.get("tokens_per_param")}
+  if reg["model"] is None:
+    return "no model"
+  parts = [f"`{reg['model']}`"]
+  if reg["params"]:
+    parts.append(f"{params_text(reg['params'])} params")
+  tpp = reg["tokens_per_param"]
+  parts.append(f"{tpp:.3g} tokens/param" if tpp else "tokens/param not recorded")
+  bits = reg["bits_per_byte"]
+  parts.append(f"{bits:.3g} bits/byte" if bits is not None else "bits/byte not recorded")
+  return ", ".join(parts)
+
+
+def budget_text(results: dict | None) -> str:
+  """The primary effect at each training budget (with tokens per parameter) and its trend, or
+  `—` when the run measured none.
+
+  Example:
+    >>> from experiments.verdict.cells import budget_text
+    >>> runs = [{"multiple": 1, "tokens_per_param": 1.47, "effect": 0.2, "ci": [0.1, 0.3]},
+    ...         {"multiple": 4, "tokens_per_param": 5.87, "effect": 0.4, "ci": [0.3, 0.5]}]
+    >>> text = budget_text({"budgets": {"model": "micro", "runs": runs, "slope": 0.14,
+    ...                                 "slope_ci": [0.07, 0.21], "trend": "grows"}})
+    >>> for part in text.split("; "):
+    ...   print(part)
+    on micro: 1× (1.47 tokens/param): 0.2 [0.1, 0.3]
+    4× (5.87): 0.4 [0.3, 0.5]
+    grows: slope 0.14 [0.07, 0.21] per e-fold of tokens
+  """
+  block = (results or {}).get("budgets")
+  if not block:
+    return "—"
+  parts = []
+  for i, r in enumerate(block["runs"]):
+    per = (f" ({fmt(r['tokens_per_param'])}{' tokens/param' if i == 0 else ''})"
+           if r.get("tokens_per_param") else "")
+    ci = f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None else ""
+    parts.append(f"{r['multiple']}×{per}: {fmt(r['effect'])}{ci}")
+  fit = _fit_text(block, "tokens", "budgets")
+  on = f"on {block['model']}: " if block.get("model") else ""
+  return on + "; ".join(parts) + f"; {fit}"
+
+
+def anchor_text(claim: Claim) -> str:
+  if not claim.anchors:
+    return "—"
+  a = claim.anchors[0]
+  return f"{a.what}: {fmt(a.value)} ({a.source})"
+
+
+def reading_text(row: dict) -> str:
+  """A scale or context row's registered-rule reading, e.g. `inconclusive (failed control: x)`.
+
+  Example:
+    >>> from experiments.verdict.cells import reading_text
+    >>> reading_text({"verdict": "inconclusive", "failed_controls": ["full learns"]})
+    '**inconclusive** (failed control: full learns)'
+  """
+  if "verdict" not in row:
+    return "—"
+  failed = row.get("failed_controls") or []
+  return f"**{row['verdict']}**" + (f" (failed control: {', '.join(failed)})" if failed else "")
+
+
+def fit_cell(row: dict) -> str:
+  """Whether a row entered its axis's trend fit: `yes`, or `no: <why>`."""
+  return f"no: {row['excluded']}" if row.get("excluded") else "yes"

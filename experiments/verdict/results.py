@@ -1,0 +1,101 @@
+"""The `results.json` of a run: verdicts, effects, arms, config (budget, regime), machine.
+
+`results_of` turns one run's findings into the validated dict (the primary verdict and the
+extensions' by `rule`, paired effects and arm summaries by `stats`), with the training budget
+each reported model had (`budget`) and the regime of the registered size (`regime`: its model,
+parameters, tokens per parameter and held-out bits per byte).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from experiments import jsonio
+from experiments.verdict import folders
+from experiments.verdict.axes import model_card, trained_params
+from experiments.verdict.claim import Claim
+from experiments.verdict.rule import extension_verdicts, verdict
+from experiments.verdict.schema import validate_results
+from experiments.verdict.sizes import Sizes
+from experiments.verdict.stats import arm_summary, effect
+
+
+def results_of(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, runs: dict,
+             runtime: float, scale: dict | None, budgets: dict | None = None
+             ) -> tuple[dict, list]:
+  """The `results.json` dict of a run (validated) and the primary thresholds' evaluations.
+
+  `budgets` (`axes.budget_block`) is written only when the run measured other budgets, so a run
+  without them keeps the keys it always had."""
+  indicative = quick or len(seeds) < 3
+  v, reason, evals = verdict(claim, runs, seeds, indicative=indicative)
+  extensions = extension_verdicts(claim, runs, seeds, indicative=indicative)
+  effects = [effect(runs, seeds, th.name, th.arm, th.baseline, th.metric)
+             for th in claim.thresholds + tuple(t for e in claim.extensions for t in e.thresholds)]
+  names = {e["name"] for e in effects}
+  for name, arm, baseline, metric in findings.get("effects", ()):
+    if name not in names:
+      effects.append(effect(runs, seeds, name, arm, baseline, metric))
+  results = {
+      "claim": claim.id, "quick": quick, "seeds": list(seeds),
+      "tuning_seeds": list(claim.tuning_seeds),
+      "config": {"sizes": sizes.to_dict(), "setup": findings.get("setup", {}),
+                 **({"budget": spent} if (spent := budget(sizes, trained_params(sizes))) else {})},
+      "arms": {arm: arm_summary(per_seed) for arm, per_seed in runs.items()},
+      "effects": effects, "verdict": v, "reason": reason,
+      "thresholds": [th.to_dict() for th in claim.thresholds], "extensions": extensions,
+      "scale": scale, "context": findings.get("context"),
+      "anchors": [a.to_dict() for a in claim.anchors], "runtime_s": runtime,
+      "env": folders.environment(), "git": folders.git_revision(),
+      **({"budgets": budgets} if budgets else {}),
+      **({"context_trend": findings["context_trend"]} if findings.get("context_trend") else {}),
+      **({"version": claim.version} if claim.version > 1 else {}),
+  }
+  results["config"]["regime"] = regime(claim, sizes, seeds, runs)
+  results = jsonio.strict(results)
+  validate_results(results)
+  return results, evals
+
+
+def budget(sizes: Sizes, params: int | None) -> dict | None:
+  """`config.budget`: what each reported model trains on, per parameter; None if it trains none.
+
+  Example:
+    >>> from experiments.claims import muon
+    >>> budget(muon.FULL, 858_880)
+    {'train_tokens': 61440, 'params': 858880, 'tokens_per_param': 0.07153502235469448}
+  """
+  tokens = sizes.train_tokens()
+  if tokens is None or not params:
+    return None
+  return {"train_tokens": int(tokens), "params": int(params),
+          "tokens_per_param": tokens / params}
+
+
+def regime(claim: Claim, sizes: Sizes, seeds, runs: dict) -> dict:
+  """`config.regime`: the registered size's model, parameters, tokens per parameter and the
+  held-out bits per byte its models reach (None where the run does not measure it).
+
+  Tokens per parameter are what each reported model trains on (`budget`) for a claim that
+  trains, else the base model's own recipe; bits per byte come from `claim.bits_metric`, else
+  from the stored base models' held-out loss (`experiments.models.heldout_bits`).
+  """
+  from experiments import models
+
+  name = getattr(sizes, "model", None)
+  known = name in models.RECIPES or name in models.SHAPES
+  params = model_card(name)["params"] if known else None
+  spent = budget(sizes, trained_params(sizes))
+  tpp = spent["tokens_per_param"] if spent else (
+      models.model_card(name).get("tokens_per_param") if known else None)
+  bits = None
+  if claim.bits_metric is not None:
+    arm, metric = claim.bits_metric
+    vals = [runs[arm][s].get(metric) for s in seeds if arm in runs]
+    vals = [v for v in vals if v is not None and math.isfinite(v)]
+    bits = float(np.mean(vals)) / math.log(2) if vals else None
+  elif known and not spent:
+    bits = models.heldout_bits(name, seeds)
+  return {"model": name, "params": params, "tokens_per_param": tpp, "bits_per_byte": bits}
