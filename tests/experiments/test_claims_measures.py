@@ -10,6 +10,7 @@ import pytest
 import transformer
 from experiments import models
 from experiments.claims import causal_mask, softmax_kernel
+from experiments.models import trained
 from experiments.train import sweep
 
 
@@ -152,15 +153,15 @@ def tiny_recipe(monkeypatch):
   real = sweep.train_many
   monkeypatch.setattr(sweep, "train_many",
                       lambda *a, **kw: calls.append(kw["seeds"]) or real(*a, **kw))
-  models._load.cache_clear()
+  trained._load.cache_clear()
   yield calls
-  models._load.cache_clear()
+  trained._load.cache_clear()
 
 
 def test_base_model_trains_once_then_loads(tmp_path, tiny_recipe):
   root = str(tmp_path)
   params, cfg = models.base_model("quick", 3, root=root)
-  models._load.cache_clear()  # a fresh process: must come from disk
+  trained._load.cache_clear()  # a fresh process: must come from disk
   again, _ = models.base_model("quick", 3, root=root)
   assert tiny_recipe == [(3,)]
   jax.tree.map(np.testing.assert_array_equal, params, again)

@@ -463,6 +463,7 @@ def test_depth_point_residual_eigenvalues_near_one_reference():
 
 def test_residual_eigenvalues_widths_are_its_own_model_at_three_sizes():
   from experiments import models
+  from experiments.models import recipes
 
   full = re_.FULL
   base = re_.base_config(models.config(full.model).d_model, full.train_seq_len)
@@ -477,6 +478,6 @@ def test_residual_eigenvalues_widths_are_its_own_model_at_three_sizes():
   assert cards[-1]["params"] / cards[0]["params"] >= 8  # the span
   for card in cards:  # each width is the claim's model: only D differs
     cfg = re_.base_config(card["d_model"], full.train_seq_len).replace(n_layers=128)
-    assert models.param_count(card["name"]) == models._param_count(cfg) == card["params"]
+    assert models.param_count(card["name"]) == recipes._param_count(cfg) == card["params"]
   with pytest.raises(ValueError, match="not base models"):
     re_.CLAIM.check_scale_models(("deep-64",), "--sizes")

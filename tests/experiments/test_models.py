@@ -12,6 +12,7 @@ import pytest
 import transformer
 from experiments import models
 from experiments.commands import models as models_cli
+from experiments.models import trained
 
 SIZED = [*models.FAMILIES["gpt"], *models.FAMILIES["llama"], *models.LONG.values()]
 
@@ -122,18 +123,18 @@ def trained_root(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("runs"))
   with pytest.MonkeyPatch.context() as mp:
     mp.setitem(models.RECIPES, "llama-mini", TINY_LLAMA)
-    models._load.cache_clear()
+    trained._load.cache_clear()
     models.base_model_info("llama-mini", 1, root=root)  # trains 2 steps, in one chunk
-  models._load.cache_clear()
+  trained._load.cache_clear()
   return root
 
 
 @pytest.fixture
 def tiny_llama(monkeypatch):
   monkeypatch.setitem(models.RECIPES, "llama-mini", TINY_LLAMA)
-  models._load.cache_clear()
+  trained._load.cache_clear()
   yield TINY_LLAMA.cfg
-  models._load.cache_clear()
+  trained._load.cache_clear()
 
 
 def test_base_model_info_reports_the_recipe_and_held_out_loss(tmp_path, trained_root,
@@ -160,7 +161,7 @@ def test_base_model_info_reports_the_recipe_and_held_out_loss(tmp_path, trained_
            if k in ("name", "seed", "cfg", "recipe", "train_loss", "val_loss", "diverged")}
   with open(meta_path, "w") as f:
     json.dump(old, f)
-  models._load.cache_clear()
+  trained._load.cache_clear()
   again = models.base_model_info("llama-mini", 1, root=root)
   assert {k: again[k] for k in info if k != "path"} == {k: info[k] for k in info if k != "path"}
 
