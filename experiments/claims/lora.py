@@ -56,21 +56,18 @@ cosine, clip 1, no weight decay): `full` (every parameter), `lora-qv-r4`, `lora-
 `lora-qv-r16`; `alpha = R` (update scale 1). The seeds of an arm train together as one
 program, each from its own base model (`experiments.lab.lora`).
 
-Full run (5 seeds + tuning seed 100, `small`, 150 steps of 16 × 128 tokens): about an hour
-on 2 idle cores; `--quick` (`quick`, one seed, 10 steps, one fixed rate) about 40 s.
+Protocol: per seed, the committed base model (`experiments.models`, trained at 20 tokens per
+parameter; the tuning seed 100's too), 150 fine-tuning steps of 16 × 128 tokens; `--quick`
+(`quick`, one seed, 10 steps, one fixed rate). Registered on `mini-20` (d 64, L 2, H 4); the
+scale axis reruns the whole protocol on `micro-20` (every arm's rate retuned on the tuning
+seed from the same `GRID`, in both settings); the ranks stay the paper's 4 and 16, so an
+adapter is a larger share of a narrower model. `pico-20` (d 16) is left out: `lora-all-r16`
+would be full rank there. A size too narrow for an arm's rank is refused before anything
+trains (`check_ranks`). Results, with their runtime, are in `results/lora/report.md`.
 
-**Scale axis** (`scale_models = models.CPU_SCALE["gpt"]`): the shared `micro` (d 32, L 2, H 4,
-41,856 parameters), `mini` (d 64, L 2, H 4, 132,864) and `small` (d 128, L 4, H 4, 858,880),
-20.5× in all; the verdict is read at `small` alone, the registered size. Each size reruns the
-whole protocol on its own shared base models (seeds 0–4 and the tuning seed 100's): every
-arm's rate retuned on the tuning seed from the same `GRID`, in both settings, then seeds 0–4
-once at those rates, on the same text and steps. Only the model changes; the ranks stay the
-paper's 4 and 16, so an adapter is a larger share of a narrower model (`lora-qv-r4`: 4.2% of
-the hidden matrices' parameters at `micro`, 2.1% at `mini`, 1.0% at `small`; `lora-all-r16`
-75%, 38%, 19%). A size too narrow for an arm's rank is refused before anything trains
-(`check_ranks`, naming the arm and `LoraSizes.model`), never run without the arm: the
-thresholds read `lora-qv-r4` and `lora-all-r16` at every size. `--quick` runs one size
-unless given `--sizes`. Results (registered run, scale axis): `results/lora/report.md`.
+v2 (2026-12-05, before the run): registered on the trained regime (`mini-20`; v1 read `small`
+at 0.95 tokens per parameter, scale over `micro`, `mini`, `small` of the old regime); the
+text, arms, grid, steps and thresholds are v1's (issue 38).
 """
 
 from __future__ import annotations
@@ -139,7 +136,7 @@ class LoraSizes(Sizes):
 
 QUICK = LoraSizes(model="quick", arms=("lora-qv-r4", "lora-all-r16"), steps=10, batch_size=8,
                   seq_len=64, tune=False, fixed_rate=3e-3)
-FULL = LoraSizes(model="small", arms=tuple(ARMS), steps=150, batch_size=16, seq_len=128,
+FULL = LoraSizes(model="mini-20", arms=tuple(ARMS), steps=150, batch_size=16, seq_len=128,
                  tune=True)
 
 
@@ -317,7 +314,11 @@ CLAIM = Claim(
                    *_controls("lora-qv-r4", "in-domain"))),
     ),
     tuning_seeds=(TUNE_SEED,),
-    scale_models=models.CPU_SCALE["gpt"],
+    scale_models=("micro-20", "mini-20"),
+    version=2,
+    revisions=("v2: registered on the trained regime (mini-20 at 20 tokens per parameter, "
+               "committed models; v1 read small at 0.95), scale over micro-20 and mini-20; "
+               "text, arms, grid, steps and thresholds unchanged (issue 38)",),
     anchors=(
         Anchor("LoRA rank for W_q + W_v on GPT-3 (WikiSQL / MultiNLI)", "r = 4 as good as "
                "r = 64 (Table 6)", "Hu et al. 2021, LoRA: Low-Rank Adaptation of Large "

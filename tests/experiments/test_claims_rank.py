@@ -272,23 +272,21 @@ def test_lora_sizes_refuse_arms_the_run_cannot_measure(arms):
     lora_claim.LoraSizes(**{**lora_claim.QUICK.to_dict(), "arms": arms})
 
 
-def test_lora_registered_size_is_unchanged_and_the_scale_axis_is_the_gpt_family():
-  res = jsonio.load_strict(f"{folders.RESULTS_DIR}/lora/results.json")
-  assert (lora_claim.FULL.model, lora_claim.QUICK.model) == ("small", "quick")
-  assert lora_claim.FULL.to_dict() == res["config"]["sizes"]  # the registered run's sizes
-  assert models.config("small").to_dict() == res["config"]["setup"]["model_config"]
+def test_lora_v2_reads_the_trained_regime_and_its_scale_axis_is_micro_and_mini():
+  assert (lora_claim.FULL.model, lora_claim.QUICK.model) == ("mini-20", "quick")
   claim = CLAIMS["lora"]
-  assert claim.scale_models == models.CPU_SCALE["gpt"] == ("micro", "mini", "small")
-  assert claim.to_dict()["scale_models"] == ["micro", "mini", "small"]
-  assert axes.scale_models(claim, quick=False) == ("small", "micro", "mini")  # verdict first
+  assert claim.version == 2 and claim.revisions[0].startswith("v2: ")
+  assert claim.scale_models == ("micro-20", "mini-20")
+  assert axes.scale_models(claim, quick=False) == ("mini-20", "micro-20")  # verdict first
   assert axes.scale_models(claim, quick=True) == ()
-  assert axes.scale_models(claim, quick=True, sizes=("quick", "micro")) == ("quick", "micro")
   cards = {n: models.model_card(n) for n in claim.scale_models}
   assert {n: (c["family"], c["d_model"], c["n_layers"], c["params"]) for n, c in cards.items()} == {
-      "micro": ("gpt", 32, 2, 41_856), "mini": ("gpt", 64, 2, 132_864),
-      "small": ("gpt", 128, 4, 858_880)}
-  assert cards["small"]["params"] >= 8 * cards["micro"]["params"]
+      "micro-20": ("gpt", 32, 2, 41_856), "mini-20": ("gpt", 64, 2, 132_864)}
+  assert all(c["tokens_per_param"] >= models.TOKENS_PER_PARAM for c in cards.values())
   assert all(c["max_len"] >= lora_claim.FULL.seq_len for c in cards.values())
+  res = jsonio.load_strict(f"{folders.RESULTS_DIR}/lora/results.json")
+  if res.get("version", 1) == claim.version:  # the kept run is this registration's
+    assert lora_claim.FULL.to_dict() == res["config"]["sizes"]
 
 
 def test_lora_sizes_refuse_a_model_that_is_no_shared_base_model():
@@ -298,7 +296,7 @@ def test_lora_sizes_refuse_a_model_that_is_no_shared_base_model():
 
 def test_check_ranks_fits_every_scale_size_and_refuses_a_narrow_model(monkeypatch, tmp_path):
   arms = tuple(lora_lab.ARMS)
-  for name in models.CPU_SCALE["gpt"]:
+  for name in (*models.CPU_SCALE["gpt"], *CLAIMS["lora"].scale_models):
     lora_lab.check_ranks(models.config(name), arms, name)  # micro: every side >= 32
   # The boundary is lora.init's: rank == min(D_in, D_out) fits, one more does not.
   d16 = transformer.Config(vocab_size=256, d_model=16, n_layers=1, n_heads=2)

@@ -40,8 +40,10 @@ def test_save_rounds_to_float16_and_a_changed_file_is_refused(tmp_path):
 def test_every_committed_model_verifies_and_covers_the_trained_regime():
   rows = models.verify()
   assert rows and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
-  assert {(r["name"], r["seed"]) for r in rows} == {(n, s) for n in models.STORED
-                                                    for s in range(5)}
+  got = {(r["name"], r["seed"]) for r in rows}
+  assert got >= {(n, s) for n in models.STORED for s in range(5)}  # the reported seeds
+  assert got - {(n, s) for n in models.STORED for s in range(5)} == {  # lora's tuning seed
+      ("micro-20", 100), ("mini-20", 100)}
   for name in models.STORED:
     card = models.model_card(name)
     assert card["tokens_per_param"] >= models.TOKENS_PER_PARAM
