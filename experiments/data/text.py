@@ -187,8 +187,9 @@ def archive_texts(path: str = CPYTHON_ARCHIVE) -> dict[str, bytes]:
   if not os.path.isfile(path):
     raise FileNotFoundError(
         f"the corpus archive {path} is missing; the `mixed` corpus reads its prose and part of "
-        "its code from it. Fix: reinstall the package from a full checkout (`pip install -e .` "
-        "ships experiments/corpora/*.tar.gz as package data), or restore the file with git.")
+        "its code from it. Fix: install from a checkout (`pip install -e .` reads "
+        "experiments/corpora/ in place), build the wheel with MATRICES_WITH_CORPUS=1 (a plain "
+        "wheel leaves the corpus out), or restore the file with git.")
   out = {}
   with tarfile.open(path, "r:gz") as tar:
     for member in tar.getmembers():
