@@ -336,6 +336,7 @@ UNIT = "fraction of the full-rank loss"
 
 CLAIM = Claim(
     id="adaptive-rank",
+    reads_base=True,
     topic="decomposition",
     kind="new",
     preface=("Adaptive rank allocation—easy inputs get low-rank attention, hard inputs get "

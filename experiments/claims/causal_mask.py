@@ -260,6 +260,7 @@ THEOREM = ("A causal softmax attention matrix is lower triangular with diagonal 
 
 CLAIM = Claim(
     id="causal-mask",
+    reads_base=True,
     version=2,
     revisions=("v2: registered on the trained regime (mini-20 at 20 tokens per parameter, "
                "committed models; v1 read small at 0.95), the primary named float32 "

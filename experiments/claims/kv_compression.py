@@ -238,6 +238,7 @@ def _goal(rise: str, ratio_name: str, arm: str, ratio: int, limit: float) -> tup
 
 CLAIM = Claim(
     id="kv-compression",
+    reads_base=True,
     topic="full rank & causality",
     kind="new",
     preface="Rank-aware KV cache compression for million-token contexts",

@@ -16,9 +16,9 @@ above full fine-tuning gives a measurably worse model, not the same model for le
 
 **Pre-registration.** The rate grid is frozen here (`GRID`, six rates `3e-4 … 1e-1`); every
 arm's peak rate is chosen on the tuning seed 100 only (its own base model, adapter init and
-batches; the tuning text), inside `run`, and the reported seeds 0–4 train once each at that
-rate. A tuned rate at an edge of the grid is a failed control (the grid did not bracket the
-best rate): the comparison is then unread. `--quick` runs every arm at one fixed rate.
+batches; the tuning text), and the reported seeds 0–4 train once each at that rate. A best
+rate at an edge of the grid extends it one step beyond that edge, once; a rate still at an
+edge is a failed control (the comparison is then unread). `--quick`: one fixed rate.
 
 **Extensions** (own verdicts, never the headline):
 
@@ -34,12 +34,6 @@ best rate): the comparison is then unread. `--quick` runs every arm at one fixed
   every rate chosen on the tuning seed from `GRID` on the in-domain tuning part. It separates
   *adapting* (in-domain) from *learning new knowledge* (the primary's English text); its
   metrics carry the prefix `in_domain_`.
-
-Beside them (effects, no verdict): LoRA rank 16 on `W_Q`, `W_V` (rank or placement?), the
-top-4 energy of `ΔW`, and the overlap of its top-4 singular subspaces with LoRA's rank-4
-update on `W_Q`, `W_V` (mean squared cosine of the principal angles; random: `4 / D`); and for
-the in-domain setting full fine-tuning's gain, the stable rank of its `ΔW`, and LoRA r4's
-excess over full fine-tuning in-domain minus on the new text (paired by seed).
 
 **Text.** The shared models are trained on the standard library's `.py` files. The fine-tuning
 text is IDLE's plain-text documents (`idlelib/*.txt`: CREDITS, HISTORY, NEWS, NEWS2x, README,
@@ -58,16 +52,14 @@ program, each from its own base model (`experiments.lab.lora`).
 
 Protocol: per seed, the committed base model (`experiments.models`, trained at 20 tokens per
 parameter; the tuning seed 100's too), 150 fine-tuning steps of 16 × 128 tokens; `--quick`
-(`quick`, one seed, 10 steps, one fixed rate). Registered on `mini-20` (d 64, L 2, H 4); the
+(`quick`, one seed, 10 steps). Registered on `mini-20` (d 64, L 2, H 4); the
 scale axis reruns the whole protocol on `micro-20` (every arm's rate retuned on the tuning
 seed from the same `GRID`, in both settings); the ranks stay the paper's 4 and 16, so an
-adapter is a larger share of a narrower model. `pico-20` (d 16) is left out: `lora-all-r16`
-would be full rank there. A size too narrow for an arm's rank is refused before anything
-trains (`check_ranks`). Results, with their runtime, are in `results/lora/report.md`.
+adapter is a larger share of a narrower model (`pico-20`, d 16, would hold `lora-all-r16` at
+full rank; `check_ranks` refuses too narrow a model). Results: `results/lora/report.md`.
 
-v2 (2026-12-05, before the run): registered on the trained regime (`mini-20`; v1 read `small`
-at 0.95 tokens per parameter, scale over `micro`, `mini`, `small` of the old regime); the
-text, arms, grid, steps and thresholds are v1's (issue 38).
+v2 (2026-12-05): the trained regime (`mini-20`; v1: `small`, 0.95 tokens per parameter), all
+else as v1 (issue 38). v3 (after v2's LoRA rate sat at the grid's top): the edge rule above.
 """
 
 from __future__ import annotations
@@ -105,6 +97,8 @@ class LoraSizes(Sizes):
       models were trained at, fixed before any quick run).
     in_domain_arms: the LoRA arms trained beside `full` in the in-domain setting (`lora-qv-r4`
       is required: the extension reads it).
+    extend: how many times a rate at an edge of `GRID` extends it by one step beyond that
+      edge (`lab.tune_rates`; the registered edge rule, v3).
   """
 
   model: str
@@ -115,6 +109,7 @@ class LoraSizes(Sizes):
   tune: bool
   fixed_rate: float | None = None
   in_domain_arms: tuple[str, ...] = ("lora-qv-r4",)
+  extend: int = 0
 
   def __post_init__(self):
     if self.model not in models.RECIPES:
@@ -137,7 +132,7 @@ class LoraSizes(Sizes):
 QUICK = LoraSizes(model="quick", arms=("lora-qv-r4", "lora-all-r16"), steps=10, batch_size=8,
                   seq_len=64, tune=False, fixed_rate=3e-3)
 FULL = LoraSizes(model="mini-20", arms=tuple(ARMS), steps=150, batch_size=16, seq_len=128,
-                 tune=True)
+                 tune=True, extend=1)
 
 
 def run(spec: Spec) -> dict:
@@ -271,6 +266,7 @@ def _controls(arm: str, setting: str = "") -> tuple[Threshold, ...]:
 
 CLAIM = Claim(
     id="lora",
+    reads_base=True,
     topic="decomposition",
     kind="existing",
     preface="LoRA achieves efficient fine-tuning via low-rank weight updates",
@@ -315,10 +311,13 @@ CLAIM = Claim(
     ),
     tuning_seeds=(TUNE_SEED,),
     scale_models=("micro-20", "mini-20"),
-    version=2,
+    version=3,
     revisions=("v2: registered on the trained regime (mini-20 at 20 tokens per parameter, "
                "committed models; v1 read small at 0.95), scale over micro-20 and mini-20; "
-               "text, arms, grid, steps and thresholds unchanged (issue 38)",),
+               "text, arms, grid, steps and thresholds unchanged (issue 38)",
+               "v3: the edge rule of issue 38 (a best rate at an edge of the grid extends it "
+               "by one step, once; still at the edge fails the control), adopted after v2's "
+               "LoRA r4 rate sat at the grid's top (0.1), as v1's had; nothing else changes",),
     anchors=(
         Anchor("LoRA rank for W_q + W_v on GPT-3 (WikiSQL / MultiNLI)", "r = 4 as good as "
                "r = 64 (Table 6)", "Hu et al. 2021, LoRA: Low-Rank Adaptation of Large "
@@ -367,8 +366,8 @@ def _figure(runs: dict, seeds, rates: dict, z: LoraSizes, run_dir: str) -> str:
     for k, arm in enumerate(("full", *arms)):
       t = rates[arm]
       val = np.asarray(t["val_loss"], np.float64)
-      ax2.plot(GRID, np.where(np.isfinite(val), val, np.nan), marker="o", color=f"C{k + 3}",
-               label=arm)
+      ax2.plot(t.get("grid", GRID), np.where(np.isfinite(val), val, np.nan), marker="o",
+               color=f"C{k + 3}", label=arm)
       ax2.plot(t["learning_rate"], val[t["index"]], marker="*", ms=14, color=f"C{k + 3}")
     base_tune = rates["full"]["base_tune_loss"]
     ax2.axhline(base_tune, color="k", ls="--", label="base model (above: ended diverged)")

@@ -257,6 +257,7 @@ THEOREM = ("With W_Q ≠ W_K the kernel κ = exp(X W_Q W_Kᵀ Xᵀ/√dh) is gen
 
 CLAIM = Claim(
     id="softmax-kernel",
+    reads_base=True,
     version=3,
     revisions=("v2: registered on the trained regime (mini-20 at 20 tokens per parameter, "
                "committed models; v1 read small at 0.95) and the headline is the proof's "

@@ -121,7 +121,7 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
-                 claim.preface, verdict, cells.regime_text(res), ext,
+                 claim.preface, verdict, cells.regime_text(res, claim.reads_base), ext,
                  cells.key_number(res, claim),
                  cells.trend_text(res), cells.context_text(res), cells.budget_text(res),
                  cells.anchor_text(claim)])

@@ -241,6 +241,11 @@ def trainable_fraction(cfg: transformer.Config, arm: str) -> float:
 def tune_rates(base, cfg, arms, z, log, text=None, *, grid, tune_seed: int) -> dict:
   """Each arm's peak rate on `grid`: the lowest loss on the whole tuning text, tuning seed only.
 
+  The registered edge rule: when an arm's best rate is the first or last of its grid, the grid
+  is extended by one step of its ratio beyond that edge and the new rate run, up to
+  `z.extend` times (`getattr`, 0 when the sizes have no `extend`); `edge` is whether the best
+  rate still sits at an edge of the extended grid (the claim's control then fails).
+
   The loss is `text_loss` on the tuning part, the same measure as the reported test loss. A run
   *ended diverged* when that loss is non-finite or above the base model's own (fine-tuning
   lost more than it learned); a non-finite run never wins, and one that `train_many` flagged
@@ -254,20 +259,36 @@ def tune_rates(base, cfg, arms, z, log, text=None, *, grid, tune_seed: int) -> d
   ft, tune, _ = held_out_text()[:3] if text is None else text
   src = data.TextSource(data.Corpus(ft, tune, (), ()), z.seq_len)
   base_tune = text_loss(base, cfg, tune, z.seq_len)
+  def run(rates, arm):
+    r = train_arm([base], cfg, src, (tune_seed,), rates, arm, steps=z.steps,
+                  batch_size=z.batch_size, seq_len=z.seq_len)
+    val = [text_loss(jax.tree.map(lambda x, k=k: x[k, 0], r.params), cfg, tune, z.seq_len)
+           for k in range(len(rates))]
+    return val, [bool(d) for d in r.diverged[:, 0]]
+
+  q = grid[1] / grid[0] if len(grid) > 1 else 1.0
   out = {}
   for arm in arms:
-    r = train_arm([base], cfg, src, (tune_seed,), grid, arm, steps=z.steps,
-                  batch_size=z.batch_size, seq_len=z.seq_len)
-    val = np.array([text_loss(jax.tree.map(lambda x, k=k: x[k, 0], r.params), cfg, tune,
-                              z.seq_len) for k in range(len(grid))])
+    rates = list(grid)
+    val, flagged = run(rates, arm)
+    for _ in range(getattr(z, "extend", 0)):
+      i = tuning.tuned_rate(np.array(val), ~np.isfinite(val), rates)[1]
+      if 0 < i < len(rates) - 1:
+        break
+      new = rates[-1] * q if i == len(rates) - 1 else rates[0] / q
+      v, f = run([new], arm)
+      at = len(rates) if new > rates[-1] else 0
+      rates.insert(at, new), val.insert(at, v[0]), flagged.insert(at, f[0])
+    val = np.array(val)
     ended = ~np.isfinite(val) | (val > base_tune)
-    lr, i = tuning.tuned_rate(val, ~np.isfinite(val), grid)
-    out[arm] = {"learning_rate": lr, "index": i, "edge": i in (0, len(grid) - 1),
+    lr, i = tuning.tuned_rate(val, ~np.isfinite(val), rates)
+    out[arm] = {"learning_rate": lr, "index": i, "edge": i in (0, len(rates) - 1),
+                "grid": [float(g) for g in rates],
                 "val_loss": [float(v) for v in val], "diverged": [bool(d) for d in ended],
-                "spiked": [bool(d) for d in r.diverged[:, 0] & ~ended],
+                "spiked": [bool(f and not e) for f, e in zip(flagged, ended, strict=True)],
                 "base_tune_loss": base_tune}
     log(f"    tuned {arm} (seed {tune_seed}): lr {lr:g}, tuning-text loss "
-        + ", ".join(f"{g:g}: {v:.4f}" for g, v in zip(grid, val, strict=True))
+        + ", ".join(f"{g:g}: {v:.4f}" for g, v in zip(rates, val, strict=True))
         + f" (base {base_tune:.4f})")
   return out
 

@@ -156,16 +156,17 @@ def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str,
     seeds: the seeds every size ran.
     cards: `{model: model_card(model)}`.
     tokens: `{model: tokens each model trains on}` (`Sizes.train_tokens`); where given, the
-      size's row adds `tokens_per_param`.
+      size's row adds `tokens_per_param`. Otherwise, for a claim that reads the shared base
+      models (`Claim.reads_base`), it adds that model's `tokens_per_param` and, when
+      committed, the held-out `bits_per_byte` of its seeds (`base_row`).
 
   Returns:
     `{"sizes": [{"family", "model", "params", "effect", "ci", "verdict", "failed_controls"},
-    ...] (by params), "slope", "slope_ci", "trend"}`: `effect`/`ci` are the paired mean and its
-    95% t-interval at that size, `verdict` the registered rule at that size (`reading`); the
-    slope is the least-squares fit of every (size, seed) point's effect on `log(params)` (per
-    e-fold of parameters), its interval from t. With two families or more
-    the slope is the common one with an intercept per family (`stats.ols_slope`'s `groups`),
-    and `"families"` adds `{family: {"slope", "slope_ci", "trend"}}`, each family's own fit.
+    ...] (by params), "slope", "slope_ci", "trend", "dof", "points", "excluded"}`:
+    `effect`/`ci` are the paired mean and its 95% t-interval at that size, `verdict` the
+    registered rule at that size (`reading`); the fit is `axis_fit`'s (one point per size, the
+    seed mean; with two families a shared slope, one intercept each, and `"families"` with
+    each family's own fit).
   """
   th = claim.primary
   rows = []
@@ -176,10 +177,29 @@ def scale_block(claim: Claim, per_size: dict[str, dict], seeds, cards: dict[str,
            **reading(claim, runs, seeds)}
     if (tokens or {}).get(name) is not None:
       row["tokens_per_param"] = tokens[name] / cards[name]["params"]
+    elif claim.reads_base:
+      row.update(base_row(name, seeds))
     rows.append(row)
   rows.sort(key=lambda r: (r["params"], r["family"], r["model"]))
   return {"sizes": rows, **axis_fit(claim, rows, lambda r: per_size[r["model"]], seeds,
                                     x="params", label="model", family="family", regime=True)}
+
+
+def base_row(name: str, seeds) -> dict:
+  """`{"tokens_per_param", "bits_per_byte"}` of the shared base model `name` at `seeds` (the
+  held-out bits only when every seed is committed); `{}` for a name that is no recipe.
+
+  Example:
+    >>> base_row("mini-20", range(5))["tokens_per_param"] > 20
+    True
+  """
+  from experiments import models
+
+  if name not in models.RECIPES:
+    return {}
+  out = {"tokens_per_param": models.model_card(name).get("tokens_per_param")}
+  bits = models.heldout_bits(name, [int(s) for s in seeds])
+  return {**out, **({"bits_per_byte": bits} if bits is not None else {})}
 
 
 def _flag_under_trained(rows: list[dict]) -> None:

@@ -60,10 +60,13 @@ def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
   budgets = any(r.get("tokens_per_param") is not None for r in scale["sizes"])
   read = any("verdict" in r for r in scale["sizes"])
   fitted = "points" in scale
+  bits = any(r.get("bits_per_byte") is not None for r in scale["sizes"])
   for r in scale["sizes"]:
     outcome, why = size_test(th, r)
     lo, hi = r["ci"]
     spent = [f"{r['tokens_per_param']:.3g}" if r.get("tokens_per_param") else "—"]
+    if bits:
+      spent.append(fmt(r.get("bits_per_byte")))
     rows.append([f"`{r['model']}`" + (" (registered)" if r["model"] == registered else ""),
                  r["family"], params_text(r["params"]), *(spent if budgets else []),
                  fmt(r["effect"]),
@@ -71,6 +74,7 @@ def scale_markdown(claim: Claim, results: dict, h: str) -> list[str]:
                  f"{outcome}: {why}", *([reading_text(r)] if read else []),
                  *([fit_cell(r)] if fitted else [])])
   lines += table(["model", "family", "parameters", *(["tokens / param"] if budgets else []),
+                  *(["held-out bits / byte"] if budgets and bits else []),
                   "effect", "95% CI", "primary threshold at this size",
                   *(["every threshold and control at this size"] if read else []),
                   *(["in the trend fit"] if fitted else [])], rows)

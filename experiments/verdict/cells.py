@@ -109,11 +109,12 @@ def context_text(results: dict | None) -> str:
                        else "") for r in rows] + ([_fit_text(fit, "T", "lengths")] if fit else []))
 
 
-def regime_text(results: dict | None) -> str:
+def regime_text(results: dict | None, reads_base: bool = False) -> str:
   """The registered size's model, parameters, tokens per parameter and held-out bits per byte.
 
   From `config.regime` (runs since 2026-12-05); an older run gives what its config records
-  (the model's recipe, `config.budget`) and says its bits per byte were not recorded.
+  (`config.budget`, or the base model's recipe when the claim `reads_base`) and says its
+  bits per byte were not recorded.
 
   Example:
     >>> from experiments.verdict.cells import regime_text
@@ -133,7 +134,7 @@ def regime_text(results: dict | None) -> str:
     spent = results["config"].get("budget")
     reg = {"model": name, "params": card.get("params"), "bits_per_byte": None,
            "tokens_per_param": spent["tokens_per_param"] if spent
-           else card.get("tokens_per_param")}
+           else card.get("tokens_per_param") if reads_base else None}
   if reg["model"] is None:
     return "no model"
   parts = [f"`{reg['model']}`"]

@@ -87,6 +87,9 @@ class Claim:
     bits_metric: `(arm, metric)` of a held-out loss in nats per byte that the claim's runs
       report, read as the bits per byte its models reach (`results.json`'s
       `config.regime`); None: the base model's stored held-out loss, when it reads one.
+    reads_base: the claim measures (or fine-tunes) the shared base models of its sizes'
+      `model` (`experiments.models`) instead of training its own from scratch: its rows
+      then carry that model's tokens per parameter and held-out bits per byte.
   """
 
   id: str
@@ -114,6 +117,7 @@ class Claim:
   version: int = 1
   revisions: tuple[str, ...] = ()
   bits_metric: tuple[str, str] | None = None
+  reads_base: bool = False
 
   def __post_init__(self):
     if not (isinstance(self.version, int) and self.version >= 1

@@ -20,7 +20,7 @@ import re
 
 from experiments import jsonio
 from experiments.verdict import axis_report, figures
-from experiments.verdict.axes import axis_fit
+from experiments.verdict.axes import axis_fit, base_row
 from experiments.verdict.claim import Claim
 
 
@@ -43,6 +43,9 @@ def refit_results(claim: Claim, res: dict, folder: str) -> dict:
         return registered_runs
       return _kept_runs(os.path.join(folder, f"size-{row['model']}"))
     rows = res["scale"]["sizes"]
+    for row in rows:  # a base-model row kept before rows recorded their model's regime
+      if claim.reads_base and "tokens_per_param" not in row:
+        row.update(base_row(row["model"], seeds))
     fit = axis_fit(claim, rows, size_runs, seeds, x="params", label="model",
                           family="family", regime=True)
     res["scale"] = {"sizes": rows, **fit}

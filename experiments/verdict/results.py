@@ -78,9 +78,10 @@ def regime(claim: Claim, sizes: Sizes, seeds, runs: dict) -> dict:
   """`config.regime`: the registered size's model, parameters, tokens per parameter and the
   held-out bits per byte its models reach (None where the run does not measure it).
 
-  Tokens per parameter are what each reported model trains on (`budget`) for a claim that
-  trains, else the base model's own recipe; bits per byte come from `claim.bits_metric`, else
-  from the stored base models' held-out loss (`experiments.models.heldout_bits`).
+  Tokens per parameter are what each reported model trains on (`budget`) for a claim whose
+  sizes count them, else, for a claim that reads the shared base models (`reads_base`), the
+  base model's own recipe; bits per byte come from `claim.bits_metric`, else from the stored
+  base models' held-out loss (`experiments.models.heldout_bits`).
   """
   from experiments import models
 
@@ -89,13 +90,13 @@ def regime(claim: Claim, sizes: Sizes, seeds, runs: dict) -> dict:
   params = model_card(name)["params"] if known else None
   spent = budget(sizes, trained_params(sizes))
   tpp = spent["tokens_per_param"] if spent else (
-      models.model_card(name).get("tokens_per_param") if known else None)
+      models.model_card(name).get("tokens_per_param") if known and claim.reads_base else None)
   bits = None
   if claim.bits_metric is not None:
     arm, metric = claim.bits_metric
     vals = [runs[arm][s].get(metric) for s in seeds if arm in runs]
     vals = [v for v in vals if v is not None and math.isfinite(v)]
     bits = float(np.mean(vals)) / math.log(2) if vals else None
-  elif known and not spent:
+  elif claim.reads_base and name in models.RECIPES:
     bits = models.heldout_bits(name, seeds)
   return {"model": name, "params": params, "tokens_per_param": tpp, "bits_per_byte": bits}

@@ -272,10 +272,11 @@ def test_lora_sizes_refuse_arms_the_run_cannot_measure(arms):
     lora_claim.LoraSizes(**{**lora_claim.QUICK.to_dict(), "arms": arms})
 
 
-def test_lora_v2_reads_the_trained_regime_and_its_scale_axis_is_micro_and_mini():
+def test_lora_reads_the_trained_regime_and_its_scale_axis_is_micro_and_mini():
   assert (lora_claim.FULL.model, lora_claim.QUICK.model) == ("mini-20", "quick")
   claim = CLAIMS["lora"]
-  assert claim.version == 2 and claim.revisions[0].startswith("v2: ")
+  assert claim.version == 3 and [r[:4] for r in claim.revisions] == ["v2: ", "v3: "]
+  assert lora_claim.FULL.extend == 1  # v3: the edge rule
   assert claim.scale_models == ("micro-20", "mini-20")
   assert axes.scale_models(claim, quick=False) == ("mini-20", "micro-20")  # verdict first
   assert axes.scale_models(claim, quick=True) == ()
@@ -504,3 +505,38 @@ def test_kv_goals_summary_reads_each_goal_from_its_interval():
   assert s["r16-cal"]["margin_pct"] == pytest.approx(1 - 31 / 30)
   assert s["r32q4-loss"]["met"] is False  # the ratio 31 < 32, whatever the loss
   assert "r32q4-cal" not in s
+
+
+@pytest.mark.parametrize("best, chosen, edge", [
+    (0.2, 0.1, False),   # best past the top edge by less than a step: the extension brackets it
+    (0.5, 1.0, True),    # still at the extended edge: the control fails
+    (5e-4, 1e-3, False),  # below the bottom edge: extended downward, then bracketed
+    (0.01, 0.01, False),  # inside the grid: nothing extends
+])
+def test_tune_rates_extends_a_grid_edge_once_by_one_step(monkeypatch, best, chosen, edge):
+  """The registered edge rule: the tuning-text loss `(log10 η − log10 best)²` is least at
+  `best`; a best rate at an edge of (1e-3, 1e-2, 1e-1) adds one rate a decade beyond it."""
+  runs = []
+
+  class Result:
+    def __init__(self, rates):
+      self.params = np.asarray(rates, np.float64).reshape(-1, 1)  # (rates, seeds): the rate
+      self.diverged = np.zeros((len(rates), 1), bool)
+
+  def train_arm(bases, cfg, src, seeds, rates, arm, **kw):
+    runs.append(list(rates))
+    return Result(rates)
+
+  monkeypatch.setattr(lora_lab, "train_arm", train_arm)
+  monkeypatch.setattr(lora_lab, "text_loss",
+                      lambda p, cfg, text, T: 10.0 if np.ndim(p) == 0 and p == 0 else
+                      float((np.log10(float(p)) - np.log10(best)) ** 2))
+  monkeypatch.setattr(lora_lab.data, "TextSource", lambda *a: None)
+  monkeypatch.setattr(lora_lab.data, "Corpus", lambda *a: None)
+  z = dataclasses.replace(lora_claim.FULL, extend=1)
+  base = np.float64(0.0)  # the base model's tuning loss: 10, above every run
+  out = lora_lab.tune_rates(base, None, ("full",), z, lambda *_: None, (b"", b"", b""),
+                            grid=(1e-3, 1e-2, 1e-1), tune_seed=100)["full"]
+  assert out["learning_rate"] == pytest.approx(chosen) and out["edge"] is edge
+  assert len(runs) == (1 if best == 0.01 else 2) and len(runs[-1]) in (1, 3)
+  assert out["grid"] == sorted(out["grid"]) and len(out["grid"]) == len(out["val_loss"])
