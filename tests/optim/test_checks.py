@@ -2,7 +2,8 @@
 jax); `check_finite=True` names the leaf that holds a NaN. (`optim/checks.py`.)
 """
 
-import pathlib
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -11,21 +12,9 @@ import optax
 import pytest
 
 import optim
-import transformer
+from tests.refusals import refused as _refused
 
-# Where a refusal may be raised: our code, never a frame of jax.
-OURS = (pathlib.Path(optim.__file__).parent,
-        pathlib.Path(transformer.__file__).parent / "linalg")
-
-
-def refused(excinfo, *needles):
-  """One line, containing `needles`, raised by a frame of `optim` (nothing of jax below it)."""
-  msg = str(excinfo.value)
-  assert "\n" not in msg, msg
-  for n in needles:
-    assert n in msg, msg
-  raiser = pathlib.Path(str(excinfo.traceback[-1].path))
-  assert any(root in raiser.parents for root in OURS), raiser
+refused = functools.partial(_refused, package=optim)  # one line, from our code
 
 
 BAD = [
