@@ -22,9 +22,6 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("transformer", "analysis", "optim", "experiments")
-# Temporary (issue 40): the old import paths the claim modules read until they import
-# `experiments.verdict`; not claims.
-CLAIM_SUPPORT = {"experiments.claims.claim", "experiments.claims.stats"}
 BELOW_CLAIMS = ("experiments.verdict", "experiments.lab", "experiments.train", "experiments.data",
                 "experiments.models", "experiments.model_store", "experiments.jsonio",
                 "experiments.console")
@@ -110,7 +107,7 @@ def top(module: str) -> str:
 
 
 def is_claim(module: str) -> bool:
-  return module.startswith("experiments.claims.") and module not in CLAIM_SUPPORT
+  return module.startswith("experiments.claims.")
 
 
 def is_benchmark(module: str) -> bool:
@@ -190,8 +187,8 @@ def test_the_checks_catch_what_they_claim_to():
          "analysis.spectra": {"optim.roles"},
          "experiments.claims.muon": {"experiments.claims.lora", "experiments.benchmarks.optim"},
          "experiments.benchmarks.optim": {"experiments.claims.muon"},
-         "experiments.lab.arms": {"experiments.claims.claim"},
-         "experiments.data.tasks": {"experiments.claims.claim"},
+         "experiments.lab.arms": {"experiments.claims.lora"},
+         "experiments.data.tasks": {"experiments.claims.lora"},
          "experiments.verdict.runner": {"experiments.claims.muon"},
          "experiments.lab.tuning": {"experiments.commands.table"},
          "experiments.commands.tour": {"experiments.commands.table"},

@@ -105,7 +105,10 @@ import numpy as np
 
 import transformer
 from experiments import models
-from experiments.claims.claim import (
+from experiments.lab import optimizers as O
+from experiments.lab import tuning
+from experiments.train.sweep import train_many
+from experiments.verdict import (
   Anchor,
   Claim,
   Extension,
@@ -114,9 +117,6 @@ from experiments.claims.claim import (
   TrainedSizes,
   more_steps,
 )
-from experiments.lab import optimizers as O
-from experiments.lab import tuning
-from experiments.train.sweep import train_many
 
 GRID = tuning.RATE_GRID
 TUNE_SEED = 100

@@ -97,9 +97,9 @@ import numpy as np
 import transformer
 from experiments import data as data_lib
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab.attention_arms import LEARNING_RATES, config_at, within
 from experiments.lab.sparsity import RecallSource, recall_arms, text_arms
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 TUNE_SEED = 100
 ACC_MARGIN = 0.1  # 10 points of answer accuracy

@@ -86,8 +86,8 @@ import analysis
 import optim
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.train import sweep
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 CAP = 1.0
 ARMS: dict[str, tuple[str, ...] | None] = {

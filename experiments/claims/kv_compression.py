@@ -76,8 +76,8 @@ import dataclasses
 import numpy as np
 
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import kv_arms
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 ALLOCS = ("uniform", "greedy", "loss")
 
@@ -329,7 +329,7 @@ def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str)
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  from experiments.claims.stats import mean_ci95
+  from experiments.verdict.stats import mean_ci95
 
   def mean(arm, metric, scale=1.0):
     return scale * float(np.mean([runs[arm][s][metric] for s in seeds]))

@@ -89,9 +89,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import norm_training
 from experiments.lab.norm_training import NORMED
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 NORMS = ("layernorm", "rmsnorm", "none")
 U_BF16 = float(jnp.finfo(jnp.bfloat16).eps) / 2  # unit roundoff 2⁻⁸

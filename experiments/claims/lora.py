@@ -70,9 +70,9 @@ import os
 import numpy as np
 
 from experiments import data, models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import lora as lab
 from experiments.lab.lora import ARMS
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # frozen: every arm's peak rate is chosen on it
 TUNE_SEED = 100
@@ -337,7 +337,7 @@ def _figure(runs: dict, seeds, rates: dict, z: LoraSizes, run_dir: str) -> str:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  from experiments.claims.stats import mean_ci95
+  from experiments.verdict.stats import mean_ci95
 
   arms = [a for a in ARMS if a in runs]
   in_arms = [a for a in arms if IN_DOMAIN + "excess_over_full" in runs[a][seeds[0]]]

@@ -115,10 +115,10 @@ import jax
 import numpy as np
 
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Spec, Threshold, TrainedSizes, more_steps
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train.sweep import train_many
+from experiments.verdict import Anchor, Claim, Spec, Threshold, TrainedSizes, more_steps
 
 TUNING_SEEDS = (100, 101)
 GRID = tuple(float(f"{x:.3g}") for x in np.geomspace(3e-4, 3e-2, 9))  # quarter-decade steps

@@ -107,7 +107,9 @@ import dataclasses
 import numpy as np
 
 from experiments import models
-from experiments.claims.claim import (
+from experiments.lab import heads_training as heads
+from experiments.lab import optimizers as O
+from experiments.verdict import (
   Anchor,
   Claim,
   Extension,
@@ -116,9 +118,7 @@ from experiments.claims.claim import (
   TrainedSizes,
   more_steps,
 )
-from experiments.claims.stats import mean_ci95
-from experiments.lab import heads_training as heads
-from experiments.lab import optimizers as O
+from experiments.verdict.stats import mean_ci95
 
 TUNING_SEEDS = (100, 101)
 GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # frozen: the grid of every arm (half-decade steps)

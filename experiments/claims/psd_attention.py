@@ -79,8 +79,8 @@ import numpy as np
 
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab.attention_arms import LEARNING_RATES, train_arm, tune_rate, within
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 ARMS = {"softmax": {}, "softmax-tied": dict(qk_tied=True),
         "rbf-tied": dict(attention="rbf", qk_tied=True),

@@ -73,9 +73,9 @@ import optax
 
 import transformer
 from experiments import data, models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import stability
 from experiments.train import sweep
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 SWEEP_ARMS = {**stability.ARMS,
               "pre-unscaled": dict(norm_position="pre", residual=True, init_residual_scale=False)}

@@ -81,9 +81,9 @@ import numpy as np
 
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
 from experiments.lab import attention_timing, receptive
 from experiments.lab.attention_arms import LEARNING_RATES, config_at, tuned_arm, within
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 WINDOW = 32
 TUNE_SEED = 100

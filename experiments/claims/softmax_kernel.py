@@ -46,7 +46,7 @@ import numpy as np
 import analysis
 import transformer
 from experiments import models
-from experiments.claims.claim import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
 
 
 @dataclasses.dataclass(frozen=True)
