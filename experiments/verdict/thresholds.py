@@ -114,6 +114,21 @@ class Threshold:
       del d["censored"]
     return d
 
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> Threshold:
+    """The threshold `to_dict` wrote (a kept `claim.json`'s), e.g. to replay its verdict.
+
+    Example:
+      >>> from experiments.verdict.thresholds import Threshold
+      >>> th = Threshold.beyond("gain", "a", "m", margin=0.1, needs=("works",))
+      >>> Threshold.from_dict(th.to_dict()) == th
+      True
+    """
+    d = dict(d)
+    if d.get("needs") is not None:
+      d["needs"] = tuple(d["needs"])
+    return cls(**d)
+
 
 @dataclasses.dataclass(frozen=True)
 class Extension:
@@ -136,6 +151,11 @@ class Extension:
   def to_dict(self) -> dict[str, Any]:
     return {"name": self.name, "question": self.question,
             "thresholds": [t.to_dict() for t in self.thresholds]}
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> Extension:
+    """The extension `to_dict` wrote."""
+    return cls(d["name"], d["question"], tuple(Threshold.from_dict(t) for t in d["thresholds"]))
 
 
 @dataclasses.dataclass(frozen=True)
