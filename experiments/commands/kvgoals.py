@@ -12,8 +12,8 @@ files that `experiments.data.archive_split` puts in `test`), which no base model
 Windows are evenly spaced over the concatenated prose bytes and the same for every seed, so the
 seeds are paired on the text.
 
-At `--length 128` the model is `small` (learned positions, the claim's registered model); at
-longer lengths it is `kv_compression.at_length(FULL, T)`'s (`llama-small-long`, RoPE, trained
+At `--length 128` the model is `mini-20` (learned positions, the claim's registered model; the
+fit's rate is tuned on the tuning seed as the claim's run tunes it); at longer lengths it is `kv_compression.at_length(FULL, T)`'s (`llama-small-long`, RoPE, trained
 at T = 1024). Each seed's numbers are written to `DIR/prose-T<T>.json` as soon as they are
 measured, and a rerun with the same settings reuses them (nothing is lost on a crash); the
 summary (mean and 95% interval over the seeds per arm, each goal's limit and the margin by
@@ -28,6 +28,7 @@ fitted arm's starting point.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -70,9 +71,15 @@ def prose_windows(T: int, n: int) -> np.ndarray:
   return np.stack([raw[s:s + T + 1] for s in starts]).astype(np.int32)
 
 
-def sizes_at(T: int) -> kc.KvCompressionSizes:
-  """The claim's sizes at `T`: `FULL` at its own length, else `at_length(FULL, T)`."""
-  return kc.FULL if T == kc.FULL.seq_len else kc.at_length(kc.FULL, T)
+def sizes_at(T: int, log=print) -> kc.KvCompressionSizes:
+  """The claim's sizes at `T`: `FULL` at its own length, else `at_length(FULL, T)`, with the
+  fit's rate tuned on the claim's tuning seed where the sizes leave it to tuning (as the
+  claim's run does, `kv_arms.tune_fit_rate`)."""
+  z = kc.FULL if T == kc.FULL.seq_len else kc.at_length(kc.FULL, T)
+  if z.fit_learning_rate is None:
+    rate = kv_arms.tune_fit_rate(z, kc.TUNE_SEED, log=log)["learning_rate"]
+    z = dataclasses.replace(z, fit_learning_rate=rate)
+  return z
 
 
 def summary(per_seed: dict) -> dict:
@@ -132,7 +139,7 @@ def main(argv=None) -> int:
   ap = argparse.ArgumentParser(prog="python -m experiments.commands.kvgoals", description=__doc__
                                .split("\n\n")[0])
   ap.add_argument("--length", type=int, default=kc.FULL.seq_len,
-                  help="T of the evaluated windows (128: `small`; 256-1024: llama-small-long)")
+                  help="T of the evaluated windows (128: `mini-20`; 256-1024: llama-small-long)")
   ap.add_argument("--seeds", type=int, nargs="+", default=list(range(5)))
   ap.add_argument("--tokens", type=int, default=32_768,
                   help="prose tokens evaluated per seed (windows = tokens // T)")

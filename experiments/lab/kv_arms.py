@@ -22,7 +22,7 @@ import numpy as np
 import transformer
 from analysis import kv
 from experiments import models
-from experiments.lab import kvcompress
+from experiments.lab import edge, kvcompress
 from transformer import latent
 
 
@@ -100,6 +100,39 @@ def fit_arms(params, cfg, seed: int, z, comps: dict, *, log) -> dict:
     took[name] = time.perf_counter() - t0
     log(f"    {name}: fitted in {took[name]:.0f} s ({z.fit_steps} Adam steps)")
   return took
+
+
+def tune_fit_rate(z, seed: int, *, extend: int = 1, log) -> dict:
+  """The fit's Adam rate, chosen on tuning seed `seed` (never a reported one) at `z.model`.
+
+  Every rate of `z.fit_rates` fits the 16× loss-aware cache of seed `seed`'s base model as
+  `fit_arms` does (its training-split windows); the chosen rate has the lowest loss rise on
+  that seed's validation windows, and a best rate at an edge of the grid extends it by one
+  step (`edge.edge_search`, `extend` times).
+
+  Returns:
+    `edge_search`'s record (`"learning_rate"`, `"grid"`, `"scores"`: the 16× loss rise per
+    rate, `"at_edge"`) with `"seed"`.
+  """
+  (params, cfg), = models.base_models(z.model, (seed,))
+  cal = kvcompress.calibrate(params, cfg, models.windows(seed, z.seq_len, z.n_calibration,
+                                                         "train"),
+                             grid=z.loss_grid, cost_windows=z.cost_windows)
+  start = kvcompress.compression(params, cfg, cal, 16, "loss", 16)
+  fit_tokens = models.windows(seed, z.fit_len, z.fit_windows, "train")
+  ev = models.windows(seed, z.seq_len, z.n_eval, "val")
+  nll_full = kvcompress.full_nll(params, cfg, ev)
+
+  def rise(rates):
+    out = []
+    for lr in rates:
+      comp = kv.calibrate(params, cfg, start, fit_tokens, z.fit_steps, learning_rate=lr,
+                          batch_size=z.fit_batch)
+      out.append(kvcompress.evaluate(params, cfg, comp, ev, nll_full=nll_full)["loss_rise"])
+      log(f"    tuning the fit (seed {seed}): rate {lr:.3g}, 16× loss rise {out[-1]:+.3%}")
+    return out
+
+  return {**edge.edge_search(rise, z.fit_rates, extend=extend), "seed": seed}
 
 
 # The arms of the issue-23 goals, as `goals_on` measures them: (name, ratio, bits); the

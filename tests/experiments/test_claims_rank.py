@@ -160,7 +160,8 @@ def test_kv_sizes_refuse_missing_threshold_arms():
 
 
 @pytest.mark.parametrize("field, value", [("fit_steps", 0), ("fit_len", 0), ("fit_batch", 0),
-                                          ("fit_windows", 0), ("fit_learning_rate", 0.0)])
+                                          ("fit_windows", 0), ("fit_learning_rate", 0.0),
+                                          ("fit_learning_rate", None)])
 def test_kv_sizes_refuse_an_empty_fit(field, value):
   with pytest.raises(ValueError, match=f"{field}={value}"):
     kv_compression.KvCompressionSizes(**{**kv_compression.QUICK.to_dict(),
@@ -175,7 +176,7 @@ def test_kv_sizes_refuse_an_empty_fit(field, value):
 def test_kv_calibrated_16x_extension_reads_rise_ratio_and_fit_time(rise, fit_s, expected):
   ext = next(e for e in kv_compression.CLAIM.extensions if e.name.startswith("16×"))
   runs = _runs({("r16-cal", "loss_rise"): rise, ("r16-cal", "kv_compression"): (16.0,) * 5,
-                ("r16-cal", "fit_s"): fit_s})
+                ("r16-cal", "fit_s"): fit_s, ("r16-cal", "edge_lr"): (0.0,) * 5})
   assert decide(ext.thresholds, runs, (0, 1, 2, 3, 4))[0] == expected
   runs["r16-cal"][3]["kv_compression"] = 15.5  # below the target: the ratio control fails
   assert decide(ext.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
@@ -195,7 +196,7 @@ def test_kv_at_length_reads_the_long_model_at_t():
   # the fit keeps its short windows at every T: calibrate short, deploy long
   assert (z.fit_len, z.fit_windows, z.fit_batch, z.fit_steps) == (
       full.fit_len, full.fit_windows, full.fit_batch, full.fit_steps)
-  assert kv_compression.CLAIM.context_lengths == (256, 512, 1024)
+  assert kv_compression.CLAIM.context_lengths == ()  # v2: the long model is not at the regime
   with pytest.raises(ValueError, match="T=2048.*trained at T = 1024"):
     kv_compression.at_length(full, 2048)
   with pytest.raises(ValueError, match=r"T=8.*within \[16, 1024\]"):
@@ -540,3 +541,18 @@ def test_tune_rates_extends_a_grid_edge_once_by_one_step(monkeypatch, best, chos
   assert out["learning_rate"] == pytest.approx(chosen) and out["edge"] is edge
   assert len(runs) == (1 if best == 0.01 else 2) and len(runs[-1]) in (1, 3)
   assert out["grid"] == sorted(out["grid"]) and len(out["grid"]) == len(out["val_loss"])
+
+
+def test_kv_fitted_extensions_need_their_rate_inside_the_grid():
+  """v2: a fit rate still at an edge of its extended grid blocks both fitted extensions."""
+  for name, arm in (("16×", "r16-cal"), ("32× with 4-bit coefficients after", "r32q4-cal")):
+    ext = next(e for e in kv_compression.CLAIM.extensions if e.name.startswith(name))
+    runs = _runs({(arm, "loss_rise"): (0.004, 0.005, 0.006, 0.005, 0.004),
+                  (arm, "kv_compression"): (33.0,) * 5, (arm, "fit_s"): (100,) * 5,
+                  (arm, "edge_lr"): (0.0,) * 5})
+    assert decide(ext.thresholds, runs, (0, 1, 2, 3, 4))[0] == "supported"
+    for s in range(5):
+      runs[arm][s]["edge_lr"] = 1.0
+    assert decide(ext.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
+  assert kv_compression.FULL.fit_learning_rate is None and len(kv_compression.FULL.fit_rates) >= 4
+  assert (kv_compression.FULL.model, kv_compression.CLAIM.version) == ("mini-20", 2)
