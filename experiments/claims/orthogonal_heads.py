@@ -2,107 +2,48 @@
 
     python -m experiments claim orthogonal-heads [--quick]
 
-**The preface's question.** "Orthogonal attention heads that provably learn non-redundant
-patterns." The *provably* part is settled by mathematics, and against the sentence (the
-`theorem`): orthogonal head subspaces do not imply different attention patterns — two heads
-with mutually orthogonal `W_Q^h`, `W_K^h` can compute identical scores when the residual
-stream does not fill the space. So the primary question is the empirical one: **do heads
-trained with an orthogonality pull learn less similar attention patterns than tuned AdamW's
-heads, by a margin that matters?** One declared metric answers it: the pattern similarity of
-the heads (`analysis.pattern_similarity`: the mean pairwise correlation of two heads'
-attention maps on validation windows, each query row centred, 0 for unrelated heads, 1 for
-identical ones; averaged over layers), as the paired difference `orth − AdamW` per seed.
-Supported when its 95% interval lies below `−0.05`; refuted when it lies above (less than 0.05
-lower, or higher). What would have refuted it: heads made orthogonal (the control below holds)
-that attend as alike as AdamW's, within 0.05.
+"Orthogonal attention heads that provably learn non-redundant patterns": *provably* is settled
+against the sentence (the `theorem`: orthogonal head subspaces can compute identical scores), so
+the headline is empirical: **do heads trained with an orthogonality pull attend less alike than
+tuned AdamW's, by a margin that matters?** Metric: the heads' pattern similarity
+(`analysis.pattern_similarity`: mean pairwise correlation of two heads' attention maps on
+validation windows, query rows centred; 0 unrelated, 1 identical; mean over layers), paired
+`orth − AdamW` per seed; supported when its 95% interval lies below `−0.05` (a twentieth of the
+identical-to-unrelated scale), refuted when it lies above.
 
-The margin, 0.05 of correlation: a twentieth of the scale from identical (1) to unrelated (0)
-heads. A smaller drop leaves every pair of heads about as alike as before, not the
-"non-redundant" the sentence promises. (The mean pairwise correlation of `H = 8` heads is at
-least `−1/7`, so the drop is possible from any AdamW level above `−0.09`.)
-
-Arms, AdamW (`b1 = 0.9, b2 = 0.95`) with one change each, trained from scratch:
-
-- `adamw`: the baseline;
-- `orth`: AdamW followed by `optim.orthogonal_heads(λ)` (a decoupled step `−λ∇R` with
-  `R = ½ Σ_{h≠g} ‖W_hᵀ W_g‖²` on `w_q, w_k, w_v` column blocks and `w_o` row blocks);
-- `muon-per-head` (an extension): Muon with the attention projections orthogonalised per head.
+Arms, trained from scratch: `adamw` (`b1 = 0.9, b2 = 0.95`); `orth`: AdamW then
+`optim.orthogonal_heads(λ)` (a step `−λ∇R`, `R = ½ Σ_{h≠g} ‖W_hᵀ W_g‖²` on `w_q, w_k, w_v` column
+and `w_o` row blocks); `muon-per-head` (extension): Muon with the attention projections
+orthogonalised per head (`experiments.lab.heads_training`).
 
 Pre-registration: every arm's peak rate is tuned on the frozen grid `{3e-4, 1e-3, 3e-3, 1e-2,
-3e-2}` (extended by a half-decade step past an edge that wins, at most twice) at the full budget,
-final validation loss averaged over the tuning seeds 100 and 101; the strength `λ` is chosen on
-the same seeds from `{0.05, 0.5, 5}`: the largest whose tuned loss is within 0.02 nats of
-tuned AdamW's (as orthogonal as the loss allows for free; the smallest if none is). Reported
-seeds 0–4 never choose a rate, a strength or an arm. (An earlier version's grid changed between
-reported runs; this one is frozen in `FULL`.)
+3e-2}` (`tuning.tune_on_seeds`; a best rate at an edge extends it one half-decade step, once)
+at the full budget, final validation loss averaged over tuning seeds 100, 101; `λ` is chosen on
+the same seeds from `{0.05, 0.5, 5}`: the largest whose tuned loss is within 0.02 nats of tuned
+AdamW's (else the smallest). Seeds 0–4 never choose a rate, a strength or an arm. Controls
+(each blocks the headline): the pull acts (largest principal cosine between heads' `W_Q` below
+AdamW's in every seed); no reported orth or AdamW run ends diverged (non-finite or above `ln V`);
+neither tuned rate sits at an edge of its grid. Extensions (own verdicts): *for free* (final
+loss within 0.02 nats of AdamW's); *non-redundant in function* (a tenth of the heads fewer
+prunable at a 1% loss rise, Michel et al.'s greedy ablation); *per-head Muon* (its pattern
+similarity 0.05 below AdamW's; its rate inside its grid is a control).
 
-Controls (each blocks the headline): the pull acts (the largest principal cosine between two
-heads' `W_Q` subspaces is lower than AdamW's in every seed: the heads are more orthogonal);
-neither arm's reported runs end diverged (non-finite or above the initial loss `ln V` at the
-end; recovered spikes are counted apart); neither tuned rate sits at an edge of its grid.
+Protocol: registered on `micro-20`'s shape (d 32, L 2, its own H 4, Dh 8; 41,856 params), each
+model trained from scratch at 20 tokens per parameter: 409 steps of 16 × 128 stdlib tokens (10%
+warm-up, linear decay to 10%); bits per byte from AdamW's held-out loss. The scale axis trains
+`pico-20`'s shape (d 16, H 4) at 20 tokens per parameter too (`steps=None` rescales them).
+`mini-20` is left out by cost (≈ 1.2 s per step of a 10-model tuning sweep: ≈ 2.5 h of tuning
+on 2 idle cores), so the trend is not measured; `--sizes pico-20,micro-20,mini-20` adds it.
 
-Extensions (own verdicts, never the headline): *for free* — the orthogonality pull's final
-validation loss is within 0.02 nats (≈ 1% of the loss) of AdamW's; *non-redundant in function*
-— it leaves at least a tenth of the heads fewer prunable at a 1% loss rise (Michel et al.'s
-greedy ablation), since a head that can be removed is redundant whatever its pattern;
-*per-head Muon* — orthogonalised per-head updates lower the pattern similarity by the same
-0.05. Other measures (key, value and output subspace cosines, per-layer values) are notes.
-
-Full run (seeds 0–4, tuning seeds 100–101): the `small` shared model shape with
-**8 heads** (d 128, L 4, H 8, dh 16), stdlib corpus, batches of 8 windows of **64** tokens
-(half the shared models' context, to fit the 2-core budget), `N = 120` steps: 50 tuning runs
-(2 seeds × 5 rates × 5 arm settings) and 15 reported runs; expect about 40 minutes at `small`
-on 2 cores (the report gives each run's runtime).
-`--quick` (the `quick` shape, H 4, one seed, 24 steps, one untuned rate, `λ = 0.5`): about a
-minute; `--quick --sizes llama-micro,llama-mini,llama-small` runs the Llama path at those sizes
-(H 4 on K 2). The full run also measures the primary effect on the `micro` (d 32, dh 4) and
-`mini` (d 64, dh 8) shapes with the same 8 heads and on the Llama family's three
-(`llama-micro`, `llama-mini`, `llama-small`), each trained from scratch with its own tuned rates
-and λ (the scale axis, `scale_models`; the verdict is read at `small`). Every model trains on
-61,440 tokens (`config.budget`, the scale table).
-
-**On Llama** (RoPE, RMSNorm, SwiGLU with `d_ff = 3 d`, no biases, untied output) the model
-keeps its family's grouped-query attention: 8 query heads on `K = 4` key/value heads, query
-head `h` reading key/value head `h // 2` (`experiments.lab.heads_training.model_config`; a GPT
-shape keeps `K = H = 8`, the model of every earlier run). Every arm and metric keeps its meaning:
-
-- the pull's `R` splits `w_q` and `w_o` into the 8 query heads and `w_k`, `w_v` into the 4
-  key/value heads (an 8-way split would cut each key head in half and pull its halves apart);
-  the two query heads of a group share their `W_K`, so on the key side only groups are pulled
-  apart;
-- per-head Muon orthogonalises `w_q`, `w_o` per query head and `w_k`, `w_v` per key/value
-  head; SwiGLU's `w_gate`, `w_1`, `w_2` as whole matrices (as GPT's `w_1`, `w_2`); the RMSNorm
-  scales, the embedding and the untied `w_out` stay on AdamW in every arm;
-- the pattern similarity is read from the maps the model computes (after RoPE, each query
-  head on its group's keys), over the 8 query heads; heads of one group share their keys, so
-  AdamW's level may sit above GPT's (the paired difference is what is judged);
-- `max_cos`, `max_cos_o` compare the 8 query heads, `max_cos_k`, `max_cos_v` the 4 key/value
-  heads (6 pairs, not 28); ablating a head zeroes its `W_O` rows and leaves its key/value head
-  to the other head of its group (the prunable fraction is of 32 query heads, as on GPT);
-- the theorem holds unchanged: RoPE turns the query and key of every head by the same
-  rotation at a position, so `x W_Q^0 = x W_Q^1`, `x W_K^0 = x W_K^1` (two heads of different
-  groups) still give equal scores.
-
-tests/experiments/test_claims_optimizers.py checks the Llama measurement against a float64
-forward pass that repeats key/value head `h // 2` for query head `h` (the interleaved `h % K`
-gives another similarity) and both optimizers' first updates against float64 references.
-
-**Budget axis** (`budgets = (4, 16)`, `budget_model = "micro"`, `at_budget = more_steps`;
-declared on 2026-12-03 before any budget ran, the 16× added after timing `micro`'s 1× on the
-shared cores): a full run also trains the `micro` shape with 8 heads (41,856 parameters)
-on 4× and 16× the registered tokens, `N = 480` and `1,920` steps: 5.87 and 23.5 tokens per
-parameter against 1.47 at 1×, with every rate and λ tuned again at each budget. Does the pull
-still separate the heads' patterns when training runs long enough for heads to specialise on
-their own? `results.json`'s `budgets` gives the pattern-similarity difference at each budget
-and its slope on log(tokens), paired by seed; the verdict is still read at `small`. `claim
-orthogonal-heads --onto results/orthogonal-heads` adds it without rerunning the sizes.
-
-Results (every size and budget): `results/orthogonal-heads/report.md`.
+v2 (2026-12-05, before the run): the trained regime (issue 38; v1: `small`, H 8, 0.07 tokens per
+parameter); each shape's own 4 heads; the edge rule (once), muon-per-head's edge control; no
+budget axis (20 tokens per parameter is already the compute-optimal length).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -116,7 +57,6 @@ from experiments.verdict import (
   Spec,
   Threshold,
   TrainedSizes,
-  more_steps,
 )
 from experiments.verdict.stats import mean_ci95
 
@@ -134,8 +74,10 @@ class OrthogonalHeadsSizes(TrainedSizes):
 
   Attributes:
     model: the `experiments.models.RECIPES` shape trained from scratch.
-    n_heads: query and key/value heads of that shape (replacing the recipe's).
-    steps: the budget `N` of every run.
+    n_heads: query heads of that shape (replacing the recipe's; its grouping is kept).
+    steps: the budget `N` of every run; None: the steps that train `model` on
+      `models.TOKENS_PER_PARAM` tokens per parameter (`budget_steps`), so every size of the
+      scale axis keeps the ratio.
     batch_size: windows per step.
     seq_len: tokens per window.
     grid: the peak-rate grid every arm is tuned on (its first rate is used untuned).
@@ -150,7 +92,7 @@ class OrthogonalHeadsSizes(TrainedSizes):
 
   model: str
   n_heads: int
-  steps: int
+  steps: int | None
   batch_size: int
   seq_len: int
   grid: tuple[float, ...]
@@ -161,18 +103,34 @@ class OrthogonalHeadsSizes(TrainedSizes):
   tune: bool
   extend: int
 
+  def budget_steps(self) -> int:
+    """`steps`, or `⌈TOKENS_PER_PARAM · params / (batch_size · seq_len)⌉` when it is None.
+
+    Example:
+      >>> from experiments.claims.orthogonal_heads import FULL
+      >>> FULL.budget_steps(), FULL.train_tokens() / 41_856 >= 20
+      (409, True)
+    """
+    if self.steps is not None:
+      return self.steps
+    return math.ceil(models.TOKENS_PER_PARAM * models.param_count(self.model)
+                     / (self.batch_size * self.seq_len))
+
+  def train_tokens(self) -> int:
+    return self.budget_steps() * self.batch_size * self.seq_len
+
 
 QUICK = OrthogonalHeadsSizes(model="quick", n_heads=4, steps=24, batch_size=4, seq_len=32,
                              grid=(3e-3,), strengths=(0.5,), quick_strength=0.5, eval_batches=2,
                              probe_batch=4, tune=False, extend=0)
-FULL = OrthogonalHeadsSizes(model="small", n_heads=8, steps=120, batch_size=8, seq_len=64,
-                            grid=GRID, strengths=STRENGTHS, quick_strength=0.5, eval_batches=4,
-                            probe_batch=8, tune=True, extend=2)
+FULL = OrthogonalHeadsSizes(model="micro-20", n_heads=4, steps=None, batch_size=16,
+                            seq_len=128, grid=GRID, strengths=STRENGTHS, quick_strength=0.5,
+                            eval_batches=4, probe_batch=8, tune=True, extend=1)
 
 
 def run(spec: Spec) -> dict:
   """Tunes every arm and the strength, trains the seeds, measures redundancy."""
-  z = spec.sizes
+  z = dataclasses.replace(spec.sizes, steps=spec.sizes.budget_steps())
   cfg = heads.model_config(z.model, z.n_heads)
   N, seeds, H, K = z.steps, tuple(spec.seeds), cfg.n_heads, cfg.n_kv_heads
   kw = {"data": "stdlib", "batch_size": z.batch_size, "seq_len": z.seq_len,
@@ -210,8 +168,9 @@ def run(spec: Spec) -> dict:
       f"{cfg.d_head}" + (f" on {K} key/value heads (query head h reads h // {H // K})"
                          if K < H else "")
       + f", {cfg.n_layers} layers, from scratch, batches {z.batch_size} × {z.seq_len} tokens, "
-      f"{N} steps (10% warm-up, linear decay to 10%); redundancy on {z.probe_batch} validation "
-      "windows per seed.",
+      f"{N} steps ({z.train_tokens() / models.param_count(z.model):.3g} tokens per parameter; "
+      f"10% warm-up, linear decay to 10%); redundancy on {z.probe_batch} validation windows "
+      "per seed.",
   ]
   return {"setup": {"strength": strength, "strengths": list(z.strengths),
                     "tuning_seeds": list(TUNING_SEEDS), "tuned": tuned,
@@ -347,7 +306,10 @@ CLAIM = Claim(
                                     unit="correlation (0 unrelated, 1 identical)"),
                    Threshold("no reported run of muon-per-head ended diverged",
                              arm="muon-per-head", metric="ended_diverged", stat="range",
-                             supports="== 0", control=True, unit="1 = ended diverged"))),
+                             supports="== 0", control=True, unit="1 = ended diverged"),
+                   Threshold("muon-per-head's tuned rate is inside its grid",
+                             arm="muon-per-head", metric="rate_at_grid_edge", stat="range",
+                             supports="== 0", control=True, unit="1 = at an edge"))),
     ),
     anchors=(
         Anchor("heads removable at test time with little loss", "most heads (e.g. 48 of 96 "
@@ -359,10 +321,14 @@ CLAIM = Claim(
                "head)", "modded-nanogpt (Jordan et al. 2024)"),
     ),
     tuning_seeds=TUNING_SEEDS,
-    scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
-    budgets=(4, 16),
-    budget_model="micro",
-    at_budget=more_steps,
+    scale_models=("pico-20", "micro-20"),
+    bits_metric=("adamw", "val_loss"),
+    version=2,
+    revisions=("v2: the trained regime (issue 38): micro-20's shape with its own 4 heads, each "
+               "size trained from scratch at 20 tokens per parameter (v1: small, 8 heads, 0.07), "
+               "scale over pico-20 and micro-20 (mini-20 left out by cost: the trend is not "
+               "measured), the edge rule once with muon-per-head's edge control, no budget "
+               "axis; arms, grid, strengths, metric and margins unchanged",),
     run=run,
     QUICK=QUICK,
     FULL=FULL,

@@ -148,9 +148,10 @@ def train_arms(cfg: transformer.Config, arms: dict, tuned: dict, z, *, seeds, kw
 
   Returns:
     `{arm: {seed: metrics}}`: the final validation loss, whether the run ended diverged or
-    recovered from a spike, its rate, the `REDUNDANCY` metrics, and the controls'
-    `rates_at_grid_edge` (AdamW's and orth's tuned rates at an edge) and `any_ended_diverged`
-    (this arm's or AdamW's run of the seed).
+    recovered from a spike, its rate and whether it sits at an edge of its grid
+    (`rate_at_grid_edge`), the `REDUNDANCY` metrics, and the controls' `rates_at_grid_edge`
+    (AdamW's and orth's tuned rates at an edge) and `any_ended_diverged` (this arm's or AdamW's
+    run of the seed).
   """
   N = z.steps
   src = data_lib.text_source("stdlib", z.seq_len)
@@ -170,6 +171,7 @@ def train_arms(cfg: transformer.Config, arms: dict, tuned: dict, z, *, seeds, kw
       runs[name][seed] = {"val_loss": float(final[i]), "ended_diverged": float(ended[i]),
                           "spiked": float(r.diverged[0, i] and not ended[i]),
                           "learning_rate": tuned[name]["learning_rate"],
+                          "rate_at_grid_edge": float(tuned[name]["at_edge"]),
                           **{k: float(red[k]) for k in REDUNDANCY if k in red}}
     runs[name] = {s: {**m, "rates_at_grid_edge": at_edge,
                       "any_ended_diverged": float(m["ended_diverged"]

@@ -2,6 +2,7 @@
 numpy references, their theorems in float64 on random instances, and their frozen thresholds
 against synthetic results."""
 
+import dataclasses
 import math
 import types
 
@@ -387,7 +388,7 @@ def test_tune_arms_tunes_each_arm_and_every_strength_then_chooses(monkeypatch):
   monkeypatch.setattr(tuning, "tune_on_seeds", fake_tune)
   monkeypatch.setattr(heads_training, "orth_arm",
                       lambda c, s: types.SimpleNamespace(strength=s))
-  z = orthogonal_heads.FULL
+  z = dataclasses.replace(orthogonal_heads.FULL, steps=orthogonal_heads.FULL.budget_steps())
   tuned, by, strength = heads_training.tune_arms(
       cfg, {"adamw": "adamw", "muon-per-head": "muon-per-head"}, z,
       seeds=orthogonal_heads.TUNING_SEEDS, margin=orthogonal_heads.LOSS_MARGIN, kw={},
@@ -406,7 +407,8 @@ def _heads_runs(delta, **orth_metrics):
   seeds = (0, 1, 2, 3, 4)
   jitter = (-0.01, 0.0, 0.01, -0.005, 0.005)
   base = {"pattern_similarity": 0.3, "max_cos": 0.8, "val_loss": 2.5, "prunable_fraction": 0.5,
-          "ended_diverged": 0.0, "any_ended_diverged": 0.0, "rates_at_grid_edge": 0.0}
+          "ended_diverged": 0.0, "any_ended_diverged": 0.0, "rates_at_grid_edge": 0.0,
+          "rate_at_grid_edge": 0.0}
   runs = {"adamw": {s: dict(base) for s in seeds},
           "orth": {s: {**base, "pattern_similarity": 0.3 + delta + j, "max_cos": 0.5,
                        **orth_metrics} for s, j in zip(seeds, jitter, strict=True)},
@@ -449,6 +451,10 @@ def test_orthogonal_heads_extensions_never_change_the_headline():
   ext = {e["name"]: e["verdict"] for e in extension_verdicts(orthogonal_heads.CLAIM, runs,
                                                              seeds, indicative=False)}
   assert ext["for free"] == "supported" and ext["non-redundant in function"] == "supported"
+  runs["muon-per-head"][2]["rate_at_grid_edge"] = 1.0  # its rate at an edge: unread
+  ext = {e["name"]: e["verdict"] for e in extension_verdicts(orthogonal_heads.CLAIM, runs,
+                                                             seeds, indicative=False)}
+  assert ext["per-head Muon"] == "inconclusive"
 
 
 # ------------------------------------- orthogonal heads on Llama: RoPE, GQA, SwiGLU, RMSNorm
@@ -521,6 +527,20 @@ def _max_pair_cosine64(W_LDN, n):
   return np.asarray(out)
 
 
+def test_orthogonal_heads_trains_every_size_at_the_regime_with_the_shapes_own_heads():
+  """v2: each size of the scale axis trains on at least 20 tokens per parameter (the steps
+  rescale with the size; at most one step over), with the recipe's own heads."""
+  z = orthogonal_heads.FULL
+  assert z.budget_steps() == models.RECIPES["micro-20"].steps == 409
+  for name in orthogonal_heads.CLAIM.scale_models:
+    at = dataclasses.replace(z, model=name)
+    ratio = at.train_tokens() / models.param_count(name)
+    assert models.TOKENS_PER_PARAM <= ratio < models.TOKENS_PER_PARAM + 2048 / 1000
+    assert heads_training.model_config(name, z.n_heads) == models.RECIPES[name].cfg
+  assert dataclasses.replace(z, steps=7).train_tokens() == 7 * 16 * 128
+  assert orthogonal_heads.CLAIM.version == 2 and not orthogonal_heads.CLAIM.budgets
+
+
 def test_orthogonal_heads_model_keeps_each_familys_grouping():
   """GPT sizes train the exact model of every earlier run (K = H = 8: saved sizes stay valid);
   Llama sizes keep RoPE, RMSNorm, SwiGLU (d_ff = 3d) and two query heads per key/value head."""
@@ -533,8 +553,7 @@ def test_orthogonal_heads_model_keeps_each_familys_grouping():
     assert (cfg.d_head, cfg.d_ff) == (base.d_model // 8, 3 * base.d_model)
     assert (cfg.positions, cfg.norm, cfg.activation) == ("rope", "rmsnorm", "swiglu")
   sizes = scale_models(orthogonal_heads.CLAIM, quick=False)  # the verdict is read at the first
-  assert sizes[0] == orthogonal_heads.FULL.model == "small"
-  assert set(sizes) == {*models.CPU_SCALE["gpt"], *models.CPU_SCALE["llama"]}
+  assert sizes == ("micro-20", "pico-20") and orthogonal_heads.FULL.model == "micro-20"
   with pytest.raises(ValueError, match="multiple of 2"):
     heads_training.model_config("llama-small", 5)
 
