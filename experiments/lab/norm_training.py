@@ -3,9 +3,9 @@
 The training side of the `layernorm-condition` claim: one optimizer (`make_tx_factory`: AdamW,
 cosine decay, no warm-up, no clipping, so nothing but the norm keeps a run stable), what counts
 as a run that ended diverged (`ended_diverged`, `end_loss`), the tuned and stress rates
-(`tune_arm`, `stress_rate`), and `track`, which trains the seeds and reads the effective
-condition number of the normalized projection inputs (`NORMED`) at every evaluation
-(`input_conditions`, `kappa_max`, `seed_metrics`).
+(`tune_arm`, with the edge rule; `stress_rate`), and `track`, which trains the seeds and reads
+the effective condition number of the normalized projection inputs (`NORMED`) at every
+evaluation (`input_conditions`, `kappa_ceiling`, `kappa_max`, `seed_metrics`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,16 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
 from experiments import data
 from experiments.lab import stability, tuning
+from experiments.lab.tuning import ended_diverged
 from experiments.train import sweep
 
+EPS_F32 = float(jnp.finfo(jnp.float32).eps)
 NORMED = ("attn_in", "ffn_in")  # the inputs a pre-norm produces: what the claim is about
 
 
@@ -33,19 +36,6 @@ def make_tx_factory(steps: int):
   unit = optax.cosine_decay_schedule(1.0, max(steps, 1), 0.1)
   return lambda learning_rate: optax.adamw(lambda c: learning_rate * unit(c), b1=0.9, b2=0.95,
                                            weight_decay=0.1)
-
-
-def ended_diverged(final_loss, vocab_size: int) -> np.ndarray:
-  """Bool: the run ends non-finite or above its initial loss `ln V` (spikes do not count).
-
-  Example:
-    >>> import numpy as np
-    >>> from experiments.lab.norm_training import ended_diverged
-    >>> ended_diverged(np.array([2.5, np.inf, 5.6, np.nan]), 256).tolist()
-    [False, True, True, True]
-  """
-  x = np.asarray(final_loss, np.float64)
-  return ~np.isfinite(x) | (x > math.log(vocab_size))
 
 
 def end_loss(final_loss, vocab_size: int) -> np.ndarray:
@@ -97,6 +87,20 @@ def input_conditions(inter, center: bool = True,
                  "n_dropped": np.asarray(conds[name]["n_dropped"])} for name in names}
 
 
+def kappa_ceiling(n_rows: int, width: int) -> float:
+  """The largest `κ_eff` float32 can report for `X (n_rows, width)`: `1/(max(N, D)·eps₃₂)`.
+
+  Singular values below `max(N, D)·eps₃₂·σ_1` count as zeros (`analysis.default_rank_tol`), so a
+  reading at this ceiling, with more values dropped, is an input that lost rank in float32.
+
+  Example:
+    >>> from experiments.lab.norm_training import kappa_ceiling
+    >>> round(kappa_ceiling(16 * 128, 32))  # `layernorm-condition`: N = B·T rows, D = 32
+    4096
+  """
+  return 1 / (max(n_rows, width) * EPS_F32)
+
+
 def kappa_max(kappa) -> float:
   """Largest finite value (over evaluations, layers, inputs); NaN if there is none.
 
@@ -112,18 +116,62 @@ def kappa_max(kappa) -> float:
 
 
 def tune_arm(cfg, grid, *, seed: int, steps: int, batch_size: int, seq_len: int,
-             eval_batches: int) -> dict:
-  """Every rate of `grid` on the tuning seed (final loss only); the tuned rate of the arm."""
-  r = sweep.train_many(cfg, make_tx_factory(steps), seeds=(seed,), learning_rates=tuple(grid),
-                       steps=steps, data=data.text_source("stdlib", seq_len),
-                       batch_size=batch_size, seq_len=seq_len, eval_every=steps,
-                       eval_batches=eval_batches)
-  final = r.val_loss[:, 0, -1]
-  bad = ended_diverged(final, cfg.vocab_size)
-  lr, i = tuning.tuned_rate(final, bad, grid)
-  return {"learning_rate": lr, "index": i, "val_loss": [float(v) for v in final],
-          "ended_diverged": [bool(b) for b in bad], "spiked": [bool(s) for s in
-                                                               r.diverged[:, 0] & ~bad]}
+             eval_batches: int, extend: int = 0) -> dict:
+  """Every rate of `grid` on the tuning seed (final loss only); the arm's tuned rate.
+
+  The tuned rate has the lowest final validation loss among the runs that did not end
+  diverged (`tuning.tuned_rate`). The edge rule (issue 38): while it is the first or last rate
+  run, one rate a step of the grid's ratio `grid[1] / grid[0]` beyond that edge is run too, at
+  most `extend` times. `tuning.tune_on_seeds` states the same rule but trains under its
+  warm-up schedule (`tuning.on_budget`); this arm's runs have none (`make_tx_factory`), so
+  the tuning runs use that optimizer, as the reported runs do.
+
+  Returns:
+    `{"learning_rate", "index", "grid"` (the rates run, increasing, extensions included),
+    `"val_loss", "ended_diverged", "spiked"` (per rate), `"at_edge"` (the tuned rate is the
+    first or last of that grid)`}`; raises `ValueError` when every rate ended diverged.
+
+  Example:
+    >>> import transformer
+    >>> from experiments.lab.norm_training import tune_arm
+    >>> t = tune_arm(transformer.preset("tiny", d_model=16, n_layers=1), (1e-4, 3e-4), seed=100,
+    ...              steps=4, batch_size=2, seq_len=8, eval_batches=1, extend=1)
+    >>> len(t["grid"]), t["learning_rate"] in t["grid"]  # the best of two is at an edge: +1
+    (3, True)
+  """
+  rates = [float(g) for g in grid]
+  if len(rates) < 2 or np.any(np.diff(rates) <= 0):
+    raise ValueError(f"tune_arm: grid={tuple(grid)} must hold two or more increasing rates "
+                     "(its ratio is the edge rule's step). Fix: e.g. (1e-3, 3e-3, 1e-2, 3e-2).")
+  q = rates[1] / rates[0]
+  final: dict[float, float] = {}
+  flagged: dict[float, bool] = {}
+
+  def run(new):
+    r = sweep.train_many(cfg, make_tx_factory(steps), seeds=(seed,), learning_rates=tuple(new),
+                         steps=steps, data=data.text_source("stdlib", seq_len),
+                         batch_size=batch_size, seq_len=seq_len, eval_every=steps,
+                         eval_batches=eval_batches)
+    for k, lr in enumerate(new):
+      final[lr], flagged[lr] = float(r.val_loss[k, 0, -1]), bool(r.diverged[k, 0])
+
+  def best():
+    order = sorted(final)
+    val = np.array([final[lr] for lr in order])
+    bad = ended_diverged(val, cfg.vocab_size)
+    return order, val, bad, tuning.tuned_rate(val, bad, order)
+
+  run(rates)
+  for _ in range(extend):
+    order, *_, (_, i) = best()
+    if 0 < i < len(order) - 1:
+      break
+    run([order[-1] * q] if i == len(order) - 1 else [order[0] / q])
+  order, val, bad, (lr, i) = best()
+  return {"learning_rate": lr, "index": i, "grid": order, "val_loss": [float(v) for v in val],
+          "ended_diverged": [bool(b) for b in bad],
+          "spiked": [flagged[g] and not b for g, b in zip(order, bad, strict=True)],
+          "at_edge": i in (0, len(order) - 1)}
 
 
 def track(cfg, seeds, learning_rates, *, steps: int, batch_size: int, seq_len: int,

@@ -10,6 +10,7 @@ import scipy.stats
 
 import analysis
 import transformer
+from experiments import models
 from experiments.claims import CLAIMS
 from experiments.claims import eigenvalue_constrained as ec
 from experiments.claims import layernorm_condition as lc
@@ -133,14 +134,18 @@ def test_model_norm_computes_the_theorem_z(norm):
 
 def test_kappa_bound_is_bf16_unit_roundoff_and_ceiling_is_the_rank_tolerance():
   assert lc.KAPPA_BOUND == 2.0**8  # bfloat16: 8 significant bits, unit roundoff 2⁻⁸
-  # A float32 reading can reach at most 1/(max(N, D)·eps₃₂): numpy's matrix_rank tolerance.
-  X = np.zeros((512, 32), np.float32)
+  # A float32 reading can reach at most 1/(max(N, D)·eps₃₂): numpy's matrix_rank tolerance,
+  # at the registered run's N = B·T rows and D = d_model.
+  N, D = lc.FULL.batch_size * lc.FULL.seq_len, models.config(lc.FULL.model).d_model
+  assert (N, D) == (2048, 32) and lc.kappa_ceiling(N, D) == pytest.approx(4096)
+  X = np.zeros((N, D), np.float32)
   X[:, 0] = 1.0
-  signs = np.where(np.arange(512) % 2, 1.0, -1.0)  # orthogonal to column 0: σ_2/σ_1 = c
-  X[:, 1] = signs * 1.05 / lc.kappa_ceiling(512, 32)
+  signs = np.where(np.arange(N) % 2, 1.0, -1.0)  # orthogonal to column 0: σ_2/σ_1 = c
+  X[:, 1] = signs * 1.05 / lc.kappa_ceiling(N, D)
   assert np.linalg.matrix_rank(X) == 2
-  X[:, 1] = signs * 0.95 / lc.kappa_ceiling(512, 32)
+  X[:, 1] = signs * 0.95 / lc.kappa_ceiling(N, D)
   assert np.linalg.matrix_rank(X) == 1
+  assert lc.KAPPA_BOUND < lc.kappa_ceiling(N, D) / 10  # the bound is readable in float32
 
 
 def test_ended_diverged_end_loss_and_stress_rate():
@@ -159,58 +164,80 @@ def test_claim_preregistration():
   assert claim.theorem and claim.seeds == (0, 1, 2, 3, 4) and claim.tuning_seeds == (100,)
   assert not set(claim.seeds) & set(claim.tuning_seeds)
   for th in claim.thresholds + tuple(t for e in claim.extensions for t in e.thresholds):
-    assert th.margin is not None and th.unit
+    assert th.control or (th.margin is not None and th.unit)
   assert lc.FULL.tune and not lc.QUICK.tune and lc.FULL.grid[-1] >= 0.1
+  assert len(lc.FULL.grid) >= 4 and lc.FULL.extend == 1  # issue 38: >= 4 rates, the edge rule
+  assert claim.version == 2 and [r[:4] for r in claim.revisions] == ["v2: "]
+  assert claim.bits_metric == ("layernorm", "end_loss_tuned")
+  # Each tuned rate read by a threshold carries its edge control; the stress gaps read none.
+  ext = {e.name: e for e in claim.extensions}
+  for group in (claim.thresholds, ext["is it the norm?"].thresholds):
+    controls = {th.arm for th in group if th.control and th.metric == "edge_lr"}
+    tuned = {a for th in group if not th.control and "tuned" in th.metric
+             for a in (th.arm, th.baseline) if a}
+    assert tuned == controls
+  assert all(th.needs == () for th in claim.thresholds if "stress" in th.metric)
 
 
-def test_registered_size_is_the_model_of_the_committed_results():
-  """`nano` is `stability._tiny(max_len=seq_len)`, the model every arm trained before the scale
-  axis, field by field; the other fields are the committed run's sizes."""
-  from experiments import jsonio, models
-  from experiments.lab import stability
+def test_registered_size_trains_at_the_regime_and_matches_the_kept_run():
+  """`micro-20`, from scratch at 20 tokens per parameter: the trained recipe's own steps, at
+  every size of the scale axis (the runner swaps `model`, and the steps follow)."""
+  from experiments import jsonio
 
+  assert lc.FULL.model == "micro-20" and (lc.FULL.batch_size, lc.FULL.seq_len) == (16, 128)
+  for name in models.TRAINED["gpt"]:
+    z = dataclasses.replace(lc.FULL, model=name)
+    r = models.RECIPES[name]
+    assert (z.steps, z.batch_size, z.seq_len) == (r.steps, r.batch_size, r.seq_len)
+    assert z.train_tokens() / models.model_card(name)["params"] >= models.TOKENS_PER_PARAM
+    assert -(-z.steps // z.eval_every) in (lc.FULL.evals - 1, lc.FULL.evals)  # readings
+    assert z.to_dict()["steps"] == r.steps
+  assert lc.QUICK.steps == 58  # pico-20 at 2 tokens per parameter: 2 · 14,784 / (8 · 64)
   res = jsonio.load_strict(f"{folders.RESULTS_DIR}/layernorm-condition/results.json")
-  assert {k: v for k, v in lc.FULL.to_dict().items() if k != "model"} == {
-      k: v for k, v in res["config"]["sizes"].items() if k != "model"}
-  for z in (lc.FULL, lc.QUICK):
-    assert z.model == "nano"
-    old = stability._tiny(max_len=z.seq_len)  # what `run` built before
-    assert dataclasses.asdict(models.config(z.model)) == dataclasses.asdict(old)
-  assert models.config("nano").to_dict() == res["config"]["setup"]["model_config"]
+  if res.get("version", 1) == CLAIMS["layernorm-condition"].version:  # this registration's
+    assert lc.FULL.to_dict() == res["config"]["sizes"]
+    assert res["config"]["regime"]["tokens_per_param"] >= models.TOKENS_PER_PARAM
+  with pytest.raises(ValueError, match="seq_len=64 exceeds the `nano` shape's max_len=32"):
+    dataclasses.replace(lc.QUICK, model="nano")
+  with pytest.raises(ValueError, match="evals=0 must be positive"):
+    dataclasses.replace(lc.FULL, evals=0)
 
 
-def test_scale_axis_starts_at_the_registered_nano_and_spans_the_gpt_shapes():
+def test_scale_axis_starts_at_the_registered_micro_and_spans_the_trained_gpt_sizes():
 
   claim = CLAIMS["layernorm-condition"]
-  assert axes.scale_models(claim, quick=False) == ("nano", "mini", "small")
+  assert axes.scale_models(claim, quick=False) == ("micro-20", "pico-20", "mini-20")
   assert axes.scale_models(claim, quick=True) == ()  # quick runs stay one size
   # The cards' parameter counts, from the matrix catalog: embedding (tied), learned positions,
   # per block w_q, w_k, w_v, w_o, w_1, w_2 with biases and two LayerNorms, a final LayerNorm.
   def by_hand(d, L, max_len):
     return 256 * d + max_len * d + L * (4 * d * d + 4 * d + 8 * d * d + 5 * d + 4 * d) + 2 * d
 
-  cards = {n: axes.model_card(n) for n in ("nano", "mini", "small")}
+  cards = {n: axes.model_card(n) for n in models.TRAINED["gpt"]}
   assert {n: c["params"] for n, c in cards.items()} == {
-      "nano": by_hand(32, 2, 32), "mini": by_hand(64, 2, 256), "small": by_hand(128, 4, 256)}
+      "pico-20": by_hand(16, 2, 256), "micro-20": by_hand(32, 2, 256),
+      "mini-20": by_hand(64, 2, 256)}
   assert {c["family"] for c in cards.values()} == {"gpt"}
-  assert cards["small"]["params"] >= 8 * cards["nano"]["params"]
+  assert cards["mini-20"]["params"] >= 8 * cards["pico-20"]["params"]
 
 
 def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
-  """`run` at `mini`: tuning and tracking get `mini`'s shape with each arm's norm."""
-  from experiments import models
+  """`run` at `mini-20`: tuning and tracking get `mini-20`'s shape with each arm's norm, and
+  its own steps; the stress rate comes from `none`'s extended grid."""
   from experiments.verdict import Spec
 
   seen = []
 
   def fake_tune(cfg, grid, **kw):
-    seen.append(("tune", cfg))
-    diverged = [cfg.norm == "none" and lr >= 0.1 for lr in grid]
-    return {"learning_rate": grid[0], "index": 0, "val_loss": [2.5] * len(grid),
-            "ended_diverged": diverged, "spiked": [False] * len(grid)}
+    seen.append(("tune", cfg, kw["steps"], kw["extend"]))
+    grid = (*grid, 1.0) if cfg.norm == "none" else grid  # an extension beyond the top
+    diverged = [cfg.norm == "none" and lr >= 1.0 for lr in grid]
+    return {"learning_rate": grid[1], "index": 1, "grid": list(grid),
+            "val_loss": [2.5] * len(grid), "ended_diverged": diverged,
+            "spiked": [False] * len(grid), "at_edge": cfg.norm == "rmsnorm"}
 
   def fake_track(cfg, seeds, rates, **kw):
-    seen.append(("track", cfg, tuple(rates)))
+    seen.append(("track", cfg, tuple(rates), kw["steps"], kw["eval_every"]))
     E, R, S, L = 2, 2, len(seeds), cfg.n_layers
     kappa = np.full((E, R, S, L), 10.0)
     return {"kappa_ERSL": {n: kappa for n in norm_training.NORMED},
@@ -222,26 +249,54 @@ def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
   monkeypatch.setattr(norm_training, "tune_arm", fake_tune)
   monkeypatch.setattr(norm_training, "track", fake_track)
   monkeypatch.setattr(lc, "_figure", lambda *a, **k: "kappa.png")
-  z = dataclasses.replace(lc.FULL, model="mini")
+  z = dataclasses.replace(lc.FULL, model="mini-20")
   out = lc.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
                     log=lambda *_: None))
-  want = [models.RECIPES["mini"].cfg.replace(norm=n) for n in lc.NORMS]
+  want = [models.RECIPES["mini-20"].cfg.replace(norm=n) for n in lc.NORMS]
   assert [e[1] for e in seen if e[0] == "tune"] == want
   assert [e[1] for e in seen if e[0] == "track"] == want
-  assert {e[2] for e in seen if e[0] == "track"} == {(1e-3, 1e-1)}  # none diverged first at 0.1
+  assert {e[2:] for e in seen if e[0] == "tune"} == {(1298, 1)}
+  assert {e[2:] for e in seen if e[0] == "track"} == {((3e-3, 1.0), 1298, 82)}
+  assert out["setup"]["stress_rate"] == 1.0 and out["setup"]["stress_rate_from_divergence"]
+  assert [out["runs"][n][0]["edge_lr"] for n in lc.NORMS] == [0.0, 1.0, 0.0]
   assert out["setup"]["model_config"]["d_model"] == 64
-  assert "the `mini` shape from scratch, D = 64, L = 2, H = 4" in out["notes"][-1]
-  with pytest.raises(ValueError, match="seq_len=64 exceeds the `nano` shape's max_len=32"):
-    lc.run(Spec(quick=False, seeds=(0,), run_dir=str(tmp_path),
-                sizes=dataclasses.replace(lc.FULL, seq_len=64), log=lambda *_: None))
+  assert "the `mini-20` shape from scratch, D = 64, L = 2, H = 4" in out["notes"][-1]
+  assert "rmsnorm 0.003 (still at an edge: its control fails)" in out["notes"][0]
+
+
+def test_tune_arm_extends_a_winning_edge_once(monkeypatch):
+  """The edge rule: a best rate at the top adds one rate a grid step above, once; the record
+  says whether the tuned rate still sits at an edge."""
+  from experiments.train import sweep
+
+  calls = []
+
+  def fake_train_many(cfg, make_tx, *, seeds, learning_rates, steps, **kw):
+    calls.append(tuple(learning_rates))
+    final = np.array([[[2.0 - np.log10(lr)]] for lr in learning_rates])  # larger is better
+    return sweep.ManyResult(final, final, np.array([steps]), None, None,
+                            np.zeros((len(learning_rates), 1), bool), seeds, learning_rates)
+
+  monkeypatch.setattr(sweep, "train_many", fake_train_many)
+  cfg = models.config("pico-20")
+  kw = {"seed": 100, "steps": 3, "batch_size": 2, "seq_len": 8, "eval_batches": 1}
+  t = norm_training.tune_arm(cfg, (1e-3, 1e-2, 1e-1), extend=1, **kw)
+  assert calls == [(1e-3, 1e-2, 1e-1), (pytest.approx(1.0),)]
+  assert t["grid"] == pytest.approx([1e-3, 1e-2, 1e-1, 1.0])
+  assert t["learning_rate"] == pytest.approx(1.0) and t["at_edge"] and t["index"] == 3
+  calls.clear()
+  t = norm_training.tune_arm(cfg, (1e-3, 1e-2, 1e-1), extend=0, **kw)
+  assert calls == [(1e-3, 1e-2, 1e-1)] and t["at_edge"] and t["learning_rate"] == 1e-1
+  with pytest.raises(ValueError, match="two or more increasing rates"):
+    norm_training.tune_arm(cfg, (1e-2,), **kw)
 
 
 def _synthetic_runs(kappa_ln, kappa_rms, kappa_none, loss_none, loss_normed=2.6):
   runs = {}
   for arm, kappas in (("layernorm", kappa_ln), ("rmsnorm", kappa_rms), ("none", kappa_none)):
     runs[arm] = {s: {"kappa_tuned": k, "log10_kappa_tuned": np.log10(k), "kappa_stress": 10 * k,
-                     "end_loss_stress": loss_none[s] if arm == "none" else loss_normed}
-                 for s, k in enumerate(kappas)}
+                     "end_loss_stress": loss_none[s] if arm == "none" else loss_normed,
+                     "edge_lr": 0.0} for s, k in enumerate(kappas)}
   return runs
 
 
@@ -259,6 +314,29 @@ def test_primary_verdict_from_the_frozen_thresholds(kappa_ln, loss_none, expecte
   assert v == expected
   # The stress-rate gap is the paired difference none − layernorm, seed by seed.
   assert evals[2]["mean"] == pytest.approx(np.mean(np.array(loss_none) - 2.6))
+
+
+def test_a_tuned_rate_at_the_grid_edge_blocks_the_bound_not_the_stress_gap():
+  claim = CLAIMS["layernorm-condition"]
+  seeds = tuple(range(5))
+  stable = (5.5, 5.5, 5.5, 5.2, 5.5)
+  runs = _synthetic_runs((120, 150, 90, 200, 130), (100,) * 5, (110,) * 5, stable)
+  assert rule.decide(claim.thresholds, runs, seeds)[0] == "supported"
+  for s in seeds:
+    runs["rmsnorm"][s]["edge_lr"] = 1.0
+  v, why, evals = rule.decide(claim.thresholds, runs, seeds)
+  assert v == "inconclusive" and "rmsnorm's tuned rate inside the grid" in why
+  assert [ev["blocked"] for ev in evals[:4]] == [False, True, False, False]
+  close = _synthetic_runs((120, 150, 90, 200, 130), (100,) * 5, (110,) * 5,
+                          (2.7, 2.6, 2.75, 2.65, 2.7))
+  for s in seeds:
+    close["layernorm"][s]["edge_lr"] = 1.0
+  assert rule.decide(claim.thresholds, close, seeds)[0] == "refuted"  # read at the stress rate
+  ext = {e.name: e for e in claim.extensions}["is it the norm?"]
+  for s in seeds:
+    runs["rmsnorm"][s]["edge_lr"] = 0.0
+    runs["none"][s]["edge_lr"] = 1.0
+  assert rule.decide(ext.thresholds, runs, seeds)[0] == "inconclusive"
 
 
 def test_is_it_the_norm_extension_reads_decades():
@@ -352,7 +430,7 @@ def _param_count(cfg):
 def test_eigenvalue_constrained_registered_size_is_the_model_of_the_committed_results():
   """`nano` at T = 64 is `stability._tiny(max_len=64)`, the model every arm trained before the
   scale axis, field by field; the other fields are the committed run's sizes."""
-  from experiments import jsonio, models
+  from experiments import jsonio
   from experiments.lab import stability
 
   res = jsonio.load_strict(f"{folders.RESULTS_DIR}/eigenvalue-constrained/results.json")
