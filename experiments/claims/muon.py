@@ -2,108 +2,40 @@
 
     python -m experiments claim muon [--quick]
 
-**The preface's question.** "Muon optimizer orthogonalizes gradient updates, outperforming
-Adam on matrix-shaped weights" makes two statements. The first is settled by construction
-(the `theorem`: a Newton–Schulz step maps every singular value into a band around 1, so the
-update's singular values are flat); it is the control that the Muon arm does what Muon does,
-not a finding. The second is the empirical question and the headline: **with AdamW tuned as
-hard as Muon, does Muon (on the hidden matrices; AdamW on the embedding, output and vectors,
-as Muon is used) reach tuned AdamW's final validation loss in at least 10% fewer steps?** It
-is the speedrun's optimizer comparison (modded-nanogpt: steps to a target loss), the form in
-which "outperforming" is claimed. What would have refuted it: the 95% interval of Muon's
-steps-to-target ratio lying above 0.9 (less than 10% of the steps saved, or none).
+"Muon optimizer orthogonalizes gradient updates, outperforming Adam on matrix-shaped weights"
+makes two statements. The first is settled by construction (the `theorem`: Newton–Schulz maps
+every singular value into a band around 1), so it is a control that the Muon arm does what
+Muon does. The second is the headline: **with AdamW tuned as hard as Muon, does Muon (on the
+hidden matrices; AdamW on the embedding, output and vectors) reach tuned AdamW's final
+validation loss in at least 10% fewer steps?** (the speedrun's comparison, steps to a target
+loss). Refuted when the 95% interval of Muon's steps-to-target ratio lies above 0.9. The
+margin: a smaller saving is within what re-tuning a schedule buys either optimizer. Steps, not
+seconds, are the measure, as in the speedrun.
 
-The margin, 10% of AdamW's steps: a smaller saving is within what re-tuning a schedule or a
-second hyperparameter buys either optimizer, so it would not justify switching. Steps, not
-seconds, are the measure, as in the speedrun: a Muon step costs about 1.35× an AdamW step's CPU
-time on this toy model (measured: 5 seeds × 120 steps, 109 vs 80 CPU-seconds), because
-Newton–Schulz adds `≈ 5m / (tokens per step)` to an `m × m` matrix's training FLOPs — large at
-512 tokens per step, under 1% at the speedrun's half a million.
+Protocol. Both peak rates are tuned the same way (`tuning.tune_on_seeds`) on one
+quarter-decade grid `3e-4 … 3e-2` (9 rates; `muon_arm` matches AdamW's update RMS) at the full
+budget `N`, final validation loss averaged over tuning seeds 100, 101 (never reported); a best
+rate at an edge extends the grid one step, once. AdamW at its tuned rate sets the target, its
+loss after `N` steps (per seed). Muon runs at its tuned rate in separate runs with budgets
+`{0.1, 0.15, …, 0.4, 0.5, 0.6, 0.8, 1}·N` (the schedule, `budget_schedule`, depends on the
+budget); its steps to target is the smallest budget reaching the target (`steps_to_loss`,
+interpolated) over `N`, `1.5` (censored: left out of trend fits) when `N` does not reach it.
+Controls (each blocks the headline): AdamW's runs end finite and below `ln V`; Muon's last
+update has singular-value entropy ≥ 0.9 in every run; neither tuned rate sits at an edge of its
+grid; no seed's ratio sits at the budget grid's floor.
 
-Protocol. Both optimizers' peak rates are tuned the same way (`tuning.tune_on_seeds`): the
-quarter-decade grid `3e-4 … 3e-2` (9 rates) at the full budget `N`, final validation loss
-averaged over the tuning seeds 100 and 101 (never reported), the grid extended by a step when
-the best rate sits at its edge (at most twice). Both share one grid because `muon_arm` scales
-Muon's updates to AdamW's RMS (`shape_scaling="rms"`, Moonlight's matching) and runs its
-non-hidden leaves on AdamW at the same rate. AdamW at its tuned rate sets the target, its final
-validation loss after `N` steps (per seed). Muon runs at its tuned rate in **separate runs**
-with the budgets `{0.1, 0.15, …, 0.4, 0.5, 0.6, 0.8, 1}·N` — the schedule (`budget_schedule`:
-10% warm-up, linear decay to 10% of the peak) depends on the budget — and its steps to target
-is the smallest budget whose final validation loss reaches the target (`steps_to_loss`,
-interpolated between budgets), over `N`; `1.5` when even `N` steps do not reach it. Muon's rate
-is tuned at `N`, not at each shorter budget: that favours AdamW. The grid goes down to
-`0.1 N` so that no ratio sits at its floor (an earlier run's grid stopped at `0.4 N`, where every
-seed already beat AdamW, so its ratio was only an upper bound); a ratio at the floor fails a
-control and blocks the verdict instead of passing as a measurement.
+Registered on `micro-20`'s shape (d 32, L 2, H 4; 41,856 params), each model trained from
+scratch at 20 tokens per parameter: `N = 409` steps of 16 × 128 stdlib tokens (10% warm-up,
+linear decay to 10% of the peak); bits per byte from AdamW's held-out loss. The scale axis
+trains `pico-20`'s shape the same way (`steps=None` rescales `N` to 20 tokens per parameter).
+`mini-20` is left out by cost (18-model tuning sweeps of 1,298 steps: over an hour of tuning on
+2 idle cores), so the trend with size is not measured; `--sizes pico-20,micro-20,mini-20` adds
+it. `--quick` (`quick` shape, one seed, 24 steps, one untuned rate): indicative only.
 
-Controls (each blocks the headline): AdamW's reported runs end finite and below their initial
-loss `ln V` (the target exists; diverged = non-finite or above `ln V` at the end, spikes that
-recover are counted apart); the Muon arm orthogonalises (its last update's singular-value
-entropy ≥ 0.9 in every run; the theorem gives ≥ 0.95 for every direction Newton–Schulz
-reaches); neither tuned rate sits at an edge of its (extended) grid; no seed's ratio sits at
-the budget grid's floor.
-
-Full run (seeds 0–4, tuning seeds 100–101): the `small` shared model shape (d 128, L 4, H 4,
-pre-LN, learned positions) trained from scratch on the stdlib corpus, batches of 8 windows of
-**64** tokens (half the shared models' context, to fit the 2-core budget), `N = 120` steps:
-36 tuning runs and 5 × (1 + 4.65) reported run-equivalents in 14 compiled sweeps, three times
-the work of the earlier 95-second run: estimated 4–6 minutes on 2 idle CPU cores (measured:
-5094 s at load average 8–13, 1603 CPU-seconds). `--quick` (the `quick` shape, one seed, a
-24-step budget, one untuned rate, budgets 0.6 N and N): about a minute on idle cores, and
-indicative only (192 s at load 12; Muon then barely matches AdamW, ratio ≈ 1.0). The full
-run also measures the primary ratio on the `micro` (d 32, L 2) and `mini` (d 64, L 2) shapes,
-trained from scratch the same way with their own tuned rates (the scale axis,
-`scale_models`; the verdict is read at `small`); with the token budget fixed, the smaller
-shapes see more tokens per parameter (1.47 at `micro`, 0.46 at `mini`, 0.0715 at `small`), so
-the trend mixes size with training length.
-
-Result (full run, 2026-12-01, seeds 0–4): **supported**. Tuned rates AdamW 9.49e-4, Muon
-1.69e-2, both inside the grid. Muon reaches AdamW's 120-step loss in 0.2475 [0.212, 0.283] of
-the steps (per seed 0.21–0.27, none at the 0.1 floor); at N its loss is 0.352 [0.265, 0.439]
-nats lower. Its last updates have singular-value entropy 0.962 (AdamW's 0.285), as the theorem
-says they must. The budget (`config.budget` on the next run; `runner.budget(FULL, 858_880)`):
-61,440 tokens per model, **0.0715 tokens per parameter**, about 1/280 of a compute-optimal
-run (≈ 20). That is early training, where the published gaps are widest: with every
-optimizer tuned, matrix optimizers' speed-up over AdamW measured 1.4× at 0.1B parameters and
-1.1× at 1.2B, in runs of compute-optimal length and longer (Wen et al. 2025, "Fantastic
-Pretraining Optimizers"); our 4× fewer steps is not a measurement of that regime.
-
-**Budget axis** (`budgets = (4, 16)`, `budget_model = "micro"`, `at_budget = more_steps`;
-the model was `small` and the budgets `(4,)` until 2026-12-03, changed before any budget ran
-at either; 16× added while the 4× ran, before its result, when `condition-lr`'s 4× on `micro`
-took 692 s): a full run also trains `micro` (41,856 parameters) on 4× and 16× the registered
-tokens, `N = 480` and `1,920` steps: 5.87 and 23.5 tokens per parameter against 1.47 at 1×,
-the last about a compute-optimal length (≈ 20), the regime of Wen et al.'s comparison. Both
-rates are tuned again from the same grid on the same tuning seeds, and Muon's budgets are the
-same fractions of the new `N`. At `small`, 4× would reach only 0.286 tokens per parameter, at
-several times the compute. `results.json`'s `budgets` gives the ratio at each budget and its
-slope on log(tokens), paired by seed; the verdict is still read at `small`. `claim muon
---onto results/muon` adds it to the kept result without rerunning the sizes.
-
-Budget result (`results/muon/`, kept 2026-12-03 with `--onto`; the 1× reproduced the committed
-`micro` row to every digit; 4× took 1,188 s and 16× 2,297 s of wall time beside other claims
-on the 2 shared cores): supported at every budget, and Muon's lead **shrinks with training
-length**, slope +0.106 [+0.083, +0.128] of AdamW's steps per e-fold of tokens (grows). Muon
-needs 0.221 [0.194, 0.249] of AdamW's steps at 1× (1.47 tokens per parameter), 0.347 [0.263,
-0.432] at 4× (5.87) and **0.514 [0.491, 0.537] at 16×** (23.5, about compute-optimal): a
-speed-up of 4.5×, 2.9× and 1.95× [1.86×, 2.04×]. At 16× Muon ends at 1.801 nats against
-AdamW's 1.940. Tuned rates (none at a grid edge): AdamW 3e-3, 9.49e-3, 1.69e-2; Muon 3e-2,
-1.69e-2, 1.69e-2. Anchor: Wen et al. 2025 measure 1.4× at 0.1B parameters and 1.1× at 1.2B
-at compute-optimal lengths and beyond, shrinking with both size and length; here, on a 42k
-model, the shrinking with length is measured, the level stays above theirs.
-
-Scale result (`results/muon/`, git 47ebd2a, 6,282 s of wall time for the three sizes at load
-7–11): `small` reproduced the registered ratio to every digit, and the effect shows **no
-trend** with size: Muon needs 0.221 [0.194, 0.249] of AdamW's steps at `micro` (1.47 tokens per
-parameter; AdamW 3e-3, Muon 3e-2 inside the grid extended to 5.33e-2), 0.249 [0.159, 0.339] at
-`mini` (0.46; AdamW 3e-3, Muon 1.69e-2) and 0.2475 [0.212, 0.283] at `small` (0.0715), slope
-+0.008 [−0.013, +0.028] per e-fold of parameters; supported at every size. With the token
-budget fixed, size and tokens per parameter move together here, so this says nothing yet about
-Wen et al.'s shrinking gap at compute-optimal lengths.
-
-Earlier result (3 seeds, the 5-rate grid on one tuning seed, budgets from 0.4 N, before
-pre-registration): tuned rates AdamW 1e-3, Muon 1e-2; every seed's ratio at the grid's
-floor 0.4; Muon's last updates had singular-value entropy ≈ 0.96, AdamW's ≈ 0.30.
+v2 (2026-12-05, before the run): the trained regime (issue 38; v1: `small`, 120 steps of 8 × 64,
+0.07 tokens per parameter); the edge rule once; no budget axis (20 tokens per parameter is
+already the compute-optimal length; v1's 16× on `micro` reached 23.5). Metric, margin, grids
+and controls unchanged.
 """
 
 from __future__ import annotations
@@ -118,7 +50,7 @@ from experiments import models
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train.sweep import train_many
-from experiments.verdict import Anchor, Claim, Spec, Threshold, TrainedSizes, more_steps
+from experiments.verdict import Anchor, Claim, Spec, Threshold, TrainedSizes
 
 TUNING_SEEDS = (100, 101)
 GRID = tuple(float(f"{x:.3g}") for x in np.geomspace(3e-4, 3e-2, 9))  # quarter-decade steps
@@ -135,7 +67,8 @@ class MuonSizes(TrainedSizes):
 
   Attributes:
     model: the `experiments.models.RECIPES` shape trained from scratch.
-    steps: AdamW's budget `N`.
+    steps: AdamW's budget `N`; None: the steps that train `model` on
+      `models.TOKENS_PER_PARAM` tokens per parameter (`budget_steps`), on every size alike.
     batch_size: windows per step.
     seq_len: tokens per window.
     grid: the peak-rate grid both optimizers are tuned on (its first rate is used untuned).
@@ -146,7 +79,7 @@ class MuonSizes(TrainedSizes):
   """
 
   model: str
-  steps: int
+  steps: int | None
   batch_size: int
   seq_len: int
   grid: tuple[float, ...]
@@ -155,11 +88,27 @@ class MuonSizes(TrainedSizes):
   tune: bool
   extend: int
 
+  def budget_steps(self) -> int:
+    """`steps`, or `⌈TOKENS_PER_PARAM · params / (batch_size · seq_len)⌉` when it is None.
+
+    Example:
+      >>> from experiments.claims.muon import FULL
+      >>> FULL.budget_steps(), FULL.train_tokens() / 41_856 >= 20
+      (409, True)
+    """
+    if self.steps is not None:
+      return self.steps
+    return math.ceil(models.TOKENS_PER_PARAM * models.param_count(self.model)
+                     / (self.batch_size * self.seq_len))
+
+  def train_tokens(self) -> int:
+    return self.budget_steps() * self.batch_size * self.seq_len
+
 
 QUICK = MuonSizes(model="quick", steps=24, batch_size=4, seq_len=32, grid=(3e-3,),
                   fractions=(0.6, 1.0), eval_batches=2, tune=False, extend=0)
-FULL = MuonSizes(model="small", steps=120, batch_size=8, seq_len=64, grid=GRID,
-                 fractions=FRACTIONS, eval_batches=4, tune=True, extend=2)
+FULL = MuonSizes(model="micro-20", steps=None, batch_size=16, seq_len=128, grid=GRID,
+                 fractions=FRACTIONS, eval_batches=4, tune=True, extend=1)
 
 
 def budgets_of(steps: int, fractions) -> list[int]:
@@ -224,7 +173,7 @@ def budget_run(cfg, make_tx, lr: float, seeds, budget: int, z: MuonSizes, *, sta
 
 def run(spec: Spec) -> dict:
   """Tunes both optimizers, runs Muon's budgets; see the module docstring."""
-  z = spec.sizes
+  z = dataclasses.replace(spec.sizes, steps=spec.sizes.budget_steps())
   cfg = models.RECIPES[z.model].cfg
   N, seeds = z.steps, tuple(spec.seeds)
   arms = {"adamw": O.adamw_arm(), "muon": O.muon_arm()}
@@ -292,7 +241,8 @@ def run(spec: Spec) -> dict:
           f"{a}: sv entropy {mean(a, 'update_sv_entropy'):.3f}, "
           f"κ_p90 {mean(a, 'update_cond_p90'):.3g}" for a in arms) + ".",
       f"- Model: `{z.model}` shape trained from scratch, batches {z.batch_size} × "
-      f"{z.seq_len} tokens, schedule 10% warm-up then linear decay to 10% of the peak.",
+      f"{z.seq_len} tokens, N = {N} steps ({z.train_tokens() / models.param_count(z.model):.3g} "
+      "tokens per parameter), schedule 10% warm-up then linear decay to 10% of the peak.",
   ]
   return {"setup": {"budgets": budgets, "tuning_seeds": list(TUNING_SEEDS), "tuned": tuned,
                     "model_config": cfg.to_dict()},
@@ -365,8 +315,9 @@ CLAIM = Claim(
     hypothesis=("With both optimizers' peak rates tuned the same way on the tuning seeds only "
                 "(one grid, the full budget N, the grid extended past a winning edge), Muon on "
                 "the hidden matrices (AdamW on the rest) reaches tuned AdamW's final validation "
-                "loss after N steps (N = 120 in full runs) in at least 10% fewer steps: the 95% "
-                "interval of its steps ratio (separate runs with shorter budgets) lies below "
+                "loss after N steps (20 tokens per parameter in full runs) in at least 10% "
+                "fewer steps: the 95% interval of its steps ratio (separate runs with shorter "
+                "budgets) lies below "
                 f"{1 - MARGIN:g}."),
     refuted_if=(f"The 95% interval of Muon's steps-to-target ratio lies above {1 - MARGIN:g} "
                 "(less than 10% of AdamW's steps saved, or none), with every control holding."),
@@ -395,10 +346,14 @@ CLAIM = Claim(
                "Liu et al. 2025, Muon is Scalable for LLM Training (Moonlight)"),
     ),
     tuning_seeds=TUNING_SEEDS,
-    scale_models=models.CPU_SCALE["gpt"],
-    budgets=(4, 16),
-    budget_model="micro",
-    at_budget=more_steps,
+    scale_models=("pico-20", "micro-20"),
+    bits_metric=("adamw", "val_loss"),
+    version=2,
+    revisions=("v2: the trained regime (issue 38): micro-20's shape, each size trained from "
+               "scratch at 20 tokens per parameter (v1: small, 0.07), scale over pico-20 and "
+               "micro-20 (mini-20 left out by cost: the trend is not measured), the edge rule "
+               "once, no budget axis (20 tokens per parameter is the compute-optimal length); "
+               "metric, margin, grids and controls unchanged",),
     run=run,
     QUICK=QUICK,
     FULL=FULL,
