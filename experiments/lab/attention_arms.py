@@ -177,15 +177,30 @@ def train_arm(cfg: transformer.Config, seeds, *, data, steps: int, batch_size: i
           "val_loss_grid": val.tolist()}
 
 
-def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, **train_kwargs) -> dict:
+def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, extend: int = 0,
+              **train_kwargs) -> dict:
   """An arm's rate chosen on `tuning_seeds` over `grid` (`train_arm`'s rule); nothing reported.
 
-  With one rate in `grid` (quick runs) nothing is trained and that rate is returned.
+  With one rate in `grid` (quick runs) nothing is trained and that rate is returned. With
+  `extend > 0` (opt-in; the edge rule of issue 38) a best rate at an edge of the geometric
+  `grid` runs one more rate a step of its ratio beyond that edge
+  (`experiments.lab.tuning.beyond_edge`), up to `extend` times, and the record says whether
+  the rate chosen still sits at an edge (`at_edge`: the claim's control then fails).
 
   Returns:
-    `{"lr": the rate, "tuning": None when not tuned, else {"seeds", "grid", "val_loss": mean
-    final loss per rate over the tuning seeds}}`.
+    `{"lr": the rate, "tuning": None when not tuned, else {"seeds", "grid" (the rates run,
+    increasing), "val_loss": mean final loss per rate over the tuning seeds}}`; with `extend`,
+    `"tuning"` also holds `"diverged"` (per rate: ended diverged on some seed) and `"at_edge"`.
+
+  Example:
+    >>> from experiments.lab.attention_arms import base_config, tune_rate
+    >>> t = tune_rate(base_config(d_model=16), tuning_seeds=(100,), grid=(1e-4, 2e-4), extend=1,
+    ...               data="stdlib", steps=2, batch_size=2, seq_len=8)
+    >>> t["tuning"]["grid"], t["tuning"]["at_edge"]  # 2e-4 won, so 4e-4 ran and won too
+    ([0.0001, 0.0002, 0.0004], True)
   """
+  from experiments.lab import tuning
+
   grid = tuple(grid)
   if len(grid) == 1:
     return {"lr": grid[0], "tuning": None}
@@ -193,9 +208,35 @@ def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, **train_kwargs) ->
     raise ValueError(f"tune_rate: a grid {grid} needs tuning seeds. Fix: pass e.g. "
                      "tuning_seeds=(100,), or a grid of one rate.")
   kw = {k: v for k, v in train_kwargs.items() if k not in ("exact_match", "em_batches")}
-  t = train_arm(cfg, tuple(tuning_seeds), learning_rates=grid, **kw)
-  return {"lr": t["lr"], "tuning": {"seeds": list(tuning_seeds), "grid": list(grid),
-                                    "val_loss": [float(np.mean(r)) for r in t["val_loss_grid"]]}}
+  seeds = tuple(tuning_seeds)
+  if not extend:
+    t = train_arm(cfg, seeds, learning_rates=grid, **kw)
+    return {"lr": t["lr"], "tuning": {"seeds": list(seeds), "grid": list(grid),
+                                      "val_loss": [float(np.mean(r)) for r in t["val_loss_grid"]]}}
+  if np.any(np.diff(grid) <= 0):
+    raise ValueError(f"tune_rate: extend needs an increasing geometric grid, got {grid}. Fix: "
+                     "sort the rates, e.g. (1e-3, 2e-3, 4e-3, 8e-3).")
+  by_rate = {}  # rate -> (mean final loss over the seeds, ended diverged on some seed)
+
+  def run(rates):
+    val = np.asarray(train_arm(cfg, seeds, learning_rates=tuple(rates), **kw)["val_loss_grid"])
+    ended = ended_diverged(val, cfg.vocab_size)
+    for lr, v, e in zip(rates, val, ended, strict=True):
+      by_rate[float(lr)] = (float(np.mean(v)), bool(e.any()))
+
+  run(grid)
+  for _ in range(extend):
+    order = sorted(by_rate)
+    new = tuning.beyond_edge(order, [by_rate[r][0] for r in order],
+                             [by_rate[r][1] for r in order], grid[1] / grid[0])
+    if new is None:
+      break
+    run([new])
+  order = sorted(by_rate)
+  val, diverged = [by_rate[r][0] for r in order], [by_rate[r][1] for r in order]
+  lr, i = tuning.tuned_rate(val, diverged, order)
+  return {"lr": lr, "tuning": {"seeds": list(seeds), "grid": order, "val_loss": val,
+                               "diverged": diverged, "at_edge": i in (0, len(order) - 1)}}
 
 
 def tuned_arm(cfg: transformer.Config, seeds, *, tuning_seeds, grid, **train_kwargs) -> dict:

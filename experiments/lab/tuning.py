@@ -5,7 +5,8 @@
 - `tune` / `tuned_rate`: the best rate of a grid on one tuning seed (a run that `train_many`
   flags as diverged never wins);
 - `tune_on_seeds`: the best rate on several tuning seeds, divergence judged at the end
-  (`ended_diverged`), the grid extended past an edge that wins; `untuned` records a fixed rate;
+  (`ended_diverged`), the grid extended past an edge that wins (`beyond_edge`); `untuned`
+  records a fixed rate;
 - `budget_schedule` / `on_budget`: an arm trained for a fixed step budget, linear warm-up then
   linear decay;
 - `steps_to_loss`: when a loss curve (or a curve of final losses over budgets) first
@@ -218,6 +219,36 @@ def _best(val_loss_by_rate, diverged_by_rate) -> int | None:
   return int(np.argmin(loss)) if np.isfinite(loss).any() else None
 
 
+def beyond_edge(rates, val_loss, diverged, q: float) -> float | None:
+  """The rate one step of ratio `q` past the edge of `rates` where the best rate sits, if it does.
+
+  The best rate is the lowest `val_loss` among rates that did not diverge (`diverged`); the
+  registered edge rule of issue 38 runs the returned rate next (`tune_on_seeds`,
+  `experiments.lab.attention_arms.tune_rate`).
+
+  Args:
+    rates: increasing rates, the grid run so far.
+    val_loss: per rate, the loss the choice reads.
+    diverged: per rate, whether it is out of the choice.
+    q: the grid's ratio.
+
+  Returns:
+    `rates[-1] * q` when the best is the last rate, `rates[0] / q` when it is the first, else
+    (best inside, every rate diverged, or one rate) None.
+
+  Example:
+    >>> from experiments.lab.tuning import beyond_edge
+    >>> beyond_edge([1e-3, 2e-3, 4e-3], [3.0, 2.5, 2.0], [False] * 3, 2.0)
+    0.008
+    >>> beyond_edge([1e-3, 2e-3, 4e-3], [3.0, 2.0, 2.5], [False] * 3, 2.0) is None
+    True
+  """
+  i = _best(val_loss, diverged)
+  if len(rates) < 2 or i is None or 0 < i < len(rates) - 1:
+    return None
+  return rates[-1] * q if i == len(rates) - 1 else rates[0] / q
+
+
 def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, steps: int,
                   extend: int = 0, **train_kwargs) -> dict[str, Any]:
   r"""Tunes an arm's peak rate on `grid` with spare seeds; extends the grid past a best edge.
@@ -281,10 +312,11 @@ def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, step
   q = rates[1] / rates[0] if len(rates) > 1 else 1.0
   for _ in range(extend):
     order = sorted(by_rate)
-    i = _best([by_rate[lr][0].mean() for lr in order], [by_rate[lr][1] for lr in order])
-    if i is None or 0 < i < len(order) - 1:
+    new = beyond_edge(order, [by_rate[lr][0].mean() for lr in order],
+                      [by_rate[lr][1] for lr in order], q)
+    if new is None:
       break
-    run([order[-1] * q] if i == len(order) - 1 else [order[0] / q])
+    run([new])
   order = sorted(by_rate)
   mean = [float(by_rate[lr][0].mean()) for lr in order]
   diverged = [by_rate[lr][1] for lr in order]

@@ -3,6 +3,7 @@
 import dataclasses
 import math
 import os
+import types
 
 import jax
 import jax.numpy as jnp
@@ -108,9 +109,40 @@ def test_tuned_arm_chooses_on_tuning_seeds_and_reports_at_one_rate(monkeypatch):
     attention_arms.tuned_arm(None, (0, 100), tuning_seeds=(100,), grid=(1e-3, 3e-3))
 
 
+def test_tune_rate_extends_a_winning_edge_once_only_when_asked(monkeypatch):
+  """The edge rule (opt-in): a best rate at the top runs one rate a step beyond it, once; a
+  rate still at the edge is flagged; a rate that ended diverged never wins; extend=0 keeps the
+  record every other claim reads."""
+  calls = []
+
+  def fake(cfg, seeds, *, learning_rates, **kw):
+    calls.append(tuple(learning_rates))
+    loss = {1e-3: 3.0, 2e-3: 2.5, 4e-3: 2.2, 8e-3: 2.0, 1.6e-2: 1.9, 3.2e-2: math.nan}
+    return {"val_loss_grid": [[loss[round(lr, 6)]] for lr in learning_rates],
+            "lr": learning_rates[-1]}
+
+  monkeypatch.setattr(attention_arms, "train_arm", fake)
+  cfg = types.SimpleNamespace(vocab_size=256)
+  kw = dict(tuning_seeds=(100,), data="x", steps=1, batch_size=1, seq_len=1)
+  plain = attention_arms.tune_rate(cfg, grid=(1e-3, 2e-3, 4e-3, 8e-3), **kw)
+  assert calls == [(1e-3, 2e-3, 4e-3, 8e-3)] and plain["lr"] == 8e-3
+  assert set(plain["tuning"]) == {"seeds", "grid", "val_loss"}  # unchanged without extend
+  calls.clear()
+  once = attention_arms.tune_rate(cfg, grid=(1e-3, 2e-3, 4e-3, 8e-3), extend=1, **kw)
+  assert calls == [(1e-3, 2e-3, 4e-3, 8e-3), (1.6e-2,)]
+  assert once["lr"] == pytest.approx(1.6e-2) and once["tuning"]["at_edge"]
+  assert once["tuning"]["grid"] == pytest.approx([1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2])
+  inside = attention_arms.tune_rate(cfg, grid=(4e-3, 8e-3, 1.6e-2, 3.2e-2), extend=1, **kw)
+  assert inside["lr"] == pytest.approx(1.6e-2) and not inside["tuning"]["at_edge"]
+  assert inside["tuning"]["diverged"] == [False, False, False, True]
+  with pytest.raises(ValueError, match="increasing"):
+    attention_arms.tune_rate(cfg, grid=(8e-3, 4e-3), extend=1, **kw)
+
+
 def test_full_sizes_tune_and_quick_sizes_do_not():
-  for mod in (psd_attention, sliding_window, dynamic_sparsity):
+  for mod in (sliding_window, dynamic_sparsity):
     assert len(mod.FULL.learning_rates) > 1 and len(mod.QUICK.learning_rates) == 1
+  assert len(psd_attention.FULL.rates) >= 4 and len(psd_attention.QUICK.rates) == 1
 
 
 # ------------------------------------------------------------------ sliding-window theorem
@@ -618,9 +650,11 @@ def test_psd_primary_is_the_variant_chosen_on_the_tuning_seed():
                                "linear-tied": None}) == "rbf-tied"
   assert psd_attention.choose({a: None for a in psd_attention.TIED}) == "softmax-tied"
   c = CLAIMS["psd-attention"]
-  assert [th.arm for th in c.thresholds] == [psd_attention.CHOSEN]
+  assert [(th.arm, th.control) for th in c.thresholds] == [(psd_attention.CHOSEN, False),
+                                                           (psd_attention.CHOSEN, True)]
   # The copy control blocks only its own extension, never the headline.
-  runs = {psd_attention.CHOSEN: {s: {"loss_ratio": 0.001, "em_diff": 0.0} for s in range(3)},
+  runs = {psd_attention.CHOSEN: {s: {"loss_ratio": 0.001, "em_diff": 0.0, "rates_at_edge": 0.0}
+                                 for s in range(3)},
           "softmax": {s: {"exact_match": 0.0} for s in range(3)},
           **{a: {s: {"loss_ratio": 0.001} for s in range(3)} for a in psd_attention.TIED}}
   assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
@@ -634,30 +668,49 @@ def _committed(claim_id):
   return jsonio.load_strict(os.path.join(folders.RESULTS_DIR, claim_id, "results.json"))
 
 
-def test_psd_registered_size_trains_the_model_of_the_committed_results():
-  """`mini` is the `tiny` preset every arm trained before the scale axis, field by field."""
-  res = _committed("psd-attention")
-  assert {k: v for k, v in psd_attention.FULL.to_dict().items() if k != "model"} == {
-      k: v for k, v in res["config"]["sizes"].items() if k != "model"}
-  assert psd_attention.FULL.model == psd_attention.QUICK.model == "mini"
-  for z in (psd_attention.FULL, psd_attention.QUICK):
-    for arm, over in psd_attention.ARMS.items():
-      old = transformer.preset("tiny", **over)  # what `run` built before: base_config(**over)
-      new = psd_attention.arm_config(z.model, arm)
-      assert dataclasses.asdict(new) == dataclasses.asdict(old), arm
-  assert psd_attention.arm_config("mini", "softmax").to_dict() == res["config"]["setup"][
-      "model_config"]
-  assert res["config"]["setup"]["arms"] == psd_attention.ARMS
+def test_psd_trains_every_size_at_20_tokens_per_parameter():
+  """v2: registered at `micro-20`; `steps=None` trains each size of the scale axis (the
+  runner replaces `model`) for its recipe's steps, so every size sees 20 tokens per parameter;
+  the rate grid scales with the recipe's width rule and keeps ratio 2."""
+  z = psd_attention.FULL
+  assert (z.model, z.steps, z.batch_size, z.seq_len, z.extend) == ("micro-20", None, 16, 128, 1)
+  for name in models.TRAINED["gpt"]:
+    at = dataclasses.replace(z, model=name)
+    tpp = at.train_tokens() / axes.model_card(name)["params"]
+    assert 20 <= tpp < 20.1, name
+    assert at.train_steps == models.RECIPES[name].steps
+    assert at.rates == pytest.approx(tuple(f * 3e-3 * 64 / models.config(name).d_model
+                                           for f in psd_attention.RATE_FACTORS))
+  assert np.diff(np.log(z.rates)) == pytest.approx([math.log(2)] * 3)
+  assert psd_attention.QUICK.rates == (3e-3,) and psd_attention.QUICK.train_steps == 30
+  with pytest.raises(ValueError, match="steps=None"):
+    dataclasses.replace(z, batch_size=8)
+  with pytest.raises(ValueError, match="no recipe"):
+    dataclasses.replace(z, model="nano")
+  c = CLAIMS["psd-attention"]
+  assert c.version == 2 and c.bits_metric == ("softmax", "loss")
+  for arm, over in psd_attention.ARMS.items():  # quick keeps the `tiny` preset v1 trained
+    assert psd_attention.arm_config("mini", arm) == transformer.preset("tiny", **over)
+
+
+def test_psd_edge_control_blocks_the_headline():
+  c = CLAIMS["psd-attention"]
+  runs = {psd_attention.CHOSEN: {s: {"loss_ratio": 0.001, "rates_at_edge": 0.0}
+                                 for s in range(3)}}
+  assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
+  for s in range(3):
+    runs[psd_attention.CHOSEN][s]["rates_at_edge"] = 1.0
+  assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "inconclusive"
 
 
 def test_psd_scale_axis_is_the_gpt_family_with_the_registered_size_first():
   c = CLAIMS["psd-attention"]
-  assert c.scale_models == ("micro", "mini", "small")
-  assert axes.scale_models(c, quick=False) == ("mini", "micro", "small")
+  assert c.scale_models == ("pico-20", "micro-20", "mini-20")
+  assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20", "mini-20")
   assert axes.scale_models(c, quick=True) == ()  # quick runs stay one size
-  assert "Llama family is left out" in psd_attention.__doc__
+  assert "Llama family is left out" in " ".join(psd_attention.__doc__.split())
   with pytest.raises(ValueError, match="qk_tied"):  # why: tied keys refuse K < H
-    models.RECIPES["llama-mini"].cfg.replace(qk_tied=True)
+    models.RECIPES["llama-mini-20"].cfg.replace(qk_tied=True)
 
 
 def _count_by_hand(d, L, H, V, max_len, tied):
@@ -668,7 +721,7 @@ def _count_by_hand(d, L, H, V, max_len, tied):
   return V * d + max_len * d + L * (attn + ffn + 2 * 2 * d) + 2 * d
 
 
-@pytest.mark.parametrize("size, d, L", [("micro", 32, 2), ("small", 128, 4)])
+@pytest.mark.parametrize("size, d, L", [("pico-20", 16, 2), ("mini-20", 64, 2)])
 def test_psd_other_sizes_build_the_declared_shape(size, d, L):
   for arm, over in psd_attention.ARMS.items():
     cfg = psd_attention.arm_config(size, arm)
@@ -683,36 +736,43 @@ def test_psd_other_sizes_build_the_declared_shape(size, d, L):
 
 
 def test_psd_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
-  """`run` at `micro`: every tuning and training call gets `micro`'s shape with the arm's
-  attention, and the setup records that shape (the registered test above covers `mini`)."""
+  """`run` at `mini-20`: every tuning and training call gets `mini-20`'s shape with the arm's
+  attention, its recipe's steps and rate grid, and the setup records that shape."""
   seen = []
 
   def fake_tune(cfg, **kw):
     seen.append(("tune", cfg))
+    assert (kw["steps"], kw["extend"]) == (1298, 1)
+    assert kw["grid"] == pytest.approx((7.5e-4, 1.5e-3, 3e-3, 6e-3))
     loss = {("softmax", False): 2.0, ("softmax", True): 2.3, ("rbf", True): 2.1,
             ("linear", True): 2.2}[cfg.attention, cfg.qk_tied]
-    return {"lr": 1e-3, "tuning": {"seeds": [100], "grid": list(kw["grid"]), "val_loss": [loss]}}
+    return {"lr": 1e-3, "tuning": {"seeds": [100], "grid": list(kw["grid"]), "val_loss": [loss],
+                                   "at_edge": cfg.attention == "linear"}}
 
   def fake_train(cfg, seeds, *, data, **kw):
+    assert kw["steps"] == (1298 if data == "stdlib" else psd_attention.COPY_STEPS)
     seen.append((data, cfg))
     return {"per_seed": {s: {"loss": 2.0 + 0.1 * cfg.qk_tied, "diverged": 0.0,
                              "exact_match": 0.9} for s in seeds}}
 
   monkeypatch.setattr(psd_attention, "tune_rate", fake_tune)
   monkeypatch.setattr(psd_attention, "train_arm", fake_train)
-  z = dataclasses.replace(psd_attention.FULL, model="micro")
+  z = dataclasses.replace(psd_attention.FULL, model="mini-20")
   out = psd_attention.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
                                log=lambda *_: None))
-  want = {a: psd_attention.arm_config("micro", a) for a in psd_attention.ARMS}
+  want = {a: psd_attention.arm_config("mini-20", a) for a in psd_attention.ARMS}
   assert [cfg for kind, cfg in seen if kind == "tune"] == list(want.values())
   # rbf-tied has the lowest tied tuning loss, so it is the variant trained beside softmax.
   assert [(kind, cfg) for kind, cfg in seen if kind != "tune"] == [
       ("stdlib", want["softmax"]), ("task:copy", want["softmax"]),
       ("stdlib", want["rbf-tied"]), ("task:copy", want["rbf-tied"])]
   assert out["setup"]["chosen"] == "rbf-tied"
-  assert out["setup"]["model_config"]["d_model"] == 32
+  assert out["setup"]["model_config"]["d_model"] == 64
   assert out["runs"][psd_attention.CHOSEN][0]["loss_ratio"] == pytest.approx(0.05)
-  assert "`micro` shape from scratch (d 32, L 2, H 4, 41,856 parameters untied)" in out[
+  # linear-tied sat at an edge: not the chosen arm, yet it fails the edge control.
+  assert out["runs"][psd_attention.CHOSEN][0]["rates_at_edge"] == 1.0
+  assert "Still at an edge: linear-tied" in out["notes"][-2]
+  assert "`mini-20` shape from scratch (d 64, L 2, H 4, 132,864 parameters untied)" in out[
       "notes"][-1]
 
 
