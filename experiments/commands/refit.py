@@ -1,12 +1,13 @@
-"""Refits the trends of kept results with the current statistics, without running anything.
+"""Refits kept results with the current statistics and schema, without running anything.
 
     python -m experiments.commands.refit            # rewrite results/*/ in place
     python -m experiments.commands.refit --check    # exit 1 if any kept result would change
 
-Each claim's `results/<id>/` is refitted by `experiments.verdict.refit`: every axis's fit
-recomputed from the kept rows and findings (`refit_results`), the report's axis sections and
-trend sentences rendered again (`rerender`), the axis figures drawn again (`redraw`). The
-verdict and everything else stay as they were.
+Each claim's `results/<id>/` is read in the current schema (`schema.load_results`: a version 1
+file becomes version 2, its report's notes and figures lifted into it), refitted by
+`experiments.verdict.refit` (every axis's fit recomputed from the kept rows and findings),
+and written back with its report made again from the file alone and its axis figures drawn
+again. The verdict and everything else stay as they were; a second run changes nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import sys
 from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.verdict.folders import RESULTS_DIR
-from experiments.verdict.refit import redraw, refit_results, rerender
+from experiments.verdict.refit import redraw, refit_results, rendered
+from experiments.verdict.schema import load_results
 
 
 def refit_kept(claim_id: str, root: str = RESULTS_DIR, *, write: bool = True) -> bool:
@@ -27,12 +29,12 @@ def refit_kept(claim_id: str, root: str = RESULTS_DIR, *, write: bool = True) ->
   path = os.path.join(folder, "results.json")
   if not os.path.exists(path):
     return False
-  res = jsonio.load_strict(path)
-  new = refit_results(CLAIMS[claim_id], res, folder)
+  on_disk = jsonio.load_strict(path)
+  new = refit_results(CLAIMS[claim_id], load_results(folder), folder)
   with open(os.path.join(folder, "report.md")) as f:
     text = f.read()
-  text_new = rerender(CLAIMS[claim_id], new, text)
-  changed = new != res or text_new != text
+  text_new = rendered(CLAIMS[claim_id], new, folder)
+  changed = new != on_disk or text_new != text
   if changed and write:
     jsonio.dump_strict(new, path)
     with open(os.path.join(folder, "report.md"), "w") as f:

@@ -2,6 +2,8 @@
 
     python -m experiments.commands.table                 # print the table (markdown)
     python -m experiments.commands.table --check README.md   # exit 1 if README's table differs
+    python -m experiments.commands.table --reports --check   # exit 1 if a kept report.md is
+                                                             # not what its results.json gives
 
 `results/<claim-id>/` holds the latest full run of each claim under the pre-registered
 contract (`claim.json`, `results.json`, `report.md`, figures). The table has one row per
@@ -11,7 +13,9 @@ trend with model size (`grows`, `shrinks` or `no trend`, with the slope's 95% in
 e-fold of parameters; `—` for a claim that ran at one size), and the published anchor. A
 claim with no committed run says so.
 In the README the table sits between `<!-- claims-table:start -->` and
-`<!-- claims-table:end -->`; `--check` names the first row that differs.
+`<!-- claims-table:end -->`; `--check` names the first row that differs. `--reports` makes
+each kept `report.md` again from its `results.json` alone (`stale_reports`; `--check`: only
+compare, byte for byte).
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import os
 import shutil
 import sys
 
-from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.verdict import cells
+from experiments.verdict.axis_report import axis_text
 from experiments.verdict.folders import RESULTS_DIR, saved_findings
-from experiments.verdict.schema import validate_results
+from experiments.verdict.refit import rendered
+from experiments.verdict.schema import load_results, validate_results
 
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
 
@@ -35,7 +40,7 @@ def load_committed(claim_id: str, root: str = RESULTS_DIR) -> dict | None:
   path = os.path.join(root, claim_id, "results.json")
   if not os.path.exists(path):
     return None
-  obj = jsonio.load_strict(path)
+  obj = load_results(os.path.join(root, claim_id))
   try:
     validate_results(obj, list(CLAIMS))
   except ValueError as e:
@@ -67,13 +72,13 @@ def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
   a run longer than one sitting can land size by size. The folder is written under a
   temporary name and renamed into place, so a crash leaves the old result whole.
   """
-  res = jsonio.load_strict(os.path.join(run_dir, "results.json"))
+  res = load_results(run_dir)
   validate_results(res, list(CLAIMS))
   claim = CLAIMS[res["claim"]]
   if res["quick"]:
     raise ValueError(f"{run_dir} is a quick run; only full runs are kept. Fix: run "
                      f"`python -m experiments claim {claim.id}` without --quick.")
-  revs = [res["git"]] + [res["budgets"].get("git", "")] if res.get("budgets") else [res["git"]]
+  revs = [res["git"]] + [b["added"]["git"] for b in res["axes"].values() if "added" in b]
   if any(r is None or r.endswith("-dirty") for r in revs):
     where = "no git checkout" if None in revs else "a dirty tree"
     raise ValueError(f"{run_dir} finished on {where} (git {revs}), so no commit holds the code "
@@ -123,7 +128,7 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
                                                                  else ""),
                  claim.preface, verdict, cells.regime_text(res, claim.reads_base), ext,
                  cells.key_number(res, claim),
-                 cells.trend_text(res), cells.context_text(res), cells.budget_text(res),
+                 axis_text(res, "scale"), axis_text(res, "context"), axis_text(res, "budget"),
                  cells.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict (registration)",
             "registered size: model, params, tokens/param, held-out bits/byte", "extensions",
@@ -151,12 +156,45 @@ def first_difference(expected: list[str], found: list[str]) -> str | None:
   return None
 
 
+def stale_reports(root: str = RESULTS_DIR, *, write: bool = False) -> list[str]:
+  """The kept results whose `report.md` is not, byte for byte, what their `results.json`
+  gives (`refit.rendered`); with `write`, those reports are written again."""
+  stale = []
+  for cid in CLAIMS:
+    folder = os.path.join(root, cid)
+    if load_committed(cid, root) is None:
+      continue
+    text = rendered(CLAIMS[cid], load_results(folder), folder)
+    with open(os.path.join(folder, "report.md")) as f:
+      if f.read() == text:
+        continue
+    stale.append(cid)
+    if write:
+      with open(os.path.join(folder, "report.md"), "w") as f:
+        f.write(text)
+  return stale
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(prog="python -m experiments.commands.table", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--check", metavar="README", help="compare with the table in this file")
+  p.add_argument("--check", metavar="README", nargs="?", const="",
+                 help="compare with the table in this file (with --reports: compare only)")
+  p.add_argument("--reports", action="store_true",
+                 help="make each kept report.md from its results.json (with --check: compare)")
   p.add_argument("--results", default=RESULTS_DIR, help="the results folder")
   args = p.parse_args(argv)
+  if args.reports:
+    stale = stale_reports(args.results, write=args.check is None)
+    for cid in stale:
+      print(f"{cid}: report.md {'differs from' if args.check is not None else 'made from'} "
+            "its results.json" + (" (Fix: python -m experiments.commands.refit)"
+                                  if args.check is not None else ""),
+            file=sys.stderr if args.check is not None else sys.stdout)
+    return 1 if stale and args.check is not None else 0
+  if args.check == "":
+    print("error: --check needs the README to compare (or --reports).", file=sys.stderr)
+    return 2
   try:
     lines = table_lines(args.results)
     if args.check is None:

@@ -1,9 +1,9 @@
 """The tour: every claim in order, one verdict table. Also the `claim` command.
 
     python -m experiments tour [--quick] [--only ID ...] [--scale] [--jobs 2]  # make demo: --quick
-    python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4] [--sizes mini,small,base]
-                                   [--lengths 256,1024] [--budgets 4] [--resume RUN_DIR] [--keep]
-    python -m experiments claim ID --onto results/ID [--budgets 4] [--keep]
+    python -m experiments claim ID [--quick] [--seeds 0 1 2 3 4] [--axes scale=mini,small,base]
+                                   [--axes context=256,1024] [--axes budget=4] [--keep]
+    python -m experiments claim ID --resume RUN_DIR [--axes budget=4,16] [--keep]
 
 The tour opens with the library's own checks (the matrix catalog of `tiny`, a forward pass
 on real text, KV-cache decoding = full forward), then runs each built claim (a progress line
@@ -37,10 +37,10 @@ from concurrent import futures
 from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.commands import table
-from experiments.verdict import axis_report, cells, report
-from experiments.verdict.runner import add_budgets, run_claim
+from experiments.verdict import cells, report
+from experiments.verdict.axis_report import axis_of
+from experiments.verdict.runner import run_claim
 from experiments.verdict.schema import validate_tour
-from experiments.verdict.stats import fmt
 
 
 def _opening(log) -> list[str]:
@@ -62,8 +62,8 @@ def _opening(log) -> list[str]:
 def _timed_run(claim, quick: bool, root: str, scale: bool, log) -> tuple[dict, str, float]:
   """`run_claim` as the tour runs it: `(results, run folder, seconds)`."""
   t0 = time.perf_counter()
-  res, run_dir = run_claim(claim, quick=quick, root=root, log=log, sizes=None if scale else (),
-                           budgets=None if scale else ())
+  res, run_dir = run_claim(claim, quick=quick, root=root, log=log,
+                           axes=None if scale else {"scale": (), "budget": ()})
   return res, run_dir, time.perf_counter() - t0
 
 
@@ -234,25 +234,13 @@ def tour_main(argv=None) -> int:
   return 1 if failed else 0
 
 
-def _model_list(text: str) -> tuple[str, ...]:
-  """`"mini,small,base"` -> `("mini", "small", "base")`; argparse reports a bad list."""
-  names = tuple(n.strip() for n in text.split(",") if n.strip())
-  if not names or len(set(names)) != len(names):
-    raise argparse.ArgumentTypeError(f"{text!r}: give distinct base-model names separated by "
-                                     "commas, e.g. mini,small,base")
-  return names
-
-
-def _length_list(text: str) -> tuple[int, ...]:
-  """`"256,1024"` -> `(256, 1024)`; argparse reports a bad list."""
-  try:
-    Ts = tuple(int(t) for t in text.split(",") if t.strip())
-  except ValueError:
-    Ts = ()
-  if not Ts or len(set(Ts)) != len(Ts) or min(Ts) <= 0:
-    raise argparse.ArgumentTypeError(f"{text!r}: give distinct positive lengths (tokens) "
-                                     "separated by commas, e.g. 256,512,1024")
-  return Ts
+def _axis_setting(text: str) -> tuple[str, str]:
+  """`"budget=4,16"` -> `("budget", "4,16")`; the values are read by the claim's axis."""
+  name, eq, values = text.partition("=")
+  if not eq or not name.strip():
+    raise argparse.ArgumentTypeError(f"{text!r}: give NAME=v1,v2, e.g. budget=4,16 or "
+                                     "scale=mini,small (NAME= alone: none of that axis)")
+  return name.strip(), values
 
 
 def _budget_list(text: str) -> tuple[int, ...]:
@@ -267,6 +255,17 @@ def _budget_list(text: str) -> tuple[int, ...]:
                                      "(1 alone: the registered budget only)")
   return tuple(k for k in ks if k != 1)
 
+def _asked_axes(claim, args) -> dict[str, tuple]:
+  """`{axis name: values}` of `--axes` and the older `--sizes`, `--lengths`, `--budgets`."""
+  asked = {}
+  settings = [*(args.axes or ()), *((n, t) for n, t in (
+      ("scale", args.sizes), ("context", args.lengths), ("budget", args.budgets)) if t)]
+  for name, text in settings:
+    values = claim.axis(name).parse(text)
+    asked[name] = _budget_list(text) if name == "budget" and values else values
+  return asked
+
+
 def claim_main(argv=None) -> int:
   """`python -m experiments claim ID`; prints the verdict and the report's path."""
   p = argparse.ArgumentParser(prog="python -m experiments claim",
@@ -276,29 +275,27 @@ def claim_main(argv=None) -> int:
   p.add_argument("--seeds", type=int, nargs="+", default=None,
                  help="seeds (default: the claim's pre-registered seeds; with --quick the "
                       "first of them). Other seeds make an addendum, never a new headline")
-  p.add_argument("--sizes", type=_model_list, default=None, metavar="MODEL,MODEL,...",
-                 help="base models to measure the primary effect on, e.g. mini,small,base "
-                      "(default: the claim's scale_models; --quick: one size). The verdict is "
-                      "read only at the registered size (added if missing); the others give "
-                      "the trend with size")
-  p.add_argument("--lengths", type=_length_list, default=None, metavar="T,T,...",
-                 help="context lengths to measure the primary effect at, e.g. 256,1024 "
-                      "(default: the claim's context_lengths; --quick: none). The claim's "
-                      "at_length picks the model and counts at each T; never the verdict")
-  p.add_argument("--budgets", type=_budget_list, default=None, metavar="K,K,...",
-                 help="multiples of the registered training tokens to measure the primary "
-                      "effect at, e.g. 4 (default: the claim's budgets; --quick: none; 1: the "
-                      "registered budget alone). Every rate is tuned again at each budget; "
-                      "never the verdict")
+  p.add_argument("--axes", type=_axis_setting, action="append", metavar="NAME=V,V,...",
+                 help="measure the primary effect along an axis at these points, e.g. "
+                      "scale=mini,small,base, context=256,1024, budget=4,16 (default: the "
+                      "claim's declared axes; --quick: none; NAME= alone: none of that axis). "
+                      "The verdict is read only at the registered sizes; with --resume of a "
+                      "finished run, only these axes run and are added to it")
+  p.add_argument("--sizes", metavar="MODEL,MODEL,...", default=None,
+                 help="the older spelling of --axes scale=MODEL,MODEL,...")
+  p.add_argument("--lengths", metavar="T,T,...", default=None,
+                 help="the older spelling of --axes context=T,T,...")
+  p.add_argument("--budgets", metavar="K,K,...", default=None,
+                 help="the older spelling of --axes budget=K,K,... (1: the registered budget "
+                      "alone)")
   p.add_argument("--resume", metavar="RUN_DIR", default=None,
-                 help="finish an earlier run folder of this claim (same --quick and --seeds): "
-                      "sizes, lengths and budgets saved there are reused, not run again. A kept "
-                      "result (results/ID) is copied into a new run folder, never written to")
+                 help="finish, or add axes to, an earlier run folder of this claim (its quick "
+                      "flag and seeds): points saved there are reused and a finished verdict "
+                      "is not run again. A kept result (results/ID) is copied into a new run "
+                      "folder, never written to")
   p.add_argument("--onto", metavar="RUN_DIR", default=None,
-                 help="run only the budget axis (the claim's budgets, or --budgets) and add it "
-                      "to this finished run or kept result (results/ID, copied into a new run "
-                      "folder): its verdict, sizes and lengths are not run again. Budgets saved "
-                      "there are reused")
+                 help="deprecated: --resume RUN_DIR --axes budget=K (the claim's budgets, or "
+                      "--budgets)")
   p.add_argument("--out", default="runs", help="the runs folder")
   p.add_argument("--keep", action="store_true",
                  help="copy the finished full run (pre-registered seeds) to results/ID/, the "
@@ -312,33 +309,36 @@ def claim_main(argv=None) -> int:
   if not claim.built:
     print(f"claim {args.id!r} is not built yet (verdict: not built).", file=sys.stderr)
     return 2
-  clash = [flag for flag, v in (("--quick", args.quick), ("--seeds", args.seeds),
-                                 ("--sizes", args.sizes), ("--lengths", args.lengths),
-                                 ("--resume", args.resume)) if v is not None and v is not False]
-  if args.onto and clash:
-    print(f"error: --onto adds budgets to a finished run with its own settings; {clash} would "
-          "change them. Fix: drop " + ", ".join(clash) + ".", file=sys.stderr)
-    return 2
+  if args.onto:
+    clash = [flag for flag, v in (("--quick", args.quick), ("--seeds", args.seeds),
+                                   ("--sizes", args.sizes), ("--lengths", args.lengths),
+                                   ("--resume", args.resume)) if v is not None and v is not False]
+    if clash:
+      print(f"error: --onto adds budgets to a finished run with its own settings; {clash} would "
+            "change them. Fix: drop " + ", ".join(clash) + ".", file=sys.stderr)
+      return 2
+    args.resume = args.onto
+    args.budgets = args.budgets or ",".join(map(str, claim.budgets)) or "1"
   try:
-    if args.onto:
-      res, run_dir = add_budgets(claim, args.onto, budgets=args.budgets, root=args.out)
-    else:
-      res, run_dir = run_claim(claim, quick=args.quick, seeds=args.seeds, root=args.out,
-                               sizes=args.sizes, resume=args.resume, lengths=args.lengths,
-                               budgets=args.budgets)
-  except ValueError as e:
+    asked = _asked_axes(claim, args)
+    if args.onto and not asked.get("budget"):
+      why = "--budgets asks for none" if claim.budgets else f"{claim.id!r} declares no budgets"
+      raise ValueError(f"--onto adds the budget axis, but {why}. Fix: pass --budgets 4 (a "
+                       "multiple of the registered tokens above 1).")
+    quick, seeds = args.quick, args.seeds
+    frozen = os.path.join(args.resume or "", "claim.json")
+    if args.resume and not quick and seeds is None and os.path.exists(frozen):
+      ran = jsonio.load_strict(frozen)  # a resumed run keeps its own quick flag and seeds
+      quick, seeds = bool(ran.get("quick")), ran.get("seeds")
+    res, run_dir = run_claim(claim, quick=quick, seeds=seeds, root=args.out,
+                             resume=args.resume, axes=asked)
+  except (ValueError, argparse.ArgumentTypeError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   print(f"{claim.id}: {cells.verdict_label(res, res['verdict'])} ({res['runtime_s']:.1f} s)\n"
         f"  {res['reason']}\n  report: {os.path.join(run_dir, 'report.md')}")
-  if res["scale"]:
-    print(f"  {axis_report.scale_sentence(res['scale'])}")
-  if res["context"]:
-    print("  effect against context: " + "; ".join(
-        f"T = {r['T']}: {fmt(r['effect'])}" for r in res["context"])
-        + " (the trend with T is in the report)")
-  if res.get("budgets"):
-    print(f"  {axis_report.budget_sentence(res['budgets'])}")
+  for name, block in res["axes"].items():
+    print(f"  {axis_of(claim, name).sentence(block)}")
   if args.keep:
     print(f"  kept: {table.keep(run_dir)} (regenerate the README table: "
           "python -m experiments.commands.table)")

@@ -8,7 +8,6 @@ writes the markdown table itself.
 
 from __future__ import annotations
 
-from experiments.verdict.claim import Claim
 from experiments.verdict.rule import INDICATIVE
 from experiments.verdict.stats import fmt
 
@@ -30,7 +29,7 @@ def verdict_label(results: dict | None, verdict: str) -> str:
   return verdict
 
 
-def key_number(results: dict | None, claim: Claim | None = None) -> str:
+def key_number(results: dict | None, claim=None) -> str:
   """The claim's key number: its first effect, `mean [lo, hi] unit` (95% CI, or one seed)."""
   if not results or not results["effects"]:
     return "—"
@@ -56,57 +55,6 @@ def params_text(params: float) -> str:
   if params >= 1e6:
     return f"{params / 1e6:.1f}M"
   return f"{params / 1e6:.2g}M"
-
-
-def trend_text(results: dict | None) -> str:
-  """The trend with model size and the slope's interval, or `—` for a one-size run.
-
-  Example:
-    >>> from experiments.verdict.cells import trend_text
-    >>> trend_text({"scale": {"sizes": [], "slope": -0.012, "slope_ci": [-0.02, -0.004],
-    ...                       "trend": "shrinks"}})
-    'shrinks: slope -0.012 [-0.02, -0.004] per e-fold of params'
-    >>> trend_text({"scale": None})
-    '—'
-  """
-  scale = (results or {}).get("scale")
-  if not scale:
-    return "—"
-  return _fit_text(scale, "params", "sizes")
-
-
-def _fit_text(fit: dict, per: str, items: str) -> str:
-  """A fit in one table cell: `grows: slope 0.1 [0.05, 0.2] per e-fold of params`, plus the
-  points left out and, when the families disagree, each family's slope."""
-  left = fit.get("excluded") or []
-  out = f" ({len(left)} left out)" if left else ""
-  if fit["trend"] == "families disagree":
-    fams = "; ".join(f"{f} {b['trend']} {fmt(b['slope'])} [{fmt(b['slope_ci'][0])}, "
-                     f"{fmt(b['slope_ci'][1])}]" for f, b in fit["families"].items())
-    return f"families disagree, no pooled slope: {fams} per e-fold of {per}{out}"
-  if fit["slope"] is None:
-    return f"{fit['trend']} (no slope: fewer than two {items} in the fit){out}"
-  lo, hi = fit["slope_ci"]
-  ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (no interval: under 3 points)"
-  return f"{fit['trend']}: slope {fmt(fit['slope'])}{ci} per e-fold of {per}{out}"
-
-
-def context_text(results: dict | None) -> str:
-  """The primary effect at each context length, or `—` when the run measured none.
-
-  Example:
-    >>> from experiments.verdict.cells import context_text
-    >>> context_text({"context": [{"T": 256, "effect": 0.1, "ci": [0.0, 0.2]},
-    ...                           {"T": 1024, "effect": 0.3, "ci": [0.2, 0.4]}]})
-    'T = 256: 0.1 [0, 0.2]; T = 1024: 0.3 [0.2, 0.4]'
-  """
-  rows = (results or {}).get("context")
-  if not rows:
-    return "—"
-  fit = results.get("context_trend")
-  return "; ".join([f"T = {r['T']}: {fmt(r['effect'])}"
-                    + (f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None
-                       else "") for r in rows] + ([_fit_text(fit, "T", "lengths")] if fit else []))
 
 
 def regime_text(results: dict | None, reads_base: bool = False) -> str:
@@ -147,37 +95,7 @@ def regime_text(results: dict | None, reads_base: bool = False) -> str:
   return ", ".join(parts)
 
 
-def budget_text(results: dict | None) -> str:
-  """The primary effect at each training budget (with tokens per parameter) and its trend, or
-  `—` when the run measured none.
-
-  Example:
-    >>> from experiments.verdict.cells import budget_text
-    >>> runs = [{"multiple": 1, "tokens_per_param": 1.47, "effect": 0.2, "ci": [0.1, 0.3]},
-    ...         {"multiple": 4, "tokens_per_param": 5.87, "effect": 0.4, "ci": [0.3, 0.5]}]
-    >>> text = budget_text({"budgets": {"model": "micro", "runs": runs, "slope": 0.14,
-    ...                                 "slope_ci": [0.07, 0.21], "trend": "grows"}})
-    >>> for part in text.split("; "):
-    ...   print(part)
-    on micro: 1× (1.47 tokens/param): 0.2 [0.1, 0.3]
-    4× (5.87): 0.4 [0.3, 0.5]
-    grows: slope 0.14 [0.07, 0.21] per e-fold of tokens
-  """
-  block = (results or {}).get("budgets")
-  if not block:
-    return "—"
-  parts = []
-  for i, r in enumerate(block["runs"]):
-    per = (f" ({fmt(r['tokens_per_param'])}{' tokens/param' if i == 0 else ''})"
-           if r.get("tokens_per_param") else "")
-    ci = f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None else ""
-    parts.append(f"{r['multiple']}×{per}: {fmt(r['effect'])}{ci}")
-  fit = _fit_text(block, "tokens", "budgets")
-  on = f"on {block['model']}: " if block.get("model") else ""
-  return on + "; ".join(parts) + f"; {fit}"
-
-
-def anchor_text(claim: Claim) -> str:
+def anchor_text(claim) -> str:
   if not claim.anchors:
     return "—"
   a = claim.anchors[0]

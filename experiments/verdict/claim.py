@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
+from experiments.verdict.axis import Axis
 from experiments.verdict.sizes import Sizes, Spec
 from experiments.verdict.thresholds import Anchor, Extension, Threshold
 
@@ -52,33 +53,17 @@ class Claim:
       metric)` comparisons). None: the claim is not built yet.
     QUICK: the sizes of `--quick` runs (one seed, minutes for the whole tour).
     FULL: the sizes of full runs.
-    scale_models: the base models (keys of `experiments.models.RECIPES`, or of `SHAPES` for a
-      claim that trains its shapes from scratch) a full run also measures the primary effect
-      on, for its trend with model size; the `Sizes` must have a `model` field. The verdict
-      is read only at the `FULL` sizes' own `model` (added to the list when missing);
-      `claim ID --sizes ...` overrides the list, and quick runs use one size unless given
-      `--sizes`. Empty: one size (`results.json`'s `scale` is null).
-    context_lengths: the lengths `T` (tokens) a full run also measures the primary effect at,
-      for its trend with context (`results.json`'s `context`); `claim ID --lengths ...`
-      overrides them, and quick runs measure none unless given `--lengths`. Needs `at_length`.
-    at_length: `at_length(sizes, T) -> Sizes`, the claim's own sizes for a run at length `T`
-      (typically a base model trained at `T` or longer, `seq_len = T`, and fewer windows so the
-      tokens measured stay about constant). The verdict is never read from these runs.
-    budgets: whole multiples `k ≥ 2` of the registered run's training tokens at which a full
-      run also measures the primary effect (`results.json`'s `budgets`), for its trend with
-      training length: the whole protocol again, every rate tuned again, on `k` times the
-      tokens. `claim ID --budgets ...` overrides them, and quick runs measure none unless
-      given `--budgets`. Needs `at_budget` and sizes that train (`Sizes.train_tokens`).
-    at_budget: `at_budget(sizes, k) -> Sizes`, the claim's sizes on `k` times the tokens
-      (typically `steps` times `k`, with whatever counts steps, such as an evaluation
-      interval, scaled alike); the runner refuses sizes whose `train_tokens()` is not `k`
-      times the registered run's. The verdict is never read from these runs.
-    budget_model: the base model the budget axis trains (a key of `RECIPES` or `SHAPES`;
-      default: the registered size's own `model`). A smaller model than the registered one
-      reaches more tokens per parameter at `k` times the tokens for the same compute, nearer
-      the regime optimizer comparisons are published in. Its 1× run is the scale axis's run
-      of that model when the scale axis runs it (else it runs into `budget-x1/`); quick runs
-      keep their own model. The verdict is never read from these runs.
+    axes: the axes a full run also measures the primary effect along (`Axis`; the factories
+      `experiments.verdict.axes.scale`, `.context` and `.budget`, or any `Axis`): model sizes,
+      context lengths, training budgets... The verdict is read only at the registered sizes;
+      each axis's other points feed only its trend (`results.json`'s `axes`). `claim ID --axes
+      NAME=v1,v2` overrides an axis's values, and quick runs measure none unless given them.
+    scale_models, context_lengths, at_length, budgets, at_budget, budget_model: the older
+      spelling of the three shared axes, kept working: `scale_models=M` is
+      `axes.scale(M)`, `context_lengths=Ts, at_length=f` is `axes.context(Ts, f)`,
+      `budgets=ks, at_budget=f, budget_model=m` is `axes.budget(ks, f, m)`. Either spelling
+      fills the other (`claim.budgets` reads the budget axis's values); declaring one axis in
+      both, differently, is an error.
     version: the registration's number, 1 for the first. A claim whose setup changes (steps,
       batch, context, model, metric, margin) is registered again under the next version,
       before it runs; `revisions` says why, one line per version after the first, and
@@ -118,6 +103,7 @@ class Claim:
   revisions: tuple[str, ...] = ()
   bits_metric: tuple[str, str] | None = None
   reads_base: bool = False
+  axes: tuple[Axis, ...] = ()
 
   def __post_init__(self):
     if not (isinstance(self.version, int) and self.version >= 1
@@ -146,115 +132,82 @@ class Claim:
     names = [e.name for e in self.extensions]
     if len(set(names)) != len(names):
       raise ValueError(f"Claim {self.id!r}: extension names {names} repeat. Fix: name each once.")
+    self._join_axes()
+
+  def _join_axes(self) -> None:
+    """Maps the older axis fields onto `axes` and back, then checks every declared axis."""
+    from experiments.verdict import axes as kinds  # deferred: axes reads Claim's module
+
+    old = []
     if self.scale_models:
-      self.check_scale_models(self.scale_models, "scale_models")
-    if self.context_lengths:
-      self.check_context_lengths(self.context_lengths, "context_lengths")
-    if self.budgets:
-      self.check_budgets(self.budgets, "budgets")
-    if self.budget_model is not None:
-      self.check_budget_model()
+      old.append(kinds.scale(self.scale_models))
+    if self.context_lengths or self.at_length is not None:
+      old.append(kinds.context(self.context_lengths, self.at_length))
+    if self.budgets or self.at_budget is not None or self.budget_model is not None:
+      old.append(kinds.budget(self.budgets, self.at_budget, self.budget_model))
+    given = {a.name: a for a in self.axes}
+    if len(given) != len(self.axes) or not all(isinstance(a, Axis) for a in self.axes):
+      raise ValueError(f"Claim {self.id!r}: axes={self.axes!r} must be distinct `Axis` objects, "
+                       "one per name. Fix: declare each axis once.")
+    for axis in old:
+      if axis.name in given and given[axis.name] != axis:
+        raise ValueError(f"Claim {self.id!r} declares the {axis.name} axis twice, differently: "
+                         f"in axes ({given[axis.name]}) and in its older fields ({axis}). Fix: "
+                         "declare it once, in axes=(...).")
+    joined = tuple(self.axes) + tuple(a for a in old if a.name not in given)
+    object.__setattr__(self, "axes", joined)
+    by_name = {a.name: a for a in joined}
+    if "scale" in by_name:
+      object.__setattr__(self, "scale_models", tuple(by_name["scale"].values))
+    if "context" in by_name:
+      object.__setattr__(self, "context_lengths", tuple(by_name["context"].values))
+      object.__setattr__(self, "at_length", by_name["context"].at)
+    if "budget" in by_name:
+      b = by_name["budget"]
+      object.__setattr__(self, "budgets", tuple(b.values))
+      object.__setattr__(self, "at_budget", b.at)
+      object.__setattr__(self, "budget_model", b.model)
+    for axis in joined:
+      if axis.values:
+        axis.check(self, axis.values, axis.field)
+    if "budget" in by_name and by_name["budget"].model is not None:
+      by_name["budget"].check_model(self)
 
-  def check_budgets(self, multiples, field: str) -> None:
-    """Raises `ValueError` unless `multiples` are distinct whole numbers `≥ 2` this claim can run.
+  def axis(self, name: str) -> Axis:
+    """The declared axis `name`, else an undeclared one of the shared kinds (`axes.KINDS`):
+    the command line may ask for points of an axis the claim does not declare."""
+    from experiments.verdict import axes as kinds
 
-    The claim must declare `at_budget` (how its sizes change with the tokens), a non-control
-    threshold (the primary effect measured against the budget), and `FULL` sizes that train
-    (`train_tokens()` not None). `field` names the setting in the error (`"budgets"`, or
-    `"--budgets"` on the command line).
-    """
-    multiples = tuple(multiples) if not isinstance(multiples, (str, int)) else ()
-    if not (multiples and len(set(multiples)) == len(multiples)
-            and all(isinstance(k, int) and not isinstance(k, bool) and k >= 2
-                    for k in multiples)):
-      raise ValueError(f"Claim {self.id!r}: {field}={multiples!r} must be distinct whole "
-                       "multiples of the registered run's tokens, each at least 2, e.g. (4,).")
-    self._check_axis(field, self.at_budget, "on more tokens", "at_budget(sizes, k)",
-                     "the budget (e.g. steps times k)", "the budget")
-    if self.FULL is not None and self.FULL.train_tokens() is None:
-      raise ValueError(f"Claim {self.id!r}: {field} multiplies the training tokens, but its FULL "
-                       f"sizes ({type(self.FULL).__name__}) train nothing (train_tokens() is "
-                       "None). Fix: give its Sizes a train_tokens (e.g. subclass TrainedSizes), "
-                       "or drop " + field + ".")
-
-  def check_budget_model(self) -> None:
-    """Raises `ValueError` unless `budget_model` names a base model the budget axis can train.
-
-    It must be a key of `experiments.models.RECIPES` or `SHAPES`, the claim must declare
-    `budgets`, and its `FULL` sizes must have a `model` field (the runner replaces it).
-    """
-    from experiments import models  # deferred: a claim's declaration trains nothing
-
-    known = sorted({*models.RECIPES, *models.SHAPES})
-    if not isinstance(self.budget_model, str) or self.budget_model not in known:
-      raise ValueError(f"Claim {self.id!r}: budget_model={self.budget_model!r} is not a base "
-                       f"model. Fix: name one of {known}.")
-    if not self.budgets:
-      raise ValueError(f"Claim {self.id!r}: budget_model={self.budget_model!r} names the "
-                       "model of a budget axis, but the claim declares no budgets. Fix: "
-                       "declare budgets=(4,) (or drop budget_model).")
-    if self.FULL is not None and not hasattr(self.FULL, "model"):
-      raise ValueError(f"Claim {self.id!r}: budget_model needs FULL sizes with a `model` field "
-                       f"({type(self.FULL).__name__} has none). Fix: add one, or drop "
-                       "budget_model.")
-
-  def check_context_lengths(self, lengths, field: str) -> None:
-    """Raises `ValueError` unless `lengths` are distinct positive token counts this claim can run.
-
-    The claim must declare `at_length` (how its sizes change with `T`) and a non-control
-    threshold (the primary effect measured against `T`). `field` names the setting in the
-    error (`"context_lengths"`, or `"--lengths"` on the command line).
-    """
-    lengths = tuple(lengths) if not isinstance(lengths, (str, int)) else ()
-    ok = (lengths and len(set(lengths)) == len(lengths)
-          and all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in lengths))
-    if not ok:
-      raise ValueError(f"Claim {self.id!r}: {field} must be distinct positive integers "
-                       "(tokens), e.g. (256, 512, 1024).")
-    self._check_axis(field, self.at_length, "at other lengths", "at_length(sizes, T)", "T",
-                     "T")
-
-  def _check_axis(self, field: str, at, runs: str, signature: str, changes: str,
-                  against: str) -> None:
-    """What every extra axis needs: its `at_*` function and a primary effect to measure."""
-    if at is None:
-      raise ValueError(f"Claim {self.id!r}: {field} asks for runs {runs}, but the claim "
-                       f"declares no {signature}. Fix: declare how its sizes change with "
-                       f"{changes}, or drop {field}.")
-    if self.primary is None:
-      raise ValueError(f"Claim {self.id!r}: {field} needs a primary effect to measure against "
-                       f"{against}, and every threshold is a control. Fix: declare a "
-                       "non-control threshold first.")
+    for axis in self.axes:
+      if axis.name == name:
+        return axis
+    if name not in kinds.KINDS:
+      known = sorted({*kinds.KINDS, *(a.name for a in self.axes)})
+      raise ValueError(f"Claim {self.id!r} has no axis {name!r}. Fix: name one of {known}.")
+    return kinds.KINDS[name](())
 
   def check_scale_models(self, names, field: str) -> None:
-    """Raises `ValueError` unless `names` are distinct base models this claim can run at.
+    """The older spelling of `claim.axis("scale").check(claim, names, field)`."""
+    self.axis("scale").check(self, names, field)
 
-    Each must be a key of `experiments.models.RECIPES` (or of `SHAPES`, the shapes a claim
-    trains from scratch, which `model_card` reads alike), the claim must have a non-control
-    threshold (its primary effect is what scales), and its `QUICK` and `FULL` sizes must have
-    a `model` field (the runner replaces it per size). `field` names the setting in the error
-    (`"scale_models"`, or `"--sizes"` on the command line).
+  @classmethod
+  def from_dict(cls, d: dict[str, Any], axes: tuple[Axis, ...] = ()) -> Claim:
+    """The declaration a run's `claim.json` froze (`to_dict`), without `run` or sizes, with
+    `axes`: a kept result's report is rendered with the claim as it ran.
+
+    Example:
+      >>> from experiments.claims import CLAIMS
+      >>> c = CLAIMS["muon"]
+      >>> Claim.from_dict(c.to_dict()).thresholds == c.thresholds
+      True
     """
-    from experiments import models  # deferred: a claim's declaration trains nothing
-
-    if isinstance(names, str) or not names or len(set(names)) != len(tuple(names)):
-      raise ValueError(f"Claim {self.id!r}: {field}={names!r} must be distinct model names, "
-                       "e.g. ('mini', 'small', 'base').")
-    names = tuple(names)
-    unknown = [n for n in names if n not in models.RECIPES and n not in models.SHAPES]
-    if unknown:
-      raise ValueError(f"Claim {self.id!r}: {field} names {unknown}, not base models. Fix: "
-                       f"choose from experiments.models.RECIPES: {sorted(models.RECIPES)} (or, "
-                       f"for a claim that trains its shape, SHAPES: {sorted(models.SHAPES)}).")
-    if self.primary is None:
-      raise ValueError(f"Claim {self.id!r}: {field} needs a primary effect to scale, and every "
-                       "threshold is a control. Fix: declare a non-control threshold first.")
-    for label, sizes in (("QUICK", self.QUICK), ("FULL", self.FULL)):
-      if sizes is not None and "model" not in {f.name for f in dataclasses.fields(sizes)}:
-        raise ValueError(f"Claim {self.id!r}: {field} runs the claim at several base models, "
-                         f"but its {label} sizes ({type(sizes).__name__}) have no `model` field. "
-                         f"Fix: add `model: str` to {type(sizes).__name__} and read "
-                         "`spec.sizes.model` in run(), or drop " + field + ".")
+    return cls(id=d["id"], topic=d["topic"], kind=d["kind"], preface=d["preface"],
+               hypothesis=d["hypothesis"], refuted_if=d["refuted_if"], theorem=d["theorem"],
+               thresholds=tuple(Threshold.from_dict(t) for t in d["thresholds"]),
+               extensions=tuple(Extension.from_dict(e) for e in d["extensions"]),
+               anchors=tuple(Anchor(**a) for a in d["anchors"]), trains=d["trains"],
+               version=d.get("version", 1), revisions=tuple(d.get("revisions", ())),
+               axes=tuple(axes))
 
   def sizes(self, quick: bool) -> Sizes:
     """`QUICK` or `FULL`; raises `ValueError` naming the claim if it declares none."""
@@ -276,8 +229,9 @@ class Claim:
   def to_dict(self) -> dict[str, Any]:
     """The frozen definition (everything but `run`), as written to `claim.json`.
 
-    `scale_models`, `context_lengths`, `budgets` and `budget_model` appear only when declared,
-    so a one-size claim's `claim.json` is unchanged.
+    Each axis with values writes its own keys (`scale_models`, `context_lengths`, `budgets`
+    and `budget_model`, another axis `axes: {name: values}`), so a one-size claim's
+    `claim.json` is unchanged.
     """
     d = {"id": self.id, "topic": self.topic, "kind": self.kind, "preface": self.preface,
          "theorem": self.theorem, "hypothesis": self.hypothesis,
@@ -287,14 +241,10 @@ class Claim:
          "anchors": [a.to_dict() for a in self.anchors], "seeds": list(self.seeds),
          "tuning_seeds": list(self.tuning_seeds), "trains": self.trains,
          "built": self.built}
-    if self.scale_models:
-      d["scale_models"] = list(self.scale_models)
-    if self.context_lengths:
-      d["context_lengths"] = list(self.context_lengths)
-    if self.budgets:
-      d["budgets"] = list(self.budgets)
-    if self.budget_model is not None:
-      d["budget_model"] = self.budget_model
+    for axis in self.axes:
+      if axis.values:
+        for key, value in axis.to_dict().items():
+          d[key] = {**d[key], **value} if key in d else value
     if self.version > 1:
       d["version"], d["revisions"] = self.version, list(self.revisions)
     return d

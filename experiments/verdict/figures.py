@@ -1,8 +1,9 @@
-"""The axis figures of a claim: `scale.png`, `context.png`, `budget.png`.
+"""The figure of any axis of a claim: `<axis>.png` (`scale.png`, `context.png`, `budget.png`).
 
-Each draws the primary effect ± its 95% interval against the axis on a log scale, rings the
-points left out of the trend fit, draws the primary threshold's edges, and titles the figure
-with the trend (matplotlib, imported when a figure is drawn).
+`axis_figure` draws the primary effect ± its 95% interval against the axis's quantity on a log
+scale (one line per family), rings the points left out of the trend fit, draws the primary
+threshold's edges, and titles the figure with the trend; the axis (`Axis`) gives the quantity,
+the series, the ticks and the caption (matplotlib, imported when a figure is drawn).
 """
 
 from __future__ import annotations
@@ -11,18 +12,22 @@ import math
 import os
 import textwrap
 
-from experiments.verdict.axis_report import budget_sentence, context_sentence
-from experiments.verdict.cells import params_text, trend_text
+from experiments.verdict.axis import Axis
 from experiments.verdict.claim import Claim
 from experiments.verdict.stats import fmt
 from experiments.verdict.thresholds import Threshold, parse_condition
 
 
-def scale_figure(claim: Claim, scale: dict, run_dir: str, registered: str | None = None) -> str:
-  """Draws `run_dir/scale.png`: the primary effect ± 95% CI against parameters; returns its name.
+def axis_figure(axis: Axis, claim: Claim, block: dict, run_dir: str, registered=None) -> str:
+  """Draws `run_dir/<axis.name>.png` from an axis block; returns its name.
 
-  One series per family, log x axis, each point named by its model, the registered size
-  ringed, and the threshold's edge (the margin line) drawn and labelled.
+  Args:
+    axis: the axis (its quantity, series, ticks and caption).
+    claim: the claim; its primary threshold's edges are drawn.
+    block: the axis's block of `results.json`.
+    run_dir: where the figure goes.
+    registered: the registered sizes (the scale axis rings that size's point; the context
+      axis names the models its lengths ran on).
   """
   import matplotlib
 
@@ -31,83 +36,29 @@ def scale_figure(claim: Claim, scale: dict, run_dir: str, registered: str | None
 
   th = claim.primary
   fig, ax = plt.subplots(figsize=(7.0, 4.4))
-  families = list(dict.fromkeys(r["family"] for r in scale["sizes"]))
-  for fam, marker in zip(families, "osD^v<>", strict=False):
-    rs = [r for r in scale["sizes"] if r["family"] == fam and r["effect"] is not None
-          and math.isfinite(r["effect"])]  # a size whose effect is n/a has no point to draw
+  ring = getattr(registered, "model", None) if axis.key == "model" else None
+  for label, rows, marker in axis.series(block, registered):
+    rs = [{**r, "_x": axis.figure_x(r, block)} for r in rows
+          if r["effect"] is not None and math.isfinite(r["effect"])]  # n/a: no point to draw
     if not rs:
       continue
-    line = ax.errorbar([r["params"] for r in rs], [r["effect"] for r in rs],
-                       yerr=_error_bars(rs), fmt=f"{marker}-", capsize=3, label=f"{fam} family")
-    _hollow_excluded(ax, rs, "params", line[0].get_color(), marker)
-    for r in rs:
-      ax.annotate(r["model"], (r["params"], r["effect"]), textcoords="offset points",
+    line = ax.errorbar([r["_x"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
+                       fmt=f"{marker}-", capsize=3, label=label)
+    _hollow_excluded(ax, rs, "_x", line[0].get_color(), marker)
+    for r in rs if axis.key == "model" else ():
+      ax.annotate(r["model"], (r["_x"], r["effect"]), textcoords="offset points",
                   xytext=(6, 6), fontsize=7)
-      if r["model"] == registered:
-        ax.plot([r["params"]], [r["effect"]], "o", ms=13, mfc="none", mec="k",
+      if r["model"] == ring:
+        ax.plot([r["_x"]], [r["effect"]], "o", ms=13, mfc="none", mec="k",
                 label=f"registered size ({r['model']}): the verdict is read here")
   _threshold_lines(ax, th)
-  ticks, last = [], -math.inf
-  for p in sorted({r["params"] for r in scale["sizes"]}):
-    if math.log10(p) - last >= 0.15:  # keep tick labels apart
-      ticks.append(p)
-      last = math.log10(p)
-  _save_log_x(fig, ax, th, xlabel="parameters (count, log scale; M = millions)",
-              title=f"primary effect vs model size (bars: 95% CI)\n{trend_text({'scale': scale})}",
-              ticks=ticks, tick_labels=[params_text(p) for p in ticks],
-              path=os.path.join(run_dir, "scale.png"))
-  return "scale.png"
-
-
-def context_figure(claim: Claim, context: list[dict], trend_: dict, run_dir: str,
-                   models_at=()) -> str:
-  """Draws `run_dir/context.png`: the primary effect ± 95% CI against `T`; returns its name."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  th = claim.primary
-  fig, ax = plt.subplots(figsize=(7.0, 4.4))
-  rs = [r for r in context if r["effect"] is not None]
-  on = f" ({', '.join(models_at)})" if models_at else ""
-  line = ax.errorbar([r["T"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
-                     fmt="o-", capsize=3, label=f"primary effect{on}")
-  _hollow_excluded(ax, rs, "T", line[0].get_color())
-  _threshold_lines(ax, th)
-  sentence = textwrap.fill(context_sentence(context, trend_), 68) if rs else ""
-  _save_log_x(fig, ax, th, xlabel="context length T (tokens, log scale)",
-              title=f"primary effect vs context length (bars: 95% CI)\n{sentence}",
-              ticks=[r["T"] for r in context], tick_labels=[str(r["T"]) for r in context],
-              path=os.path.join(run_dir, "context.png"))
-  return "context.png"
-
-
-def budget_figure(claim: Claim, budgets: dict, run_dir: str) -> str:
-  """Draws `run_dir/budget.png`: the primary effect ± 95% CI against tokens per parameter
-  (or tokens, when the model's parameters are unknown); returns its name."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  th = claim.primary
-  per = all(r["tokens_per_param"] for r in budgets["runs"])
-  x_of = (lambda r: r["tokens_per_param"]) if per else (lambda r: r["train_tokens"])
-  fig, ax = plt.subplots(figsize=(7.0, 4.4))
-  rs = [r for r in budgets["runs"] if r["effect"] is not None]
-  on = f" on {budgets['model']}" if budgets.get("model") else ""
-  line = ax.errorbar([x_of(r) for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
-                     fmt="o-", capsize=3, label=f"primary effect{on} (1×: the registered tokens)")
-  _hollow_excluded(ax, [{**r, "x": x_of(r)} for r in rs], "x", line[0].get_color())
-  _threshold_lines(ax, th)
-  sentence = textwrap.fill(budget_sentence(budgets).replace("`", ""), 68)  # no markdown
-  _save_log_x(fig, ax, th, xlabel=("tokens per parameter" if per else "training tokens")
-              + " (log scale)", title=f"primary effect vs training budget (bars: 95% CI)\n"
-              f"{sentence}", ticks=[x_of(r) for r in budgets["runs"]],
-              tick_labels=[f"{r['multiple']}×\n{fmt(x_of(r))}" for r in budgets["runs"]],
-              path=os.path.join(run_dir, "budget.png"))
-  return "budget.png"
+  ticks, labels = axis.ticks(block)
+  what = axis.title().split(": the primary effect against ", 1)[-1]
+  name = f"{axis.name}.png"
+  _save_log_x(fig, ax, th, xlabel=axis.xlabel(block),
+              title=f"primary effect vs {what} (bars: 95% CI)\n{axis.caption(block)}",
+              ticks=ticks, tick_labels=labels, path=os.path.join(run_dir, name))
+  return name
 
 
 def _error_bars(rows: list[dict]) -> list[list[float]]:

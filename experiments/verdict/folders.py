@@ -59,12 +59,12 @@ RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 def saved_findings(run_dir: str) -> list[str]:
   """The findings a run saved for `--resume`, as paths relative to `run_dir`.
 
-  The registered run's `findings.json` (saved when the run has lengths or budgets but no
-  sizes), and each `size-<model>/`, `context-T<T>/` and `budget-x<k>/findings.json`, sorted.
+  The registered run's `findings.json` (saved when it is no point of an axis), and each axis
+  point's (`size-<model>/`, `context-T<T>/`, `budget-x<k>/`, `<axis>-<value>/findings.json`),
+  sorted.
   """
-  subs = sorted(d for d in os.listdir(run_dir) if d.startswith(("size-", "context-T",
-                                                                  "budget-x"))
-                and os.path.isdir(os.path.join(run_dir, d)))
+  subs = sorted(d for d in os.listdir(run_dir)
+                if os.path.isfile(os.path.join(run_dir, d, "findings.json")))
   found = [os.path.join(d, "findings.json") for d in ["", *subs]]
   return [f for f in found if os.path.isfile(os.path.join(run_dir, f))]
 
@@ -72,7 +72,8 @@ def saved_findings(run_dir: str) -> list[str]:
 def resume_dir(path: str, claim: Claim, quick: bool, seeds, root: str) -> str:
   """Checks that `path` is a run folder of this claim, quick flag and seeds; returns the folder
   the resumed run writes: `path` itself, or for a kept result (`results/<id>/`, which only
-  `--keep` writes) a new run folder under `root` holding a copy of its saved findings."""
+  `--keep` writes) a new run folder under `root` holding a copy of its `results.json`, its
+  figures and its saved findings."""
   frozen = os.path.join(path, "claim.json")
   if not os.path.exists(frozen):
     raise ValueError(f"--resume {path}: no claim.json there. Fix: give the folder of an earlier "
@@ -86,7 +87,8 @@ def resume_dir(path: str, claim: Claim, quick: bool, seeds, root: str) -> str:
   if os.path.commonpath([os.path.realpath(path), kept]) != kept:
     return path
   run_dir = new_run_dir(root, claim.id, quick)
-  for name in ["results.json", *saved_findings(path)]:
+  figures = sorted(n for n in os.listdir(path) if n.endswith(".png"))
+  for name in ["results.json", *figures, *saved_findings(path)]:
     if os.path.exists(os.path.join(path, name)):
       os.makedirs(os.path.dirname(os.path.join(run_dir, name)), exist_ok=True)
       shutil.copy2(os.path.join(path, name), os.path.join(run_dir, name))

@@ -10,20 +10,12 @@ from __future__ import annotations
 
 import os
 
-from experiments.verdict.axis_report import (
-  budget_markdown,
-  budget_sentence,
-  context_markdown,
-  context_sentence,
-  scale_markdown,
-  scale_sentence,
-)
+from experiments.verdict.axis_report import axis_markdown, axis_of, axis_text
 from experiments.verdict.cells import (
   anchor_text,
   key_number,
   params_text,
   table,
-  trend_text,
   verdict_label,
 )
 from experiments.verdict.claim import Claim
@@ -31,14 +23,12 @@ from experiments.verdict.rule import INDICATIVE
 from experiments.verdict.stats import evaluate, fmt
 
 
-def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: int = 1,
-                   figure_path=lambda name: name, context_trend: dict | None = None
-                   ) -> list[str]:
-  """The body of a claim's report: verdict, thresholds, arms, effects, anchors, figures.
-
-  `context_trend` (`axes.context_block`'s slope of the effect on `log T`) adds the sentence
-  on the trend with context; without it the context table stands alone.
-  """
+def claim_markdown(claim: Claim, results: dict, *, level: int = 1,
+                   figure_path=lambda name: name) -> list[str]:
+  """The body of a claim's report: verdict, thresholds, arms, effects, anchors, each axis's
+  section, the notes, the figures and each axis's trend, all read from `results` (a
+  `results.json` dict, schema 2) and the claim's declaration (`Claim.from_dict` of the run's
+  `claim.json` renders a kept result as it ran)."""
   h = "#" * level
   evals = evaluations(claim, results)
   sizes = results["config"].get("sizes", {}) if isinstance(results["config"], dict) else {}
@@ -106,25 +96,16 @@ def claim_markdown(claim: Claim, results: dict, notes=(), figures=(), *, level: 
     lines += [f"{h}# Published anchors", ""]
     lines += table(["what", "value", "source"],
                    [[a.what, fmt(a.value), a.source] for a in claim.anchors])
-  if results.get("scale"):
-    lines += scale_markdown(claim, results, h)
-  if results.get("context"):
-    lines += context_markdown(claim, results, h, context_trend)
-  if results.get("budgets"):
-    lines += budget_markdown(claim, results, h)
-  if notes:
-    lines += [f"{h}# Notes", "", *notes, ""]
-  if figures:
+  blocks = [(axis_of(claim, name), block) for name, block in results["axes"].items()]
+  for axis, block in blocks:
+    lines += axis_markdown(axis, claim, results, block, h)
+  if results.get("notes"):
+    lines += [f"{h}# Notes", "", *results["notes"], ""]
+  if results.get("figures"):
     lines += [f"{h}# Figures", ""]
-    lines += [f"![{name}]({figure_path(name)})" for name in figures] + [""]
-  if results.get("scale"):
-    lines += [f"**Trend with scale.** {scale_sentence(results['scale'])}", ""]
-  context_trend = results.get("context_trend") or context_trend
-  if results.get("context") and context_trend:
-    lines += [f"**Trend with context.** {context_sentence(results['context'], context_trend)}",
-              ""]
-  if results.get("budgets"):
-    lines += [f"**Trend with the training budget.** {budget_sentence(results['budgets'])}", ""]
+    lines += [f"![{name}]({figure_path(name)})" for name in results["figures"]] + [""]
+  for axis, block in blocks:
+    lines += [f"**Trend with {axis.trend_title()}.** {axis.sentence(block)}", ""]
   return lines
 
 
@@ -135,36 +116,48 @@ def evaluations(claim: Claim, results: dict) -> list[dict]:
   return [evaluate(th, runs, seeds) for th in claim.thresholds]
 
 
-def write_claim_report(claim: Claim, results: dict, evals, findings: dict, run_dir: str) -> str:
-  """Writes `run_dir/report.md`; returns its path."""
-  del evals  # recomputed from `results`, so the report depends on nothing but the file
-  lines = claim_markdown(claim, results, findings.get("notes", ()), findings.get("figures", ()),
-                         context_trend=findings.get("context_trend"))
+def write_claim_report(claim: Claim, results: dict, run_dir: str) -> str:
+  """Writes `run_dir/report.md` from `results` alone (`claim_markdown`); returns its path."""
   path = os.path.join(run_dir, "report.md")
   with open(path, "w") as f:
-    f.write("\n".join(lines))
+    f.write("\n".join(claim_markdown(claim, results)))
   return path
 
 
-BUDGET_MARK = "<!-- the budget axis, added onto this result (claim ID --onto) -->"
+_ADDED = "<!-- the budget axis, added onto this result (claim ID --onto) -->"
 
 
-def add_budget_report(claim: Claim, results: dict, path: str, notes=()) -> str:
-  """Appends the budget section to the finished report at `path` (an earlier one this wrote is
-  replaced): `results["budgets"]` as a table, with its trend, the note on what ran, `notes`
-  and `budget.png`. The rest of the report is left as it was."""
-  with open(path) as f:
-    text = f.read().split(BUDGET_MARK)[0].rstrip("\n")
-  block = results["budgets"]
-  lines = [text, "", BUDGET_MARK, "", *budget_markdown(claim, results, "#"),
-           f"This axis was added onto the finished result at git `{block['git']}` "
-           f"({block['runtime_s']:.0f} s here; budgets saved earlier are reused, not run again). "
-           "The verdict, sizes and lengths above were not run again.", "", *notes, "",
-           "![budget.png](budget.png)", "",
-           f"**Trend with the training budget.** {budget_sentence(block)}", ""]
-  with open(path, "w") as f:
-    f.write("\n".join(lines))
-  return path
+def lifted(report: str) -> dict:
+  """`{"notes", "figures"}` a report written before `results.json` kept them lists: its notes
+  section, the figures it shows, and what a budget axis added onto it (`--onto`) appended.
+
+  Example:
+    >>> text = ["# Claim", "", "## Notes", "", "- a", "", "- b", "", "## Figures", "",
+    ...         "![x.png](x.png)", ""]
+    >>> lifted("\\n".join(text))
+    {'notes': ['- a', '', '- b'], 'figures': ['x.png']}
+  """
+  main, _, added = report.partition(_ADDED)
+  lines = main.split("\n")
+  notes, figures = [], []
+  if "## Notes" in lines:
+    i = lines.index("## Notes") + 2
+    while i < len(lines) and not lines[i].startswith(("## ", "**Trend with ")):
+      notes.append(lines[i])
+      i += 1
+    notes = notes[:-1] if notes and notes[-1] == "" else notes
+  if "## Figures" in lines:
+    i = lines.index("## Figures") + 2
+    while i < len(lines) and lines[i].startswith("!["):
+      figures.append(lines[i][2:lines[i].index("]")])
+      i += 1
+  if added:  # its section, a line on what ran, its notes, its figure, its trend
+    tail = added.split("\n")
+    start = next(i for i, t in enumerate(tail) if t.startswith("This axis was added")) + 2
+    end = next(i for i, t in enumerate(tail) if t.startswith("!["))
+    notes += [t for t in tail[start:end] if t]
+    figures += [t[2:t.index("]")] for t in tail[end:] if t.startswith("![")]
+  return {"notes": notes, "figures": figures}
 
 
 def tour_markdown(claims, entries, results_by_id: dict, *, quick: bool, runtime_s: float,
@@ -191,7 +184,8 @@ def tour_markdown(claims, entries, results_by_id: dict, *, quick: bool, runtime_
            verdict_label(res, entry["verdict"])]
     if quick:
       row.append(full["verdict"] if full else "no committed run")
-    row += [key_number(res, claim), trend_text(res), anchor_text(claim) if claim.built else "—"]
+    row += [key_number(res, claim), axis_text(res, "scale"),
+            anchor_text(claim) if claim.built else "—"]
     rows.append(row)
   header = ["#", "claim", "kind", "primary verdict"] + (["committed full verdict"] if quick
                                                         else [])

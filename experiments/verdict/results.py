@@ -17,18 +17,19 @@ from experiments.verdict import folders
 from experiments.verdict.axes import model_card, trained_params
 from experiments.verdict.claim import Claim
 from experiments.verdict.rule import extension_verdicts, verdict
-from experiments.verdict.schema import validate_results
+from experiments.verdict.schema import SCHEMA, validate_results
 from experiments.verdict.sizes import Sizes
 from experiments.verdict.stats import arm_summary, effect
 
 
 def results_of(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict, runs: dict,
-             runtime: float, scale: dict | None, budgets: dict | None = None
-             ) -> tuple[dict, list]:
-  """The `results.json` dict of a run (validated) and the primary thresholds' evaluations.
+               runtime: float, axes: dict | None = None, notes=None, figures=None
+               ) -> tuple[dict, list]:
+  """The `results.json` dict of a run (validated, schema 2) and the primary thresholds'
+  evaluations.
 
-  `budgets` (`axes.budget_block`) is written only when the run measured other budgets, so a run
-  without them keeps the keys it always had."""
+  `axes` is `{name: block}` (`Axis.block`) of the axes measured; `notes` and `figures` (the
+  report's, default the findings') are kept so the report is made from the file alone."""
   indicative = quick or len(seeds) < 3
   v, reason, evals = verdict(claim, runs, seeds, indicative=indicative)
   extensions = extension_verdicts(claim, runs, seeds, indicative=indicative)
@@ -39,19 +40,19 @@ def results_of(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict
     if name not in names:
       effects.append(effect(runs, seeds, name, arm, baseline, metric))
   results = {
-      "claim": claim.id, "quick": quick, "seeds": list(seeds),
+      "claim": claim.id, "schema": SCHEMA, "quick": quick, "seeds": list(seeds),
       "tuning_seeds": list(claim.tuning_seeds),
       "config": {"sizes": sizes.to_dict(), "setup": findings.get("setup", {}),
                  **({"budget": spent} if (spent := budget(sizes, trained_params(sizes))) else {})},
       "arms": {arm: arm_summary(per_seed) for arm, per_seed in runs.items()},
       "effects": effects, "verdict": v, "reason": reason,
       "thresholds": [th.to_dict() for th in claim.thresholds], "extensions": extensions,
-      "scale": scale, "context": findings.get("context"),
+      "axes": dict(axes or {}),
       "anchors": [a.to_dict() for a in claim.anchors], "runtime_s": runtime,
       "env": folders.environment(), "git": folders.git_revision(),
-      **({"budgets": budgets} if budgets else {}),
-      **({"context_trend": findings["context_trend"]} if findings.get("context_trend") else {}),
       **({"version": claim.version} if claim.version > 1 else {}),
+      "notes": list(findings.get("notes", ()) if notes is None else notes),
+      "figures": list(findings.get("figures", ()) if figures is None else figures),
   }
   results["config"]["regime"] = regime(claim, sizes, seeds, runs)
   results = jsonio.strict(results)
@@ -64,8 +65,8 @@ def budget(sizes: Sizes, params: int | None) -> dict | None:
 
   Example:
     >>> from experiments.claims import muon
-    >>> budget(muon.FULL, 858_880)
-    {'train_tokens': 61440, 'params': 858880, 'tokens_per_param': 0.07153502235469448}
+    >>> budget(muon.FULL, 41_856)
+    {'train_tokens': 837632, 'params': 41856, 'tokens_per_param': 20.01223241590214}
   """
   tokens = sizes.train_tokens()
   if tokens is None or not params:

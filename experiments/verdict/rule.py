@@ -18,7 +18,6 @@ the interval is the single value, and the verdict is labelled "indicative (quick
 
 from __future__ import annotations
 
-from experiments.verdict.claim import Claim
 from experiments.verdict.stats import evaluate, fmt
 from experiments.verdict.thresholds import Threshold
 
@@ -77,14 +76,14 @@ def decide(thresholds, runs: dict, seeds) -> tuple[str, str, list[dict]]:
   return v, f"{why}. {lines}", evals
 
 
-def verdict(claim: Claim, runs: dict, seeds, *, indicative: bool) -> tuple[str, str, list]:
+def verdict(claim, runs: dict, seeds, *, indicative: bool) -> tuple[str, str, list]:
   """The primary verdict (the headline) from the frozen thresholds: `(verdict, reason, evals)`."""
   v, why, evals = decide(claim.thresholds, runs, seeds)
   prefix = f"{INDICATIVE}: " if indicative else ""
   return v, prefix + why, evals
 
 
-def extension_verdicts(claim: Claim, runs: dict, seeds, *, indicative: bool) -> list[dict]:
+def extension_verdicts(claim, runs: dict, seeds, *, indicative: bool) -> list[dict]:
   """Each extension's `{"name", "verdict", "reason", "thresholds"}`, by the same rule."""
   out = []
   prefix = f"{INDICATIVE}: " if indicative else ""
@@ -95,7 +94,7 @@ def extension_verdicts(claim: Claim, runs: dict, seeds, *, indicative: bool) -> 
   return out
 
 
-def reading(claim: Claim, runs: dict, seeds) -> dict:
+def reading(claim, runs: dict, seeds) -> dict:
   """`{"verdict", "failed_controls"}`: the registered rule (`decide`) applied to one size's or
   length's runs, every threshold and control included; it never replaces the verdict."""
   v, _, evals = decide(claim.thresholds, runs, seeds)

@@ -13,31 +13,27 @@ from collections.abc import Sequence
 from experiments.jsonio import load_strict
 from experiments.verdict.rule import VERDICTS
 
-RESULT_KEYS = ("claim", "quick", "seeds", "tuning_seeds", "config", "arms", "effects", "verdict",
-               "reason", "thresholds", "extensions", "scale", "context", "anchors", "runtime_s",
+SCHEMA = 2  # `results.json`'s version: 2 holds every axis under `axes` (since 2026-12-05)
+RESULT_KEYS = ("claim", "schema", "quick", "seeds", "tuning_seeds", "config", "arms", "effects",
+               "verdict", "reason", "thresholds", "extensions", "axes", "anchors", "runtime_s",
                "env", "git")
-# optional: `budgets`, written only by a run on several training budgets (since 2026-12-03);
-# `context_trend`, the fit of the context axis (since 2026-12-05); `version`, the claim's
-# registration (since 2026-12-05; absent: version 1)
-OPTIONAL_RESULT_KEYS = ("budgets", "context_trend", "version")
+# optional: `version`, the claim's registration (absent: version 1); `notes` and `figures`,
+# the report's notes (markdown lines) and figure names, so the report is made from the file
+OPTIONAL_RESULT_KEYS = ("version", "notes", "figures")
 EXTENSION_KEYS = ("name", "verdict", "reason", "thresholds")
-SCALE_KEYS = ("sizes", "slope", "slope_ci", "trend")
-SCALE_FIT_KEYS = ("slope", "slope_ci", "trend")  # `scale.families.<family>`, with 2+ families
-SCALE_SIZE_KEYS = ("family", "model", "params", "effect", "ci")  # + optional tokens_per_param
 BUDGET_KEYS = ("train_tokens", "params", "tokens_per_param")
 TRENDS = ("grows", "shrinks", "no trend", "not measured", "families disagree")
-# optional in a fit (since 2026-12-05, `stats.fit_trend`): residual dof, points fitted, the
-# points left out with their reason, and (scale with families) whether a pooled slope is read
-FIT_EXTRA_KEYS = ("dof", "points", "excluded", "pooled", "per_family")
-CONTEXT_KEYS = ("T", "effect", "ci")
-BUDGETS_KEYS = ("model", "runs", "slope", "slope_ci", "trend")
-OPTIONAL_BUDGETS_KEYS = ("git", "runtime_s")  # present when added onto a finished result
-BUDGET_RUN_KEYS = ("multiple", "train_tokens", "tokens_per_param", "effect", "ci")
-# optional in a scale or context row (runs kept since 2026-12-02): the registered rule there
+# an axis block: its rows and fit (`axis.Axis.block`), `model` (the budget axis), `added`
+# (`{"git", "runtime_s"}` of an axis added onto a finished result)
+AXIS_KEYS = ("rows", "slope", "slope_ci", "trend")
+OPTIONAL_AXIS_KEYS = ("dof", "points", "excluded", "pooled", "per_family", "model", "added")
+FIT_KEYS = ("slope", "slope_ci", "trend")  # `per_family.<family>`, + dof and points
+ROW_KEYS = ("effect", "ci")
+# optional in a row: the registered rule there, why the row is left out of its axis's fit,
+# and the held-out bits per byte of the model it reads or trains
 READING_KEYS = ("verdict", "failed_controls")
-# optional in a row (since 2026-12-05): why the row is left out of its axis's fit, and the
-# held-out bits per byte of the model it reads or trains
 ROW_EXTRA_KEYS = ("excluded", "bits_per_byte")
+V1_AXES = ("scale", "context", "context_trend", "budgets")
 EFFECT_KEYS = ("name", "arm", "baseline", "metric", "mean", "ci95")
 TOUR_KEYS = ("quick", "runtime_s", "claims")
 TOUR_ENTRY_KEYS = ("claim", "verdict", "reason", "results")
@@ -74,52 +70,6 @@ def _interval(x) -> bool:
   return isinstance(x, list) and len(x) == 2 and all(map(_is_num, x))
 
 
-def validate_scale(sc) -> None:
-  """Checks `results.json`'s `scale` (null for a one-size run); raises `ValueError`.
-
-  Example:
-    >>> from experiments.verdict.schema import validate_scale
-    >>> validate_scale({"sizes": [], "slope": None, "slope_ci": [None, None],
-    ...                 "trend": "no trend"})
-    Traceback (most recent call last):
-    ...
-    ValueError: results.json schema: scale.sizes: must list at least two sizes
-  """
-  _keys({k: v for k, v in sc.items() if k not in ("families", *FIT_EXTRA_KEYS)}
-        if isinstance(sc, dict) else sc, SCALE_KEYS, "scale")
-  for fam, fit in (sc.get("families") or {}).items():
-    _keys({k: v for k, v in fit.items() if k not in FIT_EXTRA_KEYS}, SCALE_FIT_KEYS,
-          f"scale.families.{fam}")
-    _need(fit["trend"] in TRENDS, f"scale.families.{fam}.trend", f"must be one of {TRENDS}")
-    _need(_is_num(fit["slope"]), f"scale.families.{fam}.slope", "must be a number or null")
-    _need(_interval(fit["slope_ci"]), f"scale.families.{fam}.slope_ci",
-          "must be [lo, hi] of numbers or nulls")
-  _need(sc["trend"] in TRENDS, "scale.trend", f"must be one of {TRENDS}")
-  _need(isinstance(sc["sizes"], list) and len(sc["sizes"]) >= 2, "scale.sizes",
-        "must list at least two sizes")
-  for i, row in enumerate(sc["sizes"]):
-    where = f"scale.sizes[{i}]"
-    _keys({k: v for k, v in row.items()
-           if k not in ("tokens_per_param", *READING_KEYS, *ROW_EXTRA_KEYS)}
-          if isinstance(row, dict) else row, SCALE_SIZE_KEYS, where)
-    _reading(row, where)
-    _need(row.get("tokens_per_param") is None or (_is_num(row["tokens_per_param"])
-                                                  and row["tokens_per_param"] > 0),
-          f"{where}.tokens_per_param", "must be a positive number when given")
-    _need(isinstance(row["family"], str) and row["family"], f"{where}.family",
-          "must be a non-empty string")
-    _need(isinstance(row["model"], str) and row["model"], f"{where}.model",
-          "must be a non-empty string (a base model's name)")
-    _need(_is_num(row["params"]) and row["params"] is not None and row["params"] > 0,
-          f"{where}.params", "must be a positive number")
-    _need(_is_num(row["effect"]), f"{where}.effect", "must be a number or null")
-    _need(_interval(row["ci"]), f"{where}.ci", "must be [lo, hi] of numbers or nulls")
-  models = [row["model"] for row in sc["sizes"]]
-  _need(len(set(models)) == len(models), "scale.sizes", f"models {models} repeat")
-  _need(_is_num(sc["slope"]), "scale.slope", "must be a number or null")
-  _need(_interval(sc["slope_ci"]), "scale.slope_ci", "must be [lo, hi] of numbers or nulls")
-
-
 def _reading(row: dict, where: str) -> None:
   """A row's optional reading: `verdict` (one of `VERDICTS`) with `failed_controls` (names)."""
   if "verdict" in row or "failed_controls" in row:
@@ -129,56 +79,125 @@ def _reading(row: dict, where: str) -> None:
           f"{where}.failed_controls", "must be a list of threshold names")
 
 
-def validate_context(ctx) -> None:
-  """Checks `results.json`'s `context`: `[{"T", "effect", "ci"}, ...]` or null."""
-  _need(isinstance(ctx, list), "context", "must be a list or null")
-  for i, row in enumerate(ctx):
-    _keys({k: v for k, v in row.items() if k not in (*READING_KEYS, *ROW_EXTRA_KEYS)}
-          if isinstance(row, dict) else row, CONTEXT_KEYS, f"context[{i}]")
-    _reading(row, f"context[{i}]")
-    _need(isinstance(row["T"], int) and not isinstance(row["T"], bool) and row["T"] > 0,
-          f"context[{i}].T", "must be a positive integer (tokens)")
-    _need(_is_num(row["effect"]), f"context[{i}].effect", "must be a number or null")
-    _need(_interval(row["ci"]), f"context[{i}].ci", "must be [lo, hi] of numbers or nulls")
+def _fit(fit: dict, where: str) -> None:
+  _need(fit["trend"] in TRENDS, f"{where}.trend", f"must be one of {TRENDS}")
+  _need(_is_num(fit["slope"]), f"{where}.slope", "must be a number or null")
+  _need(_interval(fit["slope_ci"]), f"{where}.slope_ci", "must be [lo, hi] of numbers or nulls")
 
 
-def validate_budgets(block) -> None:
-  """Checks `results.json`'s optional `budgets`: the effect per multiple of the tokens, its fit.
+def validate_axis(name: str, block) -> None:
+  """Checks one block of `results.json`'s `axes`; raises `ValueError` naming the field.
 
-  `{"model", "runs": [{"multiple", "train_tokens", "tokens_per_param", "effect", "ci"} (+ the
-  reading), ...], "slope", "slope_ci", "trend"}` (+ `git`, `runtime_s` when the axis was
-  added onto a finished result), the first run at the registered tokens (`1`).
+  Every axis: `rows` (each with `effect` and `ci`, optionally the reading and why it is left
+  out of the fit) and the fit (`slope`, `slope_ci`, `trend`, ...); then the axis's own rows
+  (`Axis.validate`: a shared axis by `axes.KINDS`, any other by its name).
+
+  Example:
+    >>> from experiments.verdict.schema import validate_axis
+    >>> validate_axis("context", {"rows": [], "slope": None, "slope_ci": [None, None],
+    ...                           "trend": "not measured"})
+    Traceback (most recent call last):
+    ...
+    ValueError: results.json schema: axes.context.rows: must list at least one point
   """
-  _keys({k: v for k, v in block.items() if k not in (*OPTIONAL_BUDGETS_KEYS, *FIT_EXTRA_KEYS)}
-        if isinstance(block, dict) else block, BUDGETS_KEYS, "budgets")
-  _need(block["model"] is None or isinstance(block["model"], str), "budgets.model",
-        "must be the base model's name or null")
-  _need(block.get("git") is None or isinstance(block["git"], str), "budgets.git",
-        "must be a git revision or null")
-  _need(block.get("runtime_s") is None or (_is_num(block["runtime_s"])
-                                           and block["runtime_s"] >= 0),
-        "budgets.runtime_s", "must be a number of seconds")
-  _need(isinstance(block["runs"], list) and len(block["runs"]) >= 2, "budgets.runs",
-        "must list at least two budgets, the registered one (multiple 1) first")
-  for i, row in enumerate(block["runs"]):
-    where = f"budgets.runs[{i}]"
-    _keys({k: v for k, v in row.items() if k not in (*READING_KEYS, *ROW_EXTRA_KEYS)}
-          if isinstance(row, dict) else row, BUDGET_RUN_KEYS, where)
-    _reading(row, where)
-    for key in ("multiple", "train_tokens"):
-      _need(isinstance(row[key], int) and not isinstance(row[key], bool) and row[key] > 0,
-            f"{where}.{key}", "must be a positive integer")
-    _need(row["tokens_per_param"] is None or (_is_num(row["tokens_per_param"])
-                                              and row["tokens_per_param"] > 0),
-          f"{where}.tokens_per_param", "must be a positive number or null")
-    _need(_is_num(row["effect"]), f"{where}.effect", "must be a number or null")
-    _need(_interval(row["ci"]), f"{where}.ci", "must be [lo, hi] of numbers or nulls")
-  ks = [row["multiple"] for row in block["runs"]]
-  _need(ks[0] == 1 and ks == sorted(set(ks)), "budgets.runs",
-        f"multiples {ks} must start at 1 (the registered run) and increase")
-  _need(_is_num(block["slope"]), "budgets.slope", "must be a number or null")
-  _need(_interval(block["slope_ci"]), "budgets.slope_ci", "must be [lo, hi] of numbers or nulls")
-  _need(block["trend"] in TRENDS, "budgets.trend", f"must be one of {TRENDS}")
+  from experiments.verdict.axes import KINDS  # deferred: the axes read the claim's modules
+  from experiments.verdict.axis import Axis
+
+  where = f"axes.{name}"
+  _keys({k: v for k, v in block.items() if k not in OPTIONAL_AXIS_KEYS}
+        if isinstance(block, dict) else block, AXIS_KEYS, where)
+  _fit(block, where)
+  for fam, fit in (block.get("per_family") or {}).items():
+    _keys({k: v for k, v in fit.items() if k not in ("dof", "points")}, FIT_KEYS,
+          f"{where}.per_family.{fam}")
+    _fit(fit, f"{where}.per_family.{fam}")
+  added = block.get("added")
+  if added is not None:
+    _keys(added, ("git", "runtime_s"), f"{where}.added")
+    _need(added["git"] is None or isinstance(added["git"], str), f"{where}.added.git",
+          "must be a git revision or null")
+    _need(_is_num(added["runtime_s"]) and (added["runtime_s"] or 0) >= 0,
+          f"{where}.added.runtime_s", "must be a number of seconds")
+  _need(isinstance(block["rows"], list) and block["rows"], f"{where}.rows",
+        "must list at least one point")
+  for i, row in enumerate(block["rows"]):
+    here = f"{where}.rows[{i}]"
+    _need(isinstance(row, dict), here, "must be an object")
+    _need(all(k in row for k in ROW_KEYS), here, f"must hold {list(ROW_KEYS)}")
+    _reading(row, here)
+    _need(_is_num(row["effect"]), f"{here}.effect", "must be a number or null")
+    _need(_interval(row["ci"]), f"{here}.ci", "must be [lo, hi] of numbers or nulls")
+    _need(row.get("excluded") is None or isinstance(row["excluded"], str),
+          f"{here}.excluded", "must be the reason, a string")
+  (KINDS[name](()) if name in KINDS else Axis(name)).validate(block, _need, where)
+
+
+def upgrade(obj: dict, report: str | None = None) -> dict:
+  """A `results.json` dict in the current schema: a version 1 file (top-level `scale`,
+  `context`, `context_trend`, `budgets`) becomes version 2 (`axes`); a current one is returned
+  as it is. With `report` (the run's `report.md`), a file without `notes` gains the notes and
+  figures that report lists (`report.lifted`).
+
+  Example:
+    >>> from experiments.verdict.schema import upgrade
+    >>> v1 = {"claim": "x", "scale": None, "context": [{"T": 8, "effect": 1.0, "ci": [0, 2]}],
+    ...       "context_trend": {"slope": None, "slope_ci": [None, None], "trend": "not measured"}}
+    >>> v2 = upgrade(v1)
+    >>> list(v2), list(v2["axes"]), v2["axes"]["context"]["rows"][0]["T"]
+    (['claim', 'schema', 'axes'], ['context'], 8)
+    >>> upgrade(v2) == v2
+    True
+  """
+  if "axes" not in obj:
+    axes = {}
+    if obj.get("scale"):
+      sc = {k: v for k, v in obj["scale"].items() if k not in ("sizes", "families")}
+      fams = obj["scale"].get("families")
+      axes["scale"] = {"rows": obj["scale"]["sizes"], **sc,
+                       **({"per_family": fams} if fams else {})}
+    if obj.get("context"):
+      fit = obj.get("context_trend") or {"slope": None, "slope_ci": [None, None],
+                                         "trend": "not measured"}
+      axes["context"] = {"rows": obj["context"], **fit}
+    if obj.get("budgets"):
+      b = obj["budgets"]
+      fit = {k: v for k, v in b.items() if k not in ("model", "runs", "git", "runtime_s")}
+      axes["budget"] = {"model": b["model"], "rows": b["runs"], **fit, **(
+          {"added": {"git": b["git"], "runtime_s": b.get("runtime_s")}} if "git" in b else {})}
+    out = {}
+    for k, v in obj.items():
+      if k == "claim":
+        out.update(claim=v, schema=SCHEMA)
+      elif k == "scale" or (k in V1_AXES and "axes" not in out):
+        out["axes"] = axes
+      elif k not in V1_AXES:
+        out[k] = v
+    out.setdefault("schema", SCHEMA)
+    out.setdefault("axes", axes)
+    obj = out
+  if report is not None and "notes" not in obj:
+    from experiments.verdict.report import lifted
+
+    obj = {**obj, **lifted(report)}
+  return obj
+
+
+def load_results(folder: str) -> dict:
+  """`folder/results.json`, in the current schema (`upgrade`, with the folder's report), and
+  validated; raises `ValueError` naming the file."""
+  path = os.path.join(folder, "results.json")
+  obj = load_strict(path)
+  report = os.path.join(folder, "report.md")
+  text = None
+  if "notes" not in obj and os.path.exists(report):
+    with open(report) as f:
+      text = f.read()
+  obj = upgrade(obj, text)
+  try:
+    validate_results(obj)
+  except ValueError as e:
+    raise ValueError(f"{path}: {e}") from None
+  return obj
 
 
 def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
@@ -245,12 +264,15 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
     _need(e["verdict"] in VERDICTS, f"extensions[{i}].verdict", f"must be one of {VERDICTS}")
     _need(isinstance(e["reason"], str), f"extensions[{i}].reason", "must be a string")
     _need(isinstance(e["thresholds"], list), f"extensions[{i}].thresholds", "must be a list")
-  if obj["scale"] is not None:
-    validate_scale(obj["scale"])
-  if obj["context"] is not None:
-    validate_context(obj["context"])
-  if "budgets" in obj:
-    validate_budgets(obj["budgets"])
+  _need(obj["schema"] == SCHEMA, "schema", f"must be {SCHEMA} (an older file: read it with "
+        "`upgrade`, or rewrite it with python -m experiments.commands.refit)")
+  _need(isinstance(obj["axes"], dict), "axes", "must be an object (empty for one point)")
+  for name, block in obj["axes"].items():
+    validate_axis(name, block)
+  for key in ("notes", "figures"):
+    _need(key not in obj or (isinstance(obj[key], list)
+                             and all(isinstance(x, str) for x in obj[key])), key,
+          "must be a list of strings")
   _need(isinstance(obj["anchors"], list), "anchors", "must be a list")
   _need(_is_num(obj["runtime_s"]) and obj["runtime_s"] is not None, "runtime_s",
         "must be a number")
@@ -293,7 +315,7 @@ def validate_runs(claim_ids: Sequence[str], root: str = "runs") -> int:
         if kind == "tour":
           validate_tour(obj, claim_ids)
         else:
-          validate_results(obj, claim_ids)
+          validate_results(upgrade(obj), claim_ids)
       except ValueError as e:
         raise ValueError(f"{folder}/results.json: {e}") from None
       count += 1

@@ -140,13 +140,14 @@ def test_quick_run_is_labelled_indicative(tmp_path):
 
 
 def _valid():
-  return {"claim": "toy", "quick": False, "seeds": [0], "tuning_seeds": [100], "config": {},
+  return {"claim": "toy", "schema": 2, "quick": False, "seeds": [0], "tuning_seeds": [100],
+          "config": {},
           "arms": {"a": {"runs": {"0": {"m": 1.0}}, "mean": {"m": 1.0}, "std": {"m": 0.0}}},
           "effects": [{"name": "e", "arm": "a", "baseline": None, "metric": "m", "mean": 1.0,
                        "ci95": [None, None]}],
           "verdict": "supported", "reason": "r", "thresholds": [],
           "extensions": [{"name": "x", "verdict": "refuted", "reason": "r", "thresholds": []}],
-          "scale": None, "context": None, "anchors": [],
+          "axes": {}, "anchors": [],
           "runtime_s": 1.0, "env": {"jax": "0", "backend": "cpu", "device": "cpu"}, "git": None}
 
 
@@ -160,8 +161,10 @@ def _valid():
     (lambda r: r.update(seeds=[]), "seeds"),
     (lambda r: r.update(tuning_seeds=[0]), "disjoint"),
     (lambda r: r["extensions"][0].update(verdict="maybe"), "extensions"),
-    (lambda r: r.update(scale={"sizes": [], "slope": 0, "slope_ci": [0, 0], "trend": "up"}),
-     "trend"),
+    (lambda r: r.update(axes={"scale": {"rows": [], "slope": 0, "slope_ci": [0, 0],
+                                        "trend": "up"}}), "trend"),
+    (lambda r: r.update(schema=1), "schema"),
+    (lambda r: r.update(notes="- a"), "notes"),
 ])
 def test_validator_rejects_schema_breaks_but_not_verdict_values(breakage, message):
   schema.validate_results(_valid())

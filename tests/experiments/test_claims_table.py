@@ -9,6 +9,7 @@ from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.commands import table
 from experiments.verdict import folders, runner, stats
+from experiments.verdict.axis_report import axis_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,9 +38,8 @@ def test_kept_findings_give_the_committed_scale_and_context():
   checked, committed = [], table.committed_runs()
   for cid, res in committed.items():
     folder, th = os.path.join(folders.RESULTS_DIR, cid), CLAIMS[cid].primary
-    rows = {**{f"size-{r['model']}": r for r in (res["scale"] or {}).get("sizes", ())},
-            **{f"context-T{r['T']}": r for r in res["context"] or ()},
-            **{f"budget-x{r['multiple']}": r for r in (res.get("budgets") or {}).get("runs", ())}}
+    rows = {axis_of(CLAIMS[cid], name).folder(r[axis_of(CLAIMS[cid], name).key]): r
+            for name, block in res["axes"].items() for r in block["rows"]}
     for rel in folders.saved_findings(folder):
       sub = os.path.dirname(rel)
       if sub not in rows:
@@ -61,7 +61,8 @@ def test_kept_findings_give_the_committed_scale_and_context():
   # dynamic-sparsity was the first run kept with its findings: every size and length of it
   ds = committed["dynamic-sparsity"]
   assert len([c for c in checked if c[0] == "dynamic-sparsity"]) == (
-      len(ds["scale"]["sizes"]) + len(ds["context"]) - 1)  # T = 16: the registered run's
+      len(ds["axes"]["scale"]["rows"]) + len(ds["axes"]["context"]["rows"]) - 1)  # T = 16: the
+  # registered run's
 
 
 def test_check_names_the_first_differing_row(tmp_path, capsys):

@@ -11,8 +11,11 @@ import pytest
 
 from experiments import jsonio
 from experiments.claims import CLAIMS
+from experiments.commands import table
 from experiments.verdict import folders
+from experiments.verdict.axis_report import axis_of
 from experiments.verdict.rule import INDICATIVE, decide
+from experiments.verdict.schema import load_results
 from experiments.verdict.thresholds import Extension, Threshold
 
 KEPT = sorted(cid for cid in CLAIMS
@@ -38,6 +41,35 @@ def test_a_kept_verdict_replays_from_its_kept_findings(cid):
                        strict=True):
     v, why, _ = decide(ext.thresholds, runs, seeds)
     assert (ext.name, v, prefix + why) == (kept["name"], kept["verdict"], kept["reason"])
+
+
+@pytest.mark.parametrize("cid", KEPT)
+def test_each_kept_axis_point_replays_its_reading_from_its_kept_findings(cid):
+  """An axis row's `verdict` (the registered rule at that point) is recomputed from the point's
+  kept `findings.json`, where it was kept."""
+  frozen, _ = _kept(cid)
+  res = load_results(os.path.join(folders.RESULTS_DIR, cid))
+  thresholds = tuple(Threshold.from_dict(t) for t in frozen["thresholds"])
+  for name, block in res["axes"].items():
+    axis = axis_of(CLAIMS[cid], name)
+    for row in block["rows"]:
+      path = os.path.join(folders.RESULTS_DIR, cid, axis.folder(row[axis.key]), "findings.json")
+      if "verdict" not in row or not os.path.exists(path):
+        continue
+      found = jsonio.load_strict(path)
+      v, _, evals = decide(thresholds, found["findings"]["runs"], [str(s) for s in res["seeds"]])
+      failed = [th.name for th, ev in zip(thresholds, evals, strict=True)
+                if th.control and not ev["supports"]]
+      assert (v, failed) == (row["verdict"], row["failed_controls"]), (name, row[axis.key])
+
+
+def test_every_kept_report_is_made_from_its_results_json_byte_for_byte(capsys):
+  """`python -m experiments.commands.table --reports --check`: each kept report.md is what its
+  results.json (and the claim.json it ran under) gives, every axis's section and trend
+  included."""
+  assert table.stale_reports() == []
+  assert table.main(["--reports", "--check"]) == 0
+  assert capsys.readouterr().err == ""
 
 
 def test_every_kept_result_is_replayed():

@@ -102,12 +102,12 @@ def test_ols_slope_matches_scipy_linregress_in_float64():
 
 
 def block(effect: dict, noise: dict | None = None) -> dict:
-  """`scale_block` over sizes whose seed-s effect is `effect[m] + noise[s]`."""
+  """The scale axis's block over sizes whose seed-s effect is `effect[m] + noise[s]`."""
   noise = noise or {s: 0.01 * s for s in SEEDS}
   per_size = {m: {"treated": {s: {"score": effect[m] + noise[s]} for s in SEEDS},
                   "control": {s: {"score": 0.0} for s in SEEDS}} for m in effect}
   claim = scale_claim(fake_run(effect))
-  return axes.scale_block(claim, per_size, SEEDS, {m: axes.model_card(m) for m in effect})
+  return axes.scale(()).block(claim, per_size, {m: ScaleSizes(m) for m in effect}, SEEDS)
 
 
 def linear(level: float, slope: float, names=("mini", "small", "base")) -> dict:
@@ -146,16 +146,17 @@ def test_sizes_run_through_the_runner_with_slope_equal_to_scipys(tmp_path):
   # The registered size runs first, into the run folder; the others into size-<model>/.
   assert calls == [("small", run_dir), ("mini", os.path.join(run_dir, "size-mini")),
                    ("base", os.path.join(run_dir, "size-base"))]
-  assert [line for line in lines if "size " in line and "/3" in line] == [
-      "[toy] size 1/3: small (GPT, 0.86M params): the registered size, where the verdict is "
-      "read", "[toy] size 2/3: mini (GPT, 0.1M params)", "[toy] size 3/3: base (GPT, 2.0M params)"]
+  assert [line for line in lines if "scale " in line and "/3" in line] == [
+      "[toy] scale 1/3: small (GPT, 0.86M params): the registered size, where the verdict is "
+      "read", "[toy] scale 2/3: mini (GPT, 0.1M params)",
+      "[toy] scale 3/3: base (GPT, 2.0M params)"]
   on_disk = jsonio.load_strict(os.path.join(run_dir, "results.json"))
   schema.validate_results(on_disk, ["toy"])
-  sc = on_disk["scale"]
-  assert [r["model"] for r in sc["sizes"]] == ["mini", "small", "base"]  # by params
+  sc = on_disk["axes"]["scale"]
+  assert [r["model"] for r in sc["rows"]] == ["mini", "small", "base"]  # by params
   m = effect["mini"] + 0.01
   ci = scipy.stats.t.interval(0.95, 2, loc=m, scale=scipy.stats.sem([m - 0.01, m, m + 0.01]))
-  assert sc["sizes"][0] == {"family": "GPT", "model": "mini", "params": 100_000,
+  assert sc["rows"][0] == {"family": "GPT", "model": "mini", "params": 100_000,
                             "effect": pytest.approx(m), "ci": pytest.approx(list(ci)),
                             "verdict": "supported", "failed_controls": []}
   # The fit reads one point per size, the seed mean: 3 sizes leave 1 degree of freedom.
@@ -172,7 +173,7 @@ def test_sizes_run_through_the_runner_with_slope_equal_to_scipys(tmp_path):
   assert os.path.exists(os.path.join(run_dir, "scale.png"))
   text = open(os.path.join(run_dir, "report.md")).read()
   assert "## Scale: the primary effect against model size" in text and "![scale.png]" in text
-  assert text.rstrip().endswith(axis_report.scale_sentence(sc))
+  assert text.rstrip().endswith(axes.scale(()).sentence(sc))
   assert "With scale (mini 0.1M → base 2.0M params, GPT family), the effect shrinks" in text
   assert "At the largest size (`base`, 2.0M params) the primary threshold would be **supported**"\
       in text
@@ -186,11 +187,11 @@ def test_the_verdict_is_read_only_at_the_registered_size(tmp_path):
   one, _ = runner.run_claim(claim, root=str(tmp_path / "a"), log=quiet)
   res, run_dir = runner.run_claim(claim, sizes=("mini", "small", "base"),
                                   root=str(tmp_path / "b"), log=quiet)
-  assert one["scale"] is None and res["scale"] is not None
+  assert "scale" not in one["axes"] and "scale" in res["axes"]
   for key in ("verdict", "reason", "effects", "arms", "extensions", "config"):
     assert res[key] == one[key], key
   assert res["verdict"] == "supported"
-  base = res["scale"]["sizes"][-1]
+  base = res["axes"]["scale"]["rows"][-1]
   assert base["model"] == "base" and axis_report.size_test(GAIN, base)[0] == "refuted"
   text = open(os.path.join(run_dir, "report.md")).read()
   assert "**Verdict: supported.**" in text and "would be **refuted**" in text
@@ -202,11 +203,12 @@ def test_two_families_and_declared_sizes_but_quick_runs_one_size(tmp_path):
                                                       "llama-base"))
   assert claim.to_dict()["scale_models"] == ["mini", "base", "llama-mini", "llama-base"]
   quick, quick_dir = runner.run_claim(claim, quick=True, root=str(tmp_path), log=quiet)
-  assert quick["scale"] is None and not any(n.startswith("size-") for n in os.listdir(quick_dir))
+  assert "scale" not in quick["axes"]
+  assert not any(n.startswith("size-") for n in os.listdir(quick_dir))
   res, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet)
-  assert {r["family"] for r in res["scale"]["sizes"]} == {"GPT", "Llama"}
-  assert len(res["scale"]["sizes"]) == 5  # the registered `small` added to the declared four
-  assert "GPT and Llama families" in axis_report.scale_sentence(res["scale"])
+  assert {r["family"] for r in res["axes"]["scale"]["rows"]} == {"GPT", "Llama"}
+  assert len(res["axes"]["scale"]["rows"]) == 5  # the registered `small` added to the declared four
+  assert "GPT and Llama families" in axes.scale(()).sentence(res["axes"]["scale"])
   assert os.path.exists(os.path.join(run_dir, "scale.png"))
 
 
@@ -215,14 +217,14 @@ def test_a_crashed_size_loses_nothing_and_resume_reruns_only_it(tmp_path):
   calls = []
   claim = scale_claim(fake_run(effect, calls, fail=("mini",)))
   res, run_dir = runner.run_claim(claim, sizes=("mini", "base"), root=str(tmp_path), log=quiet)
-  assert [r["model"] for r in res["scale"]["sizes"]] == ["small", "base"]
+  assert [r["model"] for r in res["axes"]["scale"]["rows"]] == ["small", "base"]
   assert "Size `mini` failed" in open(os.path.join(run_dir, "report.md")).read()
   assert res["verdict"] == "supported"
   calls.clear()
   fixed = dataclasses.replace(claim, run=fake_run(effect, calls))
   again, same_dir = runner.run_claim(fixed, sizes=("mini", "base"), resume=run_dir, log=quiet)
   assert same_dir == run_dir and [m for m, _ in calls] == ["mini"]  # the others were reused
-  assert [r["model"] for r in again["scale"]["sizes"]] == ["mini", "small", "base"]
+  assert [r["model"] for r in again["axes"]["scale"]["rows"]] == ["mini", "small", "base"]
   assert again["verdict"] == res["verdict"] and again["effects"] == res["effects"]
   with pytest.raises(ValueError, match="same settings"):
     runner.run_claim(fixed, quick=True, resume=run_dir, log=quiet)
@@ -245,8 +247,8 @@ def test_a_kept_run_keeps_its_findings_and_resumes_on_another_machine(tmp_path, 
   assert [m for m, _ in calls] == ["base"]  # the kept sizes were reused, not run again
   assert os.path.commonpath([new_dir, str(tmp_path / "b")]) == str(tmp_path / "b")
   assert {f: open(os.path.join(kept, f)).read() for f in before} == before  # results/ untouched
-  assert [r["model"] for r in again["scale"]["sizes"]] == ["mini", "small", "base"]
-  assert again["scale"]["sizes"][:2] == res["scale"]["sizes"]
+  assert [r["model"] for r in again["axes"]["scale"]["rows"]] == ["mini", "small", "base"]
+  assert again["axes"]["scale"]["rows"][:2] == res["axes"]["scale"]["rows"]
   assert again["verdict"] == res["verdict"] and again["runtime_s"] >= res["runtime_s"]
   big = os.path.join(new_dir, "size-base", "findings.json")
   with open(big, "a") as f:
@@ -264,12 +266,12 @@ def test_a_full_tour_reads_registered_sizes_and_scale_adds_the_others(tmp_path, 
   monkeypatch.setattr(tour, "_opening", lambda log: ["opening"])
   res, _ = tour.run_tour(root=str(tmp_path), log=quiet)
   assert [m for m, _ in calls] == ["small"]  # 4 hours for the tour: the sizes are `claim ID`'s
-  assert jsonio.load_strict(res["claims"][0]["results"])["scale"] is None
+  assert "scale" not in jsonio.load_strict(res["claims"][0]["results"])["axes"]
   calls.clear()
   res, _ = tour.run_tour(root=str(tmp_path), log=quiet, scale=True)
   assert [m for m, _ in calls] == ["small", "mini", "base"]
-  scale = jsonio.load_strict(res["claims"][0]["results"])["scale"]
-  assert [r["model"] for r in scale["sizes"]] == ["mini", "small", "base"]
+  scale = jsonio.load_strict(res["claims"][0]["results"])["axes"]["scale"]
+  assert [r["model"] for r in scale["rows"]] == ["mini", "small", "base"]
 
 
 def test_each_size_and_length_records_the_registered_rule_with_its_controls(tmp_path):
@@ -287,13 +289,13 @@ def test_each_size_and_length_records_the_registered_rule_with_its_controls(tmp_
                       at_length=lambda sizes, T: dataclasses.replace(sizes, model="base"))
   res, run_dir = runner.run_claim(claim, sizes=("mini", "base"), root=str(tmp_path), log=quiet)
   schema.validate_results(jsonio.load_strict(os.path.join(run_dir, "results.json")), ["toy"])
-  by_model = {r["model"]: r for r in res["scale"]["sizes"]}
+  by_model = {r["model"]: r for r in res["axes"]["scale"]["rows"]}
   assert res["verdict"] == "supported"  # read at `small` only
   assert (by_model["mini"]["verdict"], by_model["mini"]["failed_controls"]) == ("supported", [])
   assert (by_model["base"]["verdict"], by_model["base"]["failed_controls"]) == (
       "inconclusive", ["control learns"])
   assert axis_report.size_test(GAIN, by_model["base"])[0] == "supported"  # the threshold alone
-  (ctx,) = res["context"]
+  (ctx,) = res["axes"]["context"]["rows"]
   assert (ctx["T"], ctx["verdict"], ctx["failed_controls"]) == (256, "inconclusive",
                                                                  ["control learns"])
   text = open(os.path.join(run_dir, "report.md")).read()
@@ -301,8 +303,8 @@ def test_each_size_and_length_records_the_registered_rule_with_its_controls(tmp_
   assert "the registered rule there gives **inconclusive** (failed control: control learns)" \
       in text
   bad = dict(by_model["base"], verdict="maybe")
-  with pytest.raises(ValueError, match=r"scale.sizes\[0\].verdict"):
-    schema.validate_scale({**res["scale"], "sizes": [bad, by_model["mini"]]})
+  with pytest.raises(ValueError, match=r"scale.rows\[0\].verdict"):
+    schema.validate_axis("scale", {**res["axes"]["scale"], "rows": [bad, by_model["mini"]]})
 
 
 def test_a_crash_at_the_registered_size_is_raised(tmp_path):
@@ -345,31 +347,33 @@ def test_registered_claims_keep_their_claim_json():
 def _valid_scale():
   rows = [{"family": "GPT", "model": m, "params": p, "effect": 0.1, "ci": [0.0, 0.2]}
           for m, p in (("mini", 1e5), ("base", 2e6))]
-  return {"sizes": rows, "slope": -0.01, "slope_ci": [-0.02, -0.001], "trend": "shrinks"}
+  return {"rows": rows, "slope": -0.01, "slope_ci": [-0.02, -0.001], "trend": "shrinks"}
 
 
 @pytest.mark.parametrize("breakage, message", [
     (lambda s: s.update(trend="up"), "trend"),
     (lambda s: s.pop("slope_ci"), "keys"),
-    (lambda s: s["sizes"][0].pop("model"), r"sizes\[0\]: keys"),
-    (lambda s: s["sizes"][1].update(params=0), "params"),
-    (lambda s: s["sizes"][1].update(ci=[0.1]), "ci"),
-    (lambda s: s["sizes"].pop(), "at least two"),
-    (lambda s: s["sizes"][1].update(model="mini"), "repeat"),
+    (lambda s: s["rows"][0].pop("model"), r"rows\[0\].model"),
+    (lambda s: s["rows"][1].update(params=0), "params"),
+    (lambda s: s["rows"][1].update(ci=[0.1]), "ci"),
+    (lambda s: s["rows"].pop(), "at least two"),
+    (lambda s: s["rows"][1].update(model="mini"), "repeat"),
     (lambda s: s.update(slope="steep"), "slope"),
     (lambda s: s.update(slope_ci=[math.nan, 0.0]), "not finite"),
 ])
 def test_the_schema_rejects_a_malformed_scale(breakage, message):
   from tests.experiments.test_claims import _valid
 
-  good = {**_valid(), "scale": _valid_scale(),
-          "context": [{"T": 256, "effect": 0.1, "ci": [0.0, 0.2]}]}
+  context = {"rows": [{"T": 256, "effect": 0.1, "ci": [0.0, 0.2]}], "slope": None,
+             "slope_ci": [None, None], "trend": "not measured"}
+  good = {**_valid(), "axes": {"scale": _valid_scale(), "context": context}}
   schema.validate_results(good)
   broken = json.loads(json.dumps(good))
-  breakage(broken["scale"])
+  breakage(broken["axes"]["scale"])
   with pytest.raises(ValueError, match=message):
     schema.validate_results(broken)
-  bad_context = {**good, "context": [{"T": 256.5, "effect": 0.1, "ci": [0.0, 0.2]}]}
+  bad_context = {**good, "axes": {"context": {**context, "rows": [
+      {"T": 256.5, "effect": 0.1, "ci": [0.0, 0.2]}]}}}
   with pytest.raises(ValueError, match="context"):
     schema.validate_results(bad_context)
 
@@ -391,7 +395,7 @@ def test_a_claim_that_trains_reports_tokens_per_parameter_per_size(tmp_path):
   res, run_dir = runner.run_claim(claim, sizes=("mini", "base"), root=str(tmp_path), log=quiet)
   assert res["config"]["budget"] == {"train_tokens": 100 * 4 * 16, "params": 860_000,
                                      "tokens_per_param": pytest.approx(6400 / 860_000)}
-  got = {r["model"]: r["tokens_per_param"] for r in res["scale"]["sizes"]}
+  got = {r["model"]: r["tokens_per_param"] for r in res["axes"]["scale"]["rows"]}
   assert got == pytest.approx({m: 6400 / PARAMS[m] for m in ("mini", "small", "base")})
   text = open(os.path.join(run_dir, "report.md")).read()
   assert "trains on 6,400 tokens: 0.00744 tokens per parameter" in text
@@ -399,9 +403,9 @@ def test_a_claim_that_trains_reports_tokens_per_parameter_per_size(tmp_path):
   untrained, _ = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini",),
                                   root=str(tmp_path / "b"), log=quiet)
   assert "budget" not in untrained["config"]  # a claim that trains nothing: no budget
-  assert all("tokens_per_param" not in r for r in untrained["scale"]["sizes"])
+  assert all("tokens_per_param" not in r for r in untrained["axes"]["scale"]["rows"])
   bad = json.loads(json.dumps(res))
-  bad["scale"]["sizes"][0]["tokens_per_param"] = -1.0
+  bad["axes"]["scale"]["rows"][0]["tokens_per_param"] = -1.0
   with pytest.raises(ValueError, match="tokens_per_param"):
     schema.validate_results(bad)
   bad = json.loads(json.dumps(res))
@@ -416,7 +420,8 @@ def test_the_table_shows_the_trend_with_the_slope_interval(tmp_path):
 
   def trend_cell(scale, folder):
     (folder / cid).mkdir(parents=True)
-    jsonio.dump_strict({**committed[cid], "scale": scale}, str(folder / cid / "results.json"))
+    jsonio.dump_strict({**committed[cid], "axes": {"scale": scale} if scale else {}},
+                       str(folder / cid / "results.json"))
     row = next(line for line in table.table_lines(str(folder)) if f"`{cid}`" in line)
     return [c.strip() for c in row.strip("|").split(" | ")][9]
 
@@ -431,8 +436,8 @@ def test_claim_cli_takes_sizes(tmp_path, monkeypatch, capsys):
   assert tour.claim_main(["toy", "--sizes", "mini,base", "--out", str(tmp_path)]) == 0
   out = capsys.readouterr().out
   assert "the effect shrinks" in out and "toy: supported" in out
-  with pytest.raises(SystemExit):
-    tour.claim_main(["toy", "--sizes", "mini,mini", "--out", str(tmp_path)])
+  assert tour.claim_main(["toy", "--sizes", "mini,mini", "--out", str(tmp_path)]) == 2
+  assert "distinct" in capsys.readouterr().err
   assert tour.claim_main(["toy", "--sizes", "huge", "--out", str(tmp_path)]) == 2
   assert "--sizes names ['huge']" in capsys.readouterr().err
 
@@ -457,18 +462,18 @@ def test_two_families_share_one_slope_with_an_intercept_each():
   assert sc["slope"] == pytest.approx(coef[0], rel=1e-9)
   assert sc["slope_ci"] == pytest.approx([coef[0] - half, coef[0] + half], rel=1e-6)
   assert sc["trend"] == "grows"  # the mean effect is negative and falls: its magnitude rises
-  assert set(sc["families"]) == {"GPT", "Llama"}
+  assert set(sc["per_family"]) == {"GPT", "Llama"}
   for fam in ("GPT", "Llama"):
     at = fams == fam
     ref = scipy.stats.linregress(x[at], y[at])
-    assert sc["families"][fam]["slope"] == pytest.approx(ref.slope, rel=1e-9)
+    assert sc["per_family"][fam]["slope"] == pytest.approx(ref.slope, rel=1e-9)
   with pytest.raises(ValueError, match="groups must have"):
     stats.ols_slope([0.0, 1.0, 2.0], [0.0, 1.0, 2.0], groups=["a", "b"])
-  bad = {**_valid_scale(), "families": {"GPT": {"slope": 0.1, "slope_ci": [0.0, 0.2]}}}
-  with pytest.raises(ValueError, match=r"scale.families.GPT: keys"):
-    schema.validate_scale(bad)
+  bad = {**_valid_scale(), "per_family": {"GPT": {"slope": 0.1, "slope_ci": [0.0, 0.2]}}}
+  with pytest.raises(ValueError, match=r"scale.per_family.GPT: keys"):
+    schema.validate_axis("scale", bad)
   one_family = block({"mini": 0.2, "small": 0.4, "base": 0.6})
-  assert "families" not in one_family
+  assert "per_family" not in one_family
 
 
 @dataclasses.dataclass(frozen=True)
@@ -514,8 +519,8 @@ def test_context_lengths_run_through_the_runner_with_a_slope_on_log_T(tmp_path):
     assert res[key] == one[key], key  # the verdict never reads the other lengths
   on_disk = jsonio.load_strict(os.path.join(run_dir, "results.json"))
   schema.validate_results(on_disk, ["toy"])
-  assert [r["T"] for r in on_disk["context"]] == [256, 512, 1024]
-  for row in on_disk["context"]:
+  assert [r["T"] for r in on_disk["axes"]["context"]["rows"]] == [256, 512, 1024]
+  for row in on_disk["axes"]["context"]["rows"]:
     vals = [effect_at(row["T"]) + 0.01 * s for s in SEEDS]
     ci = scipy.stats.t.interval(0.95, 2, loc=np.mean(vals), scale=scipy.stats.sem(vals))
     assert row["effect"] == pytest.approx(np.mean(vals))
@@ -528,29 +533,31 @@ def test_context_lengths_run_through_the_runner_with_a_slope_on_log_T(tmp_path):
   assert f"From T = 256 to T = 1024 the effect grows: slope {stats.fmt(ref.slope)}" in text
   assert os.path.exists(os.path.join(run_dir, "context.png")) and "![context.png]" in text
   quick, quick_dir = runner.run_claim(claim, quick=True, root=str(tmp_path), log=quiet)
-  assert quick["context"] is None  # quick runs measure no other length unless asked
+  assert "context" not in quick["axes"]  # quick runs measure no other length unless asked
   same = length_claim(effect_at, calls, context_lengths=(128, 256),
                       at_length=lambda sizes, T: dataclasses.replace(sizes, seq_len=T))
   calls.clear()
   reused, _ = runner.run_claim(same, root=str(tmp_path / "c"), log=quiet)
   assert [T for _, T, _ in calls] == [128, 256]  # T = 128 is the registered run, not rerun
-  assert reused["context"][0]["effect"] == pytest.approx(effect_at(128) + 0.01)
+  assert reused["axes"]["context"]["rows"][0]["effect"] == pytest.approx(effect_at(128) + 0.01)
   calls.clear()
   asked, _ = runner.run_claim(claim, quick=True, lengths=(64,), root=str(tmp_path), log=quiet)
-  assert [r["T"] for r in asked["context"]] == [64] and calls[-1][:2] == ("base", 64)
+  assert [r["T"] for r in asked["axes"]["context"]["rows"]] == [64]
+  assert calls[-1][:2] == ("base", 64)
 
 
 def test_a_crashed_length_is_left_out_and_resume_reruns_only_it(tmp_path):
   calls = []
   claim = length_claim(lambda T: 0.3, calls, fail=(512,), context_lengths=(256, 512))
   res, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet)
-  assert [r["T"] for r in res["context"]] == [256]
-  assert "Length T = 512 failed and is left out" in open(os.path.join(run_dir,
+  assert [r["T"] for r in res["axes"]["context"]["rows"]] == [256]
+  assert "T `512` failed and is left out" in open(os.path.join(run_dir,
                                                                      "report.md")).read()
   calls.clear()
   fixed = dataclasses.replace(claim, run=length_claim(lambda T: 0.3, calls).run)
   again, _ = runner.run_claim(fixed, resume=run_dir, log=quiet)
-  assert [T for _, T, _ in calls] == [512] and [r["T"] for r in again["context"]] == [256, 512]
+  assert [T for _, T, _ in calls] == [512]
+  assert [r["T"] for r in again["axes"]["context"]["rows"]] == [256, 512]
   assert again["runtime_s"] >= res["runtime_s"]  # the resumed run counts the earlier one
 
 
@@ -571,9 +578,9 @@ def test_context_declarations_are_checked():
 def test_claim_cli_takes_lengths(tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(tour, "CLAIMS", {"toy": length_claim(lambda T: 0.1 * T / 256)})
   assert tour.claim_main(["toy", "--lengths", "256,512", "--out", str(tmp_path)]) == 0
-  assert "effect against context: T = 256: 0.11; T = 512: 0.21" in capsys.readouterr().out
-  with pytest.raises(SystemExit):
-    tour.claim_main(["toy", "--lengths", "256,x", "--out", str(tmp_path)])
+  assert "From T = 256 to T = 512 the trend is not measured" in capsys.readouterr().out
+  assert tour.claim_main(["toy", "--lengths", "256,x", "--out", str(tmp_path)]) == 2
+  assert "distinct positive integers" in capsys.readouterr().err
 
 
 def test_a_size_whose_effect_is_n_a_is_kept_and_left_out_of_the_fit_and_figure(tmp_path):
@@ -584,24 +591,26 @@ def test_a_size_whose_effect_is_n_a_is_kept_and_left_out_of_the_fit_and_figure(t
   res, run_dir = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini", "base"),
                                   root=str(tmp_path), log=quiet)
   schema.validate_results(jsonio.load_strict(os.path.join(run_dir, "results.json")), ["toy"])
-  rows = {r["model"]: r for r in res["scale"]["sizes"]}
+  rows = {r["model"]: r for r in res["axes"]["scale"]["rows"]}
   assert set(rows) == {"mini", "small", "base"}
   assert rows["small"]["effect"] == pytest.approx(0.41)
   assert rows["mini"]["effect"] is None and rows["base"]["effect"] is None  # n/a in the JSON
-  assert res["scale"]["slope"] is None and res["scale"]["trend"] == "not measured"  # one size
-  assert res["scale"]["excluded"] == [["mini", "not measured"], ["base", "not measured"]]
+  sc = res["axes"]["scale"]
+  assert sc["slope"] is None and sc["trend"] == "not measured"  # one size
+  assert res["axes"]["scale"]["excluded"] == [["mini", "not measured"], ["base", "not measured"]]
   assert os.path.exists(os.path.join(run_dir, "scale.png"))
   effect["small"] = math.nan  # n/a at every size (its log-x figure once crashed on that)
   res, run_dir = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini", "base"),
                                   root=str(tmp_path / "c"), log=quiet)
-  assert [r["effect"] for r in res["scale"]["sizes"]] == [None, None, None]
-  assert res["scale"]["trend"] == "not measured" and os.path.exists(os.path.join(run_dir,
+  assert [r["effect"] for r in res["axes"]["scale"]["rows"]] == [None, None, None]
+  assert res["axes"]["scale"]["trend"] == "not measured" and os.path.exists(os.path.join(run_dir,
                                                                                 "scale.png"))
   effect.update(small=0.4, base=0.2)  # two finite sizes: the slope is theirs alone
   res, _ = runner.run_claim(scale_claim(fake_run(effect)), sizes=("mini", "base"),
                             root=str(tmp_path / "b"), log=quiet)
   x, y = points(effect, ["small", "base"])
-  assert res["scale"]["slope"] == pytest.approx(scipy.stats.linregress(x, y).slope, rel=1e-9)
+  assert res["axes"]["scale"]["slope"] == pytest.approx(scipy.stats.linregress(x, y).slope,
+                                                        rel=1e-9)
 
 
 # ------------------------------------------------------------------- the budget axis
@@ -643,10 +652,10 @@ def test_budgets_give_the_paired_slope_on_log_tokens(tmp_path):
                                   log=quiet)
   assert [k for k, _ in calls] == [1, 4]  # the registered run first, then 4× the steps
   schema.validate_results(jsonio.load_strict(os.path.join(run_dir, "results.json")))
-  block = res["budgets"]
-  assert [r["multiple"] for r in block["runs"]] == [1, 4]
-  assert [r["train_tokens"] for r in block["runs"]] == [160, 640]
-  assert block["runs"][1]["tokens_per_param"] == pytest.approx(640 / PARAMS["small"])
+  block = res["axes"]["budget"]
+  assert [r["multiple"] for r in block["rows"]] == [1, 4]
+  assert [r["train_tokens"] for r in block["rows"]] == [160, 640]
+  assert block["rows"][1]["tokens_per_param"] == pytest.approx(640 / PARAMS["small"])
   # Reference: the line through the two budgets' seed means; two points leave no degree of
   # freedom, so there is no interval and the trend is not measured (never "no trend").
   d = np.array([-0.1 * math.log(4) + NOISE[4][s] - NOISE[1][s] for s in SEEDS])
@@ -654,8 +663,8 @@ def test_budgets_give_the_paired_slope_on_log_tokens(tmp_path):
   assert block["slope_ci"] == [None, None] and block["dof"] == 0
   assert block["trend"] == "not measured"
   e4 = [0.5 - 0.1 * math.log(4) + 0.01 * s + NOISE[4][s] for s in SEEDS]
-  assert block["runs"][1]["effect"] == pytest.approx(np.mean(e4))
-  assert block["runs"][0]["verdict"] == res["verdict"]  # 1× is the registered run
+  assert block["rows"][1]["effect"] == pytest.approx(np.mean(e4))
+  assert block["rows"][0]["verdict"] == res["verdict"]  # 1× is the registered run
   assert os.path.exists(os.path.join(run_dir, "budget-x4", "findings.json"))
   text = open(os.path.join(run_dir, "report.md")).read()
   assert "Budget: the primary effect against the training tokens" in text
@@ -664,11 +673,11 @@ def test_budgets_give_the_paired_slope_on_log_tokens(tmp_path):
   calls.clear()  # a rerun of the same folder reuses both budgets
   again, _ = runner.run_claim(budget_claim(budget_run(calls)), root=str(tmp_path), log=quiet,
                               resume=run_dir)
-  assert calls == [] and again["budgets"] == block
+  assert calls == [] and again["axes"]["budget"] == block
   calls.clear()  # `--budgets 1` (parsed to ()) runs the registered budget alone
   alone, _ = runner.run_claim(budget_claim(budget_run(calls)), root=str(tmp_path), log=quiet,
                               budgets=tour._budget_list("1"))
-  assert [k for k, _ in calls] == [1] and "budgets" not in alone
+  assert [k for k, _ in calls] == [1] and "budget" not in alone["axes"]
 
 
 def test_a_wrong_at_budget_or_budget_list_is_refused_before_anything_runs(tmp_path):
@@ -707,7 +716,7 @@ def test_a_tour_runs_budgets_only_with_scale(tmp_path, monkeypatch):
 
 def _valid_budgets():
   return {"model": "small",
-          "runs": [{"multiple": 1, "train_tokens": 160, "tokens_per_param": 0.1, "effect": 0.3,
+          "rows": [{"multiple": 1, "train_tokens": 160, "tokens_per_param": 0.1, "effect": 0.3,
                     "ci": [0.2, 0.4], "verdict": "supported", "failed_controls": []},
                    {"multiple": 4, "train_tokens": 640, "tokens_per_param": 0.4, "effect": 0.1,
                     "ci": [0.0, 0.2]}],
@@ -715,40 +724,41 @@ def _valid_budgets():
 
 
 @pytest.mark.parametrize("breakage, message", [
-    (lambda b: b.update(trend="falls"), "budgets.trend"),
-    (lambda b: b.update(model=3), "budgets.model"),
-    (lambda b: b.update(runtime_s=-1.0), "budgets.runtime_s"),
-    (lambda b: b.update(extra=1), "budgets: keys"),
-    (lambda b: b.pop("slope_ci"), "budgets: keys"),
-    (lambda b: b["runs"].pop(), "at least two"),
-    (lambda b: b["runs"][0].update(multiple=2), "must start at 1"),
-    (lambda b: b["runs"][1].update(train_tokens=6.4), "train_tokens"),
-    (lambda b: b["runs"][1].update(tokens_per_param=0), "tokens_per_param"),
-    (lambda b: b["runs"][1].update(ci=[0.1]), "ci"),
-    (lambda b: b["runs"][1].update(verdict="maybe"), "verdict"),
+    (lambda b: b.update(trend="falls"), "budget.trend"),
+    (lambda b: b.update(model=3), "budget.model"),
+    (lambda b: b.update(added={"git": None, "runtime_s": -1.0}), "budget.added.runtime_s"),
+    (lambda b: b.update(extra=1), "budget: keys"),
+    (lambda b: b.pop("slope_ci"), "budget: keys"),
+    (lambda b: b["rows"].pop(), "at least two"),
+    (lambda b: b["rows"][0].update(multiple=2), "start at 1"),
+    (lambda b: b["rows"][1].update(train_tokens=6.4), "train_tokens"),
+    (lambda b: b["rows"][1].update(tokens_per_param=0), "tokens_per_param"),
+    (lambda b: b["rows"][1].update(ci=[0.1]), "ci"),
+    (lambda b: b["rows"][1].update(verdict="maybe"), "verdict"),
 ])
 def test_the_schema_rejects_malformed_budgets(breakage, message):
   from tests.experiments.test_claims import _valid
 
-  good = {**_valid(), "budgets": _valid_budgets()}
+  good = {**_valid(), "axes": {"budget": _valid_budgets()}}
   schema.validate_results(good)
-  schema.validate_results(_valid())  # `budgets` is optional: earlier results stay valid
-  breakage(good["budgets"])
+  schema.validate_results(_valid())  # no axis: a one-point result
+  breakage(good["axes"]["budget"])
   with pytest.raises(ValueError, match=message):
     schema.validate_results(good)
 
 
 def test_the_optimizer_claims_declare_a_4x_budget_on_micro():
-  for cid in ("muon", "condition-lr", "orthogonal-heads"):
+  for cid in ("muon", "condition-lr"):  # orthogonal-heads v2 declares no budget axis
     claim = CLAIMS[cid]
-    base = axes.budget_base(claim, claim.FULL, quick=False)
+    axis = claim.axis("budget")
+    base = axis.base(claim.FULL, quick=False)
     assert base == dataclasses.replace(claim.FULL, model="micro") != claim.FULL
     assert "micro" in claim.scale_models  # its 1× is the scale axis's run of micro
-    assert axes.budget_base(claim, claim.QUICK, quick=True) == claim.QUICK
-    at = axes.sizes_at_budget(claim, base, 4)
+    assert axis.base(claim.QUICK, quick=True) == claim.QUICK
+    at = axis.sizes_at(claim, base, 4)
     assert claim.budgets[0] == 4 and at.steps == 4 * claim.FULL.steps == 480
     assert claim.budgets == (4, 16)
-    assert axes.sizes_at_budget(claim, base, claim.budgets[-1]).train_tokens() >= (
+    assert axis.sizes_at(claim, base, claim.budgets[-1]).train_tokens() >= (
         4 * claim.FULL.train_tokens())
     assert claim.to_dict()["budgets"] == list(claim.budgets)
     assert claim.to_dict()["budget_model"] == "micro"
@@ -777,12 +787,12 @@ def test_a_budget_model_trains_the_axis_on_that_model(tmp_path):
   # the registered run (small), then 1× and 4× on mini: the verdict is read on small alone
   assert [(k, m) for k, _, m in calls] == [(1, "small"), (1, "mini"), (4, "mini")]
   assert calls[1][1].endswith("budget-x1") and calls[2][1].endswith("budget-x4")
-  block = res["budgets"]
+  block = res["axes"]["budget"]
   assert block["model"] == "mini"
-  assert [r["tokens_per_param"] for r in block["runs"]] == pytest.approx(
+  assert [r["tokens_per_param"] for r in block["rows"]] == pytest.approx(
       [160 / PARAMS["mini"], 640 / PARAMS["mini"]])
   e1 = [0.7 + 0.01 * s + NOISE[1][s] for s in SEEDS]
-  assert block["runs"][0]["effect"] == pytest.approx(np.mean(e1))
+  assert block["rows"][0]["effect"] == pytest.approx(np.mean(e1))
   registered = [e for e in res["effects"] if e["name"] == GAIN.name][0]
   assert registered["mean"] == pytest.approx(np.mean([0.5 + 0.01 * s + NOISE[1][s]
                                                       for s in SEEDS]))
@@ -796,7 +806,7 @@ def test_a_budget_model_trains_the_axis_on_that_model(tmp_path):
                                                scale_models=("mini", "small")),
                                   root=str(tmp_path), log=quiet)
   assert [(k, m) for k, _, m in calls] == [(1, "small"), (1, "mini"), (4, "mini")]
-  assert calls[1][1].endswith("size-mini") and res["budgets"]["runs"][0]["effect"] == (
+  assert calls[1][1].endswith("size-mini") and res["axes"]["budget"]["rows"][0]["effect"] == (
       pytest.approx(np.mean(e1)))
   with pytest.raises(ValueError, match="budget_model='nope' is not a base model"):
     budget_claim(budget_run(calls), budget_model="nope")
@@ -804,44 +814,48 @@ def test_a_budget_model_trains_the_axis_on_that_model(tmp_path):
     budget_claim(budget_run(calls), budget_model="mini", budgets=())
 
 
-def test_onto_adds_the_budget_axis_to_a_finished_run_and_runs_nothing_else(tmp_path,
-                                                                            monkeypatch):
+def test_resume_adds_the_budget_axis_to_a_finished_run_and_runs_nothing_else(tmp_path,
+                                                                             monkeypatch):
   calls = []
   claim = budget_claim(model_budget_run(calls), budget_model="mini")
   old, run_dir = runner.run_claim(claim, root=str(tmp_path / "runs"), log=quiet, budgets=())
-  assert "budgets" not in old and [k for k, _, _ in calls] == [1]
+  assert "budget" not in old["axes"] and [k for k, _, _ in calls] == [1]
   kept = tmp_path / "results" / "toy"  # a kept result: copied, never written to
   kept.parent.mkdir()
   import shutil
   shutil.copytree(run_dir, kept)
   before = {n: open(kept / n, "rb").read() for n in os.listdir(kept)}
   monkeypatch.setattr(folders, "RESULTS_DIR", str(tmp_path / "results"))
-  calls.clear()
-  res, new_dir = runner.add_budgets(claim, str(kept), root=str(tmp_path / "runs"), log=quiet)
+  calls.clear()  # --resume results/toy --axes budget=4
+  res, new_dir = runner.run_claim(claim, resume=str(kept), axes={"budget": (4,)},
+                                  root=str(tmp_path / "runs"), log=quiet)
   assert [(k, m) for k, _, m in calls] == [(1, "mini"), (4, "mini")]
   assert {n: open(kept / n, "rb").read() for n in os.listdir(kept)} == before
   assert new_dir != str(kept) and sorted(os.listdir(new_dir)) == [
       "budget-x1", "budget-x4", "budget.png", "claim.json", "report.md", "results.json"]
-  assert {k: v for k, v in res.items() if k != "budgets"} == old  # nothing else moves
+  for key in ("verdict", "reason", "arms", "effects", "extensions", "config", "git"):
+    assert res[key] == old[key], key  # nothing else moves
+  assert res["notes"] == old["notes"] + [axes.budget(()).note(None)]
   direct, _ = runner.run_claim(claim, root=str(tmp_path / "direct"), log=quiet)
-  want = {k: v for k, v in direct["budgets"].items()}
-  assert {k: v for k, v in res["budgets"].items() if k not in ("git", "runtime_s")} == want
-  assert res["budgets"]["runtime_s"] >= 0
+  want = direct["axes"]["budget"]
+  assert {k: v for k, v in res["axes"]["budget"].items() if k != "added"} == want
+  assert res["axes"]["budget"]["added"]["runtime_s"] >= 0
   schema.validate_results(jsonio.load_strict(os.path.join(new_dir, "results.json")))
   text = open(os.path.join(new_dir, "report.md")).read()
-  assert text.startswith(before["report.md"].decode().rstrip("\n"))
   assert text.count("# Budget: the primary effect against the training tokens") == 1
+  assert "This axis was added onto the finished result at git" in text
   calls.clear()  # again onto the new folder: budgets reused, the section replaced, not added
   again, same = runner.add_budgets(claim, new_dir, root=str(tmp_path / "runs"), log=quiet)
-  assert calls == [] and same == new_dir
+  assert calls == [] and same == new_dir  # `add_budgets` (--onto) is the older spelling
   assert open(os.path.join(new_dir, "report.md")).read().count("# Budget: the primary") == 1
   # onto the registered size (no budget_model): 1× is the kept per-seed metrics, not a rerun
   plain = budget_claim(model_budget_run(calls))
-  res, _ = runner.add_budgets(plain, str(kept), root=str(tmp_path / "runs"), log=quiet)
-  assert [k for k, _, _ in calls] == [4] and res["budgets"]["model"] == "small"
-  assert res["budgets"]["runs"][0]["effect"] == pytest.approx(
+  res, _ = runner.run_claim(plain, resume=str(kept), axes={"budget": (4,)},
+                            root=str(tmp_path / "runs"), log=quiet)
+  assert [k for k, _, _ in calls] == [4] and res["axes"]["budget"]["model"] == "small"
+  assert res["axes"]["budget"]["rows"][0]["effect"] == pytest.approx(
       [e for e in old["effects"] if e["name"] == GAIN.name][0]["mean"])
-  assert res["budgets"]["runs"][0]["verdict"] == old["verdict"]
+  assert res["axes"]["budget"]["rows"][0]["verdict"] == old["verdict"]
 
 
 def test_onto_refuses_what_it_cannot_add_to(tmp_path, capsys):
@@ -850,7 +864,7 @@ def test_onto_refuses_what_it_cannot_add_to(tmp_path, capsys):
   _, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet, budgets=())
   with pytest.raises(ValueError, match="no results.json"):
     runner.add_budgets(claim, str(tmp_path), log=quiet)
-  with pytest.raises(ValueError, match="not 'other'"):
+  with pytest.raises(ValueError, match="this one is 'other'"):
     runner.add_budgets(dataclasses.replace(claim, id="other"), run_dir, log=quiet)
   stricter = dataclasses.replace(claim, thresholds=(Threshold.beyond(
       GAIN.name, "treated", "score", baseline="control", margin=0.5),))

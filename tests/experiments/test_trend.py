@@ -111,34 +111,36 @@ def test_a_failed_control_or_a_censored_seed_keeps_a_size_out_of_the_scale_fit(m
 
   per_size = {"s1": runs(0.30), "s2": runs(0.40), "s3": runs(0.52),
               "s4": runs(0.2, learned=0.0), "s5": runs(0.7, censor_seed=1)}
-  block = axes.scale_block(_claim(), per_size, (0, 1, 2),
-                             {m: {"family": f, "model": m, "params": int(p)}
-                              for m, (f, p) in cards.items()})
-  rows = {r["model"]: r for r in block["sizes"]}
+  monkeypatch.setattr(models, "model_card", lambda m: {"family": cards[m][0],
+                                                        "params": int(cards[m][1])})
+  block = axes.scale(()).block(_claim(), per_size, {m: ToySizes() for m in cards}, (0, 1, 2))
+  rows = {r["model"]: r for r in block["rows"]}
   assert rows["s4"]["excluded"] == "control failed: method learns"
   assert rows["s5"]["excluded"] == "censored: a seed's method.ratio >= 1"
   assert "excluded" not in rows["s1"] and block["points"] == 3
   ref = scipy.stats.linregress(np.log([1e4, 4e4, 1.6e5]), [0.31, 0.41, 0.53])
   assert block["slope"] == pytest.approx(ref.slope, rel=1e-9)
-  md = "\n".join(axis_report.scale_markdown(_claim(), {"scale": block, "config": {}}, "#"))
+  md = "\n".join(axis_report.axis_markdown(axes.scale(()), _claim(),
+                                           {"axes": {"scale": block}, "config": {}}, block, "#"))
   assert "no: control failed: method learns" in md and "no: censored" in md
-  assert "left out of the fit: s4 (control failed" in axis_report.scale_sentence(block)
+  assert "left out of the fit: s4 (control failed" in axes.scale(()).sentence(block)
 
 
 def test_an_under_trained_size_is_shown_apart_when_the_regime_holds():
   rows = [{"model": "a", "tokens_per_param": 20.0}, {"model": "b", "tokens_per_param": 20.01},
           {"model": "c", "tokens_per_param": 0.95}]
-  axes._flag_under_trained(rows)
+  axes.flag_under_trained(rows)
   assert "under_trained" not in rows[0] and "under_trained" not in rows[1]
   assert rows[2]["under_trained"] == "under-trained: 0.95 tokens per parameter"
   old = [{"model": "a", "tokens_per_param": 6.2}, {"model": "b", "tokens_per_param": 0.95}]
-  axes._flag_under_trained(old)  # no size reaches the regime: a run registered before it
+  axes.flag_under_trained(old)  # no size reaches the regime: a run registered before it
   assert not any("under_trained" in r for r in old)
   assert models.TOKENS_PER_PARAM == 20
 
 
 def test_every_kept_result_is_fitted_and_rendered_with_the_current_statistics():
-  """`refit --check`: each kept results.json's trends and its report's axis sections are what
-  the current statistics give from the kept rows and findings."""
+  """`refit --check`: each kept results.json is in the current schema, its trends are what the
+  current statistics give from the kept rows and findings, and its report.md is what the file
+  gives."""
 
   assert refit.main(["--check"]) == 0
