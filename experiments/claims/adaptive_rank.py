@@ -47,7 +47,7 @@ import transformer
 from analysis import kv
 from experiments import models
 from experiments.lab import kvcompress
-from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
 from experiments.verdict.stats import spearman
 from transformer import latent
 
@@ -383,7 +383,7 @@ CLAIM = Claim(
         Anchor("rank allocation across heads/layers (static, not per input)", "Fisher-based "
                "search beats uniform", "Chang et al. 2024, Palu"),
     ),
-    scale_models=("micro-20", "mini-20", "llama-micro-20", "llama-mini-20"),
+    axes=(axes.scale(("micro-20", "mini-20", "llama-micro-20", "llama-mini-20")),),
     version=2,
     revisions=("v2: registered on the trained regime (mini-20 at 20 tokens per parameter, "
                "Dh 16; v1 read small, Dh 32, at 0.95), scale over the trained sizes with "

@@ -44,7 +44,7 @@ import numpy as np
 import analysis
 import transformer
 from experiments import models
-from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,7 +266,7 @@ CLAIM = Claim(
                "committed models; v1 read small at 0.95), the primary named float32 "
                "invertibility, the context axis left out until its long model is trained at "
                "the regime (issue 38)",),
-    scale_models=models.TRAINED["gpt"] + models.TRAINED["llama"],
+    axes=(axes.scale(models.TRAINED["gpt"] + models.TRAINED["llama"]),),
     topic="full rank & causality",
     kind="existing",
     preface="Causal masking lets GPT see the past but not the future",

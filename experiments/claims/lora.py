@@ -72,7 +72,7 @@ import numpy as np
 from experiments import data, models
 from experiments.lab import lora as lab
 from experiments.lab.lora import ARMS
-from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
 
 GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # frozen: every arm's peak rate is chosen on it
 TUNE_SEED = 100
@@ -310,7 +310,7 @@ CLAIM = Claim(
                    *_controls("lora-qv-r4", "in-domain"))),
     ),
     tuning_seeds=(TUNE_SEED,),
-    scale_models=("micro-20", "mini-20"),
+    axes=(axes.scale(("micro-20", "mini-20")),),
     version=3,
     revisions=("v2: registered on the trained regime (mini-20 at 20 tokens per parameter, "
                "committed models; v1 read small at 0.95), scale over micro-20 and mini-20; "

@@ -46,7 +46,7 @@ import numpy as np
 import analysis
 import transformer
 from experiments import models
-from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +265,7 @@ CLAIM = Claim(
                "v3: v2's tied control failed (93% of tied heads certified): tied scores reach "
                "91 on mini-20, above the float32 kernel's clamp at 80; the kernel is now built "
                "in float64, divided by each head's largest exp-score; nothing else changes",),
-    scale_models=models.TRAINED["gpt"] + models.TRAINED["llama"],
+    axes=(axes.scale(models.TRAINED["gpt"] + models.TRAINED["llama"]),),
     topic="positive definiteness",
     kind="existing",
     preface=("Softmax attention produces positive semi-definite Gram matrices, making attention "
