@@ -69,8 +69,10 @@ def rendered(claim: Claim, res: dict, folder: str) -> str:
 
 
 def redraw(claim: Claim, res: dict, folder: str) -> None:
-  """Draws again the axis figures `folder` already holds, from `res`."""
+  """Draws again the axis figures `folder` already holds, from `res` (the registered size
+  ringed only while the claim's `FULL` sizes are still the ones the result ran at)."""
+  same = claim.FULL is not None and jsonio.strict(claim.FULL.to_dict()) == res["config"]["sizes"]
   for name, block in res["axes"].items():
     axis = axis_of(claim, name)
     if os.path.exists(os.path.join(folder, f"{axis.name}.png")):
-      axis_figure(axis, claim, block, folder, claim.FULL)
+      axis_figure(axis, claim, block, folder, claim.FULL if same else None)
