@@ -2,98 +2,38 @@
 
     python -m experiments claim condition-lr [--quick]
 
-**The preface's question**: are condition-aware learning rates that *adapt to local
-geometry* better learning rates? Operationalised as two pre-registered comparisons with
-practical margins: faster than tuned AdamW (at least 5% of the budget), and adapting matters
-(at least 0.01 nats, ≈ 0.5% of the loss, below the same rule frozen at its first
-multipliers). Whether it is more than a plain rate cut is an extension. Rates are tuned on
-seed 100 only; seeds 0–4 are reported. What would refute it: either interval lying above its
-margin line (not 5% faster; adapting worth less than 0.01 nats).
+**The preface's question**: are condition-aware learning rates that *adapt to local geometry*
+better learning rates? Two pre-registered comparisons with practical margins: faster than
+tuned AdamW (by at least 5% of the budget `N` in steps to AdamW's final loss), and adapting
+matters (at least 0.01 nats, ≈ 0.5% of the loss, below the same rule frozen at its first
+multipliers). Whether it is more than a plain rate cut is an extension. What would refute it:
+either interval lying above its margin line. Control: the rule acts (mean multiplier below 1
+in every run).
 
-Full run (5 seeds, tuning seed 100): the `small` shared model shape (d 128, L 4, H 4) trained
-from scratch on the stdlib corpus, batches of 8 windows of **64** tokens (half the shared
-models' context, to fit the 2-core budget), `N = 120` steps, validation loss every 12 steps: 32
-runs of 120 steps (20 tuning, 12 reported). Runs are vmapped by `train_many`, so the refresh
-`lax.cond(count % every == 0, …)` of `scale_by_condition` becomes a select and the QR-based κ̂
-refresh runs at every step; that costs little (the 3-run tuning sweep of the `condition` arm
-took under 3 minutes at load average 3.5). `--quick` (the `quick` shape, one seed, 24 steps, one
-rate, no tuning) is indicative only. The full run also measures the primary effect on the
-`micro` and `mini` shapes of the GPT family, trained from scratch the same way with their own
-tuned rates (the scale axis, `scale_models`; the verdict is read at `small`).
+Arms, each AdamW (`b1 = 0.9, b2 = 0.95`, 10% warm-up, linear decay to 10%) with one change:
+`adamw` (the baseline; its final validation loss per seed is the target); `condition`
+(`optim.scale_by_condition`, `α = 0.5, κ_ref = 10`, κ̂ of each hidden matrix refreshed every
+10 updates, multiplies its update by `min(1, (κ_ref/κ̂)^α)`); `frozen` (those multipliers frozen
+at the first update: is *tracking* κ the cause?); `lr-cut` (one constant `c` on every hidden
+matrix, `c` the condition arm's mean multiplier over its tuning run: is a smaller average rate
+the cause?). Steps to target: the first step at which an arm's validation curve reaches
+AdamW's final loss (`steps_to_loss`, interpolated), as a fraction of `N`; `1.5` when never
+reached (censored: such points are left out of every trend fit).
 
-**A deadlock, found and fixed.** Earlier full runs hung with every thread idle. gdb showed
-both threads of XLA:CPU's intra-op pool inside jaxlib's batched LAPACK QR
-(`lapack_sgeqrf_ffi` → `ParallelBatchMap` → `BlockingCounter::Wait`): each batched QR had
-split its stack of matrices into chunks queued on the same two-thread pool and waited for
-them, so neither could proceed. Vmapped runs batch the QR of every stacked weight, and the
-refresh runs at every step, so two such QRs met sooner or later. `optim.estimate_condition`
-now calls LAPACK one matrix at a time on CPU (`transformer.linalg.one_at_a_time`); the run
-that hung within 90 s (the `condition` arm at 3e-3 on seeds 0–2) finishes in 25 s.
+**Protocol** (v1). Every arm's peak rate is tuned on `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` at the
+full budget on spare seed 100, then seeds 0–4 run at it: the `small` shape (d 128, L 4, H 4)
+from scratch on stdlib, batches of 8 × 64 tokens, `N = 120` steps, validation every 12 steps.
+Scale axis: `micro`, `mini`, `small` with their own tuned rates; budget axis at `micro` (4× and
+16× the tokens, every rate and `c` chosen again per budget). `--quick`: the `quick` shape, one
+seed, 24 steps, one rate. `optim.estimate_condition` calls LAPACK one matrix at a time on CPU
+(`transformer.linalg.one_at_a_time`): batched QRs of vmapped runs deadlocked XLA:CPU's
+two-thread pool.
 
-The registered full run (5 seeds, git a24e932 for the scale rerun, the same numbers at `small`)
-is refuted by its second primary: tracking κ ends 0.0069 [−0.0046, 0.0184] nats *above*
-freezing the first multipliers (needs < −0.01); steps to AdamW's final loss, condition −
-AdamW, −0.06 [−0.47, 0.35] of `N` (needs < −0.05). Across sizes that first primary, the
-speed-up over tuned AdamW, shrinks as the model grows: −0.48 [−0.69, −0.26] of `N` at
-`micro`, −0.24 [−0.81, 0.33] at `mini`, −0.06 at `small`; the slope, +0.13 [−0.01, 0.28] per
-e-fold of parameters, is not resolved at three sizes (Wen et al. 2025 measure matrix
-optimizers' speed-up over AdamW shrinking from 1.4× at 0.1B to 1.1× at 1.2B).
-
-**Budget axis** (`budgets = (4, 16)`, `budget_model = "micro"`, `at_budget`; declared on
-2026-12-03 before any budget ran, the 16× added when `micro`'s 1× took 341 s on the shared
-cores): a full run also trains `micro` (41,856 parameters, the size where the speed-up was
-largest) on 4× and 16× the registered tokens, `N = 480` and `1,920` steps: 5.87 and 23.5
-tokens per parameter against 1.47 at 1×, the last about a compute-optimal length (≈ 20), the
-regime of Wen et al.'s comparison. Every rate and the `lr-cut` factor are chosen again on the
-tuning seed at each budget. `results.json`'s `budgets` gives the first primary at each
-budget and its slope on log(tokens), paired by seed; the verdict is still read at `small`.
-`claim condition-lr --onto results/condition-lr` adds it without rerunning the sizes.
-
-Budget result (`results/condition-lr/`, kept 2026-12-03 with `--onto`; the 1× reproduced the
-committed `micro` row to every digit; 4× took 692 s and 16× 1,956 s of wall time beside two
-other claims on the 2 shared cores): the speed-up **vanishes and reverses with training
-length**, slope +0.35 [+0.19, +0.52] of `N` per e-fold of tokens (grows). Condition − AdamW
-steps to AdamW's final loss: −0.475 [−0.695, −0.255] at 1× (1.47 tokens per parameter),
-+0.146 [−0.456, +0.749] at 4× (5.87), **+0.5 in every seed at 16×** (23.5: the condition arm
-never reaches AdamW's final loss, 1.986 against 1.928 nats; `frozen` 1.958 and `lr-cut` 1.937
-do not either). The registered rule reads inconclusive at 1×, refuted at 4× and 16×. Tuned
-rates: AdamW 1e-2 at every budget; the three arms that cut the hidden matrices' updates pick
-the grid's top 3e-2 (`frozen` 1e-2 at 16×), so their peak rate is bounded by the grid (their
-effective rate on those matrices is about 0.3 × 3e-2); `lr-cut`'s factor 0.293, 0.273, 0.302.
-Like Wen et al.'s matrix optimizers, the gain measured in early training does not survive a
-compute-optimal length, here to the point of a loss.
-
-Earlier result, before pre-registration (3 seeds: 168 s; `--seeds 0 1 2 3 4 5 6 7`: 244 s, on 2
-idle cores; thresholds at a bare 0, and the seed count raised after an inconclusive result,
-which the contract now forbids): **inconclusive** at 3 seeds, **refuted** at 8. Tracking κ does
-not beat freezing the first multipliers (final loss 0.0073 [0.0009, 0.0137] nats worse at 8
-seeds) and is not reliably faster than AdamW (−0.04 [−0.33, 0.25] of `N`). All arms that cut the
-hidden matrices' rate relative to the rest end below AdamW; the plain cut is the fastest (−0.14
-[−0.23, −0.06] of `N`).
-
-Arms, each AdamW (`b1 = 0.9, b2 = 0.95`) with one change, each with its peak rate tuned on
-the same grid `{3e-4, 1e-3, 3e-3, 1e-2, 3e-2}` (`experiments.lab.tuning.RATE_GRID`) at the full
-budget on the spare seed 100, then run on the reported seeds with the same schedule
-(`budget_schedule`: 10% warm-up, linear decay to 10%):
-
-- `adamw`: the baseline; its final validation loss (per seed) is the target;
-- `condition`: `optim.scale_by_condition` (`α = 0.5, κ_ref = 10`, κ̂ of each hidden weight
-  matrix refreshed every 10 updates) multiplies each hidden matrix's update by
-  `min(1, (κ_ref/κ̂)^α)`;
-- `frozen`: the same multipliers frozen at their values on the first update (control 1:
-  is *tracking* κ the cause?);
-- `lr-cut`: every hidden matrix's update multiplied by one constant `c` (control 2: is a
-  smaller average rate on the same matrices the cause?). `c` is fixed before the reported
-  runs: the condition arm's mean multiplier over its tuning run (seed 100, tuned rate,
-  averaged over the 10 evaluation points and all hidden matrices, exact SVD condition
-  numbers of the weights). In `--quick`, `c` is the mean multiplier at initialisation.
-
-Steps to target: the first step at which an arm's validation curve reaches AdamW's final
-loss (`steps_to_loss`, interpolated between evaluations), as a fraction of `N`; `1.5` when
-not reached. The claim needs the condition arm to be faster than AdamW and to end with a
-lower validation loss than both controls, each beyond the seed spread (95% t-interval of
-the paired difference). The control of the instrument: the rule must act (mean multiplier
-below 1 in every run), or nothing can be read.
+Not yet on the trained regime (issue 38): 120 steps are 0.07 tokens per parameter at `small`,
+the rates are tuned on one seed with no edge rule (three arms picked the grid's top 3e-2 at
+`micro`'s budgets), and the budget axis shows the 1× speed-up reversing by 23.5 tokens per
+parameter; the next registration trains at 20 tokens per parameter under the edge rule.
+Results: `results/condition-lr/`.
 """
 
 from __future__ import annotations

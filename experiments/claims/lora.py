@@ -2,61 +2,37 @@
 
     python -m experiments claim lora [--quick]
 
-**The preface's question.** "LoRA achieves efficient fine-tuning via low-rank weight updates":
-training a low-rank update `ΔW = A B` of a few matrices, instead of every weight, should
-fine-tune as well at a small fraction of the trained parameters. Operationalised on the
-configuration the LoRA paper reports (Hu et al., Table 6: rank 4 on `W_Q` and `W_V`; here
-about 1% of the hidden matrices' parameters): **fine-tuning a shared base model on text it
-never saw, does LoRA rank 4 on `W_Q`, `W_V` reach full fine-tuning's held-out loss within
-1%?** The quantity is `test_loss(LoRA) / test_loss(full) − 1` per seed (paired: same base
-model, same batches); supported when its 95% interval over the seeds lies below 1% of the
-loss, refuted when it lies above (what would refute it). The margin, 1% of the loss, is the
-same tolerance as the `kv-compression` claim's: a cheaper fine-tuning that ends more than 1%
-above full fine-tuning gives a measurably worse model, not the same model for less.
+**The preface's question.** "LoRA achieves efficient fine-tuning via low-rank weight updates".
+On the configuration the LoRA paper reports (Hu et al., Table 6: rank 4 on `W_Q` and `W_V`,
+here about 1% of the hidden matrices' parameters): **fine-tuning a shared base model on text
+it never saw, does LoRA rank 4 on `W_Q`, `W_V` reach full fine-tuning's held-out loss within
+1%?** Per seed, paired (same base model, same batches): `test_loss(LoRA) / test_loss(full) −
+1`; supported when its 95% interval over seeds 0–4 lies below 1% of the loss, refuted when it
+lies above (the `kv-compression` tolerance: a cheaper fine-tuning more than 1% worse gives a
+measurably worse model).
 
-**Pre-registration.** The rate grid is frozen here (`GRID`, six rates `3e-4 … 1e-1`); every
-arm's peak rate is chosen on the tuning seed 100 only (its own base model, adapter init and
-batches; the tuning text), and the reported seeds 0–4 train once each at that rate. A best
-rate at an edge of the grid extends it one step beyond that edge, once; a rate still at an
-edge is a failed control (the comparison is then unread). `--quick`: one fixed rate.
+**Extensions** (own verdicts): *a larger adapter* (rank 16 on every hidden matrix within 1%);
+*full fine-tuning's update is low rank* (the stable rank of `ΔW = W_ft − W_base` below 10% of
+`min(D_in, D_out)`, 0.15 under a Gaussian matrix's ≈ 1/4); *in-domain adaptation* (the primary
+asked again on held-out standard-library files, the shared models' own domain, metrics
+prefixed `in_domain_`): it separates *adapting* from *learning new knowledge*.
 
-**Extensions** (own verdicts, never the headline):
+**Text.** The base models train on the standard library's `.py` files. The fine-tuning text is
+IDLE's plain-text documents (`idlelib/*.txt`, English prose never in the training corpus),
+concatenated in sorted order: the first 80% fine-tunes, the next 10% tunes rates, the last 10%
+is the test part. In-domain: the `stdlib` validation files, split by a hash of their names into
+test (≥ 4% of the bytes), tuning (≥ 4%) and fine-tuning parts that share no file.
 
-* *a larger adapter*: LoRA rank 16 on every hidden matrix within the same 1%;
-* *full fine-tuning's update is low rank* (the mechanism LoRA relies on): the stable rank
-  `‖ΔW‖_F² / ‖ΔW‖₂²` of full fine-tuning's `ΔW = W_ft − W_base` is at least 0.15 below a
-  Gaussian matrix's ≈ 1/4 of `min(D_in, D_out)`, i.e. below 10%;
-* *in-domain adaptation* (the setting of the LoRA paper, which adapts a model to text of the
-  kind it was trained on): the primary question asked again within the shared models' own
-  domain, held-out standard-library `.py` files (see **Text**). It mirrors the primary: the
-  quantity `test_loss(LoRA r4 on W_Q, W_V) / test_loss(full) − 1` on the in-domain test part,
-  the same 1% margin and controls (full fine-tuning gains; both tuned rates inside the grid),
-  every rate chosen on the tuning seed from `GRID` on the in-domain tuning part. It separates
-  *adapting* (in-domain) from *learning new knowledge* (the primary's English text); its
-  metrics carry the prefix `in_domain_`.
+**Arms** (same base model and batches per seed; Adam, 10% warm-up + cosine, clip 1, no weight
+decay): `full`, `lora-qv-r4`, `lora-all-r16`, `lora-qv-r16`; `alpha = R`.
 
-**Text.** The shared models are trained on the standard library's `.py` files. The fine-tuning
-text is IDLE's plain-text documents (`idlelib/*.txt`: CREDITS, HISTORY, NEWS, NEWS2x, README,
-TODO and extend on this Python 3.11): English release notes and prose, never in the training
-corpus. Their bytes, concatenated in sorted order, are cut into fine-tuning text (the first
-80%), a tuning part (the next 10%: picks each arm's rate on the tuning seed) and a test part
-(the last 10%: every reported loss). The in-domain text (`in_domain_text`) is the `stdlib`
-corpus's validation files, which every shared model holds out: in the order of a hash of
-their names, the first files holding ≥ 4% of the bytes are the test part, the next ≥ 4% the
-tuning part, the rest the fine-tuning text, so the three share no file.
-
-**Arms** (all from the same base model per seed, the same batches, Adam with 10% warm-up +
-cosine, clip 1, no weight decay): `full` (every parameter), `lora-qv-r4`, `lora-all-r16`,
-`lora-qv-r16`; `alpha = R` (update scale 1). The seeds of an arm train together as one
-program, each from its own base model (`experiments.lab.lora`).
-
-Protocol: per seed, the committed base model (`experiments.models`, trained at 20 tokens per
-parameter; the tuning seed 100's too), 150 fine-tuning steps of 16 × 128 tokens; `--quick`
-(`quick`, one seed, 10 steps). Registered on `mini-20` (d 64, L 2, H 4); the
-scale axis reruns the whole protocol on `micro-20` (every arm's rate retuned on the tuning
-seed from the same `GRID`, in both settings); the ranks stay the paper's 4 and 16, so an
-adapter is a larger share of a narrower model (`pico-20`, d 16, would hold `lora-all-r16` at
-full rank; `check_ranks` refuses too narrow a model). Results: `results/lora/report.md`.
+**Protocol.** Every arm's peak rate is chosen on tuning seed 100 only (its own committed base
+model and batches, the tuning part) from the frozen `GRID` (six rates `3e-4 … 1e-1`); a best
+rate at an edge extends the grid one step beyond it, once, and a rate still at an edge fails
+the control. Seeds 0–4 then train once each: the committed `mini-20` base models (d 64, L 2,
+H 4, trained at 20 tokens per parameter), 150 fine-tuning steps of 16 × 128 tokens. Scale axis:
+the whole protocol on `micro-20` (rates retuned); the ranks stay 4 and 16 (`check_ranks`
+refuses a model too narrow for them, e.g. `pico-20`). `--quick`: `quick`, one seed, 10 steps.
 
 v2 (2026-12-05): the trained regime (`mini-20`; v1: `small`, 0.95 tokens per parameter), all
 else as v1 (issue 38). v3 (after v2's LoRA rate sat at the grid's top): the edge rule above.

@@ -2,65 +2,38 @@
 
     python -m experiments claim residual-eigenvalues [--quick]
 
-Full run (5 seeds, tuning seed 100): the depth sweep at L ∈ {1, 4, 16, 64, 128}, width
-D = 16, then 128-layer training of three arms; designed for about 25 minutes on 2 idle CPU
-cores (much longer when the machine is shared). `--quick`: depths 1 and 8 and a short
-8-layer training at one rate, 1e-2 (the rate each arm chose from {3e-3, 1e-2} in earlier
-quick runs), so nothing is tuned.
-
-**The preface's question** is the sentence itself, in two parts that are both measured: do
-residual connections keep each layer's Jacobian eigenvalues near 1 at depth (against the same
-stack without residuals), and do they enable 100+ layer networks (a 128-layer model trains
-below the unigram entropy, the residual-free one does not)? The earlier headline also asked
-that the end-to-end σ_max grow with depth, which the preface never said: it is now an
-extension with its own verdict. What would have refuted the headline: eigenvalues far from 1
-with residuals, or near 1 without them, or a deep residual model that cannot train.
+**The preface's question** is the sentence itself, in two measured parts: do residual
+connections keep each layer's Jacobian eigenvalues near 1 at depth (against the same stack
+without residuals), and do they enable 100+ layer networks (a 128-layer model trains below
+the unigram entropy, the residual-free one does not)? That the end-to-end σ_max grows with
+depth is an extension with its own verdict (the preface never said it). What would have
+refuted the headline: eigenvalues far from 1 with residuals, or near 1 without them, or a deep
+residual model that cannot train.
 
 Two measurements, both at the default init (`init_residual_scale`: `w_o`, `w_2` divided by
 `√(2L)`):
 
-* **Eigenvalues at depth.** For every depth and every layer `l`, the Jacobian
-  `J_l = ∂x_{l+1}/∂x_l` of the block at its own input (a stream of 8 random tokens) is causal,
-  so its eigenvalues are exactly those of its `T` diagonal `(D, D)` blocks
-  (`analysis.causal_jacobian_eigenvalues`, via `experiments.lab.stability.depth_point`). We report
-  `max_l max |λ(J_l) − 1|` and, separately, the largest singular value of the end-to-end
-  Jacobian `J_{L−1} ⋯ J_0` (dense SVD): eigenvalues near 1 say nothing about the norm of a
-  non-normal product. Arms: pre-norm with residuals (`pre`), pre-norm with each block
-  *replacing* the stream (`pre-no-residual`), post-norm (`post`), and, for the singular-value
-  question only, pre-norm without the `1/√(2L)` init scaling (`pre-unscaled`).
-* **Training at depth.** 128-layer (quick: 8) models of the three main arms, trained with
-  AdamW, each arm at the peak rate of {3e-3, 1e-2} that is best on the tuning seed (the same
-  grid for all arms, 250 steps) on the stdlib corpus; the validation loss is
-  compared with the unigram entropy of the bytes (the loss of the best model that ignores
-  context).
+* **Eigenvalues at depth.** For every depth and layer `l`, the Jacobian `J_l = ∂x_{l+1}/∂x_l`
+  of the block at its own input (8 random tokens) is causal, so its eigenvalues are those of
+  its `T` diagonal `(D, D)` blocks (`analysis.causal_jacobian_eigenvalues`, via
+  `experiments.lab.stability.depth_point`). Reported: `max_l max |λ(J_l) − 1|` and, apart, the
+  largest singular value of the end-to-end product (dense SVD): eigenvalues near 1 say nothing
+  about the norm of a non-normal product. Arms: pre-norm with residuals (`pre`), pre-norm with
+  each block *replacing* the stream (`pre-no-residual`), post-norm (`post`), and, for the
+  singular values only, pre-norm without the `1/√(2L)` scaling (`pre-unscaled`).
+* **Training at depth.** 128-layer models of the three main arms, AdamW, each arm at the rate
+  of {3e-3, 1e-2} best on tuning seed 100 (250 steps, stdlib); the validation loss is compared
+  with the unigram entropy of the bytes.
 
-**Scale axis** (`scale_models`: the shapes `deep-32` and `deep-48` of
-`experiments.models.SHAPES`, after the registered `deep-16`): the same 128-layer model at widths
-D = 16, 32 and 48, 424,480 to 3,632,736 parameters (8.6×); the verdict is read at `deep-16`
-alone. Each width reruns the whole protocol (the depth sweep at that width, then each arm's
-rate tuned again from the same grid on seed 100, seeds 0–4 trained); steps, batches and depths
-stay `FULL`'s, only `D` changes. Not run yet; cost an **estimate**: the registered run took
-2,445 s wall at load, and a step of these narrow models is overhead more than arithmetic, so
-each wider size should cost one to two times that.
-Measured since (2026-12-03, git dec8df9, four claim processes on the 2 shared cores, load
-≈ 7): `deep-16` 1,711 s wall (the registered run reproduced exactly), `deep-32` 81 min wall
-with a varying share of the cores, `deep-48` about 40 min once the cores were freer.
+**Protocol** (v1). Seeds 0–4; depths L ∈ {1, 4, 16, 64, 128} at width D = 16 (`deep-16`), then
+128-layer training. Scale axis: the same protocol at D = 32 and 48 (`deep-32`, `deep-48`,
+424k–3.6M parameters); the verdict is read at `deep-16`. `--quick`: depths 1 and 8 and a short
+8-layer training at one rate, 1e-2, nothing tuned.
 
-**Result with width** (`results/residual-eigenvalues/`, kept 2026-12-03; the registered
-`deep-16` reproduced exactly; the same verdict, inconclusive, at every width): the primary
-effect, `max |λ − 1|` with pre-norm and residuals over all layers and depths, is 0.235
-[0.177, 0.293] at D = 16, 0.547 [0.485, 0.608] at D = 32 and 0.813 [0.759, 0.867] at D = 48:
-it **grows** with width, +0.265 [0.233, 0.298] per e-fold of parameters, and crosses the
-support threshold (0.5) from D = 32 on. Without residuals it stays above 1 (1.02, 1.11,
-1.20). The 128-layer residual model trains below the unigram entropy at D = 16 and 32 in
-every seed, at D = 48 in 4 of 5 (one seed +0.09 above it); the residual-free one sits around
-the entropy at every width (−0.12 … +0.07). So "eigenvalues near 1" holds for narrow blocks
-at this init: every eigenvalue is within 0.5 of 1 only at D = 16; at D = 48 the farthest is
-0.81 away, still under the refutation line of 1.
-
-Expected (from the preface): `pre` has small `|λ − 1|` at every depth, shrinking with depth;
-`pre-no-residual` does not; the residual 128-layer model goes below the unigram entropy and
-the residual-free one does not.
+Not yet on the trained regime (issue 38): the eigenvalues are read at init, and the training
+half sees 250 steps (well under 1 token per parameter) with a two-rate grid and no edge rule;
+the next registration trains the deep models at 20 tokens per parameter under the edge rule.
+Results: `results/residual-eigenvalues/`.
 """
 
 from __future__ import annotations
