@@ -13,7 +13,6 @@ a margin").
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import numpy as np
@@ -21,6 +20,8 @@ import numpy as np
 import transformer
 from experiments import data as data_lib
 from experiments import models
+from experiments.lab import edge
+from experiments.lab.tuning import ended_diverged  # one rule: ended non-finite or above ln V
 from experiments.train import sweep
 
 LEARNING_RATES = (1e-3, 3e-3)
@@ -126,23 +127,6 @@ def _index(tree, i: int, j: int):
   return jax.tree.map(lambda x: x[i, j], tree)
 
 
-def ended_diverged(val_loss, vocab_size: int) -> np.ndarray:
-  """Whether runs *ended* diverged: final loss non-finite or above uniform guessing, `ln V`.
-
-  A run that spiked and recovered is not diverged (its spike is `train_many`'s flag, reported
-  apart as `spiked`). `ln V` is the loss of the uniform prediction, which a fresh model (small
-  init) starts at.
-
-  Example:
-    >>> import numpy as np
-    >>> from experiments.lab.attention_arms import ended_diverged
-    >>> ended_diverged(np.array([2.0, np.nan, 6.0]), 256).tolist()
-    [False, True, True]
-  """
-  v = np.asarray(val_loss, np.float64)
-  return ~np.isfinite(v) | (v > math.log(vocab_size))
-
-
 def train_arm(cfg: transformer.Config, seeds, *, data, steps: int, batch_size: int,
               seq_len: int, learning_rates=LEARNING_RATES, exact_match: bool = False,
               em_batches: int = 4) -> dict:
@@ -184,7 +168,7 @@ def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, extend: int = 0,
   With one rate in `grid` (quick runs) nothing is trained and that rate is returned. With
   `extend > 0` (opt-in; the edge rule of issue 38) a best rate at an edge of the geometric
   `grid` runs one more rate a step of its ratio beyond that edge
-  (`experiments.lab.tuning.beyond_edge`), up to `extend` times, and the record says whether
+  (`experiments.lab.edge.tune`), up to `extend` times, and the record says whether
   the rate chosen still sits at an edge (`at_edge`: the claim's control then fails).
 
   Returns:
@@ -199,8 +183,6 @@ def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, extend: int = 0,
     >>> t["tuning"]["grid"], t["tuning"]["at_edge"]  # 2e-4 won, so 4e-4 ran and won too
     ([0.0001, 0.0002, 0.0004], True)
   """
-  from experiments.lab import tuning
-
   grid = tuple(grid)
   if len(grid) == 1:
     return {"lr": grid[0], "tuning": None}
@@ -213,30 +195,15 @@ def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, extend: int = 0,
     t = train_arm(cfg, seeds, learning_rates=grid, **kw)
     return {"lr": t["lr"], "tuning": {"seeds": list(seeds), "grid": list(grid),
                                       "val_loss": [float(np.mean(r)) for r in t["val_loss_grid"]]}}
-  if np.any(np.diff(grid) <= 0):
-    raise ValueError(f"tune_rate: extend needs an increasing geometric grid, got {grid}. Fix: "
-                     "sort the rates, e.g. (1e-3, 2e-3, 4e-3, 8e-3).")
-  by_rate = {}  # rate -> (mean final loss over the seeds, ended diverged on some seed)
 
   def run(rates):
     val = np.asarray(train_arm(cfg, seeds, learning_rates=tuple(rates), **kw)["val_loss_grid"])
-    ended = ended_diverged(val, cfg.vocab_size)
-    for lr, v, e in zip(rates, val, ended, strict=True):
-      by_rate[float(lr)] = (float(np.mean(v)), bool(e.any()))
+    return val.mean(1), ended_diverged(val, cfg.vocab_size).any(1)
 
-  run(grid)
-  for _ in range(extend):
-    order = sorted(by_rate)
-    new = tuning.beyond_edge(order, [by_rate[r][0] for r in order],
-                             [by_rate[r][1] for r in order], grid[1] / grid[0])
-    if new is None:
-      break
-    run([new])
-  order = sorted(by_rate)
-  val, diverged = [by_rate[r][0] for r in order], [by_rate[r][1] for r in order]
-  lr, i = tuning.tuned_rate(val, diverged, order)
-  return {"lr": lr, "tuning": {"seeds": list(seeds), "grid": order, "val_loss": val,
-                               "diverged": diverged, "at_edge": i in (0, len(order) - 1)}}
+  t = edge.tune(run, grid, extend=extend, name="tune_rate")
+  return {"lr": t.learning_rate, "tuning": {
+      "seeds": list(seeds), "grid": list(t.grid), "val_loss": [float(v) for v in t.losses],
+      "diverged": list(t.excluded), "at_edge": t.at_edge}}
 
 
 def tuned_arm(cfg: transformer.Config, seeds, *, tuning_seeds, grid, **train_kwargs) -> dict:

@@ -1,77 +1,121 @@
-"""The registered edge rule of every tuned rate (issue 38): a grid that cannot keep its best
-rate on its boundary.
+"""The one tuner of every rate (issue 38's edge rule): a grid that cannot keep its best rate
+on its boundary, and the `Tuned` record it returns.
 
-`edge_search` runs a geometric grid of rates through any scoring function (lower is better;
-`inf` for a run that failed or diverged), and when the best rate is the grid's first or last
-it runs one more rate, one step of the grid's ratio beyond that edge, up to `extend` times.
-The rule is fixed before any run, so every arm is searched equally hard; a best rate that is
-still at an edge after the extensions is reported (`at_edge`) and the claim's edge control
-then keeps the comparison from being read.
+`tune` runs a geometric grid of rates through the caller's `run` (which trains or fits at
+those rates and returns one loss per rate, and which rates are out of the choice, e.g. ended
+diverged). The chosen rate has the lowest loss among the rates still in the choice. When it is
+the grid's first or last, `tune` runs one more rate, one step of the grid's ratio beyond that
+edge, up to `extend` times. The rule is fixed before any run, so every arm is searched equally
+hard; a best rate still at an edge after the extensions is flagged (`Tuned.at_edge`) and the
+claim's edge control then keeps the comparison from being read. Every tuner of the claims
+(`tuning.tune_on_seeds`, `attention_arms.tune_rate`, `norm_training.tune_arm`,
+`lora.tune_rates`, `kv_arms.tune_fit_rate`) is this loop around its own `run`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+Run = Callable[[list[float]], tuple[Sequence[float], Sequence[bool]]]
 
-def edge_search(score: Callable[[list[float]], Sequence[float]], grid: Sequence[float], *,
-                extend: int = 1) -> dict:
-  """Scores `grid`, then extends it past a best edge by one step of its ratio, `extend` times.
 
-  Args:
-    score: maps a list of rates to their scores (lower is better; NaN or inf: failed). It is
-      called once with the whole grid, then once per extension with one rate.
-    grid: increasing rates, geometric when `extend > 0` (the step is `grid[1] / grid[0]`).
-    extend: how many rates may be added beyond the edges, in total.
+@dataclasses.dataclass(frozen=True)
+class Tuned:
+  """A tuned rate and the search that chose it.
 
-  Returns:
-    `{"learning_rate", "index", "grid"` (every rate scored, increasing), `"scores"` (per
-    rate), `"at_edge"` (the best rate is still the first or last of a grid of two or more)`}`.
+  Attributes:
+    learning_rate: the chosen rate.
+    index: its position in `grid`.
+    grid: every rate run, increasing (extensions included).
+    losses: per rate, the loss the choice read (NaN or inf: failed).
+    excluded: per rate, whether it was out of the choice (e.g. ended diverged).
+    at_edge: the chosen rate is the first or last of a grid of two or more.
+  """
 
-  Raises:
-    ValueError: the grid is empty or not increasing, `extend` has no ratio to step by, or every
-      rate failed (naming the grid and the fix).
+  learning_rate: float
+  index: int
+  grid: tuple[float, ...]
+  losses: tuple[float, ...]
+  excluded: tuple[bool, ...]
+  at_edge: bool
+
+  def to_dict(self) -> dict:
+    """JSON-ready fields (tuples become lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v
+            for k, v in dataclasses.asdict(self).items()}
+
+
+def choice(losses, excluded) -> int | None:
+  """Index of the lowest finite loss among rates not `excluded`; None when no rate qualifies.
 
   Example:
-    >>> from experiments.lab.edge import edge_search
-    >>> loss = lambda rates: [(r - 0.05) ** 2 for r in rates]  # best near 0.05
-    >>> r = edge_search(loss, (1e-3, 3e-3, 1e-2), extend=2)
-    >>> [round(x, 4) for x in r["grid"]], round(r["learning_rate"], 4), r["at_edge"]
+    >>> from experiments.lab.edge import choice
+    >>> choice([3.0, 2.0, 1.0], [False, False, True]), choice([float("nan")], [False])
+    (1, None)
+  """
+  loss = np.where(np.asarray(excluded, bool), np.inf, np.asarray(losses, np.float64))
+  loss = np.where(np.isfinite(loss), loss, np.inf)
+  return int(np.argmin(loss)) if np.isfinite(loss).any() else None
+
+
+def tune(run: Run, grid: Sequence[float], *, extend: int = 1, name: str = "tune") -> Tuned:
+  """Runs `grid`, then extends it past a best edge by one step of its ratio, `extend` times.
+
+  Args:
+    run: maps a list of rates to `(losses, excluded)`, one of each per rate. It is called
+      once with the whole grid, then once per extension with one rate.
+    grid: increasing rates, geometric when `extend > 0` (the step is `grid[1] / grid[0]`).
+    extend: how many rates may be added beyond the edges, in total.
+    name: the caller, for error messages.
+
+  Raises:
+    ValueError: the grid is empty or not increasing, `extend` has no ratio to step by, `run`
+      answered the wrong number of rates, or every rate failed (naming the grid and the fix).
+
+  Example:
+    >>> from experiments.lab.edge import tune
+    >>> run = lambda rates: ([(r - 0.05) ** 2 for r in rates], [False] * len(rates))
+    >>> t = tune(run, (1e-3, 3e-3, 1e-2), extend=2)  # best near 0.05: two steps up
+    >>> [round(x, 4) for x in t.grid], round(t.learning_rate, 4), t.at_edge
     ([0.001, 0.003, 0.01, 0.03, 0.09], 0.03, False)
   """
   rates = [float(x) for x in grid]
   if not rates or np.any(np.diff(rates) <= 0):
-    raise ValueError(f"edge_search: grid={tuple(grid)} must be non-empty and increasing. Fix: "
-                     "list the rates from the smallest up.")
+    raise ValueError(f"{name}: grid={tuple(grid)} must be non-empty and increasing. Fix: list "
+                     "the rates from the smallest up.")
   if extend and len(rates) < 2:
-    raise ValueError(f"edge_search: extend={extend} needs a grid of two rates or more (its "
-                     "ratio is the step). Fix: give two rates, or extend=0.")
-  scored: dict[float, float] = {}
+    raise ValueError(f"{name}: extend={extend} needs a grid of two rates or more (its ratio is "
+                     "the edge rule's step). Fix: give two rates, or extend=0.")
+  seen: dict[float, tuple[float, bool]] = {}
 
-  def run(new_rates):
-    got = [float(s) for s in score(list(new_rates))]
-    if len(got) != len(new_rates):
-      raise ValueError(f"edge_search: score returned {len(got)} scores for {len(new_rates)} "
-                       "rates. Fix: one score per rate, in order.")
-    scored.update({lr: (s if np.isfinite(s) else np.inf) for lr, s in zip(new_rates, got)})
+  def step(new):
+    losses, excluded = run(list(new))
+    losses, excluded = list(losses), list(excluded)
+    if not len(losses) == len(excluded) == len(new):
+      raise ValueError(f"{name}: run answered {len(losses)} losses and {len(excluded)} "
+                       f"flags for {len(new)} rates. Fix: one of each per rate, in order.")
+    seen.update({lr: (float(v), bool(x)) for lr, v, x in zip(new, losses, excluded, strict=True)})
 
   def best():
-    order = sorted(scored)
-    values = [scored[lr] for lr in order]
-    if not np.isfinite(values).any():
-      raise ValueError(f"edge_search: every rate of {tuple(order)} failed. Fix: lower the grid.")
-    return order, int(np.argmin(values))
+    order = sorted(seen)
+    i = choice([seen[lr][0] for lr in order], [seen[lr][1] for lr in order])
+    if i is None:
+      raise ValueError(f"{name}: every rate of {tuple(order)} diverged or failed. Fix: lower "
+                       "the grid.")
+    return order, i
 
-  run(rates)
+  step(rates)
   q = rates[1] / rates[0] if len(rates) > 1 else 1.0
   for _ in range(extend):
     order, i = best()
     if 0 < i < len(order) - 1:
       break
-    run([order[-1] * q] if i == len(order) - 1 else [order[0] / q])
+    step([order[-1] * q] if i == len(order) - 1 else [order[0] / q])
   order, i = best()
-  return {"learning_rate": order[i], "index": i, "grid": order,
-          "scores": [scored[lr] for lr in order],
-          "at_edge": len(order) > 1 and i in (0, len(order) - 1)}
+  return Tuned(learning_rate=order[i], index=i, grid=tuple(order),
+               losses=tuple(seen[lr][0] for lr in order),
+               excluded=tuple(seen[lr][1] for lr in order),
+               at_edge=len(order) > 1 and i in (0, len(order) - 1))

@@ -108,11 +108,11 @@ def tune_fit_rate(z, seed: int, *, extend: int = 1, log) -> dict:
   Every rate of `z.fit_rates` fits the 16× loss-aware cache of seed `seed`'s base model as
   `fit_arms` does (its training-split windows); the chosen rate has the lowest loss rise on
   that seed's validation windows, and a best rate at an edge of the grid extends it by one
-  step (`edge.edge_search`, `extend` times).
+  step (`edge.tune`, `extend` times).
 
   Returns:
-    `edge_search`'s record (`"learning_rate"`, `"grid"`, `"scores"`: the 16× loss rise per
-    rate, `"at_edge"`) with `"seed"`.
+    The `edge.Tuned` record as a dict (`"learning_rate"`, `"grid"`, `"losses"`: the 16× loss
+    rise per rate, `"at_edge"`, ...) with `"seed"`.
   """
   (params, cfg), = models.base_models(z.model, (seed,))
   cal = kvcompress.calibrate(params, cfg, models.windows(seed, z.seq_len, z.n_calibration,
@@ -130,9 +130,10 @@ def tune_fit_rate(z, seed: int, *, extend: int = 1, log) -> dict:
                           batch_size=z.fit_batch)
       out.append(kvcompress.evaluate(params, cfg, comp, ev, nll_full=nll_full)["loss_rise"])
       log(f"    tuning the fit (seed {seed}): rate {lr:.3g}, 16× loss rise {out[-1]:+.3%}")
-    return out
+    return out, [False] * len(rates)
 
-  return {**edge.edge_search(rise, z.fit_rates, extend=extend), "seed": seed}
+  return {**edge.tune(rise, z.fit_rates, extend=extend, name="tune_fit_rate").to_dict(),
+          "seed": seed}
 
 
 # The arms of the issue-23 goals, as `goals_on` measures them: (name, ratio, bits); the

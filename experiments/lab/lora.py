@@ -26,7 +26,7 @@ import optax
 import analysis
 import transformer
 from experiments import data
-from experiments.lab import tuning
+from experiments.lab import edge
 from experiments.train import sweep
 from transformer import lora
 
@@ -259,6 +259,7 @@ def tune_rates(base, cfg, arms, z, log, text=None, *, grid, tune_seed: int) -> d
   ft, tune, _ = held_out_text()[:3] if text is None else text
   src = data.TextSource(data.Corpus(ft, tune, (), ()), z.seq_len)
   base_tune = text_loss(base, cfg, tune, z.seq_len)
+
   def run(rates, arm):
     r = train_arm([base], cfg, src, (tune_seed,), rates, arm, steps=z.steps,
                   batch_size=z.batch_size, seq_len=z.seq_len)
@@ -266,26 +267,22 @@ def tune_rates(base, cfg, arms, z, log, text=None, *, grid, tune_seed: int) -> d
            for k in range(len(rates))]
     return val, [bool(d) for d in r.diverged[:, 0]]
 
-  q = grid[1] / grid[0] if len(grid) > 1 else 1.0
   out = {}
   for arm in arms:
-    rates = list(grid)
-    val, flagged = run(rates, arm)
-    for _ in range(getattr(z, "extend", 0)):
-      i = tuning.tuned_rate(np.array(val), ~np.isfinite(val), rates)[1]
-      if 0 < i < len(rates) - 1:
-        break
-      new = rates[-1] * q if i == len(rates) - 1 else rates[0] / q
-      v, f = run([new], arm)
-      at = len(rates) if new > rates[-1] else 0
-      rates.insert(at, new), val.insert(at, v[0]), flagged.insert(at, f[0])
-    val = np.array(val)
+    flagged: dict[float, bool] = {}
+
+    def run_arm(rates, arm=arm, flagged=flagged):
+      val, f = run(rates, arm)
+      flagged.update(zip(rates, f, strict=True))
+      return val, [not np.isfinite(v) for v in val]
+
+    t = edge.tune(run_arm, grid, extend=getattr(z, "extend", 0), name="tune_rates")
+    rates, val, lr = list(t.grid), np.array(t.losses), t.learning_rate
     ended = ~np.isfinite(val) | (val > base_tune)
-    lr, i = tuning.tuned_rate(val, ~np.isfinite(val), rates)
-    out[arm] = {"learning_rate": lr, "index": i, "edge": i in (0, len(rates) - 1),
+    out[arm] = {"learning_rate": lr, "index": t.index, "edge": t.at_edge,
                 "grid": [float(g) for g in rates],
                 "val_loss": [float(v) for v in val], "diverged": [bool(d) for d in ended],
-                "spiked": [bool(f and not e) for f, e in zip(flagged, ended, strict=True)],
+                "spiked": [bool(flagged[g] and not e) for g, e in zip(rates, ended, strict=True)],
                 "base_tune_loss": base_tune}
     log(f"    tuned {arm} (seed {tune_seed}): lr {lr:g}, tuning-text loss "
         + ", ".join(f"{g:g}: {v:.4f}" for g, v in zip(rates, val, strict=True))

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from experiments import data
-from experiments.lab import stability, tuning
+from experiments.lab import edge, stability
 from experiments.lab.tuning import ended_diverged
 from experiments.train import sweep
 
@@ -120,9 +120,9 @@ def tune_arm(cfg, grid, *, seed: int, steps: int, batch_size: int, seq_len: int,
   """Every rate of `grid` on the tuning seed (final loss only); the arm's tuned rate.
 
   The tuned rate has the lowest final validation loss among the runs that did not end
-  diverged (`tuning.tuned_rate`). The edge rule (issue 38): while it is the first or last rate
-  run, one rate a step of the grid's ratio `grid[1] / grid[0]` beyond that edge is run too, at
-  most `extend` times. `tuning.tune_on_seeds` states the same rule but trains under its
+  diverged (`edge.tune`, the one tuner). The edge rule (issue 38): while it is the first or
+  last rate run, one rate a step of the grid's ratio `grid[1] / grid[0]` beyond that edge is run
+  too, at most `extend` times. `tuning.tune_on_seeds` states the same rule but trains under its
   warm-up schedule (`tuning.on_budget`); this arm's runs have none (`make_tx_factory`), so
   the tuning runs use that optimizer, as the reported runs do.
 
@@ -139,39 +139,25 @@ def tune_arm(cfg, grid, *, seed: int, steps: int, batch_size: int, seq_len: int,
     >>> len(t["grid"]), t["learning_rate"] in t["grid"]  # the best of two is at an edge: +1
     (3, True)
   """
-  rates = [float(g) for g in grid]
-  if len(rates) < 2 or np.any(np.diff(rates) <= 0):
+  if len(grid) < 2:
     raise ValueError(f"tune_arm: grid={tuple(grid)} must hold two or more increasing rates "
                      "(its ratio is the edge rule's step). Fix: e.g. (1e-3, 3e-3, 1e-2, 3e-2).")
-  q = rates[1] / rates[0]
-  final: dict[float, float] = {}
   flagged: dict[float, bool] = {}
 
-  def run(new):
-    r = sweep.train_many(cfg, make_tx_factory(steps), seeds=(seed,), learning_rates=tuple(new),
+  def run(rates):
+    r = sweep.train_many(cfg, make_tx_factory(steps), seeds=(seed,), learning_rates=tuple(rates),
                          steps=steps, data=data.text_source("stdlib", seq_len),
                          batch_size=batch_size, seq_len=seq_len, eval_every=steps,
                          eval_batches=eval_batches)
-    for k, lr in enumerate(new):
-      final[lr], flagged[lr] = float(r.val_loss[k, 0, -1]), bool(r.diverged[k, 0])
+    val = r.val_loss[:, 0, -1]
+    flagged.update({lr: bool(r.diverged[k, 0]) for k, lr in enumerate(rates)})
+    return val, ended_diverged(val, cfg.vocab_size)
 
-  def best():
-    order = sorted(final)
-    val = np.array([final[lr] for lr in order])
-    bad = ended_diverged(val, cfg.vocab_size)
-    return order, val, bad, tuning.tuned_rate(val, bad, order)
-
-  run(rates)
-  for _ in range(extend):
-    order, *_, (_, i) = best()
-    if 0 < i < len(order) - 1:
-      break
-    run([order[-1] * q] if i == len(order) - 1 else [order[0] / q])
-  order, val, bad, (lr, i) = best()
-  return {"learning_rate": lr, "index": i, "grid": order, "val_loss": [float(v) for v in val],
-          "ended_diverged": [bool(b) for b in bad],
-          "spiked": [flagged[g] and not b for g, b in zip(order, bad, strict=True)],
-          "at_edge": i in (0, len(order) - 1)}
+  t = edge.tune(run, grid, extend=extend, name="tune_arm")
+  return {"learning_rate": t.learning_rate, "index": t.index, "grid": list(t.grid),
+          "val_loss": [float(v) for v in t.losses], "ended_diverged": list(t.excluded),
+          "spiked": [flagged[g] and not b for g, b in zip(t.grid, t.excluded, strict=True)],
+          "at_edge": t.at_edge}
 
 
 def track(cfg, seeds, learning_rates, *, steps: int, batch_size: int, seq_len: int,

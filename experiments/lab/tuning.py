@@ -5,7 +5,7 @@
 - `tune` / `tuned_rate`: the best rate of a grid on one tuning seed (a run that `train_many`
   flags as diverged never wins);
 - `tune_on_seeds`: the best rate on several tuning seeds, divergence judged at the end
-  (`ended_diverged`), the grid extended past an edge that wins (`beyond_edge`); `untuned`
+  (`ended_diverged`), the grid extended past an edge that wins (`experiments.lab.edge`); `untuned`
   records a fixed rate;
 - `budget_schedule` / `on_budget`: an arm trained for a fixed step budget, linear warm-up then
   linear decay;
@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import transformer
+from experiments.lab import edge
 from experiments.lab.optimizers import MakeTx
 
 # The peak-rate grid every arm of the optimizer claims is tuned on (`small` shape, 120 steps).
@@ -213,42 +214,6 @@ def ended_diverged(final_loss, vocab_size: int) -> np.ndarray:
   return ~np.isfinite(x) | (x > np.log(vocab_size))
 
 
-def _best(val_loss_by_rate, diverged_by_rate) -> int | None:
-  """Index of the lowest loss among rates that did not end diverged; None if every one did."""
-  loss = np.where(np.asarray(diverged_by_rate, bool), np.inf, np.asarray(val_loss_by_rate))
-  return int(np.argmin(loss)) if np.isfinite(loss).any() else None
-
-
-def beyond_edge(rates, val_loss, diverged, q: float) -> float | None:
-  """The rate one step of ratio `q` past the edge of `rates` where the best rate sits, if it does.
-
-  The best rate is the lowest `val_loss` among rates that did not diverge (`diverged`); the
-  registered edge rule of issue 38 runs the returned rate next (`tune_on_seeds`,
-  `experiments.lab.attention_arms.tune_rate`).
-
-  Args:
-    rates: increasing rates, the grid run so far.
-    val_loss: per rate, the loss the choice reads.
-    diverged: per rate, whether it is out of the choice.
-    q: the grid's ratio.
-
-  Returns:
-    `rates[-1] * q` when the best is the last rate, `rates[0] / q` when it is the first, else
-    (best inside, every rate diverged, or one rate) None.
-
-  Example:
-    >>> from experiments.lab.tuning import beyond_edge
-    >>> beyond_edge([1e-3, 2e-3, 4e-3], [3.0, 2.5, 2.0], [False] * 3, 2.0)
-    0.008
-    >>> beyond_edge([1e-3, 2e-3, 4e-3], [3.0, 2.0, 2.5], [False] * 3, 2.0) is None
-    True
-  """
-  i = _best(val_loss, diverged)
-  if len(rates) < 2 or i is None or 0 < i < len(rates) - 1:
-    return None
-  return rates[-1] * q if i == len(rates) - 1 else rates[0] / q
-
-
 def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, steps: int,
                   extend: int = 0, **train_kwargs) -> dict[str, Any]:
   r"""Tunes an arm's peak rate on `grid` with spare seeds; extends the grid past a best edge.
@@ -292,41 +257,24 @@ def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, step
   """
   from experiments.train.sweep import train_many
 
-  rates = [float(x) for x in grid]
-  if not rates or np.any(np.diff(rates) <= 0):
-    raise ValueError(f"tune_on_seeds: grid={tuple(grid)} must be non-empty and increasing")
-  if extend and len(rates) < 2:
-    raise ValueError("tune_on_seeds: extend needs a grid of two rates or more (its ratio)")
   seeds = tuple(int(s) for s in seeds)
-  by_rate: dict[float, tuple[np.ndarray, bool, bool]] = {}
+  by_rate: dict[float, tuple[np.ndarray, bool]] = {}  # rate -> (final losses, a spike)
 
-  def run(new_rates):
-    r = train_many(cfg, on_budget(make_tx, steps), seeds=seeds, learning_rates=tuple(new_rates),
+  def run(rates):
+    r = train_many(cfg, on_budget(make_tx, steps), seeds=seeds, learning_rates=tuple(rates),
                    steps=steps, eval_every=steps, **train_kwargs)
     final = r.val_loss[:, :, -1]
     ended = ended_diverged(final, cfg.vocab_size)
-    for k, lr in enumerate(new_rates):
-      by_rate[lr] = (final[k], bool(ended[k].any()), bool((r.diverged[k] & ~ended[k]).any()))
+    for k, lr in enumerate(rates):
+      by_rate[lr] = (final[k], bool((r.diverged[k] & ~ended[k]).any()))
+    return final.mean(1), ended.any(1)
 
-  run(rates)
-  q = rates[1] / rates[0] if len(rates) > 1 else 1.0
-  for _ in range(extend):
-    order = sorted(by_rate)
-    new = beyond_edge(order, [by_rate[lr][0].mean() for lr in order],
-                      [by_rate[lr][1] for lr in order], q)
-    if new is None:
-      break
-    run([new])
-  order = sorted(by_rate)
-  mean = [float(by_rate[lr][0].mean()) for lr in order]
-  diverged = [by_rate[lr][1] for lr in order]
-  i = _best(mean, diverged)
-  if i is None:
-    raise ValueError(f"tune_on_seeds: every rate of {tuple(order)} diverged. Fix: lower the grid.")
-  return {"learning_rate": order[i], "index": i, "grid": order, "val_loss": mean,
-          "val_loss_by_seed": [[float(v) for v in by_rate[lr][0]] for lr in order],
-          "diverged": diverged, "spiked": [by_rate[lr][2] for lr in order],
-          "seeds": list(seeds), "at_edge": len(order) > 1 and i in (0, len(order) - 1)}
+  t = edge.tune(run, grid, extend=extend, name="tune_on_seeds")
+  return {"learning_rate": t.learning_rate, "index": t.index, "grid": list(t.grid),
+          "val_loss": [float(v) for v in t.losses],
+          "val_loss_by_seed": [[float(v) for v in by_rate[lr][0]] for lr in t.grid],
+          "diverged": list(t.excluded), "spiked": [by_rate[lr][1] for lr in t.grid],
+          "seeds": list(seeds), "at_edge": t.at_edge}
 
 
 def untuned(learning_rate: float) -> dict[str, Any]:
