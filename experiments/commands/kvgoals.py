@@ -15,9 +15,10 @@ seeds are paired on the text.
 At `--length 128` the model is `mini-20` (learned positions, the claim's registered model; the
 fit's rate is tuned on the tuning seed as the claim's run tunes it); at longer lengths it is
 `kv_compression.at_length(FULL, T)`'s (`llama-small-long`, RoPE, trained at T = 1024). Each
-seed's numbers are written to `DIR/prose-T<T>.json` as soon as they are measured, and a rerun with the same settings reuses them (nothing is lost on a crash); the
-summary (mean and 95% interval over the seeds per arm, each goal's limit and the margin by
-which the mean meets or misses it) is printed and written beside them.
+seed's numbers are written to `DIR/prose-T<T>.json` as soon as they are measured, and a rerun
+with the same settings reuses them (nothing is lost on a crash); the summary (mean and 95%
+interval over the seeds per arm, each goal's limit and the margin by which the mean meets or
+misses it) is printed and written beside them.
 
 The goals (issue 23): ≥ 8× at ≤ 1% loss rise with no training (`r8-loss`); ≥ 16× at ≤ 1%
 after a short calibration (`r16-cal`); ≥ 32× at ≤ 2% with low-bit coefficients, with or
