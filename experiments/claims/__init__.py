@@ -1,6 +1,6 @@
 """The preface's fourteen claims, each a `Claim` that can fail, and their registry `CLAIMS`.
 
-    python -m experiments claim causal-mask [--quick] [--seeds 0 1 2 3 4] [--sizes mini,small]
+    python -m experiments claim causal-mask [--quick] [--seeds 0 1 2 3 4] [--axes scale=mini-20]
     python -m experiments tour [--quick] [--only causal-mask softmax-kernel]
     python -m experiments.commands.table [--check README.md]
 
@@ -14,23 +14,28 @@ the new one), to their `Claim`. A claim whose module is not written yet is regis
 `not_built(...)`: it carries its topic and the preface's sentence, and the tour shows it as
 "not built", never as a verdict.
 
-To add a claim, write `experiments/claims/<id>.py` (under 400 lines; measurements that grow
-go to `experiments/lab/`), freezing its thresholds before it ever runs, and register its
-`CLAIM` below, in its topic's place::
+To add a claim, write `experiments/claims/<id>.py` (under 400 lines, a docstring of at most
+40: question, operationalisation, protocol; measurements that grow go to `experiments/lab/`),
+freezing its thresholds before it ever runs, and register its `CLAIM` below, in its topic's
+place. A claim that trains its arms from scratch subclasses `TrainedSizes` (so the run records
+its tokens per parameter) and trains each size at 20 tokens per parameter; its rates are
+chosen on `tuning_seeds` only, by `experiments.lab.edge.tune` (the edge rule)::
 
     import dataclasses
 
-    from experiments.verdict import Claim, Sizes, Spec, Threshold
+    from experiments.verdict import Claim, Spec, Threshold, TrainedSizes, axes
 
 
     @dataclasses.dataclass(frozen=True)
-    class MySizes(Sizes):
+    class MySizes(TrainedSizes):
       model: str
       steps: int
+      batch_size: int = 16
+      seq_len: int = 128
 
 
     QUICK = MySizes(model="quick", steps=20)
-    FULL = MySizes(model="mini", steps=400)
+    FULL = MySizes(model="micro-20", steps=409)  # 20 tokens per parameter
 
 
     def run(spec: Spec) -> dict:
@@ -46,9 +51,11 @@ go to `experiments/lab/`), freezing its thresholds before it ever runs, and regi
         hypothesis="ours, precise enough to fail", refuted_if="what would refute it",
         thresholds=(Threshold.beyond("loss drop", "arm", "loss", baseline="base",
                                      direction="<", margin=0.01),),
+        axes=(axes.scale(("pico-20", "micro-20", "mini-20")),), bits_metric=("base", "loss"),
         QUICK=QUICK, FULL=FULL, run=run, tuning_seeds=(99,))
 
-`python -m experiments claim my-claim --quick` then runs it, and a test of the claim's
+A claim whose setup changes later gets `version=2` and a `revisions` line saying why, before
+its new run. `python -m experiments claim my-claim --quick` then runs it, and a test of the claim's
 measurement against an independent reference goes to `tests/experiments/`.
 
 Example:
