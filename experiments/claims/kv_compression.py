@@ -177,7 +177,7 @@ def run(spec: Spec) -> dict:
   tuned = None
   if z.fit_learning_rate is None:  # FULL: the fit's rate, chosen on the tuning seed
     tuned = kv_arms.tune_fit_rate(z, TUNE_SEED, extend=1, log=spec.log)
-    z = dataclasses.replace(z, fit_learning_rate=tuned["learning_rate"])
+    z = dataclasses.replace(z, fit_learning_rate=tuned["learning_rate"] if tuned else None)
   for seed, (params, cfg) in zip(spec.seeds, models.base_models(z.model, spec.seeds),
                                  strict=True):
     spec.log(f"  kv-compression: seed {seed}")
@@ -354,6 +354,7 @@ def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str)
             ("KIVI-style quantization", [f"kivi{b}" for b in z.kivi_bits], "x"),
             ("low rank at KIVI's bytes", [f"rank@kivi{b}" for b in z.kivi_bits], "^"))
   for name, arms, marker in groups:
+    arms = [a for a in arms if a in runs]  # 16× and 32× cannot exist on the narrowest models
     if not arms:
       continue
     spread = np.linspace(-0.06, 0.06, len(arms)) if len(arms) > 1 else [0.0]

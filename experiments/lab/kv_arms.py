@@ -112,8 +112,11 @@ def tune_fit_rate(z, seed: int, *, extend: int = 1, log) -> dict:
 
   Returns:
     The `edge.Tuned` record as a dict (`"learning_rate"`, `"grid"`, `"losses"`: the 16× loss
-    rise per rate, `"at_edge"`, ...) with `"seed"`.
+    rise per rate, `"at_edge"`, ...) with `"seed"`; None where a 16× cache cannot exist (fewer
+    coefficients than heads, e.g. `llama-micro-20`): there is nothing to fit.
   """
+  if not feasible(models.config(z.model), 16, 16, log):
+    return None
   (params, cfg), = models.base_models(z.model, (seed,))
   cal = kvcompress.calibrate(params, cfg, models.windows(seed, z.seq_len, z.n_calibration,
                                                          "train"),
@@ -168,7 +171,7 @@ def goals_on(params, cfg, seed: int, z, tokens, *, log=print) -> dict:
                              cost_windows=z.cost_windows)
   comps = {name: kvcompress.compression(params, cfg, cal, ratio, "loss", bits)
            for name, ratio, bits in GOAL_ARMS
-           if name.endswith("-loss") and (bits == 16 or feasible(cfg, ratio, bits, log))}
+           if name.endswith("-loss") and feasible(cfg, ratio, bits, log)}
   took = fit_arms(params, cfg, seed, z, comps, log=log)
   nll_full = kvcompress.full_nll(params, cfg, tokens)
   runs = {}
@@ -210,7 +213,8 @@ def measure_seed(params, cfg, seed: int, z, *, log) -> tuple[dict, dict]:
     comp_eval(f"r8-{alloc}", 8, alloc, 16)
   if feasible(cfg, 32, 4, log):
     comp_eval("r32q4-loss", 32, "loss", 4)
-  comp_eval("r16-loss", 16, "loss", 16)
+  if feasible(cfg, 16, 16, log):
+    comp_eval("r16-loss", 16, "loss", 16)
   for name, fit_s in fit_arms(params, cfg, seed, z, comps, log=log).items():
     comp_eval(name, None, None, None)
     runs[name]["fit_s"] = fit_s

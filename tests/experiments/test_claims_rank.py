@@ -556,3 +556,19 @@ def test_kv_fitted_extensions_need_their_rate_inside_the_grid():
     assert decide(ext.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
   assert kv_compression.FULL.fit_learning_rate is None and len(kv_compression.FULL.fit_rates) >= 4
   assert (kv_compression.FULL.model, kv_compression.CLAIM.version) == ("mini-20", 2)
+
+
+def test_kv_a_model_too_narrow_for_16x_still_measures_the_primary():
+  """A model with one coefficient per head at 8× (`llama-micro-20`'s case) has no 16× cache:
+  the 16× and fitted arms are skipped, the 8× primary is measured, and nothing is tuned."""
+  import dataclasses
+  cfg = transformer.preset("tiny", d_model=16, n_layers=1, n_heads=2, max_len=64)
+  params = transformer.init(cfg, jax.random.key(5))
+  z = dataclasses.replace(kv_compression.QUICK, n_calibration=4, cost_windows=4, n_eval=4,
+                          exact_windows=2, loss_grid=2, fit_windows=4, fit_steps=3)
+  runs, _ = kv_arms.measure_seed(params, cfg, 0, z, log=lambda m: None)
+  assert {"r8-loss", "r8-uniform"} <= set(runs)
+  assert not {"r16-loss", "r16-cal", "r32q4-loss", "r32q4-cal"} & set(runs)
+  assert runs["r8-loss"]["kv_compression"] == pytest.approx(8.0)
+  assert kv_arms.tune_fit_rate(dataclasses.replace(z, model="llama-micro-20"), 100,
+                               log=lambda m: None) is None
