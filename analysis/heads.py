@@ -20,9 +20,9 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from analysis.properties import principal_angles
+from transformer import loss as transformer_loss
 from transformer.config import Config
 from transformer.model import Transformer, param_tree
 from transformer.names import split_heads
@@ -38,9 +38,10 @@ def _without_heads(params, cfg: Config, keep_LH: jax.Array):
 
 
 def next_token_loss(params, cfg: Config, tokens_BT1: jax.Array) -> jax.Array:
-  """Mean next-token cross-entropy (nats) of `tokens_BT1[:, 1:]` given the prefixes."""
+  """Mean next-token cross-entropy (nats) of `tokens_BT1[:, 1:]` given the prefixes: the
+  model's `transformer.next_token_loss`."""
   logits_BTV = Transformer(cfg).apply({"params": param_tree(params)}, tokens_BT1[:, :-1])
-  return optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:]).mean()
+  return transformer_loss.next_token_loss(logits_BTV, tokens_BT1)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "parallel"))

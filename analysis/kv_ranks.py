@@ -25,11 +25,11 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 import transformer
 from analysis.kv_bases import _check_tokens
 from transformer import latent
+from transformer.loss import next_token_nll
 
 Alloc = Literal["uniform", "greedy", "loss"]
 ALLOCS = ("uniform", "greedy", "loss")
@@ -107,7 +107,7 @@ def energy_cost(key_energies, value_energies):
 def _loss_at(params, cfg, comp, tokens_BT1, key_rank, value_rank):
   logits = latent.forward(params, cfg, tokens_BT1[:, :-1], comp, key_rank=key_rank,
                           value_rank=value_rank)
-  return optax.softmax_cross_entropy_with_integer_labels(logits, tokens_BT1[:, 1:]).mean(-1)
+  return next_token_nll(logits, tokens_BT1).mean(-1)
 
 
 def loss_cost(params, cfg: transformer.Config, comp: latent.Compression, tokens_BT1,

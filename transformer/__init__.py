@@ -38,6 +38,7 @@ from transformer.decode import (
     sample,
 )
 from transformer.hf import from_hf, to_hf
+from transformer.loss import next_token_loss, next_token_nll
 from transformer.matmuls import Entry, catalog
 from transformer.model import (
     Block,
@@ -57,6 +58,7 @@ __all__ = [
     "ATTENTION", "Block", "Config", "Entry", "KVCache", "KVInputs", "PRESETS", "Transformer",
     "block_fn", "cached_logits", "catalog", "decode_step", "dense_kv", "forward_layerwise",
     "from_hf", "generate", "gpt2_config", "init",
-    "init_cache", "latent", "layer", "llama_config", "lora", "make_mask", "names", "preset",
+    "init_cache", "latent", "layer", "llama_config", "lora", "make_mask", "names",
+    "next_token_loss", "next_token_nll", "preset",
     "prefill", "rope", "sample", "softmax_attention", "to_hf",
 ]

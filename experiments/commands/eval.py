@@ -52,7 +52,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 import transformer
 from experiments import console, data, jsonio
@@ -83,8 +82,7 @@ def model_logits(params, cfg: transformer.Config, tokens_BT: jax.Array) -> jax.A
 @functools.partial(jax.jit, static_argnames=("cfg", "logits_fn"))
 def _nll_sum(params, cfg, tokens_BT1, weights_BT, logits_fn):
   logits_BTV = logits_fn(params, cfg, tokens_BT1[:, :-1]).astype(jnp.float32)
-  nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
-  return (nll_BT * weights_BT).sum()
+  return (transformer.next_token_nll(logits_BTV, tokens_BT1) * weights_BT).sum()
 
 
 def latent_logits_fn(comp) -> Callable:

@@ -31,15 +31,12 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 import transformer
 from analysis import kv
 from transformer import latent
 
-
-def _nll(logits_BTV, tokens_BT1):
-  return optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
+_nll = transformer.next_token_nll
 
 
 @functools.partial(jax.jit, static_argnums=1)

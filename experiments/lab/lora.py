@@ -96,7 +96,7 @@ def make_tx(steps: int):
 @functools.partial(jax.jit, static_argnums=1)
 def _nll(params, cfg, tokens_BT1):
   logits = transformer.Transformer(cfg).apply({"params": params}, tokens_BT1[:, :-1])
-  return optax.softmax_cross_entropy_with_integer_labels(logits, tokens_BT1[:, 1:]).mean()
+  return transformer.next_token_loss(logits, tokens_BT1)
 
 
 def text_loss(params, cfg: transformer.Config, text: np.ndarray, seq_len: int) -> float:

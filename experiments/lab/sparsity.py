@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import optax
 
 import transformer
 from experiments import models
@@ -78,8 +77,7 @@ def val_loss(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
   for step in range(n_batches):
     b = src.batch(seed, step, batch_size, "val")
     logits = apply({"params": params}, b.tokens[:, :-1])
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, b.tokens[:, 1:])
-    losses.append(float((nll * b.weights).sum() / b.weights.sum()))
+    losses.append(float(transformer.next_token_loss(logits, b.tokens, b.weights)))
   return float(np.mean(losses))
 
 

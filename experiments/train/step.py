@@ -114,8 +114,7 @@ def lm_loss(params, model: transformer.Transformer, tokens_BT1, weights_BT, *,
   else:
     logits_BTV, state = model.apply({"params": params}, tokens_BT1[:, :-1],
                                     mutable=["intermediates"])
-  nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
-  ce = (nll_BT * weights_BT).sum() / weights_BT.sum()
+  ce = transformer.next_token_loss(logits_BTV, tokens_BT1, weights_BT)
   if aux_loss is None:
     return ce, ce
   return ce + aux_loss(params, state["intermediates"]), ce
@@ -135,8 +134,7 @@ def exact_match(logits_BTV, tokens_BT1, weights_BT):
 def eval_metrics(params, model: transformer.Transformer, tokens_BT1, weights_BT):
   """`{loss, exact_match}` of one validation batch (see `loss_fn`, `exact_match`)."""
   logits_BTV = model.apply({"params": params}, tokens_BT1[:, :-1])
-  nll_BT = optax.softmax_cross_entropy_with_integer_labels(logits_BTV, tokens_BT1[:, 1:])
-  return {"loss": (nll_BT * weights_BT).sum() / weights_BT.sum(),
+  return {"loss": transformer.next_token_loss(logits_BTV, tokens_BT1, weights_BT),
           "exact_match": exact_match(logits_BTV, tokens_BT1, weights_BT)}
 
 
