@@ -216,7 +216,7 @@ def test_kv_at_length_reads_the_long_model_at_t():
 ])
 def test_kv_primary_is_the_one_percent_tolerance(rise, expected):
   runs = _runs({("r8-loss", "loss_rise"): rise, ("r8-loss", "kv_compression"): (8.0,) * 5,
-                ("exact", "max_logit_error"): (1e-6,) * 5})
+                ("exact", "max_logit_error_rel"): (1e-7,) * 5})
   assert decide(kv_compression.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == expected
   runs["r8-loss"][0]["kv_compression"] = 7.9  # below the target: the ratio control fails
   assert decide(kv_compression.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
@@ -555,7 +555,7 @@ def test_kv_fitted_extensions_need_their_rate_inside_the_grid():
       runs[arm][s]["edge_lr"] = 1.0
     assert decide(ext.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
   assert kv_compression.FULL.fit_learning_rate is None and len(kv_compression.FULL.fit_rates) >= 4
-  assert (kv_compression.FULL.model, kv_compression.CLAIM.version) == ("mini-20", 2)
+  assert (kv_compression.FULL.model, kv_compression.CLAIM.version) == ("mini-20", 3)
 
 
 def test_kv_a_model_too_narrow_for_16x_still_measures_the_primary():
@@ -572,3 +572,20 @@ def test_kv_a_model_too_narrow_for_16x_still_measures_the_primary():
   assert runs["r8-loss"]["kv_compression"] == pytest.approx(8.0)
   assert kv_arms.tune_fit_rate(dataclasses.replace(z, model="llama-micro-20"), 100,
                                log=lambda m: None) is None
+
+
+def test_kv_exactness_control_is_relative_to_the_logit_scale():
+  """v3: an error of 1.1e-4 on logits of size 30 is float32 rounding (3.7e-6 of the scale) and
+  passes; the same relative error on the primary's instrument at 1e-4 would be broken."""
+  runs = _runs({("r8-loss", "loss_rise"): (0.2,) * 5, ("r8-loss", "kv_compression"): (8.0,) * 5,
+                ("exact", "max_logit_error_rel"): (1.1e-4 / 30,) * 5})
+  assert decide(kv_compression.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == "refuted"
+  runs["exact"][1]["max_logit_error_rel"] = 1e-4  # a broken latent model: nothing is read
+  assert decide(kv_compression.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
+  cfg = transformer.preset("tiny", d_model=16, n_layers=1, n_heads=2, max_len=16)
+  params = transformer.init(cfg, jax.random.key(2))
+  w = jax.random.randint(jax.random.key(3), (2, 12), 0, 256)
+  err = kv_arms.full_rank_error(params, cfg, w)
+  logits = transformer.Transformer(cfg).apply({"params": params}, w)
+  assert kv_arms.full_rank_error(params, cfg, w, relative=True) == pytest.approx(
+      err / max(float(abs(logits).max()), 1.0))
