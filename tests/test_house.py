@@ -27,6 +27,7 @@ BELOW_CLAIMS = ("experiments.verdict", "experiments.lab", "experiments.train", "
                 "experiments.console")
 MAX_LINES = 500  # STYLE.md: files of 100-400 lines, split by topic well before 1,000
 MAX_CLAIM_LINES = 400  # a claim's measurements beyond its protocol go to experiments.lab
+MAX_CLAIM_DOC = 40  # question, operationalisation, protocol; results and timings: results/
 
 
 def modules() -> dict[str, str]:
@@ -168,6 +169,28 @@ def test_the_real_house_has_no_cycle_and_keeps_every_rule():
   assert find_cycle(g) is None, " -> ".join(find_cycle(g))
   assert violations(g) == []
   assert claims_folder_strays(g) == []
+
+
+def long_claim_docstrings(sources: dict[str, str]) -> list[str]:
+  """Claim modules whose docstring runs over `MAX_CLAIM_DOC` lines: `sources` is
+  `{module: source}`."""
+  out = []
+  for m, src in sorted(sources.items()):
+    doc = ast.get_docstring(ast.parse(src), clean=False) or ""
+    n = len(doc.splitlines())
+    if is_claim(m) and n > MAX_CLAIM_DOC:
+      out.append(f"claim {m}'s docstring has {n} lines, over {MAX_CLAIM_DOC}: keep the question, "
+                 "operationalisation and protocol; results and timings belong in results/")
+  return out
+
+
+def test_claim_docstrings_state_the_protocol_within_their_limit():
+  sources = {m: open(p).read() for m, p in modules().items() if is_claim(m)}
+  assert len(sources) >= 14
+  assert long_claim_docstrings(sources) == []
+  long = '"""' + "line\n" * (MAX_CLAIM_DOC + 1) + '"""\n'
+  assert len(long_claim_docstrings({"experiments.claims.x": long,
+                                    "experiments.lab.x": long})) == 1
 
 
 def test_no_module_is_over_its_line_limit():
