@@ -88,22 +88,6 @@ class MuonSizes(TrainedSizes):
   tune: bool
   extend: int
 
-  def budget_steps(self) -> int:
-    """`steps`, or `⌈TOKENS_PER_PARAM · params / (batch_size · seq_len)⌉` when it is None.
-
-    Example:
-      >>> from experiments.claims.muon import FULL
-      >>> FULL.budget_steps(), FULL.train_tokens() / 41_856 >= 20
-      (409, True)
-    """
-    if self.steps is not None:
-      return self.steps
-    return math.ceil(models.TOKENS_PER_PARAM * models.param_count(self.model)
-                     / (self.batch_size * self.seq_len))
-
-  def train_tokens(self) -> int:
-    return self.budget_steps() * self.batch_size * self.seq_len
-
 
 QUICK = MuonSizes(model="quick", steps=24, batch_size=4, seq_len=32, grid=(3e-3,),
                   fractions=(0.6, 1.0), eval_batches=2, tune=False, extend=0)

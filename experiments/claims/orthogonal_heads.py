@@ -43,7 +43,6 @@ budget axis (20 tokens per parameter is already the compute-optimal length).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -102,22 +101,6 @@ class OrthogonalHeadsSizes(TrainedSizes):
   probe_batch: int
   tune: bool
   extend: int
-
-  def budget_steps(self) -> int:
-    """`steps`, or `⌈TOKENS_PER_PARAM · params / (batch_size · seq_len)⌉` when it is None.
-
-    Example:
-      >>> from experiments.claims.orthogonal_heads import FULL
-      >>> FULL.budget_steps(), FULL.train_tokens() / 41_856 >= 20
-      (409, True)
-    """
-    if self.steps is not None:
-      return self.steps
-    return math.ceil(models.TOKENS_PER_PARAM * models.param_count(self.model)
-                     / (self.batch_size * self.seq_len))
-
-  def train_tokens(self) -> int:
-    return self.budget_steps() * self.batch_size * self.seq_len
 
 
 QUICK = OrthogonalHeadsSizes(model="quick", n_heads=4, steps=24, batch_size=4, seq_len=32,

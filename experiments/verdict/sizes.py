@@ -9,6 +9,7 @@ folder. `more_steps` is the usual `Claim.at_budget`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,10 @@ class TrainedSizes(Sizes):
   """`Sizes` of a claim that trains each model from scratch for `steps` batches of
   `batch_size` windows of `seq_len` tokens: `train_tokens` is their product.
 
+  `steps = None` asks for the trained regime: `budget_steps` then trains `model` at
+  `experiments.models.TOKENS_PER_PARAM` tokens per parameter, so every size of a scale axis
+  sees the same ratio.
+
   Example:
     >>> import dataclasses
     >>> from experiments.verdict.sizes import TrainedSizes
@@ -83,8 +88,30 @@ class TrainedSizes(Sizes):
     61440
   """
 
+  def budget_steps(self) -> int:
+    """`steps`, or `⌈TOKENS_PER_PARAM · params(model) / (batch_size · seq_len)⌉` when None.
+
+    Example:
+      >>> import dataclasses
+      >>> from experiments.verdict.sizes import TrainedSizes
+      >>> @dataclasses.dataclass(frozen=True)
+      ... class S(TrainedSizes):
+      ...   model: str
+      ...   steps: int | None
+      ...   batch_size: int = 16
+      ...   seq_len: int = 128
+      >>> S("micro-20", None).budget_steps(), S("micro-20", 7).budget_steps()  # 41,856 params
+      (409, 7)
+    """
+    if self.steps is not None:
+      return self.steps
+    from experiments import models  # deferred: the sizes of a claim read no model otherwise
+
+    return math.ceil(models.TOKENS_PER_PARAM * models.param_count(self.model)
+                     / (self.batch_size * self.seq_len))
+
   def train_tokens(self) -> int:
-    return self.steps * self.batch_size * self.seq_len
+    return self.budget_steps() * self.batch_size * self.seq_len
 
 
 def more_steps(sizes: TrainedSizes, k: int, also: tuple[str, ...] = ()) -> TrainedSizes:
