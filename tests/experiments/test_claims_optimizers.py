@@ -111,7 +111,8 @@ def _jitter(runs, metric, arm, deltas):
 
 def test_condition_lr_margins_decide_the_headline_and_the_rate_cut_is_an_extension():
   def runs(vs_frozen, vs_cut):
-    base = {"steps_frac": 1.0, "val_loss": 2.0, "mean_multiplier": 1.0}
+    base = {"steps_frac": 1.0, "val_loss": 2.0, "mean_multiplier": 1.0, "ended_diverged": 0.0,
+            "rates_at_grid_edge": 0.0, "rate_at_grid_edge": 0.0}
     r = _runs({"adamw": base, "condition": {**base, "steps_frac": 0.8, "mean_multiplier": 0.7},
                "frozen": {**base, "val_loss": 2.0 + vs_frozen},
                "lr-cut": {**base, "val_loss": 2.0 + vs_cut}})
@@ -130,6 +131,13 @@ def test_condition_lr_margins_decide_the_headline_and_the_rate_cut_is_an_extensi
   # A plain rate cut ending lower refutes the extension, never the headline.
   assert headline(runs(0.05, -0.05)) == "supported"
   assert extension(runs(0.05, -0.05)) == "refuted"
+  # A tuned rate at an edge of its grid blocks what it controls: the primary, or the extension.
+  edge = runs(0.05, 0.05)
+  edge["condition"] = {s: {**m, "rates_at_grid_edge": 1.0} for s, m in edge["condition"].items()}
+  assert headline(edge) == "inconclusive" and extension(edge) == "supported"
+  edge = runs(0.05, 0.05)
+  edge["lr-cut"] = {s: {**m, "rate_at_grid_edge": 1.0} for s, m in edge["lr-cut"].items()}
+  assert headline(edge) == "supported" and extension(edge) == "inconclusive"
 
 
 # ------------------------------------------------------------------ tuning on several seeds
