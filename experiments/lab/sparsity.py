@@ -1,11 +1,12 @@
 """The `dynamic-sparsity` arms trained and read: recall with distractors, stdlib, keys read.
 
 `RecallSource` is associative recall with distractors between the pairs and the queries (the
-claim's context axis); `recall_arms` trains the full / local / MoBA recall arms (the rate tuned
-on `full` with the tuning seed, shared) and `text_arms` full attention and MoBA on stdlib with
-the switch (the trained full model read through the MoBA pattern). `keys_read` counts the keys
-a query actually read from the sown scores; `val_loss` is a model's held-out loss on a source.
-The arms go through `experiments.lab.attention_arms` (`tuned_arm`, `train_arm`); the sizes `z`
+claim's context axis); `recall_arms` trains the full / local / MoBA recall arms and `text_arms`
+full attention and MoBA on stdlib with the switch (the trained full model read through the
+MoBA pattern), each arm at its own rate tuned on the tuning seed (`tune_and_train`).
+`keys_read` counts the keys a query actually read from the sown scores; `val_loss` is a
+model's held-out loss on a source.
+The arms go through `experiments.lab.attention_arms` (`tune_rate`, `train_arm`); the sizes `z`
 are the claim's `DynamicSparsitySizes` (read by attribute).
 """
 
@@ -19,7 +20,7 @@ import transformer
 from experiments import models
 from experiments.data.batch import VOCAB_SIZE, batch_rng
 from experiments.data.tasks import SEP, answers_only, associative_recall
-from experiments.lab.attention_arms import forward, train_arm, tuned_arm
+from experiments.lab.attention_arms import forward, train_arm, tune_rate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,44 +82,60 @@ def val_loss(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
   return float(np.mean(losses))
 
 
-def recall_arms(arms: dict, recall, z, seeds, runs: dict, *, tune_seed: int, log) -> dict:
-  """Trains the three recall `arms` (configs) on `recall` (rate tuned on `full`, shared).
+def tune_and_train(cfgs: dict, z, seeds, *, tune_seed: int, log, task: str, **kw) -> dict:
+  """Each arm of `cfgs` at its own rate: chosen on `tune_seed` over `z.rates` (`tune_rate`,
+  the edge rule `z.extend` times), then trained on the reported `seeds` at it.
 
-  Fills `runs` (`{arm: {seed: metrics}}`) and returns the setup: the rate and its tuning.
+  Returns `{"trained": {arm: train_arm's dict}, "lr": {arm: rate}, "tuning": {arm: record or
+  None}, "at_edge": [arms whose rate still sits at an edge of its grid]}`.
+  """
+  if tune_seed in seeds:
+    raise ValueError(f"dynamic-sparsity: seed {tune_seed} both tunes and reports. Fix: report "
+                     "other seeds (e.g. 0–4).")
+  out = {"trained": {}, "lr": {}, "tuning": {}, "at_edge": []}
+  tune = {k: v for k, v in kw.items() if k not in ("exact_match", "em_batches")}
+  for arm, cfg in cfgs.items():
+    if len(z.rates) > 1:
+      log(f"  dynamic-sparsity: {arm}: {task}, tuning on seed {tune_seed}")
+    r = tune_rate(cfg, tuning_seeds=(tune_seed,), grid=z.rates, extend=z.extend, **tune)
+    log(f"  dynamic-sparsity: {arm}: {task} at {r['lr']:g}")
+    out["trained"][arm] = train_arm(cfg, seeds, learning_rates=(r["lr"],), **kw)
+    out["lr"][arm], out["tuning"][arm] = r["lr"], r["tuning"]
+    if r["tuning"] and r["tuning"].get("at_edge"):
+      out["at_edge"].append(f"{task} {arm}")
+  return out
+
+
+def recall_arms(arms: dict, recall, z, seeds, runs: dict, *, tune_seed: int, log) -> dict:
+  """Trains the three recall `arms` (configs) on `recall`, each at its own tuned rate.
+
+  Fills `runs` (`{arm: {seed: metrics}}`) and returns the setup: rates, tunings, arms at an
+  edge (`tune_and_train`).
   """
   T = z.recall_len - 1  # the model reads all but the last answer
   probe = recall.batch(seeds[0], 99_999, z.recall_probe, "val").tokens[:, :-1]
-  kw = dict(data=recall, steps=z.recall_steps, batch_size=z.recall_batch, seq_len=z.recall_len,
-            exact_match=True, em_batches=z.eval_batches)
-  log(f"  dynamic-sparsity: full: recall ({z.recall_pairs} pairs, T={T}, "
-           f"{z.recall_steps} steps)")
-  trained = {"full": tuned_arm(arms["full"], seeds, tuning_seeds=(tune_seed,),
-                               grid=z.learning_rates, **kw)}
-  lr = trained["full"]["lr"]
-  for arm in ("local", "moba"):
-    log(f"  dynamic-sparsity: {arm}: recall at {lr:g}")
-    trained[arm] = train_arm(arms[arm], seeds, learning_rates=(lr,), **kw)
-  for arm, t in trained.items():
+  log(f"  dynamic-sparsity: recall ({z.recall_pairs} pairs, T={T}, "
+      f"{z.recall_train_steps} steps)")
+  t = tune_and_train(arms, z, seeds, tune_seed=tune_seed, log=log, task="recall", data=recall,
+                     steps=z.recall_train_steps, batch_size=z.recall_batch,
+                     seq_len=z.recall_len, exact_match=True, em_batches=z.eval_batches)
+  for arm, tr in t.pop("trained").items():
     for s in seeds:
-      m = t["per_seed"][s]
+      m = tr["per_seed"][s]
       runs[arm][s].update(recall_acc=m["accuracy"], recall_em=m["exact_match"],
-                          recall_loss=m["loss"],
-                          recall_diverged=m["diverged"],
-                          recall_keys=keys_read(t["params"][s], arms[arm], probe)["keys_read"])
-  return {"lr": lr, "tuning": trained["full"]["tuning"]}
+                          recall_loss=m["loss"], recall_diverged=m["diverged"],
+                          recall_keys=keys_read(tr["params"][s], arms[arm], probe)["keys_read"])
+  return t
 
 
 def text_arms(arms: dict, text, z, seeds, runs: dict, *, tune_seed: int, log) -> dict:
-  """Trains `full` and `moba` (`arms`) on `text` (rate tuned on full, shared), the sparsity and
-  the switch; fills `runs` and returns the setup: the rate and its tuning."""
+  """Trains `full` and `moba` (`arms`) on `text`, each at its own tuned rate, the sparsity and
+  the switch; fills `runs` and returns the setup (`tune_and_train`'s, trained arms left out)."""
   tokens = text.batch(seeds[0], 0, z.text_probe, "val").tokens[:, :-1]
-  kw = dict(data=text, steps=z.text_steps, batch_size=z.text_batch, seq_len=z.seq_len)
-  log(f"  dynamic-sparsity: full: stdlib T={z.seq_len}")
-  trained = {"full": tuned_arm(arms["full"], seeds, tuning_seeds=(tune_seed,),
-                               grid=z.learning_rates, **kw)}
-  lr = trained["full"]["lr"]
-  log(f"  dynamic-sparsity: moba: stdlib T={z.seq_len} at {lr:g}")
-  trained["moba"] = train_arm(arms["moba"], seeds, learning_rates=(lr,), **kw)
+  log(f"  dynamic-sparsity: stdlib T={z.seq_len}, {z.budget_steps()} steps")
+  t = tune_and_train(arms, z, seeds, tune_seed=tune_seed, log=log, task="stdlib", data=text,
+                     steps=z.budget_steps(), batch_size=z.batch_size, seq_len=z.seq_len)
+  trained = t.pop("trained")
   for s in seeds:
     full_loss = trained["full"]["per_seed"][s]["loss"]
     moba_loss = trained["moba"]["per_seed"][s]["loss"]
@@ -128,9 +145,9 @@ def text_arms(arms: dict, text, z, seeds, runs: dict, *, tune_seed: int, log) ->
                            text_keys=kr["keys_read"], sparsity=kr["sparsity"])
     # The same trained full-attention params, read through the MoBA pattern.
     switched = val_loss(trained["full"]["params"][s], arms["moba"], text, s,
-                        n_batches=z.eval_batches, batch_size=z.text_batch)
+                        n_batches=z.eval_batches, batch_size=z.batch_size)
     full_again = val_loss(trained["full"]["params"][s], arms["full"], text, s,
-                          n_batches=z.eval_batches, batch_size=z.text_batch)
+                          n_batches=z.eval_batches, batch_size=z.batch_size)
     runs["switch"][s].update(loss=switched, full_loss=full_again,
                              switch_ratio=switched / full_again - 1)
-  return {"lr": lr, "tuning": trained["full"]["tuning"]}
+  return t

@@ -140,9 +140,10 @@ def test_tune_rate_extends_a_winning_edge_once_only_when_asked(monkeypatch):
 
 
 def test_full_sizes_tune_and_quick_sizes_do_not():
-  for mod in (sliding_window, dynamic_sparsity):
-    assert len(mod.FULL.learning_rates) > 1 and len(mod.QUICK.learning_rates) == 1
-  assert len(psd_attention.FULL.rates) >= 4 and len(psd_attention.QUICK.rates) == 1
+  sw = sliding_window
+  assert len(sw.FULL.learning_rates) > 1 and len(sw.QUICK.learning_rates) == 1
+  for mod in (psd_attention, dynamic_sparsity):
+    assert len(mod.FULL.rates) >= 4 and len(mod.QUICK.rates) == 1
 
 
 # ------------------------------------------------------------------ sliding-window theorem
@@ -283,11 +284,26 @@ DS = dynamic_sparsity
 
 
 def test_dynamic_sparsity_full_sizes_are_the_registered_ones():
+  """v2: micro-20 at 20 tokens per parameter in both tasks (recall counts the tokens read),
+  every arm tuned on 0.25..2 × the recipe's rate; v1's recall layout and key budget."""
   z = DS.FULL
-  assert (z.recall_filler, z.recall_len, z.recall_batch, z.text_steps) == (0, 17, 32, 150)
+  assert (z.recall_filler, z.recall_len, z.recall_batch, z.text) == (0, 17, 32, True)
   assert (z.recall_window, z.recall_block, z.recall_top_k) == (4, 2, 1)
-  assert CLAIMS["dynamic-sparsity"].context_lengths == DS.CONTEXT_LENGTHS
-  for T in DS.CONTEXT_LENGTHS:
+  n = models.param_count("micro-20")
+  assert (z.recall_train_steps, z.budget_steps()) == (1635, 409)
+  assert z.recall_train_steps * 32 * 16 >= 20 * n > (z.recall_train_steps - 1) * 32 * 16
+  assert z.train_tokens() >= 20 * n and (z.batch_size, z.seq_len) == (16, 128)
+  assert z.rates == pytest.approx((1.5e-3, 3e-3, 6e-3, 1.2e-2)) and z.extend == 1
+  assert DS.QUICK.rates == (3e-3,) and DS.QUICK.recall_train_steps == 30
+  c = CLAIMS["dynamic-sparsity"]
+  assert (c.version, c.context_lengths, c.at_length) == (2, (), DS.at_length)
+  assert c.scale_models == ("pico-20", "micro-20")
+  assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20")
+  assert axes.scale_models(c, quick=True) == ()
+  pico = dataclasses.replace(z, model="pico-20")  # the scale axis keeps the ratio
+  assert (pico.recall_train_steps, pico.budget_steps()) == (578, 145)
+  assert pico.rates == pytest.approx((3e-3, 6e-3, 1.2e-2, 2.4e-2))
+  for T in (16, 64, 256, 1024):
     assert DS.at_length(DS.FULL, T).recall_len == T + 1
   assert DS.at_length(DS.FULL, 16) == DS.FULL  # its own length: the runner reuses that run
 
@@ -303,9 +319,9 @@ def test_dynamic_sparsity_at_length_keeps_tokens_budget_and_answers_scored(T, ba
   assert z.eval_batches * z.recall_batch == 4 * 32  # sequences (so answers) scored, as in FULL
   # The key budget is FULL's: the window is 4 and MoBA reads its own block plus one of 2.
   assert (z.recall_window, z.recall_block, z.recall_top_k) == (4, 2, 1)
-  assert (z.recall_steps, z.learning_rates, z.recall_pairs, z.recall_queries) == (
-      800, (1e-3, 3e-3), 4, 4)
-  assert z.text_steps == 0  # only the primary question is measured against T
+  assert (z.recall_steps, z.rates, z.recall_pairs, z.recall_queries) == (
+      1635, DS.FULL.rates, 4, 4)  # the steps, so the tokens read, are FULL's
+  assert z.text is False  # only the primary question is measured against T
   assert DS.FULL.recall_filler == 0 and DS.FULL.recall_batch == 32  # FULL untouched
   assert attention_arms.config_at(T).max_len >= T
 
@@ -323,6 +339,7 @@ def test_dynamic_sparsity_at_length_refuses_when_no_id_is_left_for_distractors()
     DS.at_length(crowded, 64)
   with pytest.raises(ValueError, match="recall_filler"):
     dataclasses.replace(DS.FULL, recall_filler=-1)
+  assert DS.at_length(DS.FULL, 64).model == "micro-20"
 
 
 def test_recall_without_filler_is_associative_recall_draw_for_draw():
@@ -403,10 +420,10 @@ def test_sliding_window_registered_size_trains_the_model_of_the_committed_result
 
 
 def test_dynamic_sparsity_registered_size_trains_the_model_of_the_committed_results():
-  res = _committed("dynamic-sparsity")
-  assert DS.FULL.model == DS.QUICK.model == "mini"
-  assert DS.FULL.to_dict() == res["config"]["sizes"]  # kept since `model` joined the sizes
-  for z in (DS.FULL, DS.QUICK, *(DS.at_length(DS.FULL, T) for T in DS.CONTEXT_LENGTHS)):
+  """QUICK's `mini` arms are the `tiny` preset they were before the scale axis; FULL's are the
+  `micro-20` recipe's shape, and a v2 result ran exactly FULL."""
+  assert (DS.FULL.model, DS.QUICK.model) == ("micro-20", "mini")
+  for z in (DS.QUICK, DS.at_length(DS.QUICK, 64)):
     T = z.recall_len - 1
     old, new = _old_recall_configs(T, z), DS.recall_configs(z)
     assert list(new) == list(old)
@@ -416,10 +433,15 @@ def test_dynamic_sparsity_registered_size_trains_the_model_of_the_committed_resu
     assert dataclasses.asdict(text["full"]) == dataclasses.asdict(attention_arms.base_config())
     assert dataclasses.asdict(text["moba"]) == dataclasses.asdict(attention_arms.base_config(
         attention="moba", block_size=z.text_block, top_k_blocks=DS.TEXT_TOP_K))
-  assert DS.recall_configs(DS.FULL)["full"].to_dict() == res["config"]["setup"]["model_config"]
+  micro = models.RECIPES["micro-20"].cfg
+  assert DS.recall_configs(DS.FULL)["full"] == micro == DS.text_configs(DS.FULL)["full"]
+  res = _committed("dynamic-sparsity")
+  if res.get("version", 1) == 2:  # the registration is committed before its results
+    assert DS.FULL.to_dict() == res["config"]["sizes"]
+    assert micro.to_dict() == res["config"]["setup"]["model_config"]
 
 
-@pytest.mark.parametrize("cid", ["sliding-window", "dynamic-sparsity"])
+@pytest.mark.parametrize("cid", ["sliding-window"])
 def test_attention_sparsity_scale_axis_is_both_families_with_the_registered_size_first(cid):
   c = CLAIMS[cid]
   assert c.scale_models == models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"]
@@ -541,48 +563,64 @@ def test_sliding_window_run_refuses_a_shape_whose_reach_the_input_cannot_show(mo
 
 
 def test_dynamic_sparsity_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
-  """`run` at `llama-micro`: every recall and stdlib arm trains at its shape (the rate tuned
-  on full and shared), the keys read are counted on those models."""
+  """`run` at `llama-micro`: every recall and stdlib arm is tuned apart on seed 100 (the edge
+  rule once) and trains at its shape and its own rate; the keys read are counted on those
+  models, and an arm whose rate stays at an edge counts in its task's edge control."""
   seen = []
 
   def fake_train(cfg, seeds, *, data, steps, batch_size, seq_len, learning_rates, **kw):
     task = "recall" if isinstance(data, DS.RecallSource) else "stdlib"
-    seen.append((task, cfg, tuple(learning_rates), seq_len))
+    seen.append((task, cfg, tuple(seeds), tuple(learning_rates), steps, seq_len))
     return {"per_seed": {s: {"loss": 2.0, "diverged": 0.0, "exact_match": 0.5,
                              "accuracy": 0.7 if cfg.attention != "local" else 0.3}
                          for s in seeds}, "lr": learning_rates[0],
             "params": _init_params(cfg, seeds)}
 
-  def fake_tuned(cfg, seeds, *, tuning_seeds, grid, **kw):
-    seen.append(("tune", cfg, tuple(grid), kw["seq_len"]))
-    return {**fake_train(cfg, seeds, learning_rates=(3e-3,), **kw),
-            "tuning": {"seeds": list(tuning_seeds), "grid": list(grid), "val_loss": [2.2, 2.1]}}
+  def fake_tune(cfg, *, tuning_seeds, grid, extend, data, steps, batch_size, seq_len):
+    assert "exact_match" not in locals() and tuning_seeds == (100,) and extend == 1
+    task = "recall" if isinstance(data, DS.RecallSource) else "stdlib"
+    seen.append(("tune " + task, cfg, tuple(grid), steps, seq_len))
+    lr = grid[-1] if cfg.attention == "local" else grid[1]  # local's stays at the top edge
+    return {"lr": lr, "tuning": {"seeds": [100], "grid": list(grid), "val_loss": [2.2] * 4,
+                                 "diverged": [False] * 4, "at_edge": lr == grid[-1]}}
 
   monkeypatch.setattr(sparsity, "train_arm", fake_train)
-  monkeypatch.setattr(sparsity, "tuned_arm", fake_tuned)
-  z = dataclasses.replace(DS.FULL, model="llama-micro")
+  monkeypatch.setattr(sparsity, "tune_rate", fake_tune)
+  z = dataclasses.replace(DS.FULL, model="llama-micro-20")
   out = DS.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
                     log=lambda *_: None))
   rec, text = DS.recall_configs(z), DS.text_configs(z)
-  assert seen == [("tune", rec["full"], (1e-3, 3e-3), 17), ("recall", rec["full"], (3e-3,), 17),
-                  ("recall", rec["local"], (3e-3,), 17), ("recall", rec["moba"], (3e-3,), 17),
-                  ("tune", text["full"], (1e-3, 3e-3), 128),
-                  ("stdlib", text["full"], (3e-3,), 128), ("stdlib", text["moba"], (3e-3,), 128)]
+  g = z.rates
+  assert g == pytest.approx((1.5e-3, 3e-3, 6e-3, 1.2e-2))
+  rs, ts = z.recall_train_steps, z.budget_steps()
+  n = models.param_count("llama-micro-20")
+  assert (rs, ts) == (math.ceil(20 * n / (32 * 16)), math.ceil(20 * n / (16 * 128)))
+  want = []
+  for task, cfgs, steps, T in (("recall", rec, rs, 17), ("stdlib", text, ts, 128)):
+    for arm, cfg in cfgs.items():
+      lr = g[-1] if arm == "local" else g[1]
+      want += [("tune " + task, cfg, g, steps, T), (task, cfg, (0, 1), (lr,), steps, T)]
+  assert seen == want
+  assert (out["setup"]["recall"]["at_edge"], out["setup"]["text"]["at_edge"]) == (
+      ["recall local"], [])
   # Keys read per query, counted from the sown scores of the Llama models (GQA, RoPE): MoBA
   # its own block plus one past block of 2, the window min(t + 1, 4), full attention t + 1.
   t = np.arange(16)
   for s in (0, 1):
-    assert out["runs"]["moba"][s]["recall_keys"] == pytest.approx(
-        (t % 2 + 1 + 2 * (t >= 2)).mean())
+    moba = out["runs"]["moba"][s]
+    assert moba["recall_keys"] == pytest.approx((t % 2 + 1 + 2 * (t >= 2)).mean())
     assert out["runs"]["local"][s]["recall_keys"] == pytest.approx(np.minimum(t + 1, 4).mean())
     assert out["runs"]["full"][s]["recall_keys"] == pytest.approx((t + 1).mean())
-    assert out["runs"]["moba"][s]["loss_ratio"] == pytest.approx(0.0)
-    assert 0.0 < out["runs"]["moba"][s]["sparsity"] < 1.0
+    assert moba["loss_ratio"] == pytest.approx(0.0) and 0.0 < moba["sparsity"] < 1.0
+    assert (moba["recall_rates_at_edge"], moba["text_rates_at_edge"]) == (1.0, 0.0)
   assert out["setup"]["model_config"] == rec["full"].to_dict()
   assert out["setup"]["model_config"]["positions"] == "rope"
-  assert out["notes"][0].startswith("- Models: the `llama-micro` shape from scratch (llama: d 32, "
-                                    "L 2, H 4 on 2 key/value heads, rope positions; 41,120 "
-                                    "parameters")
+  assert out["notes"][0].startswith("- Models: the `llama-micro-20` shape from scratch (llama: d "
+                                    "32, L 2, H 4 on 2 key/value heads, rope positions;")
+  assert "20.0 tokens read and 5.0 scored answers per parameter" in out["notes"][1]
+  assert "Still at an edge: recall local." in out["notes"][-1]
+  v, _, evals = rule.decide(CLAIMS["dynamic-sparsity"].thresholds, out["runs"], (0, 1))
+  assert v == "inconclusive" and [e["blocked"] for e in evals][:2] == [True, True]
 
 
 # ------------------------------------------------------------------ psd-attention theorem
@@ -779,10 +817,11 @@ def test_psd_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path)
 # ------------------------------------------------------------------ dynamic-sparsity
 
 
-def _recall_runs(full, local, moba):
+def _recall_runs(full, local, moba, at_edge=0.0):
   return {"full": {s: {"recall_acc": full[s]} for s in range(3)},
           "local": {s: {"recall_acc": local[s]} for s in range(3)},
-          "moba": {s: {"recall_acc": moba[s]} for s in range(3)}}
+          "moba": {s: {"recall_acc": moba[s], "recall_rates_at_edge": at_edge}
+                   for s in range(3)}}
 
 
 def test_a_failed_recall_control_blocks_only_what_needs_it():
@@ -793,15 +832,21 @@ def test_a_failed_recall_control_blocks_only_what_needs_it():
   # The window does not fail: "adapts" cannot be read, "reads what full reads" still can.
   easy = _recall_runs((0.95, 0.9, 0.92), (0.9, 0.85, 0.9), (0.5, 0.45, 0.55))
   v, why, evals = rule.decide(th, easy, (0, 1, 2))
-  assert [e["blocked"] for e in evals] == [True, False, False, False]
+  assert [e["blocked"] for e in evals] == [True, False, False, False, False]
   assert v == "refuted" and "reads what full reads" in why
   # Full attention does not learn: both comparisons are blocked.
   unlearned = _recall_runs((0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
   v, _, evals = rule.decide(th, unlearned, (0, 1, 2))
-  assert v == "inconclusive" and [e["blocked"] for e in evals] == [True, True, False, False]
-  # The stdlib half is an extension: no recall control is in its group.
+  assert v == "inconclusive" and [e["blocked"] for e in evals] == [True, True, False, False,
+                                                                    False]
+  # A recall arm's rate still at an edge of its grid (v2): both comparisons are blocked.
+  edge = _recall_runs((0.95, 0.9, 0.92), (0.1, 0.05, 0.12), (0.94, 0.9, 0.91), at_edge=1.0)
+  v, _, evals = rule.decide(th, edge, (0, 1, 2))
+  assert v == "inconclusive" and [e["blocked"] for e in evals] == [True, True, False, False,
+                                                                    False]
+  # The stdlib half is an extension with its own edge control; no recall control is in it.
   text = CLAIMS["dynamic-sparsity"].extensions[0].thresholds
-  assert not any(t.control for t in text)
+  assert [t.name for t in text if t.control] == [dynamic_sparsity.TEXT_EDGE]
 
 
 def test_dynamic_sparsity_budget_is_equal_and_labels_come_from_sizes():
