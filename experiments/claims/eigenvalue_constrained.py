@@ -2,387 +2,340 @@
 
     python -m experiments claim eigenvalue-constrained [--quick]
 
-**The preface's question**: does eigenvalue-constrained training guarantee stable training?
-Operationalised: with σ_max ≤ 1 enforced on every hidden matrix, training does not end
-diverged where plain AdamW does, at a best-loss cost of at most 1%. Diverged means the run
-*ends* non-finite or above its initial loss (ln V); a transient spike it recovers from is
-counted apart (`n_spiked`). The certified logit bound holds by construction (the `theorem`):
-it is a control, not a finding. What would have refuted the headline: the capped model ending
-diverged at every rate where AdamW does, or a best loss more than 1% worse. Extension: a wider
-range of good rates (twice as many within 5% of the arm's best loss).
+**The preface's question.** "Eigenvalue-constrained training to guarantee stable gradient flow."
+With `σ_max ≤ 1` enforced on every hidden matrix after each step (`cap-hidden`: AdamW, then
+`optim.spectral_cap(1.0)` by exact SVD on `w_q, w_k, w_v, w_o, w_1, w_2`), no layer can amplify
+the signal or the gradient through it; stable gradient flow is read through its outcome, whether
+training survives a rate that breaks plain `adamw`. Primary, at the registered size: (a) at the
+stress rate `cap-hidden` ends diverged in no seed, (b) it ends ≥ 0.25 nats (≈ 10% of a trained
+loss) below `adamw` there (ended diverged counts as `ln V`), and (c) at each arm's tuned rate
+costs at most 1% of AdamW's final loss (whole 95% interval). Refuted if it ends diverged in
+every seed at the stress rate, the gap lies inside 0.25 nats, or the cost exceeds 1%. The
+certified logit bound holds by construction (the `theorem`): a control of the instrument.
+Extension *a stable range*: at the stress rate `cap-hidden` ends within 5% of its tuned loss.
 
-**Protocol** (v1). Arms on the same grid of 7 log-spaced peak rates 1e-3 … 1 (AdamW, b = (0.9,
-0.95), weight decay 0.1, cosine decay to 10%, **no warm-up, no clipping**: clipping hides
-divergence): `adamw`, and `cap-hidden` (AdamW, then `optim.spectral_cap(1.0)` by exact SVD on
-`w_q, w_k, w_v, w_o, w_1, w_2`, so `σ_max(W) ≤ 1` after each step). The grid and the cap were
-chosen on spare seed 100 before the reported seeds ran (AdamW did not diverge on the issue's
-grid up to 3e-1 there, so the grid was extended to 1). Seeds 0–4, each arm at every rate: a
-tiny byte-level model (`nano`: D 32, L 2, H 2, T 64, batches of 16, 200 steps). Per seed and
-arm: the final validation loss per rate, divergence, spikes, the rates within 5% of the best
-loss, and every 50 steps the largest attention logit `max |q·k|/√Dh` against the certified
-bound `analysis.logit_bound` (it must hold for every run, capped or not). The primary effect
-is read only where AdamW ends diverged at some rate in ≥ 2/3 of the seeds.
+**Protocol.** AdamW (`b = (0.9, 0.95)`, decay 0.1, cosine to 10%, **no warm-up, no clipping**:
+clipping hides divergence), every model from scratch at 20 tokens per parameter (steps of
+16 × 128 stdlib tokens). On tuning seed 100 only, each arm runs every rate of `GRID` (7 rates,
+half-decades `10^-2.5 … 10^0.5`); its tuned rate has the lowest final validation loss among runs
+that did not end diverged (non-finite, or above `ln V`); one at an edge extends the grid a step
+beyond it, once (`edge.tune`), and one still at an edge fails that arm's control. The stress
+rate is the smallest rate run at which `adamw` ended diverged on the tuning seed; if none did,
+the largest rate run (recorded; the stress thresholds are read there all the same). Seeds 0–4
+run each arm at its tuned and at the stress rate; no rate is chosen on them. Controls: no tuned
+rate at an edge; `σ_max ≤ 1.001` of the capped matrices at the end (the cap acts); the largest
+attention logit `max |q·k|/√Dh`, read every `eval_every` steps, never above its certified bound
+`analysis.logit_bound` (float32 tolerance 1e-4), in every run of both arms.
 
-**Scale axis** (GPT shapes from scratch, the same frozen grid, cap and seeds): `nano` (the
-registered size), `mini`, `small`; the verdict is read at `nano`. `micro` is left out (`nano`'s
-width and depth at 1.2× its parameters). `--quick`: one seed, 4 rates, 50 steps, `nano` only.
-
-Not yet on the trained regime (issue 38): these runs see ≈ 1.5 tokens per parameter at
-`nano`, and the best rate is read on the reported seeds (best-of-grid); the next registration
-trains at 20 tokens per parameter with rates tuned on spare seeds under the edge rule.
-Results: `results/eigenvalue-constrained/`.
+Registered on `pico-20` (D 16, L 2, H 4; 14,784 parameters, 145 steps): on 2 shared cores a
+`micro-20` registration (409 steps, ≈ 34 runs per size) would not finish before the results are
+due. The scale axis adds `micro-20` (41,856 parameters, 409 steps), same protocol and ratio;
+with two sizes the slope has no degrees of freedom to spare. `--quick`: `pico-20`, 2 tokens
+per parameter, two fixed rates, one seed: indicative only.
+v2 (before the run): the trained regime (issue 38; v1: `nano`, 200 steps of 16 × 64, ≈ 1.5
+tokens per parameter) and no best-of-grid on reported seeds (v1 read each seed's best rate).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
-import analysis
-import optim
-import transformer
 from experiments import models
-from experiments.train import sweep
-from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.lab import cap_training as ct
+from experiments.lab.norm_training import stress_rate
+from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
 
 CAP = 1.0
-ARMS: dict[str, tuple[str, ...] | None] = {
-    "adamw": None, "cap-hidden": ("w_q", "w_k", "w_v", "w_o", "w_1", "w_2", "w_gate")}
-WITHIN = 0.05  # a rate is "good" when its loss is within 5% of the arm's best
+ARMS: dict[str, tuple[str, ...] | None] = {"adamw": None, "cap-hidden": ct.HIDDEN}
+TUNE_SEED = 100
+GRID = tuple(float(f"{x:.3g}") for x in np.geomspace(10 ** -2.5, 10 ** 0.5, 7))
+STABLE_MARGIN = 0.25  # nats: ≈ 10% of a trained loss
+COST = 0.01  # the largest relative loss cost of the cap at the tuned rates
+WITHIN = 0.05  # the stress rate is "in the stable range" within 5% of the tuned loss
 CERT_RTOL = 1e-4  # float32 rounding allowed when comparing measured logits with the bound
+SIGMA_TOL = 1e-3  # float32 SVD rounding allowed on σ_max ≤ CAP
 
 
 @dataclasses.dataclass(frozen=True)
-class EigenvalueConstrainedSizes(Sizes):
+class EigenvalueConstrainedSizes(TrainedSizes):
   """What a run of `eigenvalue-constrained` reads about its size.
 
   Attributes:
-    model: the model shape every arm is trained at from scratch (`experiments.models.config`;
-      see `model_config`): `nano` (D 32, L 2, H 2; the registered model, with `seq_len` learned
-      positions) or a shared model's shape (`mini`, `small`, ...; its own `max_len`).
-    lr_range: the smallest and largest peak learning rate of the grid.
-    n_rates: rates in the grid, log-spaced over `lr_range` (`np.geomspace`).
-    steps: optimizer steps per run.
-    seq_len: training and validation window length (`nano`'s `max_len`; at most a shared
-      shape's `max_len`).
+    model: the shape every arm is trained at from scratch (`experiments.models.config`): the
+      registered `pico-20`, or a size of the scale axis.
+    grid: the peak rates each arm is tuned on (tuning seed `TUNE_SEED`). Without tuning, every
+      arm runs at `grid[0]` and the stress rate is `grid[-1]`.
+    tune: tune on the tuning seed (FULL); otherwise the fixed rates above (QUICK).
+    steps: optimizer steps per run; None trains `model` at 20 tokens per parameter
+      (`budget_steps`), so each size of the scale axis sees the same ratio.
+    seq_len: training and validation window length (at most the model's `max_len`).
     batch_size: training windows per step.
-    eval_every: steps between validation losses and logit certificates.
+    evals: certificate readings and validation losses per run, at most: every
+      `eval_every = ⌈steps / evals⌉` steps and at the last step.
     eval_batches: validation batches per evaluation.
+    extend: how many times a tuned rate at an edge of `grid` extends it a step beyond it.
   """
 
   model: str
-  lr_range: tuple[float, float]
-  n_rates: int
-  steps: int
+  grid: tuple[float, ...]
+  tune: bool
+  steps: int | None
   seq_len: int
   batch_size: int
-  eval_every: int
+  evals: int
   eval_batches: int
+  extend: int = 0
 
   def __post_init__(self):
-    if self.model not in models.SHAPES and self.model not in models.RECIPES:
-      raise ValueError(f"EigenvalueConstrainedSizes.model={self.model!r} is unknown. Fix: a "
-                       f"claim's shape {sorted(models.SHAPES)} or a shared model's "
-                       f"{sorted(models.RECIPES)}.")
-    max_len = models.config(self.model).max_len
-    if self.model not in models.SHAPES and self.seq_len > max_len:
+    cfg = models.config(self.model)
+    if self.seq_len > cfg.max_len:
       raise ValueError(f"EigenvalueConstrainedSizes.seq_len={self.seq_len} exceeds the "
-                       f"`{self.model}` shape's max_len={max_len}. Fix: seq_len <= {max_len}, "
-                       "or a model with more positions.")
+                       f"`{self.model}` shape's max_len={cfg.max_len}. Fix: seq_len <= "
+                       f"{cfg.max_len}, or a model with more positions.")
+    if len(self.grid) < 2 or self.evals < 1:
+      raise ValueError(f"EigenvalueConstrainedSizes: grid={self.grid} needs two rates or more "
+                       f"and evals={self.evals} must be positive. Fix: e.g. GRID and 8.")
 
   @property
-  def learning_rates(self) -> tuple[float, ...]:
-    """The peak-rate grid."""
-    return tuple(float(x) for x in np.geomspace(*self.lr_range, self.n_rates))
+  def eval_every(self) -> int:
+    """Steps between readings (`evals` of them at most; the last at the last step).
+
+    Example:
+      >>> from experiments.claims.eigenvalue_constrained import FULL
+      >>> FULL.budget_steps(), FULL.eval_every  # pico-20 at 20 tokens per parameter
+      (145, 19)
+    """
+    return math.ceil(self.budget_steps() / self.evals)
+
+  def to_dict(self) -> dict:
+    """The fields, and the steps and reading interval they give (what the run trained)."""
+    return {**super().to_dict(), "budget_steps": self.budget_steps(),
+            "eval_every": self.eval_every}
 
 
-QUICK = EigenvalueConstrainedSizes(model="nano", lr_range=(1e-3, 1.0), n_rates=4, steps=50,
-                                   seq_len=64, batch_size=16, eval_every=25, eval_batches=4)
-FULL = EigenvalueConstrainedSizes(model="nano", lr_range=(1e-3, 1.0), n_rates=7, steps=200,
-                                  seq_len=64, batch_size=16, eval_every=50, eval_batches=4)
-
-
-def model_config(z: EigenvalueConstrainedSizes) -> transformer.Config:
-  """The model every arm trains from scratch at size `z`.
-
-  A claim's own shape (`experiments.models.SHAPES`: `nano`) gets `max_len = z.seq_len`, so
-  `nano` at T = 64 is `experiments.lab.stability._tiny(max_len=64)`, the model of the
-  registered results. A shared model's shape keeps its own `max_len` (its `model_card` counts
-  those positions; the rows past `seq_len` are never read), and `EigenvalueConstrainedSizes`
-  refuses a longer `seq_len`.
-
-  Example:
-    >>> import dataclasses
-    >>> from experiments.claims.eigenvalue_constrained import FULL, model_config
-    >>> cfg = model_config(FULL)
-    >>> cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.max_len
-    (32, 2, 2, 64)
-    >>> model_config(dataclasses.replace(FULL, model="small")).max_len
-    256
-  """
-  cfg = models.config(z.model)
-  return cfg.replace(max_len=z.seq_len) if z.model in models.SHAPES else cfg
-
-
-def make_tx_factory(steps: int, cap_names: tuple[str, ...] | None, cap: float = CAP):
-  """`make_tx(learning_rate)`: AdamW (cosine to 10%, no warm-up, no clipping) + optional cap.
-
-  Example:
-    >>> import jax.numpy as jnp, optax
-    >>> from experiments.claims.eigenvalue_constrained import make_tx_factory
-    >>> tx = make_tx_factory(10, ("w_q",))(learning_rate=1e-2)
-    >>> params = {"w_q": jnp.eye(4) * 3.0}
-    >>> u, _ = tx.update({"w_q": jnp.zeros((4, 4))}, tx.init(params), params)
-    >>> round(float(jnp.linalg.norm(optax.apply_updates(params, u)["w_q"], 2)), 4)
-    1.0
-  """
-  unit = optax.cosine_decay_schedule(1.0, max(steps, 1), 0.1)
-
-  def make_tx(learning_rate):
-    tx = optax.adamw(lambda c: learning_rate * unit(c), b1=0.9, b2=0.95, weight_decay=0.1)
-    if cap_names is None:
-      return tx
-    return optax.chain(tx, optim.spectral_cap(cap, mask=optim.select(roles=None,
-                                                                     names=cap_names),
-                                              method="svd"))
-
-  return make_tx
-
-
-def good_rates(final_by_rate: np.ndarray, diverged_by_rate: np.ndarray,
-               within: float = WITHIN) -> np.ndarray:
-  """Bool `(R,)`: rates that did not diverge and end within `within` of the best such loss.
-
-  Example:
-    >>> import numpy as np
-    >>> from experiments.claims.eigenvalue_constrained import good_rates
-    >>> good_rates(np.array([3.0, 2.0, 2.08, 2.2]), np.array([False, False, False, True]))
-    array([False,  True,  True, False])
-  """
-  ok = ~diverged_by_rate & np.isfinite(final_by_rate)
-  if not ok.any():
-    return ok
-  best = final_by_rate[ok].min()
-  return ok & (final_by_rate <= (1 + within) * best)
-
-
-def adamw_divergent_rates(diverged_by_rate_seed: np.ndarray) -> np.ndarray:
-  """Bool `(R,)`: rates at which the baseline diverged in at least 2/3 of the seeds.
-
-  Example:
-    >>> import numpy as np
-    >>> from experiments.claims.eigenvalue_constrained import adamw_divergent_rates
-    >>> adamw_divergent_rates(np.array([[0, 0, 1], [1, 1, 0], [1, 1, 1]], bool))
-    array([False,  True,  True])
-  """
-  n = diverged_by_rate_seed.shape[1]
-  return diverged_by_rate_seed.sum(1) >= math.ceil(2 * n / 3)
-
-
-def sweep_arm(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: int,
-              seq_len: int, eval_every: int, eval_batches: int) -> dict:
-  """One arm's sweep: final losses, divergence, and the logit certificate at every eval."""
-  ratios, measured, bounds = [], [], []
-  bound_fn = jax.jit(jax.vmap(jax.vmap(lambda p: analysis.logit_bound(p, cfg))))
-
-  def callback(step, params, inter):
-    del step
-    measured_by_run_LH = analysis.max_logit(inter["blocks"]["attn"]["scores"][0])
-    bound_by_run_LH = bound_fn(params)
-    ratios.append(np.asarray(jnp.max(measured_by_run_LH / bound_by_run_LH, axis=(-1, -2))))
-    measured.append(np.asarray(jnp.max(measured_by_run_LH, axis=(-1, -2))))
-    bounds.append(np.asarray(jnp.max(bound_by_run_LH, axis=(-1, -2))))
-
-  r = sweep.train_many(cfg, make_tx, seeds=seeds, learning_rates=learning_rates, steps=steps,
-                          data="stdlib", batch_size=batch_size, seq_len=seq_len,
-                          eval_every=eval_every, callback=callback, eval_batches=eval_batches)
-  final_by_rate_seed = r.val_loss[:, :, -1]
-  ratio_by_eval_rate_seed = np.stack(ratios)
-  # Diverged: the run ends non-finite or above the loss of uniform guessing (its initial loss,
-  # ln V). A transient spike that training recovers from is reported apart (`spiked`).
-  ended_bad = (~np.isfinite(final_by_rate_seed)
-               | (final_by_rate_seed > math.log(cfg.vocab_size)))
-  return {"final": np.where(np.isfinite(final_by_rate_seed), final_by_rate_seed, np.inf),
-          "diverged": ended_bad,
-          "spiked": r.diverged & ~ended_bad, "ratio": ratio_by_eval_rate_seed,
-          "measured": np.stack(measured), "bound": np.stack(bounds),
-          "learning_rates": r.learning_rates, "seeds": r.seeds}
-
-
-def _finite_max(x) -> float:
-  x = np.asarray(x, np.float64)
-  x = x[np.isfinite(x)]
-  return float(x.max()) if x.size else math.nan
-
-
-def arm_metrics(sw: dict) -> dict[int, dict[str, float]]:
-  """Per seed: best loss, good-rate count, divergences, certificate ratio, per-rate losses."""
-  out = {}
-  for j, seed in enumerate(sw["seeds"]):
-    final_by_rate, diverged_by_rate = sw["final"][:, j], sw["diverged"][:, j]
-    good = good_rates(final_by_rate, diverged_by_rate)
-    ok = ~diverged_by_rate & np.isfinite(final_by_rate)
-    stable = [lr for lr, o in zip(sw["learning_rates"], ok, strict=True) if o]
-    m = {"best_loss": float(final_by_rate[ok].min()) if ok.any() else math.nan,
-         "n_good_rates": float(good.sum()), "n_diverged": float(diverged_by_rate.sum()),
-         "n_spiked": float(sw["spiked"][:, j].sum()),
-         "max_stable_lr": float(max(stable)) if stable else math.nan,
-         "cert_ratio_max": _finite_max(sw["ratio"][:, :, j]),
-         "max_logit_final": _finite_max(sw["measured"][-1, :, j]),
-         "logit_bound_final": _finite_max(sw["bound"][-1, :, j])}
-    for k, lr in enumerate(sw["learning_rates"]):
-      m[f"val_lr{lr:.3g}"] = float(final_by_rate[k])
-      m[f"diverged_lr{lr:.3g}"] = float(diverged_by_rate[k])
-    out[seed] = m
-  return out
+QUICK = EigenvalueConstrainedSizes(model="pico-20", grid=(3e-3, 1.0), tune=False, steps=15,
+                                   seq_len=128, batch_size=16, evals=3, eval_batches=2)
+FULL = EigenvalueConstrainedSizes(model="pico-20", grid=GRID, tune=True, steps=None,
+                                  seq_len=128, batch_size=16, evals=8, eval_batches=4,
+                                  extend=1)
 
 
 def run(spec: Spec) -> dict:
-  """The learning-rate sweep of every arm over all seeds; see the module docstring."""
+  """Tunes each arm, picks the stress rate, trains the seeds there; see the docstring."""
   z = spec.sizes
-  steps, seq_len, batch_size = z.steps, z.seq_len, z.batch_size
-  learning_rates = z.learning_rates
-  cfg = model_config(z)
-  sweeps, runs = {}, {}
-  for arm, names in ARMS.items():
-    spec.log(f"  eigenvalue-constrained: arm {arm}, {len(learning_rates)} rates × "
-             f"{len(spec.seeds)} seeds, {steps} steps")
-    sweeps[arm] = sweep_arm(cfg, make_tx_factory(steps, names), spec.seeds, learning_rates,
-                            steps=steps, batch_size=batch_size, seq_len=seq_len,
-                            eval_every=z.eval_every, eval_batches=z.eval_batches)
-    runs[arm] = arm_metrics(sweeps[arm])
-  base = sweeps["adamw"]
-  a_star = adamw_divergent_rates(base["diverged"])
-  cert_all = max(_finite_max(sw["ratio"]) for sw in sweeps.values())
-  for arm, sw in sweeps.items():
-    for j, seed in enumerate(spec.seeds):
-      m, b = runs[arm][seed], runs["adamw"][seed]
-      m["width_ratio"] = m["n_good_rates"] / b["n_good_rates"]
-      m["best_loss_rel_cost"] = (m["best_loss"] - b["best_loss"]) / b["best_loss"]
-      m["diverged_where_adamw_diverges"] = (float(sw["diverged"][a_star, j].mean())
-                                            if a_star.any() else math.nan)
-      m["cert_ratio_max_all_runs"] = cert_all
-  figure = _figure(sweeps, spec.run_dir)
-  mean = lambda arm, key: float(np.nanmean([runs[arm][s][key] for s in spec.seeds]))
-  lr_text = lambda mask: ", ".join(f"{lr:.3g}" for lr, x in zip(learning_rates, mask,
-                                                                  strict=True) if x) or "none"
-  notes = [
-      f"- Rates where AdamW diverged in ≥ 2/3 of the seeds: {lr_text(a_star)}; divergences "
-      "per rate (of the seeds), " + "; ".join(
-          f"{arm}: " + ", ".join(f"{int(n)}" for n in sw["diverged"].sum(1))
-          for arm, sw in sweeps.items())
-      + f" (rates {', '.join(f'{x:.3g}' for x in learning_rates)}).",
-      "- Mean final validation loss per rate: " + "; ".join(
-          f"{arm}: " + ", ".join(f"{mean(arm, f'val_lr{lr:.3g}'):.3f}" for lr in learning_rates)
-          for arm in ARMS) + " (inf: diverged to a non-finite loss).",
-      "- Rates within 5% of the arm's best loss, mean count: " + ", ".join(
-          f"{arm} {mean(arm, 'n_good_rates'):.2f}" for arm in ARMS) + "; best loss: " + ", ".join(
-          f"{arm} {mean(arm, 'best_loss'):.4f}" for arm in ARMS) + ".",
-      f"- Logit certificate: largest measured / certified over every arm, rate, seed and eval "
-      f"(finite runs): {cert_all:.4f}; final max logit vs bound, mean over seeds: " + ", ".join(
-          f"{arm} {mean(arm, 'max_logit_final'):.3g} ≤ {mean(arm, 'logit_bound_final'):.3g}"
-          for arm in ARMS) + ".",
-      f"- Model: the `{z.model}` shape from scratch, {cfg.d_model=}, {cfg.n_layers=}, "
-      f"{cfg.n_heads=}, T = {seq_len}, B = "
-      f"{batch_size}, {steps} steps, cap σ_max ≤ {CAP} (exact SVD projection after each "
-      "step). Divergence = `train_many`'s flag (a 50-step mean loss above 1.5 ln V or "
-      "non-finite), so a run can be flagged and still end at a finite loss.",
+  cfg = models.config(z.model)
+  V, steps = cfg.vocab_size, z.budget_steps()
+  kw = {"steps": steps, "batch_size": z.batch_size, "seq_len": z.seq_len,
+        "eval_batches": z.eval_batches}
+  make = {arm: ct.make_tx_factory(steps, names, CAP) for arm, names in ARMS.items()}
+  if z.tune:
+    tuned = {}
+    for arm in ARMS:
+      spec.log(f"  eigenvalue-constrained: tuning {arm} on {list(z.grid)} (seed {TUNE_SEED}, "
+               f"{steps} steps)")
+      tuned[arm] = ct.tune_arm(cfg, make[arm], z.grid, seed=TUNE_SEED, extend=z.extend, **kw)
+    stress, found = stress_rate(tuned["adamw"]["grid"], tuned["adamw"]["ended_diverged"])
+  else:
+    tuned = {arm: {"learning_rate": z.grid[0], "at_edge": False} for arm in ARMS}
+    stress, found = z.grid[-1], False
+  tracks, runs = {}, {}
+  for arm in ARMS:
+    rates = sorted({tuned[arm]["learning_rate"], stress})
+    spec.log(f"  eigenvalue-constrained: {arm} at {tuned[arm]['learning_rate']:g} (tuned) and "
+             f"{stress:g} (stress) on seeds {list(spec.seeds)}")
+    tracks[arm] = ct.track(cfg, make[arm], spec.seeds, rates, eval_every=z.eval_every, **kw)
+    index = {"tuned": rates.index(tuned[arm]["learning_rate"]), "stress": rates.index(stress)}
+    tracks[arm]["index"] = index
+    runs[arm] = {seed: {**ct.seed_metrics(tracks[arm], index, j, V),
+                        "learning_rate": tuned[arm]["learning_rate"], "stress_rate": stress,
+                        "edge_lr": float(tuned[arm]["at_edge"])}
+                 for j, seed in enumerate(spec.seeds)}
+  for seed in spec.seeds:
+    a, c = runs["adamw"][seed], runs["cap-hidden"][seed]
+    cert = np.nanmax([m[f"cert_ratio_{t}"] for m in (a, c) for t in ("tuned", "stress")])
+    for m in (a, c):
+      m["tuned_loss_rel_cost"] = (m["end_loss_tuned"] - a["end_loss_tuned"]) / a["end_loss_tuned"]
+      m["stress_loss_rel_tuned"] = (m["end_loss_stress"] - m["end_loss_tuned"]) / m[
+          "end_loss_tuned"]
+      m["cert_ratio_all_runs"] = float(cert)
+  figure = _figure(tracks, tuned, stress, spec.run_dir, V)
+  return {"setup": {"model_config": cfg.to_dict(), "arms": {a: list(n) if n else None
+                                                            for a, n in ARMS.items()},
+                    "cap": CAP, "tune_seed": TUNE_SEED, "tuned": tuned, "stress_rate": stress,
+                    "stress_rate_from_divergence": found},
+          "runs": runs, "figures": [figure],
+          "notes": _notes(runs, tuned, stress, found, spec.seeds, z, cfg),
+          "effects": [("end loss at the stress rate: adamw − cap-hidden", "adamw", "cap-hidden",
+                       "end_loss_stress")]}
+
+
+def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list[str]:
+  values = lambda arm, key: np.array([runs[arm][s][key] for s in seeds], np.float64)
+
+  def span(arm, key):
+    x = values(arm, key)
+    return f"{np.nanmean(x):.4g} [{np.nanmin(x):.4g}, {np.nanmax(x):.4g}]"
+
+  total = lambda arm, key: int(np.nansum(values(arm, key)))
+  if z.tune:
+    rates = (f"- Tuned peak rates (grid {list(z.grid)}, extended a step beyond an edge that won, "
+             f"at most {z.extend}×; seed {TUNE_SEED}, {z.budget_steps()} steps; lowest final "
+             "loss among runs that did not end diverged): " + ", ".join(
+                 f"{a} {tuned[a]['learning_rate']:g}"
+                 + (" (still at an edge: its control fails)" if tuned[a]["at_edge"] else "")
+                 for a in ARMS)
+             + ". Tuning-seed final losses per rate run (ended diverged marked *): " + "; ".join(
+                 f"{a}: " + ", ".join(f"{g:g} {v:.3f}{'*' if d else ''}" for g, v, d in zip(
+                     tuned[a]["grid"], tuned[a]["val_loss"], tuned[a]["ended_diverged"],
+                     strict=True)) for a in ARMS) + ".")
+    why = ("the smallest rate run at which `adamw` ended diverged on the tuning seed" if found
+           else "no rate run made `adamw` end diverged on the tuning seed, so the largest (the "
+           "registered rule; the stress thresholds are read there all the same)")
+  else:
+    rates = (f"- Not tuned (quick): every arm at {z.grid[0]:g}, the first rate of the grid; the "
+             "verdict is indicative only.")
+    why = "fixed (quick), the last rate of the grid"
+  return [
+      rates,
+      f"- Stress rate {stress:g}: {why}.",
+      f"- End loss (nats; ended diverged = ln V = {math.log(cfg.vocab_size):.3f}), mean [min, "
+      "max] over seeds: at the tuned rates " + "; ".join(
+          f"{a} {span(a, 'end_loss_tuned')}" for a in ARMS) + "; at the stress rate " + "; ".join(
+          f"{a} {span(a, 'end_loss_stress')}" for a in ARMS) + ".",
+      f"- Runs that ended diverged (of {len(seeds)} seeds), tuned / stress: " + ", ".join(
+          f"{a} {total(a, 'diverged_tuned')} / {total(a, 'diverged_stress')}" for a in ARMS)
+      + "; flagged by a spike but recovered: " + ", ".join(
+          f"{a} {total(a, 'spiked_tuned')} / {total(a, 'spiked_stress')}" for a in ARMS) + ".",
+      "- Largest σ_max of the hidden matrices at the end, mean [min, max], tuned / stress: "
+      + "; ".join(f"{a} {span(a, 'sigma_max_tuned')} / {span(a, 'sigma_max_stress')}"
+                  for a in ARMS) + f" (cap {CAP:g}; inf: non-finite weights).",
+      "- Logit certificate, largest measured / certified logit over evaluations, layers and "
+      "heads (finite runs), tuned / stress: " + "; ".join(
+          f"{a} {span(a, 'cert_ratio_tuned')} / {span(a, 'cert_ratio_stress')}" for a in ARMS)
+      + ".",
+      f"- Model: the `{z.model}` shape from scratch, D = {cfg.d_model}, L = {cfg.n_layers}, "
+      f"H = {cfg.n_heads}, T = {z.seq_len}, B = {z.batch_size}, {z.budget_steps()} steps: "
+      f"{z.train_tokens():,} tokens, {z.train_tokens() / models.param_count(z.model):.1f} per "
+      f"parameter; cap σ_max ≤ {CAP:g} by exact SVD after each step.",
   ]
-  return {"setup": {"model_config": cfg.to_dict(), "learning_rates": list(learning_rates),
-                    "cap": CAP, "arms": {a: list(n) if n else None for a, n in ARMS.items()},
-                    "within": WITHIN, "adamw_divergent_rates":
-                    [lr for lr, x in zip(learning_rates, a_star, strict=True) if x]},
-          "runs": runs, "figures": [figure], "notes": notes,
-          "effects": [("largest stable rate, cap-hidden − AdamW", "cap-hidden", "adamw",
-                       "max_stable_lr")]}
 
 
-def _figure(sweeps: dict, run_dir: str) -> str:
-  """Loss and the logit certificate against the peak rate, one series per arm.
-
-  The arms coincide at the lowest rates (the cap never binds there), so each arm has its own
-  marker and line style and both stay visible where they overlap. A rate where some seed ended
-  diverged is drawn as a cross at the mean of its finite seeds.
-  """
+def _figure(tracks: dict, tuned: dict, stress: float, run_dir: str, vocab_size: int) -> str:
+  """Tuning-seed loss against the rate, and the validation loss over training at the stress
+  and the tuned rates (median over seeds, band min–max), one colour per arm."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
-  styles = {"adamw": dict(marker="o", ls="-", ms=9, mfc="none", lw=2.2),
-            "cap-hidden": dict(marker="s", ls="--", ms=5, lw=1.4)}
-  for k, (arm, sw) in enumerate(sweeps.items()):
-    style = styles.get(arm, dict(marker="^", ls=":"))
-    lrs = np.asarray(sw["learning_rates"])
-    final = np.asarray(sw["final"], np.float64)
-    some_diverged = np.asarray(sw["diverged"]).any(1)
-    finite_mean = np.array([np.mean(f[np.isfinite(f)]) if np.isfinite(f).any() else np.nan
-                            for f in np.where(sw["diverged"], np.nan, final)])
-    ax1.plot(lrs, np.where(some_diverged, np.nan, finite_mean), color=f"C{k}", label=arm,
-             **style)
-    if some_diverged.any():
-      ax1.plot(lrs[some_diverged], finite_mean[some_diverged], "x", color=f"C{k}", ms=10,
-               label=f"{arm}: some seed ended diverged (mean of the others)")
-    per_rate = np.nanmax(np.asarray(sw["ratio"], np.float64), axis=(0, 2))  # (rates,)
-    ax2.plot(lrs, per_rate, color=f"C{k}", label=arm, **style)
-  ax1.set(xscale="log", xlabel="peak learning rate (log scale)",
-          ylabel="final validation loss (nats/byte, mean over seeds)", title="loss vs rate")
-  ax2.axhline(1, color="k", ls=":", label="bound (measured = certified logit)")
-  ax2.set(xscale="log", xlabel="peak learning rate (log scale)",
-          ylabel="largest measured logit / certified bound\n(over evaluations, layers, seeds)",
-          title="logit certificate (holds below 1)")
-  ax1.legend(fontsize=7)
-  ax2.legend(fontsize=7)
+  fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+  colors = {"adamw": "C3", "cap-hidden": "C0"}
+  ln_v = math.log(vocab_size)
+  for arm, tr in tracks.items():
+    t = tuned[arm]
+    if "grid" in t:
+      lrs, val = np.asarray(t["grid"]), np.asarray(t["val_loss"], np.float64)
+      bad = np.asarray(t["ended_diverged"], bool)
+      axes[0].plot(lrs, np.where(bad, ln_v, val), "o-", color=colors[arm], label=arm)
+      axes[0].plot(lrs[bad], np.full(bad.sum(), ln_v), "x", color=colors[arm], ms=10)
+    for ax, tag in zip(axes[1:], ("stress", "tuned"), strict=True):
+      i = tr["index"][tag]
+      v = np.where(np.isfinite(tr["val_RSE"][i]), tr["val_RSE"][i], np.nan)
+      rate = stress if tag == "stress" else t["learning_rate"]
+      with warnings.catch_warnings():  # every seed non-finite at a reading: a gap, drawn so
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, mid, hi = np.nanmin(v, 0), np.nanmedian(v, 0), np.nanmax(v, 0)
+      ax.plot(tr["steps_E"], mid, "o-", color=colors[arm], label=f"{arm} (η = {rate:g})")
+      ax.fill_between(tr["steps_E"], lo, hi, color=colors[arm], alpha=0.15)
+  if "grid" not in tuned["adamw"]:
+    axes[0].text(0.5, 0.5, "not tuned (quick)", ha="center", transform=axes[0].transAxes)
+  axes[0].axvline(stress, color="k", ls="--", lw=1, label=f"stress rate {stress:g}")
+  axes[0].set(xscale="log", xlabel="peak learning rate (log scale)",
+              ylabel="final validation loss (nats; ended diverged = ln V, x)",
+              title=f"tuning seed {TUNE_SEED}: loss vs rate")
+  for ax, what in zip(axes[1:], ("at the stress rate", "at each arm's tuned rate"), strict=True):
+    ax.axhline(ln_v, color="k", ls=":", lw=1.5, label=f"ln V = {ln_v:.2f} (initial loss)")
+    ax.set(ylim=(0, 1.5 * ln_v), xlabel="training step", ylabel="validation loss (nats)",
+           title=f"validation loss {what}\n(median over seeds, band min–max; axis cut)")
+  for ax in axes:
+    ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(f"{run_dir}/rates.png", dpi=110)
   plt.close(fig)
   return "rates.png"
 
 
+def _edge_control(arm: str) -> Threshold:
+  """The control of an arm's tuned rate: it must not sit at an edge of its (extended) grid."""
+  return Threshold(f"{arm}'s tuned rate inside the grid", arm=arm, metric="edge_lr",
+                   stat="range", supports="== 0", control=True)
+
+
+CAP_ACTS = "cap-hidden: σ_max of the capped matrices at the end"
+CERT = "max measured logit / certified bound, both arms, both rates"
 CLAIM = Claim(
     id="eigenvalue-constrained",
     topic="eigenvalues",
     kind="new",
     preface="Eigenvalue-constrained training to guarantee stable gradient flow",
     hypothesis=(
-        "Capping σ_max ≤ 1 of every hidden matrix after each AdamW step (no clipping, no "
-        "warm-up) makes training stable: (a) it never ends diverged (non-finite, or above the "
-        "initial loss ln V) at a rate where AdamW alone ends diverged in ≥ 2/3 of the seeds, "
-        "(b) at ≤ 1% higher best loss."),
+        "Trained from scratch at 20 tokens per parameter at the registered size (pico-20), "
+        "capping σ_max ≤ 1 of every hidden matrix after each AdamW step (no clipping, no "
+        "warm-up) makes training stable: at the stress rate (the smallest rate at which AdamW "
+        "alone ended diverged on the tuning seed) the capped model (a) ends diverged in no "
+        f"seed and (b) ends at least {STABLE_MARGIN} nats below AdamW (ended diverged counts as "
+        f"ln V), and (c) at each arm's tuned rate its final loss is at most {COST:.0%} above "
+        "AdamW's."),
     refuted_if=(
-        "The capped model ends diverged at every rate where AdamW does, in every seed; or its "
-        "best loss is more than 1% worse (whole 95% CI)."),
+        "The capped model ends diverged at the stress rate in every seed; or AdamW's end loss "
+        f"there lies within {STABLE_MARGIN} nats of the capped model's, or below it; or the "
+        f"capped model's tuned loss is more than {COST:.0%} above AdamW's (whole 95% interval)."),
     theorem=("The certificate cannot fail: for rows of norm ≤ r entering the projections, "
              "|q_i·k_j| ≤ r² σ_max(W_Q W_Kᵀ) (plus bias terms) by Cauchy–Schwarz, so "
              "analysis.logit_bound holds for any weights, capped or not; it is a control of the "
              "instrument. tests/experiments/test_claims_theorems.py checks the inequality on "
              "random instances in float64."),
     thresholds=(
-        Threshold("cap-hidden: divergence at rates where AdamW diverges in ≥ 2/3 seeds",
-                  arm="cap-hidden", metric="diverged_where_adamw_diverges", stat="range",
-                  supports="== 0", refutes=">= 1", unit="fraction of those rates"),
-        Threshold("cap-hidden: best-loss relative cost vs AdamW", arm="cap-hidden",
-                  metric="best_loss_rel_cost", supports="<= 0.01", refutes="> 0.01",
+        Threshold("cap-hidden: ended diverged at the stress rate", arm="cap-hidden",
+                  metric="diverged_stress", stat="range", supports="== 0", refutes=">= 1",
+                  unit="1 = ended diverged", needs=(CAP_ACTS, CERT)),
+        Threshold.beyond("end loss at the stress rate: adamw − cap-hidden", arm="adamw",
+                         metric="end_loss_stress", baseline="cap-hidden", margin=STABLE_MARGIN,
+                         unit="nats", needs=(CAP_ACTS, CERT)),
+        Threshold("cap-hidden: tuned final loss, relative cost vs AdamW", arm="cap-hidden",
+                  metric="tuned_loss_rel_cost", supports=f"<= {COST}", refutes=f"> {COST}",
                   unit="fraction of the loss"),
-        Threshold("max measured logit / certified bound, all arms, rates, seeds, evals",
-                  arm="cap-hidden", metric="cert_ratio_max_all_runs", stat="range",
+        Threshold(CAP_ACTS, arm="cap-hidden", metric="sigma_max_tuned", stat="range",
+                  supports=f"<= {CAP + SIGMA_TOL}", control=True),
+        Threshold(CERT, arm="cap-hidden", metric="cert_ratio_all_runs", stat="range",
                   supports=f"<= {1 + CERT_RTOL}", control=True),
+        _edge_control("adamw"),
+        _edge_control("cap-hidden"),
     ),
     extensions=(
-        Extension("a wider stable range",
-                  "Does the cap keep at least twice as many grid rates within 5% of its best "
-                  "loss as AdamW?",
-                  (Threshold("cap-hidden: rates within 5% of best, ratio to AdamW",
-                             arm="cap-hidden", metric="width_ratio", supports=">= 2",
-                             refutes="<= 1"),)),
+        Extension("a stable range",
+                  "Does the stress rate lie in the capped model's stable range: its end loss "
+                  f"there within {WITHIN:.0%} of its loss at its own tuned rate?",
+                  (Threshold("cap-hidden: stress-rate loss relative to its tuned loss",
+                             arm="cap-hidden", metric="stress_loss_rel_tuned",
+                             supports=f"<= {WITHIN}", refutes=f"> {WITHIN}",
+                             unit="fraction of the loss", needs=(CAP_ACTS, CERT)),)),
     ),
-    scale_models=("mini", "small"),  # after `nano` (FULL.model), which the runner adds first
+    tuning_seeds=(TUNE_SEED,),
+    scale_models=("pico-20", "micro-20"),
+    bits_metric=("adamw", "end_loss_tuned"),
+    version=2,
+    revisions=("v2: the trained regime of issue 38: every arm from scratch at 20 tokens per "
+               "parameter, registered on pico-20 (v1: nano, 200 steps of 16 × 64, ≈ 1.5 per "
+               "parameter), scale over pico-20 and micro-20; rates tuned on seed 100 under the "
+               "edge rule instead of each reported seed's best of the grid, and the seeds run at "
+               "the tuned and the stress rate only (v1's primary was n/a: AdamW never ended "
+               "diverged on its grid, so v2 reads a stress-rate loss gap with a 0.25-nat margin); "
+               "the 'wider range' extension becomes 'a stable range'",),
     anchors=(
         Anchor("spectral reparametrisation of all linear layers", "trains without warm-up or "
                "LayerNorm; entropy collapse avoided", "Zhai et al. 2023, Stabilizing "

@@ -13,7 +13,10 @@
 - `stability`: eigenvalues at depth, input conditioning, the logit certificate, tracked
   training; used by `residual-eigenvalues`, `layernorm-condition`, `eigenvalue-constrained`.
 - `norm_training`: training with and without a norm, read for the conditioning of the
-  normalized inputs; used by `layernorm-condition`.
+  normalized inputs; used by `layernorm-condition` (its stress rate and end loss also by
+  `eigenvalue-constrained`).
+- `cap_training`: training with and without a spectral cap on the hidden matrices (tuned and
+  stress rates, divergence, the logit certificate); used by `eigenvalue-constrained`.
 - `kvcompress`: low-rank KV-cache compression measured as a loss rise; used by
   `kv-compression`, `adaptive-rank` and `python -m experiments eval --kv-ratio`.
 - `lora`: LoRA and full fine-tuning from shared base models, the texts they adapt on and the

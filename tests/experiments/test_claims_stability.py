@@ -422,96 +422,78 @@ def test_capped_optimizer_keeps_sigma_max_at_cap():
                              rtol=1e-6)
 
 
-def _param_count(cfg):
-  return sum(int(np.prod(x.shape)) for x in
-             jax.tree.leaves(jax.eval_shape(lambda: transformer.init(cfg, jax.random.key(0)))))
-
-
-def test_eigenvalue_constrained_registered_size_is_the_model_of_the_committed_results():
-  """`nano` at T = 64 is `stability._tiny(max_len=64)`, the model every arm trained before the
-  scale axis, field by field; the other fields are the committed run's sizes."""
-  from experiments import jsonio
-  from experiments.lab import stability
-
-  res = jsonio.load_strict(f"{folders.RESULTS_DIR}/eigenvalue-constrained/results.json")
-  assert ec.FULL.to_dict() == res["config"]["sizes"]  # rerun 2026-12-03: `model` recorded
-  for z in (ec.FULL, ec.QUICK):
-    assert (z.model, z.seq_len) == ("nano", 64)
-    old = stability._tiny(max_len=z.seq_len)  # what `run` built before
-    assert dataclasses.asdict(ec.model_config(z)) == dataclasses.asdict(old)
-  assert ec.model_config(ec.FULL).to_dict() == res["config"]["setup"]["model_config"]
-  # `nano` (SHAPES, at T = 32) differs from the registered model in its positions alone.
-  shape, ours = (dataclasses.asdict(c) for c in (models.config("nano"), ec.model_config(ec.FULL)))
-  assert {k for k in shape if shape[k] != ours[k]} == {"max_len"}
-  assert (shape["max_len"], ours["max_len"]) == (32, 64)
-
-
-def test_eigenvalue_constrained_scale_axis_is_nano_mini_small():
-  from experiments import models
-
+def test_eigenvalue_constrained_trains_at_20_tokens_per_parameter_on_pico_and_micro():
   claim = CLAIMS["eigenvalue-constrained"]
-  assert claim.scale_models == ("mini", "small")  # `nano`, registered, is added first
-  assert axes.scale_models(claim, quick=False) == ("nano", "mini", "small")
-  assert axes.scale_models(claim, quick=True) == ()  # quick runs stay one size
-  assert axes.scale_models(claim, quick=True, sizes=("mini",)) == ("nano", "mini")
-  assert claim.to_dict()["scale_models"] == ["mini", "small"]
-  cards = {n: models.model_card(n) for n in ("nano", "mini", "small")}
-  assert {n: (c["family"], c["d_model"], c["n_layers"], c["n_heads"], c["params"])
-          for n, c in cards.items()} == {"nano": ("gpt", 32, 2, 2, 34_688),
-                                         "mini": ("gpt", 64, 2, 4, 132_864),
-                                         "small": ("gpt", 128, 4, 4, 858_880)}
-  assert cards["small"]["params"] >= 8 * cards["nano"]["params"]
-  # A shared shape trains exactly the family's model, so its card counts what trains; `nano`
-  # trains T = 64 positions where its card counts 32: 32 × 32 more parameters than the card.
-  for n in ("mini", "small"):
-    cfg = ec.model_config(dataclasses.replace(ec.FULL, model=n))
-    assert cfg == models.RECIPES[n].cfg and _param_count(cfg) == cards[n]["params"]
-  assert _param_count(ec.model_config(ec.FULL)) == cards["nano"]["params"] + 32 * 32
+  assert claim.version == 2 and claim.tuning_seeds == (ec.TUNE_SEED,)
+  assert not set(claim.seeds) & set(claim.tuning_seeds)
+  assert axes.scale_models(claim, quick=False) == ("pico-20", "micro-20")
+  for model, steps in (("pico-20", 145), ("micro-20", 409)):
+    z = dataclasses.replace(ec.FULL, model=model)
+    assert z.budget_steps() == steps
+    assert z.train_tokens() / models.param_count(model) >= models.TOKENS_PER_PARAM
+  assert len(ec.GRID) >= 4 and ec.FULL.extend >= 1
+  np.testing.assert_allclose(np.diff(np.log10(ec.GRID)), 0.5, atol=2e-3)  # half-decades
 
 
-def test_eigenvalue_constrained_sizes_refuse_unknown_model_and_too_long_seq_len():
-  with pytest.raises(ValueError, match=r"EigenvalueConstrainedSizes.model='gpt2' is unknown"):
-    dataclasses.replace(ec.FULL, model="gpt2")
-  with pytest.raises(ValueError, match=r"EigenvalueConstrainedSizes.seq_len=257 exceeds the "
-                                       r"`mini` shape's max_len=256. Fix: seq_len <= 256"):
-    dataclasses.replace(ec.FULL, model="mini", seq_len=257)
-  assert ec.model_config(dataclasses.replace(ec.FULL, model="mini", seq_len=256)).max_len == 256
-  # `nano` is the claim's own shape: its positions follow seq_len, at any length.
-  assert ec.model_config(dataclasses.replace(ec.FULL, seq_len=512)).max_len == 512
+def test_eigenvalue_constrained_sizes_refuse_too_long_seq_len_and_one_rate():
+  with pytest.raises(ValueError, match=r"seq_len=257 exceeds the `pico-20` shape's max_len=256"):
+    dataclasses.replace(ec.FULL, seq_len=257)
+  with pytest.raises(ValueError, match=r"needs two rates or more"):
+    dataclasses.replace(ec.FULL, grid=(1e-2,))
 
 
-@pytest.mark.parametrize("model", ["nano", "mini"])
-def test_eigenvalue_constrained_run_trains_every_arm_at_the_size_it_is_given(
-    model, monkeypatch, tmp_path):
-  from experiments import models
-  from experiments.lab import stability
+def test_cap_training_sigma_max_hidden_matches_numpy_and_skips_other_leaves():
+  from experiments.lab import cap_training
+
+  rng = np.random.default_rng(0)
+  w = rng.normal(size=(2, 3, 2, 5, 4))  # (R, S, L, d_in, d_out)
+  params = {"blocks": {"attn": {"w_q": w}, "ffn": {"w_1": 0.1 * w}},
+            "embed": {"embedding": 100 * rng.normal(size=(2, 3, 7, 5))}}
+  want = np.array([[max(np.linalg.norm(w[r, s, l], 2) for l in range(2)) for s in range(3)]
+                   for r in range(2)])
+  np.testing.assert_allclose(cap_training.sigma_max_hidden(params), want, rtol=1e-10)
+  params["blocks"]["attn"]["w_q"] = np.where(np.arange(4) == 0, np.nan, w)  # a diverged run
+  assert np.isinf(cap_training.sigma_max_hidden(params)).all()
+
+
+def test_eigenvalue_constrained_run_reads_tuned_and_stress_rates_from_the_tuning_seed(
+    monkeypatch, tmp_path):
+  from experiments.lab import cap_training
   from experiments.verdict import Spec
 
-  seen = []
+  tuned_calls, tracked = [], []
 
-  def fake_sweep(cfg, make_tx, seeds, learning_rates, **kw):
-    seen.append((cfg, kw["seq_len"]))
-    R, S = len(learning_rates), len(seeds)
-    final = np.tile(np.linspace(2.0, 3.0, R)[:, None], (1, S))
-    diverged = np.zeros((R, S), bool)
-    diverged[-1] = len(seen) == 1  # AdamW, the first arm, ends diverged at the top rate
-    return {"final": np.where(diverged, np.inf, final), "diverged": diverged,
-            "spiked": np.zeros((R, S), bool), "ratio": np.full((2, R, S), 0.5),
-            "measured": np.full((2, R, S), 1.0), "bound": np.full((2, R, S), 2.0),
-            "learning_rates": tuple(learning_rates), "seeds": tuple(seeds)}
+  def fake_tune(cfg, make_tx, grid, *, seed, extend, **kw):
+    tuned_calls.append(seed)
+    bad = [lr >= 1.0 for lr in grid] if not tuned_calls[1:] else [False] * len(grid)
+    return {"learning_rate": grid[2] if len(tuned_calls) == 1 else grid[3], "grid": list(grid),
+            "val_loss": [2.0] * len(grid), "ended_diverged": bad, "spiked": [False] * len(grid),
+            "at_edge": False}
 
-  monkeypatch.setattr(ec, "sweep_arm", fake_sweep)
-  monkeypatch.setattr(ec, "_figure", lambda *a, **k: "rates.png")
-  z = dataclasses.replace(ec.QUICK, model=model)
+  def fake_track(cfg, make_tx, seeds, rates, **kw):
+    tracked.append(tuple(rates))
+    R, S = len(rates), len(seeds)
+    final = np.tile(np.linspace(2.0, 2.5, R)[:, None], (1, S))
+    bad = np.zeros((R, S), bool)
+    if len(tracked) == 1:  # adamw ends diverged at the stress rate, the larger one
+      final[-1], bad[-1] = np.nan, True
+    return {"val_RSE": final[..., None], "steps_E": np.array([kw["steps"]]), "final_RS": final,
+            "ended_diverged_RS": bad, "spiked_RS": np.zeros((R, S), bool),
+            "ratio_ERS": np.full((1, R, S), 0.5), "sigma_max_RS": np.ones((R, S))}
+
+  monkeypatch.setattr(cap_training, "tune_arm", fake_tune)
+  monkeypatch.setattr(cap_training, "track", fake_track)
+  z = dataclasses.replace(ec.QUICK, grid=ec.GRID, tune=True)
   out = ec.run(Spec(quick=True, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
                     log=lambda *_: None))
-  want = stability._tiny(max_len=64) if model == "nano" else models.RECIPES[model].cfg
-  assert seen == [(want, 64)] * len(ec.ARMS)
-  assert out["setup"]["model_config"] == want.to_dict()
-  assert out["setup"]["adamw_divergent_rates"] == [1.0]
-  cap = out["runs"]["cap-hidden"][0]
-  assert (cap["diverged_where_adamw_diverges"], cap["best_loss_rel_cost"]) == (0.0, 0.0)
-  assert f"the `{model}` shape from scratch, cfg.d_model={want.d_model}" in out["notes"][-1]
+  assert tuned_calls == [ec.TUNE_SEED] * 2  # rates are chosen on the tuning seed only
+  assert out["setup"]["stress_rate"] == 1.0 and out["setup"]["stress_rate_from_divergence"]
+  assert tracked == [(ec.GRID[2], 1.0), (ec.GRID[3], 1.0)]
+  a, c = out["runs"]["adamw"][0], out["runs"]["cap-hidden"][0]
+  assert a["end_loss_stress"] == pytest.approx(np.log(256)) and a["diverged_stress"] == 1.0
+  assert (c["end_loss_stress"], c["diverged_stress"]) == (2.5, 0.0)
+  assert c["tuned_loss_rel_cost"] == 0.0 and c["stress_loss_rel_tuned"] == pytest.approx(0.25)
+  assert c["cert_ratio_all_runs"] == 0.5 and c["sigma_max_tuned"] == 1.0
 
 
 def test_sweep_metrics_ratios():
