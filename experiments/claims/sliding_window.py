@@ -13,24 +13,29 @@ softmax attention, both trained alike on the stdlib corpus at `T = 256` (7/8 of 
 query's causal pairs skipped). Supported when the whole 95% interval over seeds 0–4 lies below
 **2% of full attention's loss** (≈ 5% perplexity), refuted when it lies above it.
 
-Control (blocks the primary): the trained `local` model's receptive field, by `jax.jacrev`
-through its `L` blocks, is exactly `L (w − 1)` in every seed. Extension (own verdict): *where
-trained full heads look*: the full model's mean attention mass within the last `w` keys
-(`analysis.local_mass`) exceeds one half by more than 5 points.
+Controls (block the primary): the trained `local` model's receptive field, by `jax.jacrev`
+through its `L` blocks, is exactly `L (w − 1)` in every seed; no arm's tuned rate sits at an
+edge of its grid (`rates_at_edge == 0`). Extension (own verdict): *where trained full heads
+look*: the full model's mean attention mass within the last `w` keys (`analysis.local_mass`)
+exceeds one half by more than 5 points.
 
-**Protocol** (v1). Each arm's rate is chosen from `{1e-3, 3e-3}` on tuning seed 100, then seeds
-0–4 train at it: 150 steps of 8 × 256 tokens from scratch at the `mini` shape (the `tiny`
-preset). Timing (never a verdict): forward + backward of one attention layer, softmax vs local,
-at T = 256 … 2048 (`experiments.lab.attention_timing`). Scale axis: the whole protocol again at
-GPT `micro`, `mini`, `small` and Llama `llama-micro`, `llama-mini`, `llama-small` (on Llama the
-window skips the same pairs; the reach holds, tested by gradient). Context axis (never the
-verdict, `at_length`): both arms trained again at T = 256, 512, 1024 with tokens per step kept
-(batch 8, 4, 2), rates tuned again per length. `--quick`: one rate, T = 128, one seed.
+**Protocol.** Both arms train from scratch at the shape of `Sizes.model` with AdamW at a
+constant rate (`attention_arms.make_tx`), batches of 8 × 256 tokens for `steps=None`: 20 tokens
+per parameter (`TrainedSizes.budget_steps`, the recipe's steps, as its 16 × 128 holds as many
+tokens). Each arm's rate is chosen on seed 100 from `rate_factors` (0.25, 0.5, 1, 2) times the
+shape's recipe peak `3e-3 · 64 / d` by the held-out loss; a best rate at an edge extends the grid
+one step, once (`tune_rate(extend=1)`). Then seeds 0–4 train at it. Timing (never a verdict):
+forward + backward of one attention layer, softmax vs local, at T = 256 … 2048
+(`experiments.lab.attention_timing`). `--quick` (`mini`, 30 steps, T = 128, one rate): indicative.
+Registered at `micro-20` (d 32, L 2, H 4; 409 steps). **Scale axis**: GPT `pico-20` and
+`micro-20`, each at 20 tokens per parameter, the whole protocol per size; `mini-20` (1,298 steps)
+and the Llama family are left out by cost, so two sizes give no trend.
 
-Not yet on the trained regime (issue 38): 150 steps of 2,048 tokens are 2.3 tokens per
-parameter at `mini`, and the grid has two rates with no edge rule; the next registration
-trains at 20 tokens per parameter with ≥ 4 rates under the edge rule. Results:
-`results/sliding-window/`.
+v2 (2026-12-05, before the run): the trained regime of issue 38 (v1: `mini` at 2.3 tokens per
+parameter, rates {1e-3, 3e-3}, no edge rule); the edge rule and its control; the context axis
+(T = 256/512/1024, v1) dropped: at 20 tokens per parameter its six more tuned pairs of runs, at
+up to 4× full attention's cost per token, do not fit the run's budget on 2 CPU cores.
+Results: `results/sliding-window/`.
 """
 
 from __future__ import annotations
@@ -43,49 +48,56 @@ import numpy as np
 import transformer
 from experiments import models
 from experiments.lab import attention_timing, receptive
-from experiments.lab.attention_arms import LEARNING_RATES, config_at, tuned_arm, within
-from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.lab.attention_arms import config_at, train_arm, tune_rate, within
+from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
 
 WINDOW = 32
 TUNE_SEED = 100
 # The arms: attention fields over the size's shape (`arm_config`); only the attention differs.
 ARMS = {"full": {}, "local": dict(attention="local", window=WINDOW, block_size=WINDOW)}
+RATE_FACTORS = (0.25, 0.5, 1.0, 2.0)  # times the shape's recipe peak rate; ratio 2, frozen
 LOSS_MARGIN = 0.02  # 2% of full attention's loss
 MASS_MARGIN = 0.05  # 5 points of attention mass above one half
 
 
 @dataclasses.dataclass(frozen=True)
-class SlidingWindowSizes(Sizes):
+class SlidingWindowSizes(TrainedSizes):
   """What a run of `sliding-window` reads about its size.
 
   Attributes:
-    model: the shared model (`experiments.models.config`) whose shape both arms are trained at
-      from scratch, with the arm's attention (`arm_config`); `mini` is the `tiny` preset.
-    steps: training steps per run (tuning and reported).
+    model: the shared model (`experiments.models.RECIPES`) whose shape both arms are trained
+      at from scratch, with the arm's attention (`arm_config`).
+    steps: training steps per run (tuning and reported); None: 20 tokens per parameter of
+      `model` (`TrainedSizes.budget_steps`), so the scale axis keeps the ratio at every size.
     batch_size: windows per step.
     seq_len: the training and evaluation length `T`.
-    learning_rates: the grid each arm's rate is chosen from on the tuning seed (one rate:
-      nothing is tuned).
+    rate_factors: the grid each arm's rate is chosen from on the tuning seed, as multiples of
+      `model`'s recipe peak rate (one factor: nothing is tuned).
+    extend: how many rates tuning may add beyond a winning edge of the grid (`tune_rate`).
     probe_batch: validation windows the trained heads' attention mass is measured on.
     rf_seq_len: positions of the random input of the receptive-field measurement (more than
       `L (w − 1)`, so the whole reach is seen).
     timing_seq_lens: the `T` of the timing sweep, doubling from the first (the sweep runs
-      `T = min, 2·min, … max`); `()`: no timing sweep (the runs of `at_length`; the
-      registered run times it once).
+      `T = min, 2·min, … max`); `()`: no timing sweep.
     timing_rounds: timed repetitions per `T`.
   """
 
   model: str
-  steps: int
+  steps: int | None
   batch_size: int
   seq_len: int
-  learning_rates: tuple[float, ...]
+  rate_factors: tuple[float, ...]
+  extend: int
   probe_batch: int
   rf_seq_len: int
   timing_seq_lens: tuple[int, ...]
   timing_rounds: int
 
   def __post_init__(self):
+    if self.model not in models.RECIPES:
+      raise ValueError(f"SlidingWindowSizes.model={self.model!r} has no recipe (its peak rate "
+                       f"sets the grid). Fix: one of experiments.models.RECIPES: "
+                       f"{sorted(models.RECIPES)}.")
     if not self.timing_seq_lens:
       return
     t0 = self.timing_seq_lens[0]
@@ -94,20 +106,25 @@ class SlidingWindowSizes(Sizes):
                        "double from its first length, but the timing sweep runs T = min, "
                        "2·min, … max. Fix: e.g. (256, 512, 1024, 2048), or () for no sweep.")
 
+  @property
+  def rates(self) -> tuple[float, ...]:
+    """The rate grid: `rate_factors` times `model`'s recipe peak rate."""
+    return tuple(f * models.RECIPES[self.model].learning_rate for f in self.rate_factors)
+
 
 QUICK = SlidingWindowSizes(model="mini", steps=30, batch_size=8, seq_len=128,
-                           learning_rates=(3e-3,), probe_batch=4, rf_seq_len=128,
+                           rate_factors=(1.0,), extend=0, probe_batch=4, rf_seq_len=128,
                            timing_seq_lens=(128, 256), timing_rounds=2)
-FULL = SlidingWindowSizes(model="mini", steps=150, batch_size=8, seq_len=256,
-                          learning_rates=LEARNING_RATES, probe_batch=4, rf_seq_len=128,
+FULL = SlidingWindowSizes(model="micro-20", steps=None, batch_size=8, seq_len=256,
+                          rate_factors=RATE_FACTORS, extend=1, probe_batch=4, rf_seq_len=128,
                           timing_seq_lens=(256, 512, 1024, 2048), timing_rounds=3)
 
 
 def arm_config(model: str, arm: str, seq_len: int) -> transformer.Config:
   """Arm `arm`'s model at the shape of `model`, `ARMS[arm]` applied, reading `seq_len` tokens.
 
-  `attention_arms.config_at`: `max_len` follows `seq_len` past the shape's 256 (the context
-  axis); at `mini` it is the `tiny` preset the registered results were measured on.
+  `attention_arms.config_at`: `max_len` follows `seq_len` past the shape's 256; at `mini`
+  it is the `tiny` preset that v1 and quick runs train.
 
   Example:
     >>> from experiments.claims.sliding_window import arm_config
@@ -116,41 +133,6 @@ def arm_config(model: str, arm: str, seq_len: int) -> transformer.Config:
     (128, 4, 2, 'rope', 32, 32)
   """
   return config_at(seq_len, model=model, **ARMS[arm])
-
-
-def at_length(sizes: SlidingWindowSizes, T: int) -> SlidingWindowSizes:
-  """`sizes` for a run at context length `T`: the same tokens per step, steps and rate grid.
-
-  `seq_len = T`; `batch_size` and `probe_batch` shrink (or grow) so that `batch · T` stays
-  what it is in `sizes` (at least one window); the rate grid is kept, so each arm tunes again
-  at `T` on the tuning seed; `rf_seq_len` is kept (the reach `L (w − 1)` does not depend on
-  `T`); the timing sweep is dropped (`timing_seq_lens = ()`: the registered run times it).
-  The model (`sizes.model`) is kept; its `max_len` follows `T` in `run` (`arm_config`).
-
-  Args:
-    sizes: the claim's `FULL` (or `QUICK`) sizes.
-    T: the context length, a multiple of the window's blocks (`WINDOW`) longer than the window.
-
-  Returns:
-    The sizes of the run at `T`.
-
-  Example:
-    >>> from experiments.claims import sliding_window as sw
-    >>> z = sw.at_length(sw.FULL, 1024)
-    >>> z.seq_len, z.batch_size, z.steps, z.timing_seq_lens
-    (1024, 2, 150, ())
-  """
-  if not isinstance(T, int) or isinstance(T, bool) or T <= WINDOW or T % WINDOW:
-    raise ValueError(f"sliding-window: context length T={T!r} must be a multiple of the "
-                     f"window's blocks ({WINDOW}) longer than the window, or the local arm "
-                     f"skips nothing (or pads its last block). Fix: e.g. T = {4 * WINDOW}, "
-                     f"{8 * WINDOW} or {32 * WINDOW}.")
-  if T == sizes.seq_len:  # the sizes' own length: their run (the runner reuses it)
-    return sizes
-  tokens = sizes.batch_size * sizes.seq_len
-  return dataclasses.replace(sizes, seq_len=T, batch_size=max(1, tokens // T),
-                             probe_batch=max(1, sizes.probe_batch * sizes.seq_len // T),
-                             timing_seq_lens=())
 
 
 def timing(ts, rounds: int, *, heads: int = 4, d_head: int = 16) -> dict:
@@ -236,18 +218,22 @@ def run(spec: Spec) -> dict:
     raise ValueError(f"sliding-window: rf_seq_len={z.rf_seq_len} must exceed the reach L(w − 1) "
                      f"= {reach} of `{z.model}` (L = {shape.n_layers}), or the "
                      f"measurement cannot see it. Fix: rf_seq_len = {reach + WINDOW} or more.")
-  tuned = len(z.learning_rates) > 1
+  steps = z.budget_steps()
+  tuned = len(z.rates) > 1
+  data = dict(data="stdlib", steps=steps, batch_size=z.batch_size, seq_len=seq_len)
   trained, runs = {}, {}
   for arm, cfg in arms.items():
-    spec.log(f"  sliding-window: {arm}: stdlib T={seq_len}"
+    spec.log(f"  sliding-window: {arm}: stdlib T={seq_len}, {steps} steps"
              + (f", rate tuned on seed {TUNE_SEED}" if tuned else ""))
-    trained[arm] = tuned_arm(cfg, spec.seeds, tuning_seeds=(TUNE_SEED,), grid=z.learning_rates,
-                             data="stdlib", steps=z.steps, batch_size=z.batch_size,
-                             seq_len=seq_len)
+    rate = tune_rate(cfg, tuning_seeds=(TUNE_SEED,), grid=z.rates, extend=z.extend, **data)
+    trained[arm] = {**train_arm(cfg, spec.seeds, learning_rates=(rate["lr"],), **data),
+                    "tuning": rate["tuning"]}
     runs[arm] = {s: {"loss": m["loss"], "diverged": m["diverged"]}
                  for s, m in trained[arm]["per_seed"].items()}
+  at_edge = [a for a, t in trained.items() if t["tuning"] and t["tuning"].get("at_edge")]
   for s in spec.seeds:
     runs["local"][s]["loss_ratio"] = runs["local"][s]["loss"] / runs["full"][s]["loss"] - 1
+    runs["local"][s]["rates_at_edge"] = float(len(at_edge))
     tokens = models.val_tokens(seq_len, z.probe_batch, s)
     runs["full"][s].update(receptive.window_mass(trained["full"]["params"][s], arms["full"], tokens,
                                        WINDOW))
@@ -265,13 +251,15 @@ def run(spec: Spec) -> dict:
     return float(np.mean([runs[arm][s][k] for s in spec.seeds]))
 
   skipped = 1 - WINDOW / seq_len
-  rates = ", ".join(f"{a} {t['lr']:g}" for a, t in trained.items())
+  rates = ", ".join(f"{a} {t['lr']:.3g}" for a, t in trained.items())
+  params = models.param_count(z.model)
   notes = [
       f"- Models: the `{z.model}` shape from scratch ({models.family(shape)}: d "
       f"{shape.d_model}, L {shape.n_layers}, H {shape.n_heads} on {shape.n_kv_heads} key/value "
-      f"heads, {shape.positions} positions; {models.param_count(z.model):,} parameters at "
-      f"max_len 256), both arms alike but for the attention.",
-      f"- Loss at T = {seq_len} ({z.steps} steps, batch {z.batch_size}): full "
+      f"heads, {shape.positions} positions; {params:,} parameters at max_len 256), both arms "
+      f"alike but for the attention: {steps} AdamW steps of {z.batch_size} × {seq_len} tokens, "
+      f"{steps * z.batch_size * seq_len / params:.1f} tokens per parameter.",
+      f"- Loss at T = {seq_len} ({steps} steps, batch {z.batch_size}): full "
       f"{mean('full', 'loss'):.4f}, local (w = {WINDOW}) {mean('local', 'loss'):.4f} nats; "
       f"paired cost {mean('local', 'loss_ratio'):+.2%} of full attention's loss (margin "
       f"{LOSS_MARGIN:.0%}). The last query skips {skipped:.0%} of its causal keys.",
@@ -284,11 +272,15 @@ def run(spec: Spec) -> dict:
       f"exact in {int(sum(runs['local'][s]['rf_exact'] for s in spec.seeds))}/"
       f"{len(spec.seeds)} seeds.",
       _timing_note(tm, shape.n_heads, shape.d_head),
-      (f"- Rates chosen on tuning seed {TUNE_SEED} from {list(z.learning_rates)}: {rates}; "
-       "tuning losses " + "; ".join(
-           f"{a} " + ", ".join(f"{v:.4f}" for v in t["tuning"]["val_loss"])
-           for a, t in trained.items()) + "." if tuned else
-       f"- Not tuned (quick): every arm at {rates}."),
+      (f"- Rates chosen on tuning seed {TUNE_SEED} ({list(z.rate_factors)} × the recipe's "
+       f"{models.RECIPES[z.model].learning_rate:g}, extended up to {z.extend} step past a "
+       f"winning edge): {rates}; " + "; ".join(
+           f"{a} of {[float(f'{g:.3g}') for g in t['tuning']['grid']]}, losses "
+           + ", ".join(f"{v:.4f}" for v in t["tuning"]["val_loss"])
+           + (" (at an edge)" if t["tuning"].get("at_edge") else "")
+           for a, t in trained.items()) + "."
+       + (f" Still at an edge: {', '.join(at_edge)}, so the control fails." if at_edge else "")
+       if tuned else f"- Not tuned (quick): every arm at {rates}."),
   ]
   return {"setup": {"window": WINDOW, "tune_seed": TUNE_SEED,
                     "chosen_lr": {a: t["lr"] for a, t in trained.items()},
@@ -317,9 +309,9 @@ CLAIM = Claim(
     hypothesis=(f"Skipping every pair farther than w = {WINDOW} apart costs less than "
                 f"{LOSS_MARGIN:.0%} of full attention's validation loss: blocked sliding-window "
                 "attention and full causal attention, trained alike on the stdlib corpus at the "
-                f"run's longest T (full run: T = {FULL.seq_len}, tiny model, seeds 0–4, rates "
-                "tuned on seed 100), differ by a paired loss ratio whose 95% interval lies "
-                f"below +{LOSS_MARGIN:.0%}."),
+                f"T = {FULL.seq_len} (micro-20 shape at 20 tokens per parameter, seeds 0–4, "
+                "rates tuned on seed 100), differ by a paired loss ratio whose 95% interval "
+                f"lies below +{LOSS_MARGIN:.0%}."),
     refuted_if=(f"The 95% interval of the paired loss ratio local / full − 1 lies above "
                 f"+{LOSS_MARGIN:.0%}, while the trained local model's receptive field is "
                 "exactly L·(w − 1) in every seed."),
@@ -330,6 +322,9 @@ CLAIM = Claim(
         Threshold("the local model skips distant pairs (receptive field by gradient "
                   "is exactly L·(w − 1))", arm="local", metric="rf_exact", stat="range",
                   supports="== 1", control=True, unit="1 = exact in the seed"),
+        Threshold("every arm's tuned rate inside its grid (arms at an edge)", arm="local",
+                  metric="rates_at_edge", stat="range", supports="== 0", control=True,
+                  unit="arms"),
     ),
     extensions=(
         Extension("where trained full heads look",
@@ -349,10 +344,14 @@ CLAIM = Claim(
                "Zaheer et al. 2020, BigBird (and its Hugging Face implementation notes)"),
     ),
     tuning_seeds=(TUNE_SEED,),
-    scale_models=models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"],
+    axes=(axes.scale(models.TRAINED["gpt"][:2]),),
+    bits_metric=("full", "loss"),
+    version=2,
+    revisions=("v2: the trained regime of issue 38 (micro-20 at 20 tokens per parameter, "
+               "scale over pico-20 and micro-20 at the same ratio; v1: mini at 2.3), a 4-rate "
+               "grid per width with the edge rule and its control (v1: {1e-3, 3e-3}); the "
+               "context axis dropped by cost; window, margins and extension unchanged",),
     run=run,
     QUICK=QUICK,
     FULL=FULL,
-    context_lengths=(256, 512, 1024),
-    at_length=at_length,
 )

@@ -49,7 +49,7 @@ def test_claims_registered_built_and_pre_registered():
 
 def test_local_mass_is_an_extension_not_the_headline():
   c = CLAIMS["sliding-window"]
-  assert [th.metric for th in c.thresholds] == ["loss_ratio", "rf_exact"]
+  assert [th.metric for th in c.thresholds] == ["loss_ratio", "rf_exact", "rates_at_edge"]
   assert [th.metric for e in c.extensions for th in e.thresholds] == ["local_mass"]
   mass = c.extensions[0].thresholds[0]
   assert (mass.supports, mass.refutes) == ("> 0.55", "< 0.55")
@@ -140,9 +140,7 @@ def test_tune_rate_extends_a_winning_edge_once_only_when_asked(monkeypatch):
 
 
 def test_full_sizes_tune_and_quick_sizes_do_not():
-  sw = sliding_window
-  assert len(sw.FULL.learning_rates) > 1 and len(sw.QUICK.learning_rates) == 1
-  for mod in (psd_attention, dynamic_sparsity):
+  for mod in (psd_attention, sliding_window, dynamic_sparsity):
     assert len(mod.FULL.rates) >= 4 and len(mod.QUICK.rates) == 1
 
 
@@ -239,45 +237,40 @@ def test_sliding_window_sizes_refuse_a_timing_grid_the_sweep_would_not_run():
                                          "timing_seq_lens": (128, 512)})
 
 
-# ------------------------------------------------------------------ the context axis
+# ------------------------------------------------------------------ sliding-window: sizes
 
-SW_FULL = sliding_window.SlidingWindowSizes(
-    model="mini", steps=150, batch_size=8, seq_len=256, learning_rates=(1e-3, 3e-3), probe_batch=4,
-    rf_seq_len=128, timing_seq_lens=(256, 512, 1024, 2048), timing_rounds=3)
-
-
-def test_sliding_window_full_sizes_are_the_registered_ones():
-  assert sliding_window.FULL == SW_FULL  # the registered run is unchanged by the context axis
-  assert CLAIMS["sliding-window"].context_lengths == (256, 512, 1024)
-  assert CLAIMS["sliding-window"].at_length is sliding_window.at_length
-
-
-@pytest.mark.parametrize("T, batch", [(512, 4), (1024, 2), (2048, 1), (4096, 1)])
-def test_sliding_window_at_length_keeps_tokens_per_step(T, batch):
-  z = sliding_window.at_length(sliding_window.FULL, T)
-  assert (z.seq_len, z.batch_size) == (T, batch)
-  if T <= 2048:  # at least one window: beyond 8 · 256 tokens the batch cannot shrink further
-    assert z.batch_size * z.seq_len == SW_FULL.batch_size * SW_FULL.seq_len
-    assert z.probe_batch * z.seq_len == SW_FULL.probe_batch * SW_FULL.seq_len or z.probe_batch == 1
-  # Same steps and rate grid (each length tunes again), same reach input, no timing sweep.
-  assert (z.steps, z.learning_rates, z.rf_seq_len) == (150, (1e-3, 3e-3), 128)
-  assert z.timing_seq_lens == ()
-  assert sliding_window.FULL == SW_FULL  # at_length returns new sizes, FULL is untouched
-  cfg = attention_arms.config_at(T)
-  assert cfg.max_len >= T and cfg.replace(max_len=256) == attention_arms.base_config()
+def test_sliding_window_trains_every_size_at_20_tokens_per_parameter():
+  """v2: registered at `micro-20` with batches of 8 × 256 (T = 256, as v1), `steps=None`
+  training each size of the scale axis at 20 tokens per parameter; the grid follows the
+  recipe's width rule with ratio 2; the context axis is dropped."""
+  z = sliding_window.FULL
+  assert (z.model, z.steps, z.batch_size, z.seq_len, z.extend) == ("micro-20", None, 8, 256, 1)
+  for name in ("pico-20", "micro-20", "mini-20"):
+    at = dataclasses.replace(z, model=name)
+    assert 20 <= at.train_tokens() / axes.model_card(name)["params"] < 20.1, name
+    assert at.budget_steps() == models.RECIPES[name].steps  # 8 × 256 = 16 × 128 tokens
+    assert at.rates == pytest.approx(tuple(f * 3e-3 * 64 / models.config(name).d_model
+                                           for f in sliding_window.RATE_FACTORS))
+  assert np.diff(np.log(z.rates)) == pytest.approx([math.log(2)] * 3)
+  assert sliding_window.QUICK.rates == (3e-3,) and sliding_window.QUICK.budget_steps() == 30
+  with pytest.raises(ValueError, match="no recipe"):
+    dataclasses.replace(z, model="nano")
+  c = CLAIMS["sliding-window"]
+  assert (c.version, c.bits_metric, c.context_lengths) == (2, ("full", "loss"), ())
+  assert c.scale_models == ("pico-20", "micro-20")
+  assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20")
+  assert axes.scale_models(c, quick=True) == ()  # quick runs stay one size
+  assert "context axis" in c.revisions[0] and "dropped" in c.revisions[0]
 
 
-def test_sliding_window_at_its_own_length_is_the_registered_run():
-  assert sliding_window.at_length(SW_FULL, 256) == SW_FULL  # so the runner reuses that run
-  assert attention_arms.config_at(256) == attention_arms.base_config()  # its model too
-  quick = sliding_window.at_length(sliding_window.QUICK, 64)
-  assert (quick.seq_len, quick.batch_size, quick.steps) == (64, 16, sliding_window.QUICK.steps)
-
-
-@pytest.mark.parametrize("T", [100, 32, 16, 0, -64, 256.0, True])
-def test_sliding_window_at_length_refuses_a_length_off_the_blocks(T):
-  with pytest.raises(ValueError, match="multiple of the window's blocks"):
-    sliding_window.at_length(sliding_window.FULL, T)
+def test_sliding_window_edge_control_blocks_the_headline():
+  c = CLAIMS["sliding-window"]
+  runs = {"local": {s: {"loss_ratio": 0.001, "rf_exact": 1.0, "rates_at_edge": 0.0}
+                    for s in range(3)}}
+  assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
+  for s in range(3):
+    runs["local"][s]["rates_at_edge"] = 1.0
+  assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "inconclusive"
 
 
 DS = dynamic_sparsity
@@ -379,7 +372,6 @@ def test_long_recall_answers_are_their_keys_values_about_T_positions_back(T):
 
 
 def test_context_lengths_of_the_quick_smoke_are_accepted():
-  assert sliding_window.at_length(sliding_window.QUICK, 128).seq_len == 128
   z = DS.at_length(DS.QUICK, 32)
   assert (z.recall_len, z.recall_batch, z.recall_steps) == (33, 8, DS.QUICK.recall_steps)
 
@@ -400,23 +392,21 @@ def _old_recall_configs(T, z):
 
 
 def test_sliding_window_registered_size_trains_the_model_of_the_committed_results():
-  """`mini` is the `tiny` preset both arms trained before the scale axis, field by field, at
-  the registered length and at every context length (`max_len` follows T past 256)."""
-  res = _committed("sliding-window")  # rerun at six sizes on 2026-12-03, `model` in its sizes
-  assert sliding_window.FULL.model == sliding_window.QUICK.model == "mini"
-  assert sliding_window.FULL.to_dict() == res["config"]["sizes"]
+  """QUICK's `mini` arms are the `tiny` preset v1 trained, field by field; FULL's are the
+  `micro-20` recipe's shape, and a v2 result ran exactly FULL."""
+  assert (sliding_window.FULL.model, sliding_window.QUICK.model) == ("micro-20", "mini")
   assert sliding_window.ARMS == SW_ARMS
-  c = CLAIMS["sliding-window"]
-  for z in (sliding_window.FULL, sliding_window.QUICK,
-            *(c.at_length(sliding_window.FULL, T) for T in c.context_lengths)):
-    assert z.model == "mini"
-    for arm, over in SW_ARMS.items():
-      old = attention_arms.config_at(z.seq_len, **over)  # what `run` built before
-      new = sliding_window.arm_config(z.model, arm, z.seq_len)
-      assert dataclasses.asdict(new) == dataclasses.asdict(old), (arm, z.seq_len)
-      assert new.max_len == max(256, z.seq_len)
-  assert sliding_window.arm_config("mini", "local", 256).to_dict() == res["config"]["setup"][
-      "model_config"]
+  for arm, over in SW_ARMS.items():
+    for T in (128, 256):
+      old = attention_arms.config_at(T, **over)  # what v1's `run` built
+      assert dataclasses.asdict(sliding_window.arm_config("mini", arm, T)) == dataclasses.asdict(old)
+    new = sliding_window.arm_config("micro-20", arm, 256)
+    assert new == models.RECIPES["micro-20"].cfg.replace(**over) and new.max_len == 256
+  res = _committed("sliding-window")
+  if res.get("version", 1) == 2:  # the registration is committed before its results
+    assert sliding_window.FULL.to_dict() == res["config"]["sizes"]
+    assert sliding_window.arm_config("micro-20", "local", 256).to_dict() == res["config"][
+        "setup"]["model_config"]
 
 
 def test_dynamic_sparsity_registered_size_trains_the_model_of_the_committed_results():
@@ -439,15 +429,6 @@ def test_dynamic_sparsity_registered_size_trains_the_model_of_the_committed_resu
   if res.get("version", 1) == 2:  # the registration is committed before its results
     assert DS.FULL.to_dict() == res["config"]["sizes"]
     assert micro.to_dict() == res["config"]["setup"]["model_config"]
-
-
-@pytest.mark.parametrize("cid", ["sliding-window"])
-def test_attention_sparsity_scale_axis_is_both_families_with_the_registered_size_first(cid):
-  c = CLAIMS[cid]
-  assert c.scale_models == models.CPU_SCALE["gpt"] + models.CPU_SCALE["llama"]
-  assert axes.scale_models(c, quick=False) == SCALE
-  assert axes.scale_models(c, quick=True) == ()  # quick runs stay one size
-  assert {axes.model_card(n)["family"] for n in SCALE} == {"gpt", "llama"}
 
 
 def _llama_count_by_hand(d, L, H, K, F, V):
@@ -515,16 +496,24 @@ def _init_params(cfg, seeds):
 
 
 def test_sliding_window_run_trains_both_arms_at_the_size_it_is_given(monkeypatch, tmp_path):
-  """`run` at `llama-micro`: both arms train at its shape, the reach (exactly L(w − 1) with
-  RoPE and grouped keys) and the mass are measured on those models, and the timing sweep times
-  its heads (the registered test above covers `mini`; a shorter reach input keeps it fast)."""
+  """`run` at `llama-micro-20`: both arms are tuned on seed 100 (the edge rule once) and train
+  at its shape, its 20-tokens-per-parameter steps and their own rates; the reach (exactly
+  L(w − 1) with RoPE and grouped keys) and the mass are measured on those models, the timing
+  sweep times its heads, and an arm whose rate stays at an edge fails the edge control."""
   seen, timed = [], []
 
-  def fake_tuned(cfg, seeds, *, tuning_seeds, grid, data, steps, batch_size, seq_len):
-    seen.append((cfg, data, steps, batch_size, seq_len))
+  def fake_tune(cfg, *, tuning_seeds, grid, extend, data, steps, batch_size, seq_len):
+    assert tuning_seeds == (100,) and extend == 1
+    seen.append(("tune", cfg, tuple(grid), steps, batch_size, seq_len))
+    lr = grid[-1] if cfg.attention == "local" else grid[1]  # local's stays at the top edge
+    return {"lr": lr, "tuning": {"seeds": [100], "grid": list(grid), "val_loss": [2.2] * 4,
+                                 "diverged": [False] * 4, "at_edge": lr == grid[-1]}}
+
+  def fake_train(cfg, seeds, *, learning_rates, data, steps, batch_size, seq_len):
+    seen.append((data, cfg, tuple(seeds), tuple(learning_rates), steps))
     return {"per_seed": {s: {"loss": 2.0 + 0.1 * (cfg.attention == "local"), "diverged": 0.0}
-                         for s in seeds}, "lr": 1e-3, "params": _init_params(cfg, seeds),
-            "tuning": {"seeds": list(tuning_seeds), "grid": list(grid), "val_loss": [2.1, 2.2]}}
+                         for s in seeds}, "lr": learning_rates[0],
+            "params": _init_params(cfg, seeds)}
 
   def fake_timing(ts, rounds, *, heads, d_head):
     timed.append((tuple(ts), rounds, heads, d_head))
@@ -532,28 +521,39 @@ def test_sliding_window_run_trains_both_arms_at_the_size_it_is_given(monkeypatch
            "slope_bwd": 1.0, "crossover_fwd": None, "crossover_bwd": None}
     return {"T": list(ts), "softmax": row, "local": row}
 
-  monkeypatch.setattr(sliding_window, "tuned_arm", fake_tuned)
+  monkeypatch.setattr(sliding_window, "tune_rate", fake_tune)
+  monkeypatch.setattr(sliding_window, "train_arm", fake_train)
   monkeypatch.setattr(sliding_window, "timing", fake_timing)
   monkeypatch.setattr(sliding_window, "_figure", lambda *a: "timing.png")
-  z = dataclasses.replace(sliding_window.FULL, model="llama-micro", rf_seq_len=64)
+  z = dataclasses.replace(sliding_window.FULL, model="llama-micro-20", rf_seq_len=64)
   out = sliding_window.run(Spec(quick=False, seeds=(0,), run_dir=str(tmp_path), sizes=z,
                                 log=lambda *_: None))
-  want = {a: sliding_window.arm_config("llama-micro", a, 256) for a in ("full", "local")}
-  assert seen == [(want["full"], "stdlib", 150, 8, 256), (want["local"], "stdlib", 150, 8, 256)]
+  want = {a: sliding_window.arm_config("llama-micro-20", a, 256) for a in ("full", "local")}
+  g, n = z.rates, models.param_count("llama-micro-20")
+  assert g == pytest.approx((1.5e-3, 3e-3, 6e-3, 1.2e-2))
+  steps = math.ceil(20 * n / (8 * 256))
+  assert seen == [("tune", want["full"], g, steps, 8, 256),
+                  ("stdlib", want["full"], (0,), (g[1],), steps),
+                  ("tune", want["local"], g, steps, 8, 256),
+                  ("stdlib", want["local"], (0,), (g[-1],), steps)]
   assert timed == [((256, 512, 1024, 2048), 3, 4, 8)]  # its heads: 4 of d / 4 = 8
   local, full = out["runs"]["local"][0], out["runs"]["full"][0]
   assert (local["rf_exact"], local["reach"], local["expected"]) == (1.0, 62.0, 62.0)
-  assert local["loss_ratio"] == pytest.approx(0.05)
+  assert local["loss_ratio"] == pytest.approx(0.05) and local["rates_at_edge"] == 1.0
   assert 0.0 < full["local_mass"] < 1.0
   assert out["setup"]["model_config"] == want["local"].to_dict()
-  assert out["notes"][0].startswith("- Models: the `llama-micro` shape from scratch (llama: d 32, "
-                                    "L 2, H 4 on 2 key/value heads, rope positions; 41,120 "
-                                    "parameters")
+  assert out["notes"][0].startswith("- Models: the `llama-micro-20` shape from scratch (llama: "
+                                    "d 32, L 2, H 4 on 2 key/value heads, rope positions; "
+                                    "41,120 parameters")
+  assert f"{steps} AdamW steps of 8 × 256 tokens, 20.0 tokens per parameter" in out["notes"][0]
   assert "(4 heads × 8, blocks of 16)" in out["notes"][4]
+  assert "Still at an edge: local, so the control fails." in out["notes"][-1]
+  v, _, evals = rule.decide(CLAIMS["sliding-window"].thresholds, out["runs"], (0,))
+  assert v == "inconclusive" and evals[0]["blocked"]
 
 
 def test_sliding_window_run_refuses_a_shape_whose_reach_the_input_cannot_show(monkeypatch):
-  monkeypatch.setattr(sliding_window, "tuned_arm", lambda *a, **k: pytest.fail("trained"))
+  monkeypatch.setattr(sliding_window, "tune_rate", lambda *a, **k: pytest.fail("trained"))
   z = dataclasses.replace(sliding_window.FULL, model="small", rf_seq_len=124)  # reach 4·31
   with pytest.raises(ValueError, match="rf_seq_len=124 must exceed the reach"):
     sliding_window.run(Spec(quick=False, seeds=(0,), run_dir="unused", sizes=z))
