@@ -58,6 +58,11 @@ def _depth_arrays(cfg: transformer.Config, key: jax.Array, seq_len: int, full_ma
   k_init, k_tokens = jax.random.split(key)
   params = transformer.init(cfg, k_init)
   tokens_T = jax.random.randint(k_tokens, (seq_len,), 0, cfg.vocab_size)
+  return _spectra(cfg, params, tokens_T, full_max_size)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "full_max_size"))
+def _spectra(cfg: transformer.Config, params, tokens_T: jax.Array, full_max_size: int):
   x_TD = analysis.stream_input(params, cfg, tokens_T)
   blocks = params["blocks"]
   xs_LTD = analysis.layer_inputs(cfg, blocks, x_TD)
@@ -113,6 +118,27 @@ def depth_point(cfg: transformer.Config, seed: int, *, seq_len: int = 8,
   a = jax.device_get(_depth_arrays(cfg, jax.random.key(seed), seq_len, full_max_size))
   out = {k: (v.tolist() if np.ndim(v) else float(v)) for k, v in a.items()}
   out["max_dist_from_one"] = float(np.max(a["dist_from_one"]))
+  out["mean_dist_from_one"] = float(np.mean(a["dist_from_one"]))
+  return out
+
+
+def trained_point(cfg: transformer.Config, params, tokens_T, *, full_max_size: int = 2048) -> dict:
+  """`depth_point`'s measurements on given (e.g. trained) `params` at the stream of `tokens_T`.
+
+  Example:
+    >>> import jax, transformer
+    >>> from experiments.lab.stability import depth_point, trained_point
+    >>> cfg = transformer.Config(vocab_size=32, d_model=8, n_layers=2, n_heads=2, max_len=8)
+    >>> k_init, k_tokens = jax.random.split(jax.random.key(0))
+    >>> tokens = jax.random.randint(k_tokens, (4,), 0, 32)
+    >>> out = trained_point(cfg, transformer.init(cfg, k_init), tokens)
+    >>> abs(out["max_dist_from_one"] - depth_point(cfg, 0, seq_len=4)["max_dist_from_one"]) < 1e-4
+    True
+  """
+  a = jax.device_get(_spectra(cfg, params, jnp.asarray(tokens_T), full_max_size))
+  out = {k: (v.tolist() if np.ndim(v) else float(v)) for k, v in a.items()}
+  out["max_dist_from_one"] = float(np.max(a["dist_from_one"]))
+  out["min_dist_from_one"] = float(np.min(a["dist_from_one"]))
   out["mean_dist_from_one"] = float(np.mean(a["dist_from_one"]))
   return out
 

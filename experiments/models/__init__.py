@@ -39,8 +39,8 @@ model on rotations it never saw. `model_card(name)` gives the recipe without tra
 `base_model_info(name, seed)` adds the held-out loss and bits per byte, and
 `python -m experiments models [--train NAME ...]` lists and pre-trains them. `SHAPES` are
 configs only, never trained here: the shapes some claims train from scratch (`nano`, d 32,
-L 2, H 2, 34,688 params: `layernorm-condition`'s model; `deep-16`, `deep-32`, `deep-48`:
-`residual-eigenvalues`' 128-layer models at three widths, 424k–3.6M params);
+L 2, H 2, 34,688 params: `layernorm-condition`'s model; `deep-8`, `deep-16`, `deep-32`,
+`deep-48`: `residual-eigenvalues`' 128-layer models at four widths, 114k–3.6M params);
 `config(name)` and `model_card(name)` read them as they read a recipe's shape.
 
 The package, one concern a module:

@@ -152,9 +152,10 @@ SHAPES = {
     "nano": transformer.Config(vocab_size=256, d_model=32, n_layers=2, n_heads=2, max_len=32,
                                activation="gelu_tanh"),
     # `residual-eigenvalues`' 128-layer models (`residual_eigenvalues.base_config` at T = 32),
-    # at three widths: 424k, 1.6M and 3.6M parameters (8.6×).
+    # at four widths: 114k (v2's model), 424k, 1.6M and 3.6M parameters.
     **{f"deep-{d}": transformer.Config(vocab_size=256, d_model=d, n_layers=128, n_heads=2,
-                                       max_len=32, activation="gelu_tanh") for d in (16, 32, 48)},
+                                       max_len=32, activation="gelu_tanh")
+       for d in (8, 16, 32, 48)},
 }
 
 

@@ -521,23 +521,37 @@ def test_depth_point_residual_eigenvalues_near_one_reference():
   assert jnp.isfinite(out["e2e_sigma_max"])
 
 
-def test_residual_eigenvalues_widths_are_its_own_model_at_three_sizes():
+def test_residual_eigenvalues_widths_are_its_own_model():
   from experiments import models
   from experiments.models import recipes
 
   full = re_.FULL
-  base = re_.base_config(models.config(full.model).d_model, full.train_seq_len)
-  # The registered model is unchanged: `deep-16` is the 128-layer model the results measured.
-  assert base.replace(n_layers=full.train_layers) == models.config("deep-16") == models.config(
+  base = re_.base_config(models.config(full.model).d_model, full.seq_len)
+  # The registered model (v2) is `deep-8`, the 128-layer model the trained results measure.
+  assert base.replace(n_layers=full.train_layers) == models.config("deep-8") == models.config(
       full.model)
-  names = (full.model, *re_.CLAIM.scale_models)
-  re_.CLAIM.check_scale_models(names, "scale_models")  # shapes are accepted, not just recipes
+  assert re_.CLAIM.scale_models == ()  # not measured, by cost (the docstring says so)
+  names = ("deep-8", "deep-16", "deep-32", "deep-48")
+  re_.CLAIM.check_scale_models(names, "--sizes")  # shapes are accepted, not just recipes
   cards = [models.model_card(n) for n in names]
-  assert [c["d_model"] for c in cards] == [16, 32, 48]
+  assert [c["d_model"] for c in cards] == [8, 16, 32, 48]
   assert {c["n_layers"] for c in cards} == {128}
-  assert cards[-1]["params"] / cards[0]["params"] >= 8  # the span
   for card in cards:  # each width is the claim's model: only D differs
-    cfg = re_.base_config(card["d_model"], full.train_seq_len).replace(n_layers=128)
+    cfg = re_.base_config(card["d_model"], full.seq_len).replace(n_layers=128)
     assert models.param_count(card["name"]) == recipes._param_count(cfg) == card["params"]
+  # The registered budget: 1 token per parameter of deep-8 (the ratio the docstring names).
+  assert full.train_tokens() / models.param_count(full.model) == pytest.approx(1.0, abs=0.01)
   with pytest.raises(ValueError, match="not base models"):
     re_.CLAIM.check_scale_models(("deep-64",), "--sizes")
+
+
+def test_trained_point_matches_depth_point_at_init():
+  from experiments.lab import stability
+
+  cfg = re_.base_config(8, 4).replace(n_layers=3, vocab_size=32)
+  k_init, k_tokens = jax.random.split(jax.random.key(2))
+  tokens = jax.random.randint(k_tokens, (4,), 0, 32)
+  out = stability.trained_point(cfg, transformer.init(cfg, k_init), tokens)
+  ref = stability.depth_point(cfg, seed=2, seq_len=4)
+  np.testing.assert_allclose(out["dist_from_one"], ref["dist_from_one"], rtol=1e-4)
+  assert out["min_dist_from_one"] == pytest.approx(min(ref["dist_from_one"]), rel=1e-4)
