@@ -395,28 +395,20 @@ def test_input_conditions_rmsnorm_drops_nothing():
     norm_training.input_conditions(state["intermediates"], names=("attn_out",))
 
 
-def test_good_rates_and_divergent_rates():
-  final = np.array([2.5, 2.0, 2.09, 2.11, np.inf])
-  div = np.array([False, False, False, False, True])
-  assert ec.good_rates(final, div).tolist() == [False, True, True, False, False]
-  assert not ec.good_rates(final, np.ones(5, bool)).any()
-  d = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1]], bool)
-  assert ec.adamw_divergent_rates(d).tolist() == [True, False, True]
-  assert ec.adamw_divergent_rates(np.array([[1], [0]], bool)).tolist() == [True, False]
-
-
 def test_capped_optimizer_keeps_sigma_max_at_cap():
   cfg = transformer.Config(vocab_size=32, d_model=16, n_layers=2, n_heads=2, max_len=16)
   params = transformer.init(cfg, jax.random.key(0))
   grads = jax.tree.map(lambda p: jax.random.normal(jax.random.key(2), p.shape), params)
-  tx = ec.make_tx_factory(10, ec.ARMS["cap-hidden"], cap=0.5)(learning_rate=0.3)
+  from experiments.lab import cap_training
+
+  tx = cap_training.make_tx_factory(10, cap_training.HIDDEN, cap=0.5)(learning_rate=0.3)
   updates, _ = tx.update(grads, tx.init(params), params)
   new = jax.tree.map(lambda p, u: p + u, params, updates)
   for name in ("w_q", "w_k", "w_v", "w_o"):
     s = np.linalg.svd(np.asarray(new["blocks"]["attn"][name], np.float64), compute_uv=False)
     assert s[:, 0].max() <= 0.5 * (1 + 1e-5)
   # An uncapped leaf (the embedding) takes the plain AdamW step.
-  plain = ec.make_tx_factory(10, None)(learning_rate=0.3)
+  plain = cap_training.make_tx_factory(10, None)(learning_rate=0.3)
   u_plain, _ = plain.update(grads, plain.init(params), params)
   np.testing.assert_allclose(updates["embed"]["embedding"], u_plain["embed"]["embedding"],
                              rtol=1e-6)
@@ -539,8 +531,8 @@ def test_residual_eigenvalues_widths_are_its_own_model():
   for card in cards:  # each width is the claim's model: only D differs
     cfg = re_.base_config(card["d_model"], full.seq_len).replace(n_layers=128)
     assert models.param_count(card["name"]) == recipes._param_count(cfg) == card["params"]
-  # The registered budget: 3 tokens per parameter of deep-8 (the ratio the docstring names).
-  assert full.train_tokens() / models.param_count(full.model) == pytest.approx(3.0, abs=0.01)
+  # The registered budget: 20 tokens per parameter of deep-8 (the ratio the docstring names).
+  assert full.train_tokens() / models.param_count(full.model) == pytest.approx(20.0, abs=0.01)
   with pytest.raises(ValueError, match="not base models"):
     re_.CLAIM.check_scale_models(("deep-64",), "--sizes")
 
