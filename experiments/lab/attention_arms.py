@@ -23,6 +23,7 @@ from experiments import models
 from experiments.lab import edge
 from experiments.lab.tuning import ended_diverged  # one rule: ended non-finite or above ln V
 from experiments.train import sweep
+from experiments.train.step import adamw
 
 LEARNING_RATES = (1e-3, 3e-3)
 
@@ -59,7 +60,7 @@ def make_tx(learning_rate):
   import optax
 
   return optax.chain(optax.clip_by_global_norm(1.0),
-                     optax.adamw(learning_rate, b2=0.98, weight_decay=0.01))
+                     adamw(learning_rate, weight_decay=0.01, decay="all", b2=0.98))
 
 
 def within(margin: float, direction: str = "<") -> dict:

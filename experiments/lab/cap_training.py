@@ -28,6 +28,7 @@ from experiments.lab import edge
 from experiments.lab.norm_training import end_loss
 from experiments.lab.tuning import ended_diverged
 from experiments.train import sweep
+from experiments.train.step import adamw
 
 HIDDEN = ("w_q", "w_k", "w_v", "w_o", "w_1", "w_2", "w_gate")  # what the cap acts on
 
@@ -47,7 +48,7 @@ def make_tx_factory(steps: int, cap_names: tuple[str, ...] | None, cap: float = 
   unit = optax.cosine_decay_schedule(1.0, max(steps, 1), 0.1)
 
   def make_tx(learning_rate):
-    tx = optax.adamw(lambda c: learning_rate * unit(c), b1=0.9, b2=0.95, weight_decay=0.1)
+    tx = adamw(lambda c: learning_rate * unit(c), weight_decay=0.1, decay="all")
     if cap_names is None:
       return tx
     return optax.chain(tx, optim.spectral_cap(cap, mask=optim.select(roles=None,

@@ -21,6 +21,7 @@ from experiments import data
 from experiments.lab import edge, stability
 from experiments.lab.tuning import ended_diverged
 from experiments.train import sweep
+from experiments.train.step import adamw
 
 EPS_F32 = float(jnp.finfo(jnp.float32).eps)
 NORMED = ("attn_in", "ffn_in")  # the inputs a pre-norm produces: what the claim is about
@@ -34,8 +35,8 @@ def make_tx_factory(steps: int):
     >>> tx = make_tx_factory(10)(learning_rate=1e-2)
   """
   unit = optax.cosine_decay_schedule(1.0, max(steps, 1), 0.1)
-  return lambda learning_rate: optax.adamw(lambda c: learning_rate * unit(c), b1=0.9, b2=0.95,
-                                           weight_decay=0.1)
+  return lambda learning_rate: adamw(lambda c: learning_rate * unit(c), weight_decay=0.1,
+                                     decay="all")
 
 
 def end_loss(final_loss, vocab_size: int) -> np.ndarray:

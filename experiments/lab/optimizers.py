@@ -38,6 +38,7 @@ import numpy as np
 import optax
 
 import optim
+from experiments.train.step import adamw
 from optim.orthogonalized import ShapeScaling
 
 MakeTx = Callable[[optax.ScalarOrSchedule], optax.GradientTransformation]
@@ -47,7 +48,6 @@ MakeTx = Callable[[optax.ScalarOrSchedule], optax.GradientTransformation]
 NEVER = 2**31 - 1
 
 HIDDEN = optim.select()  # the matrices every arm changes: w_q, w_k, w_v, w_o, w_1, w_2, w_gate
-DECAYED = optim.select(roles=("hidden", "embedding", "unembedding"))  # every matrix
 
 
 # ------------------------------------------------------------------------------------- arms
@@ -60,10 +60,9 @@ def _scaled(learning_rate: optax.ScalarOrSchedule, factor: float) -> optax.Scala
 
 
 def _adamw(learning_rate, middle=(), *, b1: float, b2: float, eps: float, weight_decay: float):
-  """`optax.adamw` with `middle` transforms between the Adam direction and the decay."""
-  return optax.chain(optax.scale_by_adam(b1=b1, b2=b2, eps=eps), *middle,
-                     optax.add_decayed_weights(weight_decay, DECAYED),
-                     optax.scale_by_learning_rate(learning_rate))
+  """The house AdamW (`experiments.train.adamw`), decaying every weight matrix."""
+  return adamw(learning_rate, weight_decay=weight_decay, decay="matrices", b1=b1, b2=b2, eps=eps,
+               middle=middle)
 
 
 def adamw_arm(*, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,

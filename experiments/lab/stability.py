@@ -34,6 +34,7 @@ import optim
 import transformer
 from experiments import data
 from experiments.train.step import TrainState, loss_fn, train_step
+from experiments.train.step import adamw as house_adamw
 from transformer.linalg import serial
 from transformer.model import param_tree
 
@@ -272,7 +273,7 @@ def adamw(learning_rate: float, steps: int, *, warmup_steps: int = 0, weight_dec
                                                   max(steps, warmup_steps + 1), 0.1 * learning_rate)
   else:
     schedule = optax.cosine_decay_schedule(learning_rate, max(steps, 1), 0.1)
-  tx = optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=weight_decay)
+  tx = house_adamw(schedule, weight_decay=weight_decay, decay="all")
   if cap is None:
     return tx
   return optax.chain(tx, optim.spectral_cap(cap, mask=optim.select(names=cap_names),

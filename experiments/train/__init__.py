@@ -27,11 +27,13 @@ from experiments.train.loop import (
     train,
 )
 from experiments.train.step import (
+    DECAY_MASKS,
     OPTIMIZERS,
     STEP_FIELDS,
     TRAINERS,
     Trainer,
     TrainState,
+    adamw,
     build,
     cached_trainer,
     eval_metrics,
@@ -44,8 +46,9 @@ from experiments.train.step import (
 )
 from experiments.train.sweep import ManyResult, train_like, train_many
 
-__all__ = ["OPTIMIZERS", "RESUMABLE", "STEP_FIELDS", "TRAINERS", "ManyResult", "NonFiniteLoss",
-           "TrainConfig", "TrainResult", "TrainState", "Trainer", "build", "cached_trainer",
-           "default_run_dir", "eval_metrics", "exact_match", "initialize_distributed",
-           "lm_loss", "load_checkpoint", "loss_fn", "main", "model_config", "optimizer",
-           "parser", "schedule", "train", "train_like", "train_many", "train_step"]
+__all__ = ["DECAY_MASKS", "OPTIMIZERS", "RESUMABLE", "STEP_FIELDS", "TRAINERS", "ManyResult",
+           "NonFiniteLoss", "TrainConfig", "TrainResult", "TrainState", "Trainer", "adamw",
+           "build", "cached_trainer", "default_run_dir", "eval_metrics", "exact_match",
+           "initialize_distributed", "lm_loss", "load_checkpoint", "loss_fn", "main",
+           "model_config", "optimizer", "parser", "schedule", "train", "train_like",
+           "train_many", "train_step"]

@@ -36,10 +36,59 @@ class TrainState(NamedTuple):
 # ------------------------------------------------------------------------------ optimizers
 
 
+DECAY_MASKS: dict[str, Callable | None] = {
+    "matrices": names.decay_mask,  # every weight matrix; norms' scales and biases are not decayed
+    "all": None,  # every leaf (optax's default)
+}
+
+
+def adamw(learning_rate: optax.ScalarOrSchedule, *, weight_decay: float,
+          decay: str | Callable, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
+          middle: tuple[optax.GradientTransformation, ...] = ()
+          ) -> optax.GradientTransformation:
+  r"""The one AdamW every trainer and claim builds: Adam's direction, `middle`, decay, rate.
+
+  .. math:: W \leftarrow W - \eta\,(M(\hat m / (\sqrt{\hat v} + \epsilon)) + \lambda\,W)
+
+  With `middle=()` it is `optax.adamw(learning_rate, b1, b2, eps, weight_decay=λ, mask=...)`
+  transform for transform; `middle` (e.g. a per-matrix rate multiplier `M`) acts on the Adam
+  direction before the decoupled decay is added.
+
+  Args:
+    learning_rate: `η`, a float or an `optax` schedule.
+    weight_decay: `λ`.
+    decay: which leaves decay, always said by the caller: `"matrices"` (every weight matrix,
+      `transformer.names.decay_mask`), `"all"` (every leaf, vectors too), or a mask function
+      `params -> bool pytree`.
+    b1: first-moment decay.
+    b2: second-moment decay.
+    eps: `ε`.
+    middle: transforms between the Adam direction and the decay.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, transformer
+    >>> from experiments.train import adamw
+    >>> params = transformer.init(transformer.preset("tiny"), jax.random.key(0))
+    >>> tx = adamw(1e-2, weight_decay=0.5, decay="matrices")
+    >>> zero = jax.tree.map(jnp.zeros_like, params)
+    >>> u, _ = tx.update(zero, tx.init(params), params)  # a zero gradient: decay alone
+    >>> decayed = jax.tree.map(lambda x: bool(jnp.any(x != 0)), u)
+    >>> decayed["blocks"]["norm_1"]["scale"], decayed["embed"]["embedding"]
+    (False, True)
+  """
+  if isinstance(decay, str):
+    if decay not in DECAY_MASKS:
+      raise ValueError(f"adamw(decay={decay!r}) is unknown. Fix: use one of "
+                       f"{sorted(DECAY_MASKS)} or a mask function params -> bool pytree.")
+    decay = DECAY_MASKS[decay]
+  return optax.chain(optax.scale_by_adam(b1=b1, b2=b2, eps=eps), *middle,
+                     optax.add_decayed_weights(weight_decay, decay),
+                     optax.scale_by_learning_rate(learning_rate))
+
+
 def _adamw(tc: TrainConfig, lr_schedule, mesh=None):
   del mesh
-  return optax.adamw(lr_schedule, b1=0.9, b2=0.95, weight_decay=tc.weight_decay,
-                     mask=names.decay_mask)
+  return adamw(lr_schedule, weight_decay=tc.weight_decay, decay="matrices")
 
 
 def _sgd(tc: TrainConfig, lr_schedule, mesh=None):

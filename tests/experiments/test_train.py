@@ -445,3 +445,58 @@ def test_track_sharpness_logs_the_top_hessian_eigenvalue_beside_its_threshold(tm
   assert os.path.exists(tmp_path / "run" / "sharpness.png")
   with pytest.raises(ValueError, match="track-sharpness"):
     train.TrainConfig(optimizer="muon", track_sharpness=5).validate()
+
+
+# -------------------------------------------------------------------------- the one AdamW
+
+
+def _updates(tx, params, steps=3):
+  state, out = tx.init(params), []
+  for t in range(steps):
+    grads = jax.tree.map(lambda p: jnp.sin(3.0 * p + t) + 0.1, params)
+    u, state = tx.update(grads, state, params)
+    params = optax.apply_updates(params, u)
+    out.append(u)
+  return out
+
+
+@pytest.mark.parametrize("decay", ["matrices", "all"])
+def test_adamw_is_optax_adamw_with_the_named_decay_mask(decay):
+  import transformer
+
+  params = transformer.init(transformer.preset("llama-tiny"), jax.random.key(0))
+  # An independent mask: a leaf decays when its name is a weight matrix's (`w_*`, embedding).
+  by_name = lambda p: jax.tree_util.tree_map_with_path(
+      lambda path, _: str(getattr(path[-1], "key", "")).startswith("w_")
+      or getattr(path[-1], "key", "") == "embedding", p)
+  ref = optax.adamw(optax.linear_schedule(1e-2, 1e-3, 3), b1=0.9, b2=0.95, eps=1e-8,
+                    weight_decay=0.3, mask=by_name if decay == "matrices" else None)
+  got = train.adamw(optax.linear_schedule(1e-2, 1e-3, 3), weight_decay=0.3, decay=decay)
+  for a, b in zip(_updates(got, params), _updates(ref, params), strict=True):
+    chex.assert_trees_all_close(a, b, rtol=1e-6, atol=1e-9)
+  zero = jax.tree.map(jnp.zeros_like, params)  # a zero gradient: the decay alone
+  u, _ = got.update(zero, got.init(params), params)
+  assert bool(jnp.any(u["blocks"]["norm_1"]["scale"] != 0)) == (decay == "all")
+
+
+def test_adamw_middle_acts_before_the_decay_and_bad_decay_names_the_fix():
+  params = {"w_q": jnp.ones((2, 3))}
+  grads = {"w_q": jnp.full((2, 3), 0.5)}
+  tx = train.adamw(0.1, weight_decay=0.2, decay="all", middle=(optax.scale(0.0),))
+  u, _ = tx.update(grads, tx.init(params), params)
+  np.testing.assert_allclose(u["w_q"], -0.1 * 0.2 * np.ones((2, 3)), rtol=1e-6)  # decay only
+  with pytest.raises(ValueError, match=r"decay='hidden'.*Fix: use one of \['all', 'matrices'\]"):
+    train.adamw(0.1, weight_decay=0.1, decay="hidden")
+
+
+def test_the_matrices_mask_is_the_roles_mask_on_every_shape():
+  import optim
+  import transformer
+  from experiments import models
+
+  roles = optim.select(roles=("hidden", "embedding", "unembedding"))
+  cfgs = [models.config(m) for m in models.SHAPES]
+  cfgs += [transformer.preset(p) for p in ("tiny", "llama-tiny")]
+  for cfg in cfgs:
+    p = jax.eval_shape(lambda cfg=cfg: transformer.init(cfg, jax.random.key(0)))
+    assert jax.tree.leaves(roles(p)) == jax.tree.leaves(train.DECAY_MASKS["matrices"](p))
