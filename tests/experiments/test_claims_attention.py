@@ -399,7 +399,8 @@ def test_sliding_window_registered_size_trains_the_model_of_the_committed_result
   for arm, over in SW_ARMS.items():
     for T in (128, 256):
       old = attention_arms.config_at(T, **over)  # what v1's `run` built
-      assert dataclasses.asdict(sliding_window.arm_config("mini", arm, T)) == dataclasses.asdict(old)
+      got = sliding_window.arm_config("mini", arm, T)
+      assert dataclasses.asdict(got) == dataclasses.asdict(old)
     new = sliding_window.arm_config("micro-20", arm, 256)
     assert new == models.RECIPES["micro-20"].cfg.replace(**over) and new.max_len == 256
   res = _committed("sliding-window")

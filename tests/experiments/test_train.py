@@ -453,7 +453,7 @@ def test_track_sharpness_logs_the_top_hessian_eigenvalue_beside_its_threshold(tm
 def _updates(tx, params, steps=3):
   state, out = tx.init(params), []
   for t in range(steps):
-    grads = jax.tree.map(lambda p: jnp.sin(3.0 * p + t) + 0.1, params)
+    grads = jax.tree.map(lambda p, t=t: jnp.sin(3.0 * p + t) + 0.1, params)
     u, state = tx.update(grads, state, params)
     params = optax.apply_updates(params, u)
     out.append(u)
