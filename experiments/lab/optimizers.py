@@ -59,12 +59,6 @@ def _scaled(learning_rate: optax.ScalarOrSchedule, factor: float) -> optax.Scala
   return factor * learning_rate
 
 
-def _adamw(learning_rate, middle=(), *, b1: float, b2: float, eps: float, weight_decay: float):
-  """The house AdamW (`experiments.train.adamw`), decaying every weight matrix."""
-  return adamw(learning_rate, weight_decay=weight_decay, decay="matrices", b1=b1, b2=b2, eps=eps,
-               middle=middle)
-
-
 def adamw_arm(*, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
               weight_decay: float = 0.0) -> MakeTx:
   r"""AdamW, the baseline of the three claims: `optax.adamw`, decaying every matrix.
@@ -86,8 +80,8 @@ def adamw_arm(*, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
     >>> tx = adamw_arm(weight_decay=0.1)(1e-3)
     >>> state = tx.init({"blocks": {"attn": {"w_q": jnp.zeros((2, 8, 8))}}})
   """
-  return lambda learning_rate: _adamw(learning_rate, b1=b1, b2=b2, eps=eps,
-                                      weight_decay=weight_decay)
+  return lambda learning_rate: adamw(learning_rate, weight_decay=weight_decay,
+                                     decay="matrices", b1=b1, b2=b2, eps=eps)
 
 
 def muon_arm(*, n_heads: int | None = None, n_kv_heads: int | None = None, beta: float = 0.95,
@@ -142,8 +136,8 @@ def muon_arm(*, n_heads: int | None = None, n_kv_heads: int | None = None, beta:
                             n_kv_heads=n_kv_heads),
         optax.add_decayed_weights(weight_decay),
         optax.scale_by_learning_rate(learning_rate))
-    adam = _adamw(_scaled(learning_rate, adam_ratio), b1=b1, b2=b2, eps=eps,
-                  weight_decay=weight_decay)
+    adam = adamw(_scaled(learning_rate, adam_ratio), weight_decay=weight_decay,
+                 decay="matrices", b1=b1, b2=b2, eps=eps)
     roles = lambda params: jax.tree.map(lambda r: "muon" if r == "hidden" else "adam",
                                         optim.labels(params))
     return optax.partition({"muon": muon, "adam": adam}, roles)
@@ -217,7 +211,8 @@ def condition_arm(*, alpha: float = 0.5, kappa_ref: float = 10.0, every: int = 1
   def make_tx(learning_rate):
     scale = optim.scale_by_condition(alpha, kappa_ref, every=every, power_steps=power_steps,
                                      mask=mask)
-    return _adamw(learning_rate, (scale,), b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+    return adamw(learning_rate, weight_decay=weight_decay, decay="matrices", b1=b1, b2=b2,
+                 eps=eps, middle=(scale,))
 
   return make_tx
 
@@ -274,9 +269,9 @@ def lr_cut_arm(*, factor: float, mask=HIDDEN, **adamw_kwargs) -> MakeTx:
   """
   if not factor > 0:
     raise ValueError(f"lr_cut_arm: {factor=} must be > 0 (the multiplier on the hidden rates)")
-  settings = dict(b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0) | adamw_kwargs
-  return lambda learning_rate: _adamw(learning_rate, (optax.masked(optax.scale(factor), mask),),
-                                      **settings)
+  settings = dict(weight_decay=0.0) | adamw_kwargs
+  return lambda learning_rate: adamw(learning_rate, decay="matrices",
+                                     middle=(optax.masked(optax.scale(factor), mask),), **settings)
 
 
 def condition_multipliers(opt_state, alpha: float = 0.5, kappa_ref: float = 10.0) -> jax.Array:
