@@ -19,8 +19,8 @@ residual model that cannot train, or a residual-free one that can.
 * **Training.** 128 layers at width D = 8 (`deep-8`, 113,936 params), arms `pre` and
   `pre-no-residual`, AdamW (weight decay 0.1; 10% warm-up, linear decay to 10%), batches
   32 × 32 bytes; each arm's peak rate tuned (`tuning.tune_on_seeds`) on tuning seed 100 over
-  {1e-3, 3e-3, 1e-2, 3e-2}, extended one step past a winning edge, once; control: no tuned
-  rate at an edge. Reported seeds 0–4; the gap is held-out loss minus the unigram entropy.
+  {1e-3, 3e-3, 1e-2, 3e-2, 9e-2, 0.27}, extended one step past a winning edge, once; control:
+  no tuned rate at an edge. Reported seeds 0–4; the gap is held-out loss minus the unigram entropy.
 
 **Budget.** 20 tokens per parameter (2,226 steps), as every registered size. The post-norm
 arm is not trained, by cost. The scale axis (`deep-16` at the same ratio costs ~4× as much)
@@ -30,7 +30,11 @@ is not measured, by cost: `--sizes deep-8,deep-16` adds it.
 v2 (before its run): the trained regime (issue 38); v1 read the eigenvalues at init only on
 `deep-16` at 0.15 tokens per parameter, two rates, no edge rule. v3: 3 tokens per parameter
 (v2: 1.0, by a cost estimate its 13-min run disproved). v4 (2026-12-05, before the run): 20
-tokens per parameter (v3's run took 13 min, so 20 fits ~1.5 h); nothing else changed.
+tokens per parameter (v3's run took 13 min, so 20 fits ~1.5 h); nothing else changed. v5
+(2026-12-06, before the run): the grid reaches two steps higher, to 0.27 (v4's pre arm chose
+0.09 at the top of its grid after the one extension, failing the edge control; its losses were
+still falling, 2.249, 2.238, 2.221 at 1e-2, 3e-2, 9e-2 on the tuning seed); nothing else
+changed.
 Results: `results/residual-eigenvalues/`.
 """
 
@@ -53,7 +57,7 @@ SWEEP_ARMS = {**stability.ARMS,
               "pre-unscaled": dict(norm_position="pre", residual=True, init_residual_scale=False)}
 TRAIN_ARMS = ("pre", "pre-no-residual")
 TUNING_SEEDS = (100,)
-GRID = (1e-3, 3e-3, 1e-2, 3e-2)
+GRID = (1e-3, 3e-3, 1e-2, 3e-2, 9e-2, 2.7e-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +327,7 @@ CLAIM = Claim(
                "with depth", "Dong, Cordonnier & Loukas 2021, Attention is Not All You Need"),
     ),
     bits_metric=("pre", "val_loss"),
-    version=4,
+    version=5,
     revisions=("v2: the trained regime (issue 38): the eigenvalues read on the trained "
                "128-layer models (v1: at init only), deep-8 trained at 1 token per parameter "
                "(v1: deep-16, 0.15; 20 is unaffordable on CPU), a 4-rate grid with the edge "
@@ -332,7 +336,10 @@ CLAIM = Claim(
                "v3: 3 tokens per parameter (v2: 1.0; its whole run took 13 min, less than its "
                "budget assumed), nothing else changed",
                "v4: 20 tokens per parameter (v3: 3.0; its run took 13 min), nothing else "
-               "changed"),
+               "changed",
+               "v5: the rate grid reaches 0.27, {1e-3 .. 0.27} in steps of 3 (v4: up to 3e-2; "
+               "its pre arm's tuned 0.09 sat at the top of its once-extended grid, so the edge "
+               "control failed), nothing else changed"),
     run=run,
     QUICK=QUICK,
     FULL=FULL,
