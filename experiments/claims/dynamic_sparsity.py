@@ -19,15 +19,16 @@ blocks of `text_block` and one picked past block costs less than 1% of full atte
 (the fraction of causal keys skipped is measured; control: both stdlib rates inside their
 grids). Reported beside it: the trained full model read through MoBA without retraining.
 
-**Protocol** (v2). Every arm trains from scratch at the `micro-20` shape (d 32, L 2, H 4;
+**Protocol** (v3). Every arm trains from scratch at the `micro-20` shape (d 32, L 2, H 4;
 41,856 parameters) with AdamW at a constant rate, and sees 20 tokens per parameter in each
 task: recall 1,635 steps of 32 sequences of 16 tokens read (4 of them scored answers, so 5
 answers per parameter), stdlib 409 steps of 16 × 128 (the recipe's). Each arm of each task has
 its own rate, chosen on seed 100 from 0.25, 0.5, 1, 2 × the recipe's `3e-3 · 64 / d` by
-held-out loss, a best edge extending the grid one step, once (`tune_rate(extend=1)`). The
-recall setting (4 pairs of 4 keys and 4 values, 4 queries; blocks of 2 with one picked, a
-window of 4) is v1's. Seeds 0–4. **Scale axis**: `pico-20` and `micro-20`, the whole
-protocol per size at 20 tokens per parameter (`mini-20`, and so a trend, left out by cost).
+held-out loss, a best edge extending the grid a step, up to three times; an arm whose tuning
+losses span < 0.01 nats is flat (its best rate's place is noise), not at an edge. The recall
+setting (4 pairs of 4 keys and 4 values, 4 queries; blocks of 2, one picked; a window of 4) is
+v1's. Seeds 0–4. **Scale axis**: `pico-20` and `micro-20`, the whole protocol per size at 20
+tokens per parameter (`mini-20`, and so a trend, left out by cost).
 `--quick`: `mini`, one seed, one rate, 30 steps, indicative only. The context axis
 (`at_length`: `T − 16` distractors between pairs and queries) is not run by default.
 
@@ -35,8 +36,8 @@ v2 (2026-12-05, before the run): the trained regime (issue 38): micro-20 at 20 t
 parameter in both tasks (v1: `mini`, recall 800 steps of 32 × 16 = 3.1 tokens per parameter,
 stdlib 150 steps of 8 × 128 = 1.2), every arm tuned apart on a 4-rate grid with the edge rule
 and its controls (v1: full's rate from {1e-3, 3e-3}, shared), scale over pico-20 and micro-20
-(v1: six untrained-regime sizes), the context axis dropped by cost (the run must fit ~25 idle
-minutes on 2 cores).
+(v1: six untrained-regime sizes), the context axis dropped by cost (~25 idle minutes a run).
+v3 (2026-12-06, before the run): three extensions and flat arms (v2: one; its edge control failed).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ TUNE_SEED = 100
 ACC_MARGIN = 0.1  # 10 points of answer accuracy
 LOSS_MARGIN = 0.01  # 1% of full attention's stdlib loss
 RATE_FACTORS = (0.25, 0.5, 1.0, 2.0)  # times the shape's recipe peak rate; ratio 2, frozen
+FLAT_NATS = 0.01  # an arm whose tuning losses span less is flat: not counted at an edge
 LEARNS, FAILS = "full attention learns recall", "the window fails recall"
 RECALL_EDGE = "every recall arm's tuned rate inside its grid (arms at an edge)"
 TEXT_EDGE = "both stdlib arms' tuned rates inside their grids (arms at an edge)"
@@ -92,6 +94,8 @@ class DynamicSparsitySizes(TrainedSizes):
     text: whether the stdlib half runs (False in the runs of `at_length`).
     recall_filler: distractor tokens between the last pair and `SEP` (0: the registered
       layout); `at_length` sets it so that the model reads `T` tokens.
+    flat_nats: an arm whose tuning losses span less than this over its grid is flat (it
+      learned the same at every rate) and is not counted at an edge (`edge.flat`); 0: never.
   """
 
   model: str
@@ -114,6 +118,7 @@ class DynamicSparsitySizes(TrainedSizes):
   text_probe: int
   text: bool = True
   recall_filler: int = 0
+  flat_nats: float = 0.0
 
   def __post_init__(self):
     if not (isinstance(self.recall_filler, int) and self.recall_filler >= 0):
@@ -155,8 +160,8 @@ QUICK = DynamicSparsitySizes(model="mini", recall_pairs=4, recall_queries=4, rec
 FULL = DynamicSparsitySizes(model="micro-20", recall_pairs=4, recall_queries=4, recall_keys=4,
                             recall_values=4, recall_block=2, recall_top_k=1, recall_steps=None,
                             recall_batch=32, steps=None, batch_size=16, seq_len=128,
-                            text_block=16, rate_factors=RATE_FACTORS, extend=1, eval_batches=4,
-                            recall_probe=8, text_probe=4)
+                            text_block=16, rate_factors=RATE_FACTORS, extend=3,
+                            eval_batches=4, recall_probe=8, text_probe=4, flat_nats=FLAT_NATS)
 
 
 def at_length(sizes: DynamicSparsitySizes, T: int) -> DynamicSparsitySizes:
@@ -210,7 +215,7 @@ def _rates_note(task: str, r: dict) -> str:
   """`arm rate of [grid] (at an edge)` for each arm of one task."""
   def grid(t):
     return "" if not t else " of [" + ", ".join(f"{g:.3g}" for g in t["grid"]) + "]" + (
-        " (at an edge)" if t.get("at_edge") else "")
+        " (flat)" if t.get("flat") else " (at an edge)" if t.get("at_edge") else "")
 
   return f"{task}: " + ", ".join(f"{a} {r['lr'][a]:.3g}{grid(r['tuning'][a])}" for a in r["lr"])
 
@@ -274,7 +279,9 @@ def run(spec: Spec) -> dict:
   tuned = len(z.rates) > 1
   edges = rec["at_edge"] + (txt["at_edge"] if txt else [])
   notes.append((f"- Rates chosen apart per arm on tuning seed {TUNE_SEED} ({list(z.rate_factors)}"
-                f" × the recipe's peak, extended up to {z.extend} step past a winning edge; "
+                f" × the recipe's peak, extended up to {z.extend} step(s) past a winning edge"
+                + (f", an arm spanning < {z.flat_nats:g} nats flat" if z.flat_nats else "")
+                + "; "
                 "held-out loss): " if tuned else "- Not tuned (quick): ")
                + "; ".join(_rates_note(t, r) for t, r in (("recall", rec), ("stdlib", txt)) if r)
                + "." + (f" Still at an edge: {', '.join(edges)}." if edges else ""))
@@ -340,13 +347,16 @@ CLAIM = Claim(
     tuning_seeds=(TUNE_SEED,),
     axes=(axes.scale(("pico-20", "micro-20")), axes.context((), at_length)),
     bits_metric=("full", "loss"),
-    version=2,
+    version=3,
     revisions=("v2: the trained regime of issue 38: micro-20 at 20 tokens per parameter in "
                "both tasks (v1: mini, recall 3.1 and stdlib 1.2 tokens per parameter), every "
                "arm tuned apart on a 4-rate ratio-2 grid with the edge rule and its controls "
                "(v1: full's rate of {1e-3, 3e-3}, shared), scale over pico-20 and micro-20 "
                "(mini-20 and so the trend left out by cost), the context axis dropped by cost; "
-               "task, key budget, metric and margins unchanged",),
+               "task, key budget, metric and margins unchanged",
+               "v3: the edge rule extends up to three times (v2: once; v2's run was "
+               "inconclusive by its edge control alone) and an arm whose tuning losses span "
+               "less than 0.01 nats is flat, not counted at an edge; nothing else changed"),
     run=run,
     QUICK=QUICK,
     FULL=FULL,

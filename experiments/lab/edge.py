@@ -61,6 +61,22 @@ def choice(losses, excluded) -> int | None:
   return int(np.argmin(loss)) if np.isfinite(loss).any() else None
 
 
+def flat(losses, excluded, tol: float) -> bool:
+  """Whether the rates still in the choice ended within `tol` of each other (max − min < tol).
+
+  A flat arm learned the same at every rate, so where its best rate sits on the grid is noise:
+  a claim that registers `tol` does not count it at an edge. `tol <= 0` never calls an arm flat.
+
+  Example:
+    >>> from experiments.lab.edge import flat
+    >>> flat([1.391, 1.390, 1.392], [False] * 3, 0.01), flat([1.30, 1.39], [False] * 2, 0.01)
+    (True, False)
+  """
+  loss = np.asarray(losses, np.float64)[~np.asarray(excluded, bool)]
+  loss = loss[np.isfinite(loss)]
+  return bool(tol > 0 and loss.size > 1 and np.ptp(loss) < tol)
+
+
 def tune(run: Run, grid: Sequence[float], *, extend: int = 1, name: str = "tune") -> Tuned:
   """Runs `grid`, then extends it past a best edge by one step of its ratio, `extend` times.
 

@@ -20,6 +20,7 @@ import transformer
 from experiments import models
 from experiments.data.batch import VOCAB_SIZE, batch_rng
 from experiments.data.tasks import SEP, answers_only, associative_recall
+from experiments.lab import edge
 from experiments.lab.attention_arms import forward, train_arm, tune_rate
 
 
@@ -87,7 +88,8 @@ def tune_and_train(cfgs: dict, z, seeds, *, tune_seed: int, log, task: str, **kw
   the edge rule `z.extend` times), then trained on the reported `seeds` at it.
 
   Returns `{"trained": {arm: train_arm's dict}, "lr": {arm: rate}, "tuning": {arm: record or
-  None}, "at_edge": [arms whose rate still sits at an edge of its grid]}`.
+  None}, "at_edge": [arms whose rate still sits at an edge of its grid, flat arms left out]}`;
+  a tuning record gains `"flat"`: its losses span less than `z.flat_nats` (`edge.flat`).
   """
   if tune_seed in seeds:
     raise ValueError(f"dynamic-sparsity: seed {tune_seed} both tunes and reports. Fix: report "
@@ -101,8 +103,11 @@ def tune_and_train(cfgs: dict, z, seeds, *, tune_seed: int, log, task: str, **kw
     log(f"  dynamic-sparsity: {arm}: {task} at {r['lr']:g}")
     out["trained"][arm] = train_arm(cfg, seeds, learning_rates=(r["lr"],), **kw)
     out["lr"][arm], out["tuning"][arm] = r["lr"], r["tuning"]
-    if r["tuning"] and r["tuning"].get("at_edge"):
-      out["at_edge"].append(f"{task} {arm}")
+    t = r["tuning"]
+    if t and "at_edge" in t:  # a flat arm (`z.flat_nats`) is not counted at an edge
+      t["flat"] = edge.flat(t["val_loss"], t["diverged"], z.flat_nats)
+      if t["at_edge"] and not t["flat"]:
+        out["at_edge"].append(f"{task} {arm}")
   return out
 
 

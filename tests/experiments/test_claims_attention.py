@@ -278,7 +278,8 @@ DS = dynamic_sparsity
 
 def test_dynamic_sparsity_full_sizes_are_the_registered_ones():
   """v2: micro-20 at 20 tokens per parameter in both tasks (recall counts the tokens read),
-  every arm tuned on 0.25..2 × the recipe's rate; v1's recall layout and key budget."""
+  every arm tuned on 0.25..2 × the recipe's rate; v1's recall layout and key budget. v3: the
+  edge rule up to three times, a flat arm not at an edge."""
   z = DS.FULL
   assert (z.recall_filler, z.recall_len, z.recall_batch, z.text) == (0, 17, 32, True)
   assert (z.recall_window, z.recall_block, z.recall_top_k) == (4, 2, 1)
@@ -286,10 +287,11 @@ def test_dynamic_sparsity_full_sizes_are_the_registered_ones():
   assert (z.recall_train_steps, z.budget_steps()) == (1635, 409)
   assert z.recall_train_steps * 32 * 16 >= 20 * n > (z.recall_train_steps - 1) * 32 * 16
   assert z.train_tokens() >= 20 * n and (z.batch_size, z.seq_len) == (16, 128)
-  assert z.rates == pytest.approx((1.5e-3, 3e-3, 6e-3, 1.2e-2)) and z.extend == 1
+  assert z.rates == pytest.approx((1.5e-3, 3e-3, 6e-3, 1.2e-2))
+  assert (z.extend, z.flat_nats) == (3, 0.01)  # v3: up to three extensions; flat arms
   assert DS.QUICK.rates == (3e-3,) and DS.QUICK.recall_train_steps == 30
   c = CLAIMS["dynamic-sparsity"]
-  assert (c.version, c.context_lengths, c.at_length) == (2, (), DS.at_length)
+  assert (c.version, c.context_lengths, c.at_length) == (3, (), DS.at_length)
   assert c.scale_models == ("pico-20", "micro-20")
   assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20")
   assert axes.scale_models(c, quick=True) == ()
@@ -299,6 +301,30 @@ def test_dynamic_sparsity_full_sizes_are_the_registered_ones():
   for T in (16, 64, 256, 1024):
     assert DS.at_length(DS.FULL, T).recall_len == T + 1
   assert DS.at_length(DS.FULL, 16) == DS.FULL  # its own length: the runner reuses that run
+
+
+def test_dynamic_sparsity_counts_a_flat_arm_at_no_edge(monkeypatch):
+  """v3's rule: an arm at an edge counts unless its tuning losses span < `flat_nats` (it
+  learned the same at every rate); v2's sizes (`flat_nats` 0) count every arm at an edge."""
+  losses = {"full": [0.60, 0.65, 0.70, 0.80], "local": [1.386, 1.390, 1.391, 1.3885],
+            "moba": [0.70, 0.55, 0.65, 0.90]}  # full and local at an edge, local flat
+
+  def fake_tune(cfg, *, tuning_seeds, grid, extend, **kw):
+    val = losses[cfg.attention if cfg.attention != "softmax" else "full"]
+    i = int(np.argmin(val))
+    return {"lr": grid[i], "tuning": {"seeds": list(tuning_seeds), "grid": list(grid),
+                                      "val_loss": val, "diverged": [False] * 4,
+                                      "at_edge": i in (0, len(val) - 1)}}
+
+  monkeypatch.setattr(sparsity, "tune_rate", fake_tune)
+  monkeypatch.setattr(sparsity, "train_arm", lambda cfg, seeds, **kw: {"lr": 0.0})
+  cfgs = DS.recall_configs(DS.FULL)
+  for z, want in ((DS.FULL, ["recall full"]),
+                  (dataclasses.replace(DS.FULL, flat_nats=0.0), ["recall full", "recall local"])):
+    out = sparsity.tune_and_train(cfgs, z, (0,), tune_seed=100, log=lambda *_: None,
+                                  task="recall")
+    assert out["at_edge"] == want
+    assert [out["tuning"][a]["flat"] for a in cfgs] == [False, z.flat_nats > 0, False]
 
 
 @pytest.mark.parametrize("T, batch, eval_batches", [(64, 8, 16), (256, 2, 64), (512, 1, 128),
@@ -393,7 +419,7 @@ def _old_recall_configs(T, z):
 
 def test_sliding_window_registered_size_trains_the_model_of_the_committed_results():
   """QUICK's `mini` arms are the `tiny` preset v1 trained, field by field; FULL's are the
-  `micro-20` recipe's shape, and a v2 result ran exactly FULL."""
+  `micro-20` recipe's shape, and a result of this registration ran exactly FULL."""
   assert (sliding_window.FULL.model, sliding_window.QUICK.model) == ("micro-20", "mini")
   assert sliding_window.ARMS == SW_ARMS
   for arm, over in SW_ARMS.items():
@@ -404,7 +430,7 @@ def test_sliding_window_registered_size_trains_the_model_of_the_committed_result
     new = sliding_window.arm_config("micro-20", arm, 256)
     assert new == models.RECIPES["micro-20"].cfg.replace(**over) and new.max_len == 256
   res = _committed("sliding-window")
-  if res.get("version", 1) == 2:  # the registration is committed before its results
+  if res.get("version", 1) == DS.CLAIM.version:  # registered before its results land
     assert sliding_window.FULL.to_dict() == res["config"]["sizes"]
     assert sliding_window.arm_config("micro-20", "local", 256).to_dict() == res["config"][
         "setup"]["model_config"]
@@ -412,7 +438,7 @@ def test_sliding_window_registered_size_trains_the_model_of_the_committed_result
 
 def test_dynamic_sparsity_registered_size_trains_the_model_of_the_committed_results():
   """QUICK's `mini` arms are the `tiny` preset they were before the scale axis; FULL's are the
-  `micro-20` recipe's shape, and a v2 result ran exactly FULL."""
+  `micro-20` recipe's shape, and a result of this registration ran exactly FULL."""
   assert (DS.FULL.model, DS.QUICK.model) == ("micro-20", "mini")
   for z in (DS.QUICK, DS.at_length(DS.QUICK, 64)):
     T = z.recall_len - 1
@@ -427,7 +453,7 @@ def test_dynamic_sparsity_registered_size_trains_the_model_of_the_committed_resu
   micro = models.RECIPES["micro-20"].cfg
   assert DS.recall_configs(DS.FULL)["full"] == micro == DS.text_configs(DS.FULL)["full"]
   res = _committed("dynamic-sparsity")
-  if res.get("version", 1) == 2:  # the registration is committed before its results
+  if res.get("version", 1) == DS.CLAIM.version:  # registered before its results land
     assert DS.FULL.to_dict() == res["config"]["sizes"]
     assert micro.to_dict() == res["config"]["setup"]["model_config"]
 
@@ -578,11 +604,12 @@ def test_dynamic_sparsity_run_trains_every_arm_at_the_size_it_is_given(monkeypat
             "params": _init_params(cfg, seeds)}
 
   def fake_tune(cfg, *, tuning_seeds, grid, extend, data, steps, batch_size, seq_len):
-    assert "exact_match" not in locals() and tuning_seeds == (100,) and extend == 1
+    assert "exact_match" not in locals() and tuning_seeds == (100,) and extend == 3
     task = "recall" if isinstance(data, DS.RecallSource) else "stdlib"
     seen.append(("tune " + task, cfg, tuple(grid), steps, seq_len))
     lr = grid[-1] if cfg.attention == "local" else grid[1]  # local's stays at the top edge
-    return {"lr": lr, "tuning": {"seeds": [100], "grid": list(grid), "val_loss": [2.2] * 4,
+    val = [2.5, 2.4, 2.3, 2.2]  # not flat: an edge counts
+    return {"lr": lr, "tuning": {"seeds": [100], "grid": list(grid), "val_loss": val,
                                  "diverged": [False] * 4, "at_edge": lr == grid[-1]}}
 
   monkeypatch.setattr(sparsity, "train_arm", fake_train)
