@@ -328,6 +328,7 @@ CLAIM = Claim(
     tuning_seeds=(TUNE_SEED,),
     scale_models=("pico-20", "micro-20"),
     bits_metric=("adamw", "end_loss_tuned"),
+    key="end loss at the stress rate: adamw − cap-hidden",  # the gap, not the 0/1 count
     version=2,
     revisions=("v2: the trained regime of issue 38: every arm from scratch at 20 tokens per "
                "parameter, registered on pico-20 (v1: nano, 200 steps of 16 × 64, ≈ 1.5 per "

@@ -30,15 +30,30 @@ def verdict_label(results: dict | None, verdict: str) -> str:
 
 
 def key_number(results: dict | None, claim=None) -> str:
-  """The claim's key number: its first effect, `mean [lo, hi] unit` (95% CI, or one seed)."""
+  """The claim's key number, `name: mean unit [lo, hi]` (95% CI, or one seed): the effect of
+  the threshold the claim names as its `key`, else its first effect.
+
+  Example:
+    >>> from experiments.verdict import Claim, Threshold
+    >>> from experiments.verdict.cells import key_number
+    >>> res = {"effects": [{"name": "diverged", "mean": 0.0, "ci95": [0.0, 0.0]},
+    ...                    {"name": "gap", "mean": 0.34, "ci95": [0.22, 0.46]}]}
+    >>> ths = (Threshold("diverged", arm="a", metric="d", stat="range", supports="== 0"),
+    ...        Threshold("gap", arm="a", metric="g", supports="> 0.25", unit="nats"))
+    >>> claim = Claim(id="x", topic="t", kind="new", preface="p", thresholds=ths, key="gap")
+    >>> key_number(res, claim), key_number(res)
+    ('gap: 0.34 nats [0.22, 0.46]', 'diverged: 0 [0, 0]')
+  """
   if not results or not results["effects"]:
     return "—"
-  e = results["effects"][0]
+  key = getattr(claim, "key", None)
+  e = next((e for e in results["effects"] if key and e["name"] == key), results["effects"][0])
   lo, hi = e["ci95"]
   ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (one seed)"
-  unit = ""
-  if claim is not None and claim.thresholds and claim.thresholds[0].unit:
-    unit = f" {claim.thresholds[0].unit}"
+  th = next((t for t in claim.thresholds if t.name == e["name"]), None) if claim else None
+  if th is None and claim is not None and claim.thresholds:
+    th = claim.thresholds[0]  # an older result's first effect: the first threshold's unit
+  unit = f" {th.unit}" if th is not None and th.unit else ""
   return f"{e['name']}: {fmt(e['mean'])}{unit}{ci}"
 
 

@@ -75,6 +75,8 @@ class Claim:
     reads_base: the claim measures (or fine-tunes) the shared base models of its sizes'
       `model` (`experiments.models`) instead of training its own from scratch: its rows
       then carry that model's tokens per parameter and held-out bits per byte.
+    key: the name of the threshold whose effect the verdict table shows as the key number
+      (a display choice, not frozen in `claim.json`); None: the first effect.
   """
 
   id: str
@@ -104,6 +106,7 @@ class Claim:
   bits_metric: tuple[str, str] | None = None
   reads_base: bool = False
   axes: tuple[Axis, ...] = ()
+  key: str | None = None
 
   def __post_init__(self):
     if not (isinstance(self.version, int) and self.version >= 1
@@ -113,6 +116,9 @@ class Claim:
                        f"{max(self.version - 1, 0)} revisions, 'v2: <why>', 'v3: <why>', ...; got "
                        f"{list(self.revisions)}. Fix: add one line per new registration saying "
                        "what changed and why, written before the run.")
+    if self.key is not None and self.key not in {t.name for t in self.thresholds}:
+      raise ValueError(f"Claim {self.id!r}: key={self.key!r} names no threshold. Fix: one of "
+                       f"{[t.name for t in self.thresholds]}, or None (the first).")
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", self.id):
       raise ValueError(f"Claim.id={self.id!r} must be kebab-case, e.g. 'causal-mask'.")
     if self.kind not in KINDS:

@@ -140,3 +140,20 @@ def test_keep_refuses_a_run_finished_on_a_dirty_tree(tmp_path, monkeypatch):
       table.keep(run_dir, str(results))
     assert "Fix: commit" in str(e.value) and "\n" not in str(e.value)
   assert not (results / "causal-mask").exists()
+
+
+def test_the_key_number_is_the_named_threshold_and_a_bad_key_is_refused():
+  """eigenvalue-constrained's key number is its stress-rate gap, not its first threshold's
+  0/1 divergence count; a `key` naming no threshold stops at registration."""
+  import dataclasses
+
+  from experiments.verdict import cells
+
+  c = CLAIMS["eigenvalue-constrained"]
+  res = table.load_committed(c.id)
+  gap = next(e for e in res["effects"] if e["name"] == c.key)
+  assert c.key != c.thresholds[0].name
+  assert cells.key_number(res, c) == (f"{c.key}: {stats.fmt(gap['mean'])} nats "
+                                      f"[{stats.fmt(gap['ci95'][0])}, {stats.fmt(gap['ci95'][1])}]")
+  with pytest.raises(ValueError, match="key='gap' names no threshold"):
+    dataclasses.replace(c, key="gap")
