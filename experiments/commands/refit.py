@@ -8,6 +8,10 @@ file becomes version 2, its report's notes and figures lifted into it), refitted
 `experiments.verdict.refit` (every axis's fit recomputed from the kept rows and findings),
 and written back with its report made again from the file alone and its axis figures drawn
 again. The verdict and everything else stay as they were; a second run changes nothing.
+
+A number counts as unchanged within `REL_TOL` of the kept one: a fit's last bit moves with the
+numpy/scipy build (a slope of -0.19130378484411883 refits to ...886 on numpy 2.4), and a
+check that failed on that would fail every fresh install, not a stale result.
 """
 
 from __future__ import annotations
@@ -16,11 +20,29 @@ import argparse
 import os
 import sys
 
+import math
+
 from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.verdict.folders import RESULTS_DIR
 from experiments.verdict.refit import redraw, refit_results, rendered
 from experiments.verdict.schema import load_results
+
+
+REL_TOL = 1e-9  # far below the 4 significant digits any table or report shows
+
+
+def same(a, b, rel_tol: float = REL_TOL) -> bool:
+  """`a == b` for JSON trees, floats compared to `rel_tol` (`None`/ints/strings exactly)."""
+  if isinstance(a, float) or isinstance(b, float):
+    return (isinstance(a, (int, float)) and isinstance(b, (int, float))
+            and not isinstance(a, bool) and not isinstance(b, bool)
+            and math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0))
+  if isinstance(a, dict) and isinstance(b, dict):
+    return a.keys() == b.keys() and all(same(a[k], b[k], rel_tol) for k in a)
+  if isinstance(a, list) and isinstance(b, list):
+    return len(a) == len(b) and all(same(x, y, rel_tol) for x, y in zip(a, b))
+  return type(a) is type(b) and a == b
 
 
 def refit_kept(claim_id: str, root: str = RESULTS_DIR, *, write: bool = True) -> bool:
@@ -34,7 +56,7 @@ def refit_kept(claim_id: str, root: str = RESULTS_DIR, *, write: bool = True) ->
   with open(os.path.join(folder, "report.md")) as f:
     text = f.read()
   text_new = rendered(CLAIMS[claim_id], new, folder)
-  changed = new != on_disk or text_new != text
+  changed = not same(new, on_disk) or text_new != text
   if changed and write:
     jsonio.dump_strict(new, path)
     with open(os.path.join(folder, "report.md"), "w") as f:

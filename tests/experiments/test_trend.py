@@ -144,3 +144,16 @@ def test_every_kept_result_is_fitted_and_rendered_with_the_current_statistics():
   gives."""
 
   assert refit.main(["--check"]) == 0
+
+
+def test_refit_check_tolerates_a_last_bit_and_catches_a_real_change():
+  """A fit's last bit moves with the numpy build; `--check` must not fail a fresh install on it,
+  and must still fail on a change a reader could see."""
+  kept = {"slope": -0.19130378484411883, "ci": [-1.1414131193630845, 0.75], "n": 3, "t": "x"}
+  drift = {"slope": -0.19130378484411886, "ci": [-1.1414131193630848, 0.75], "n": 3, "t": "x"}
+  assert refit.same(kept, drift)
+  assert not refit.same(kept, {**kept, "slope": -0.1914})
+  assert not refit.same(kept, {**kept, "n": 4}) and not refit.same(kept, {**kept, "t": "y"})
+  assert not refit.same(kept, {**kept, "ci": [-1.1414131193630845]})
+  assert not refit.same({"a": None}, {"a": 0.0}) and not refit.same({"a": True}, {"a": 1.0})
+  assert not refit.same(kept, {**kept, "extra": 1})
