@@ -1,8 +1,8 @@
 """Run folders: where a run writes, what it records of its machine and code, what it saved
 for `--resume`, and the committed results (`results/`).
 
-A run writes `runs/claims/ID/<run-id>/` (`new_run_dir`), records the JAX backend
-(`environment`) and the commit it ran at (`git_revision`, `-dirty` for uncommitted changes),
+A run writes `runs/claims/ID/<run-id>/` (`new_run_dir`), records the JAX backend and the
+versions of the libraries a re-training's numbers depend on (`environment`) and the commit it ran at (`git_revision`, `-dirty` for uncommitted changes),
 and saves each extra size's, length's and budget's findings (`saved_findings`) so that a run
 can be resumed (`resume_dir`), also from a kept result, which is never written to.
 """
@@ -16,14 +16,31 @@ import time
 
 from experiments import jsonio
 from experiments.verdict.claim import Claim
+from experiments.verdict.schema import ENV_VERSIONS
+
+
+LIBRARIES = tuple(k for k in ENV_VERSIONS if k != "python")  # beside jax: what training runs on
 
 
 def environment() -> dict:
+  """Backend, device and versions. Verdicts replay exactly from kept findings; re-training
+  reproduces them only up to drift between library versions (setup.py pins lower bounds), so
+  each result names the versions it ran with."""
+  import platform
+  from importlib import metadata
+
   import jax
 
   dev = jax.devices()[0]
+  versions = {}
+  for name in LIBRARIES:
+    try:
+      versions[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+      versions[name] = None
   return {"jax": jax.__version__, "backend": jax.default_backend(),
-          "device": getattr(dev, "device_kind", str(dev))}
+          "device": getattr(dev, "device_kind", str(dev)), **versions,
+          "python": platform.python_version()}
 
 
 def git_revision() -> str | None:

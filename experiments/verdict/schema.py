@@ -13,6 +13,9 @@ from collections.abc import Sequence
 from experiments.jsonio import load_strict
 from experiments.verdict.rule import VERDICTS
 
+# Versions a run records beside jax (`folders.environment`); results kept before them lack them.
+ENV_VERSIONS = ("jaxlib", "flax", "optax", "numpy", "python")
+
 SCHEMA = 2  # `results.json`'s version: 2 holds every axis under `axes` (since 2026-12-05)
 RESULT_KEYS = ("claim", "schema", "quick", "seeds", "tuning_seeds", "config", "arms", "effects",
                "verdict", "reason", "thresholds", "extensions", "axes", "anchors", "runtime_s",
@@ -276,8 +279,14 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
   _need(isinstance(obj["anchors"], list), "anchors", "must be a list")
   _need(_is_num(obj["runtime_s"]) and obj["runtime_s"] is not None, "runtime_s",
         "must be a number")
-  _keys(obj["env"], ("jax", "backend", "device"), "env")
-  _need(all(isinstance(v, str) for v in obj["env"].values()), "env", "values must be strings")
+  env = obj["env"]
+  _need(isinstance(env, dict), "env", "must be an object")
+  _need({"jax", "backend", "device"} <= set(env) <= {"jax", "backend", "device", *ENV_VERSIONS},
+        "env", f"keys {sorted(env)} must be jax, backend, device and any of {list(ENV_VERSIONS)}")
+  _need(all(isinstance(v, str) for k, v in env.items() if k not in ENV_VERSIONS), "env",
+        "jax, backend and device must be strings")
+  _need(all(v is None or isinstance(v, str) for v in env.values()), "env",
+        "versions must be strings or null (not installed)")
   _need(obj["git"] is None or isinstance(obj["git"], str), "git", "must be a string or null")
 
 

@@ -18,6 +18,7 @@ from experiments.verdict import (
   Extension,
   Sizes,
   Threshold,
+  folders,
   rule,
   runner,
   schema,
@@ -165,9 +166,15 @@ def _valid():
                                         "trend": "up"}}), "trend"),
     (lambda r: r.update(schema=1), "schema"),
     (lambda r: r.update(notes="- a"), "notes"),
+    (lambda r: r["env"].pop("device"), "env"),
+    (lambda r: r["env"].update(torch="2"), "env"),
+    (lambda r: r["env"].update(jax=None), "env"),
+    (lambda r: r["env"].update(numpy=2), "env"),
 ])
 def test_validator_rejects_schema_breaks_but_not_verdict_values(breakage, message):
   schema.validate_results(_valid())
+  schema.validate_results({**_valid(), "env": folders.environment()})  # versions recorded
+  schema.validate_results({**_valid(), "env": {**_valid()["env"], "flax": None}})  # absent
   for v in VERDICTS:
     schema.validate_results({**_valid(), "verdict": v})
   broken = _valid()

@@ -142,6 +142,20 @@ def test_keep_refuses_a_run_finished_on_a_dirty_tree(tmp_path, monkeypatch):
   assert not (results / "causal-mask").exists()
 
 
+def test_a_result_names_the_library_versions_it_ran_with():
+  """Re-training reproduces a verdict only up to library drift, so each run records versions."""
+  from importlib import metadata
+  import platform
+
+  import jax
+
+  env = folders.environment()
+  assert env["jax"] == jax.__version__ and env["backend"] == jax.default_backend()
+  for name in folders.LIBRARIES:
+    assert env[name] == metadata.version(name), name
+  assert env["python"] == platform.python_version()
+
+
 def test_the_key_number_is_the_named_threshold_and_a_bad_key_is_refused():
   """eigenvalue-constrained's key number is its stress-rate gap, not its first threshold's
   0/1 divergence count; a `key` naming no threshold stops at registration."""
