@@ -111,6 +111,16 @@ def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
   return dest
 
 
+def _axis_cells(res: dict, claim) -> list[str]:
+  """Scale, context and budget cells. The axes follow the primary effect; where the key number
+  shows another threshold (`Claim.key`), each measured cell names the effect it follows."""
+  out = [axis_text(res, name) for name in ("scale", "context", "budget")]
+  primary = claim.primary
+  if claim.key and primary is not None and claim.key != primary.name:
+    out = [c if c == "—" else f"{primary.name}: {c}" for c in out]
+  return out
+
+
 def table_lines(root: str = RESULTS_DIR) -> list[str]:
   """The verdict table as markdown lines (no trailing blank line)."""
   rows = []
@@ -127,8 +137,7 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
                  claim.preface, verdict, cells.regime_text(res, claim.reads_base), ext,
-                 cells.key_number(res, claim),
-                 axis_text(res, "scale"), axis_text(res, "context"), axis_text(res, "budget"),
+                 cells.key_number(res, claim), *_axis_cells(res, claim),
                  cells.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict (registration)",
             "registered size: model, params, tokens/param, held-out bits/byte", "extensions",

@@ -247,7 +247,25 @@ class ScaleAxis(Axis):
     return "scale"
 
   def cell(self, block: dict) -> str:
-    return fit_text(block, "params", "sizes")
+    """The fit; where no slope can be read, each size's own effect instead, so the cell still
+    says how the effect moves with size (a slope through two points would hide that)."""
+    if block["trend"] != "not measured":
+      return fit_text(block, "params", "sizes")
+    points, why, fitted = [], set(), 0
+    for r in block["rows"]:
+      eff, ci = r.get("effect"), r.get("ci") or [None, None]
+      if eff is None or (isinstance(eff, float) and math.isnan(eff)):
+        points.append(f"{r['model']} not measured")
+        continue
+      fitted += not r.get("excluded")
+      interval = f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci[0] is not None else ""
+      left = r.get("excluded")
+      if left:
+        why.add(left.split(":")[0])
+      points.append(f"{r['model']} {fmt(eff)}{interval}" + ("†" if left else ""))
+    out = (f"not measured ({fitted} of {len(block['rows'])} sizes in the fit, a slope with an "
+           f"interval needs 3): " + "; ".join(points))
+    return out + (f" († left out: {', '.join(sorted(why))})" if why else "")
 
   def series(self, block: dict, registered) -> list:
     families = list(dict.fromkeys(r["family"] for r in block["rows"]))

@@ -157,3 +157,26 @@ def test_refit_check_tolerates_a_last_bit_and_catches_a_real_change():
   assert not refit.same(kept, {**kept, "ci": [-1.1414131193630845]})
   assert not refit.same({"a": None}, {"a": 0.0}) and not refit.same({"a": True}, {"a": 1.0})
   assert not refit.same(kept, {**kept, "extra": 1})
+
+
+def test_an_unmeasured_trend_cell_shows_each_size_and_what_left_it_out():
+  """Under 3 points no slope is printed (two points would fake one); each size's effect is."""
+  from experiments.verdict.axis_report import axis_text
+
+  rows = [{"family": "gpt", "model": "pico-20", "params": 1.5e4, "effect": 0.318,
+           "ci": [0.228, 0.408], "excluded": "control failed: the rate sits at an edge"},
+          {"family": "gpt", "model": "micro-20", "params": 4.2e4, "effect": 0.41,
+           "ci": [0.339, 0.481]},
+          {"family": "gpt", "model": "mini-20", "params": 1.3e5, "effect": None, "ci": None}]
+  block = {"rows": rows, **stats.fit_trend(rows, "params", label="model")}
+  assert block["trend"] == "not measured"
+  cell = axis_text({"axes": {"scale": block}}, "scale")
+  assert cell == ("not measured (1 of 3 sizes in the fit, a slope with an interval needs 3): "
+                  "pico-20 0.318 [0.228, 0.408]†; micro-20 0.41 [0.339, 0.481]; mini-20 not "
+                  "measured († left out: control failed)")
+  assert "slope" not in cell.replace("a slope with", "")
+  rows.pop()  # two points in the fit: still no slope, and nothing left out to footnote
+  rows[0].pop("excluded")
+  block = {"rows": rows, **stats.fit_trend(rows, "params", label="model")}
+  cell = axis_text({"axes": {"scale": block}}, "scale")
+  assert cell.endswith("micro-20 0.41 [0.339, 0.481]") and "†" not in cell
