@@ -17,17 +17,15 @@ check that failed on that would fail every fresh install, not a stale result.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
-
-import math
 
 from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.verdict.folders import RESULTS_DIR
 from experiments.verdict.refit import redraw, refit_results, rendered
 from experiments.verdict.schema import load_results
-
 
 REL_TOL = 1e-9  # far below the 4 significant digits any table or report shows
 
@@ -41,7 +39,7 @@ def same(a, b, rel_tol: float = REL_TOL) -> bool:
   if isinstance(a, dict) and isinstance(b, dict):
     return a.keys() == b.keys() and all(same(a[k], b[k], rel_tol) for k in a)
   if isinstance(a, list) and isinstance(b, list):
-    return len(a) == len(b) and all(same(x, y, rel_tol) for x, y in zip(a, b))
+    return len(a) == len(b) and all(same(x, y, rel_tol) for x, y in zip(a, b, strict=True))
   return type(a) is type(b) and a == b
 
 

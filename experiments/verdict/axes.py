@@ -22,11 +22,18 @@ from collections.abc import Callable, Sequence
 
 from experiments.verdict.axis import Axis, fit_text, trend_clause
 from experiments.verdict.axis_budget import BudgetAxis, trained_params
-from experiments.verdict.axis_scale import ScaleAxis, base_row, flag_under_trained, model_card
+from experiments.verdict.axis_scale import (
+  ScaleAxis,
+  base_row,
+  flag_under_trained,
+  model_card,
+  run_bits,
+)
 from experiments.verdict.stats import fmt
 
 __all__ = ["KINDS", "BudgetAxis", "ContextAxis", "ScaleAxis", "base_row", "budget", "context",
-           "flag_under_trained", "model_card", "scale", "scale_models", "trained_params"]
+           "flag_under_trained", "model_card", "run_bits", "scale", "scale_models",
+           "trained_params"]
 
 
 @dataclasses.dataclass(frozen=True)

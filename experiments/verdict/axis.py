@@ -140,6 +140,12 @@ class Axis:
     del claim, sizes, seeds
     return {self.key: value}
 
+  def measured(self, claim, runs: dict, seeds) -> dict:
+    """Fields a row reads from its point's runs beside the effect (scale: the bits per byte
+    its models reach)."""
+    del claim, runs, seeds
+    return {}
+
   def sort_key(self, row: dict):
     return row[self.x]
 
@@ -162,7 +168,8 @@ class Axis:
     rows = []
     for value, runs in per.items():
       m, ci = mean_ci95(paired_values(runs, th.arm, th.metric, th.baseline, seeds))
-      rows.append({**self.row(claim, value, sizes_of[value], seeds), "effect": m,
+      rows.append({**self.row(claim, value, sizes_of[value], seeds),
+                   **self.measured(claim, runs, seeds), "effect": m,
                    "ci": list(ci) if ci else [None, None], **reading(claim, runs, seeds)})
     rows.sort(key=self.sort_key)
     return {**self.extra(sizes_of), "rows": rows,

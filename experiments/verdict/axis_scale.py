@@ -59,6 +59,25 @@ def base_row(name: str, seeds) -> dict:
   return {**out, **({"bits_per_byte": bits} if bits is not None else {})}
 
 
+def run_bits(claim, runs: dict, seeds) -> float | None:
+  """Mean held-out bits per byte of `runs` (`{arm: {seed: metrics}}`) at `seeds`, read from
+  `claim.bits_metric` (nats per byte / ln 2); None when the claim names none or no seed has it.
+
+  Example:
+    >>> import math, types
+    >>> claim = types.SimpleNamespace(bits_metric=("full", "loss"))
+    >>> runs = {"full": {"0": {"loss": math.log(2) * 3.0}, "1": {"loss": math.log(2) * 3.5}}}
+    >>> round(run_bits(claim, runs, ["0", "1"]), 6)
+    3.25
+  """
+  if claim.bits_metric is None:
+    return None
+  arm, metric = claim.bits_metric
+  vals = [runs[arm][s].get(metric) for s in seeds if arm in runs and s in runs[arm]]
+  vals = [v for v in vals if v is not None and math.isfinite(v)]
+  return sum(vals) / len(vals) / math.log(2) if vals else None
+
+
 def flag_under_trained(rows: list[dict]) -> None:
   """Marks the rows trained on fewer tokens per parameter than the regime, when the regime
   holds at all: a size that could not afford it is shown apart and left out of the fit."""
@@ -136,6 +155,10 @@ class ScaleAxis(Axis):
     elif claim.reads_base:
       row.update(base_row(value, seeds))
     return row
+
+  def measured(self, claim, runs: dict, seeds) -> dict:
+    bits = None if claim.reads_base else run_bits(claim, runs, seeds)
+    return {} if bits is None else {"bits_per_byte": bits}
 
   def sort_key(self, row: dict):
     return (row["params"], row["family"], row["model"])

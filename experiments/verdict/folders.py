@@ -2,9 +2,10 @@
 for `--resume`, and the committed results (`results/`).
 
 A run writes `runs/claims/ID/<run-id>/` (`new_run_dir`), records the JAX backend and the
-versions of the libraries a re-training's numbers depend on (`environment`) and the commit it ran at (`git_revision`, `-dirty` for uncommitted changes),
-and saves each extra size's, length's and budget's findings (`saved_findings`) so that a run
-can be resumed (`resume_dir`), also from a kept result, which is never written to.
+versions of the libraries a re-training's numbers depend on (`environment`) and the commit it
+ran at (`git_revision`, `-dirty` for uncommitted changes), and saves each extra size's,
+length's and budget's findings (`saved_findings`) so that a run can be resumed (`resume_dir`),
+also from a kept result, which is never written to.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import time
 from experiments import jsonio
 from experiments.verdict.claim import Claim
 from experiments.verdict.schema import ENV_VERSIONS
-
 
 LIBRARIES = tuple(k for k in ENV_VERSIONS if k != "python")  # beside jax: what training runs on
 

@@ -4,7 +4,8 @@ The trend of every axis is a statistic of the axis's rows, so a result kept unde
 statistics (or an older schema: `schema.upgrade`) is brought up to the current rule
 (`Axis.fit`: one point per size, failed controls, censored seeds and under-trained sizes left
 out) from what was kept: the rows in `results.json` and, where kept, each point's per-seed
-findings (`<axis folder>/findings.json`; the registered point's runs are the `arms`). The
+findings (`<axis folder>/findings.json`; the registered point's runs are the `arms`), which
+also give a from-scratch size the held-out bits per byte it reached (`run_bits`). The
 verdict, the rows' effects and intervals, and everything else stay as they were
 (`refit_results`). The report is then made again from the file alone (`rendered`, with the
 claim as its `claim.json` froze it), and the axis figures are drawn again (`redraw`).
@@ -18,7 +19,7 @@ import os
 
 from experiments import jsonio
 from experiments.verdict import report
-from experiments.verdict.axes import base_row
+from experiments.verdict.axes import base_row, run_bits
 from experiments.verdict.axis_report import axis_of
 from experiments.verdict.claim import Claim
 from experiments.verdict.figures import axis_figure
@@ -47,9 +48,14 @@ def refit_results(claim: Claim, res: dict, folder: str) -> dict:
           return runs
       return registered_runs if axis.is_registered(row, block, registered) else None
     if name == "scale":
-      for row in block["rows"]:  # a base-model row kept before rows recorded their regime
+      for row in block["rows"]:  # a row kept before rows recorded their regime
         if claim.reads_base and "tokens_per_param" not in row:
           row.update(base_row(row["model"], seeds))
+        elif not claim.reads_base and "bits_per_byte" not in row:
+          runs = runs_of(row)
+          bits = run_bits(claim, runs, seeds) if runs is not None else None
+          if bits is not None:
+            row["bits_per_byte"] = bits
     keep = {k: v for k, v in block.items() if k in ("model", "added")}
     res["axes"][name] = {**keep, "rows": block["rows"],
                          **axis.fit(claim, block["rows"], runs_of, seeds)}

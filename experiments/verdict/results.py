@@ -8,13 +8,9 @@ parameters, tokens per parameter and held-out bits per byte).
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
 from experiments import jsonio
 from experiments.verdict import folders
-from experiments.verdict.axes import model_card, trained_params
+from experiments.verdict.axes import model_card, run_bits, trained_params
 from experiments.verdict.claim import Claim
 from experiments.verdict.rule import extension_verdicts, verdict
 from experiments.verdict.schema import SCHEMA, validate_results
@@ -92,12 +88,7 @@ def regime(claim: Claim, sizes: Sizes, seeds, runs: dict) -> dict:
   spent = budget(sizes, trained_params(sizes))
   tpp = spent["tokens_per_param"] if spent else (
       models.model_card(name).get("tokens_per_param") if known and claim.reads_base else None)
-  bits = None
-  if claim.bits_metric is not None:
-    arm, metric = claim.bits_metric
-    vals = [runs[arm][s].get(metric) for s in seeds if arm in runs]
-    vals = [v for v in vals if v is not None and math.isfinite(v)]
-    bits = float(np.mean(vals)) / math.log(2) if vals else None
-  elif claim.reads_base and name in models.RECIPES:
+  bits = run_bits(claim, runs, seeds)
+  if bits is None and claim.bits_metric is None and claim.reads_base and name in models.RECIPES:
     bits = models.heldout_bits(name, seeds)
   return {"model": name, "params": params, "tokens_per_param": tpp, "bits_per_byte": bits}

@@ -144,8 +144,8 @@ def test_keep_refuses_a_run_finished_on_a_dirty_tree(tmp_path, monkeypatch):
 
 def test_a_result_names_the_library_versions_it_ran_with():
   """Re-training reproduces a verdict only up to library drift, so each run records versions."""
-  from importlib import metadata
   import platform
+  from importlib import metadata
 
   import jax
 

@@ -888,3 +888,21 @@ def test_the_claim_command_adds_budgets_onto_a_run(tmp_path, monkeypatch, capsys
   assert "On `mini`, from 1× to 4× the tokens" in out and run_dir in out
   assert tour.claim_main(["muon", "--onto", run_dir, "--budgets", "1"]) == 2
   assert "--budgets asks for none" in capsys.readouterr().err
+
+
+def test_a_from_scratch_size_records_the_bits_per_byte_its_models_reached():
+  """A claim whose sizes train from scratch names a held-out loss (`bits_metric`); each scale
+  row carries its seeds' mean / ln 2. A claim that names none records none."""
+  effect = linear(0.2, 0.1)
+  loss = {"mini": 2.0, "small": 1.7, "base": 1.5}
+  per_size = {m: {"treated": {s: {"score": effect[m] + 0.01 * s} for s in SEEDS},
+                  "control": {s: {"score": 0.0, "loss": loss[m] + 0.1 * s} for s in SEEDS}}
+              for m in effect}
+  sizes = {m: ScaleSizes(m) for m in effect}
+  claim = scale_claim(fake_run(effect), bits_metric=("control", "loss"))
+  rows = axes.scale(()).block(claim, per_size, sizes, SEEDS)["rows"]
+  for row in rows:
+    ref = np.mean([loss[row["model"]] + 0.1 * s for s in SEEDS]) / math.log(2)
+    assert row["bits_per_byte"] == pytest.approx(ref, rel=1e-12)
+  plain = axes.scale(()).block(scale_claim(fake_run(effect)), per_size, sizes, SEEDS)["rows"]
+  assert not any("bits_per_byte" in r for r in plain)

@@ -180,3 +180,33 @@ def test_an_unmeasured_trend_cell_shows_each_size_and_what_left_it_out():
   block = {"rows": rows, **stats.fit_trend(rows, "params", label="model")}
   cell = axis_text({"axes": {"scale": block}}, "scale")
   assert cell.endswith("micro-20 0.41 [0.339, 0.481]") and "†" not in cell
+
+
+def test_every_committed_scale_row_records_its_regime_and_the_bits_it_reached():
+  """Issue 38: every row says tokens per parameter and held-out bits per byte. A from-scratch
+  size's bits are its `bits_metric` arm's mean held-out loss over the seeds / ln 2, read here
+  straight from the kept findings."""
+  import json
+  import os
+
+  from experiments.claims import CLAIMS
+  from experiments.verdict import folders
+
+  for cid, claim in CLAIMS.items():
+    path = os.path.join(folders.RESULTS_DIR, cid, "results.json")
+    res = json.load(open(path))
+    for row in (res["axes"].get("scale") or {}).get("rows", []):
+      assert row["tokens_per_param"] >= 20 or row.get("under_trained"), (cid, row["model"])
+      assert 1.0 < row["bits_per_byte"] < 8.0, (cid, row["model"])
+      if claim.reads_base:
+        continue
+      arm, metric = claim.bits_metric
+      kept = os.path.join(folders.RESULTS_DIR, cid, f"size-{row['model']}", "findings.json")
+      if os.path.exists(kept):
+        runs = json.load(open(kept))["findings"]["runs"][arm]
+      else:  # the registered size: its runs are the result's arms
+        assert row["model"] == res["config"]["regime"]["model"], (cid, row["model"])
+        runs = res["arms"][arm]["runs"]
+        assert row["bits_per_byte"] == pytest.approx(res["config"]["regime"]["bits_per_byte"])
+      ref = np.mean([runs[str(s)][metric] for s in res["seeds"]]) / math.log(2)
+      assert row["bits_per_byte"] == pytest.approx(ref, rel=1e-12), (cid, row["model"])
