@@ -73,7 +73,7 @@ def run_bits(claim, runs: dict, seeds) -> float | None:
   if claim.bits_metric is None:
     return None
   arm, metric = claim.bits_metric
-  vals = [runs[arm][s].get(metric) for s in seeds if arm in runs and s in runs[arm]]
+  vals = [runs[arm][s].get(metric) for s in seeds] if arm in runs else []
   vals = [v for v in vals if v is not None and math.isfinite(v)]
   return sum(vals) / len(vals) / math.log(2) if vals else None
 
