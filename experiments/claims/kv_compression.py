@@ -30,11 +30,9 @@ extensions' control. Scale axis: `micro-20`, `mini-20` and their Llama twins (ke
 before RoPE); `pico-20` (4 dimensions per head) cannot hold 8× at all. `--quick`: the `quick`
 model, one seed, T = 64, 10-step fits at a fixed rate.
 
-v2 (2026-12-05, before the run): registered on the trained regime (issue 38; v1 read `small`,
-0.95 tokens per parameter); the fit rate is tuned per size with the edge rule (v1 reused one
-rate chosen by hand at `small`); the context axis is dropped (its long model is not trained
-at the regime; `--lengths` still runs it as an addendum). v3 (after v2's exactness control
-failed on the trained models' larger logits): that control is relative to the largest |logit|.
+v2, v3 and the context addendum: `revisions`, and `--resume results/kv-compression --axes
+context=128,256,512,1024` (2026-12-06, after v3's result, before its own run; not read by the
+verdict) adds the primary at those T on `llama-mini-long-20` (`models.LONG_TRAINED`).
 """
 
 from __future__ import annotations
@@ -132,8 +130,9 @@ TUNE_SEED = 100
 def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
   """The sizes of a run at context length `T` (`Claim.at_length`, the context axis).
 
-  What changes with `T`: the model (full sizes: `llama-small-long`, trained at T = 1024, for
-  every `T`; quick sizes keep the quick model, `T ≤ 64`), the calibration and evaluation
+  What changes with `T`: the model (full sizes: `llama-mini-long-20`, llama-mini-20's shape
+  trained at T = 1024 and 20 tokens per parameter, for every `T`; quick sizes keep the quick
+  model, `T ≤ 64`), the calibration and evaluation
   windows (`seq_len = T`, so the 8× loss rise, the primary effect, is read at `T`), the
   shorter length of the context extension (`short_len = T / 2`, as in `FULL`) and the prefixes
   of the 99%-energy rank (doubling from the shortest up to `T`). The window counts
@@ -151,7 +150,7 @@ def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
   Example:
     >>> z = at_length(FULL, 1024)
     >>> z.model, z.seq_len, z.short_len, z.n_eval, z.n_calibration, z.cost_windows
-    ('llama-small-long', 1024, 512, 8, 4, 4)
+    ('llama-mini-long-20', 1024, 512, 8, 4, 4)
     >>> z.fit_len, z.fit_windows, z.fit_steps
     (128, 128, 1000)
   """

@@ -43,6 +43,12 @@ L 2, H 2, 34,688 params: `layernorm-condition`'s model; `deep-8`, `deep-16`, `de
 `deep-48`: `residual-eigenvalues`' 128-layer models at four widths, 114k–3.6M params);
 `config(name)` and `model_card(name)` read them as they read a recipe's shape.
 
+The trained regime (`TRAINED`, both families at d 16, 32, 64) trains every size on
+`TOKENS_PER_PARAM` = 20 tokens per parameter in steps of 16 × 128 tokens; its long-context
+model `LONG_TRAINED` (`llama-mini-long-20`) is `llama-mini-20`'s shape trained the same way in
+steps of 2 × 1024, the model a regime claim's context axis reads (`model_at_length`). These
+(`STORED`) are committed in float16 under `results/models/`.
+
 The package, one concern a module:
 
 | module | concern |
@@ -63,6 +69,7 @@ from experiments.models.recipes import (
   CPU_SCALE,
   FAMILIES,
   LONG,
+  LONG_TRAINED,
   RECIPES,
   SHAPES,
   STORED,
@@ -89,7 +96,7 @@ from experiments.models.trained import (
   verify,
 )
 
-__all__ = ["CPU_SCALE", "FAMILIES", "LONG", "RECIPES", "Recipe", "SHAPES", "STORED",
+__all__ = ["CPU_SCALE", "FAMILIES", "LONG", "LONG_TRAINED", "RECIPES", "Recipe", "SHAPES", "STORED",
            "TOKENS_PER_PARAM", "TRAINED", "base_model", "base_model_info", "base_models",
            "cache_dir", "cached_seeds", "commit", "committed", "config", "family", "heldout_bits",
            "heldout_loss", "intermediates", "model_at_length", "model_card", "param_count",

@@ -95,6 +95,15 @@ def _trained_recipe(cfg: transformer.Config) -> Recipe:
                 learning_rate=3e-3 * 64 / cfg.d_model)
 
 
+def _trained_long_recipe(cfg: transformer.Config) -> Recipe:
+  """`cfg` trained on `TOKENS_PER_PARAM` tokens per parameter in windows of 2 × 1024 tokens
+  (the same 2,048 tokens a step as `_trained_recipe`), at the same width rule for the rate
+  (not tuned again at this length): the context axis's model under the trained regime."""
+  steps = math.ceil(TOKENS_PER_PARAM * _param_count(cfg) / (2 * 1024))
+  return Recipe(cfg, steps=steps, batch_size=2, seq_len=1024,
+                learning_rate=3e-3 * 64 / cfg.d_model)
+
+
 RECIPES = {
     # `small` and `quick` are spelled out: their fields are the cache key of committed results.
     "small": Recipe(transformer.preset("tiny", d_model=128, n_layers=4, n_heads=4, max_len=256),
@@ -117,6 +126,9 @@ RECIPES = {
     "llama-pico-20": _trained_recipe(_llama(16, 2)),
     "llama-micro-20": _trained_recipe(_llama(32, 2)),
     "llama-mini-20": _trained_recipe(_llama(64, 2)),
+    # The context axis's model under the trained regime: llama-mini-20's shape, trained at
+    # T = 1024 (RoPE, so its parameters are llama-mini-20's).
+    "llama-mini-long-20": _trained_long_recipe(_llama(64, 2, max_len=1024)),
 }
 
 
@@ -140,7 +152,11 @@ TRAINED = {"gpt": ("pico-20", "micro-20", "mini-20"),
            "llama": ("llama-pico-20", "llama-micro-20", "llama-mini-20")}
 
 
-STORED = frozenset(TRAINED["gpt"] + TRAINED["llama"])  # committed in float16 (`model_store`)
+# The context axis's model at the regime (`model_at_length` for a claim registered on it).
+LONG_TRAINED = "llama-mini-long-20"
+
+
+STORED = frozenset(TRAINED["gpt"] + TRAINED["llama"] + (LONG_TRAINED,))  # float16, committed
 
 
 # Shapes that a claim trains from scratch at its registered size and that are no shared model:
@@ -163,8 +179,10 @@ def model_at_length(claim_id: str, model: str, T: int, *, quick_model: str = "qu
   """The base model a claim's run at context length `T` reads (its `at_length`).
 
   At quick sizes (`model == quick_model`) the quick model is kept: a smoke test of the code
-  path. Otherwise the Llama family's long-context model (`LONG["llama"]`, RoPE, trained at
-  T = 1024), so every `T` is a length the model was trained on.
+  path. A claim registered under the trained regime (`model` in `TRAINED`) reads the regime's
+  long-context model (`LONG_TRAINED`: llama-mini-20's shape trained at T = 1024, 20 tokens per
+  parameter); any other the Llama family's long-context model (`LONG["llama"]`, trained at
+  T = 1024 on 0.95 tokens per parameter). Every `T` is a length the model was trained on.
 
   Raises:
     ValueError: `T` is outside `[16, the model's training length]`, naming the claim and the
@@ -174,9 +192,12 @@ def model_at_length(claim_id: str, model: str, T: int, *, quick_model: str = "qu
     >>> from experiments import models
     >>> models.model_at_length("causal-mask", "small", 1024)
     'llama-small-long'
+    >>> models.model_at_length("kv-compression", "mini-20", 256)
+    'llama-mini-long-20'
   """
   quick = model == quick_model
-  name = quick_model if quick else LONG["llama"]
+  regime = model in TRAINED["gpt"] + TRAINED["llama"]
+  name = quick_model if quick else LONG_TRAINED if regime else LONG["llama"]
   trained = RECIPES[name].seq_len
   if not (isinstance(T, int) and not isinstance(T, bool) and 16 <= T <= trained):
     fix = (f"pass --lengths within [16, {trained}] with --quick (quick sizes are a smoke "

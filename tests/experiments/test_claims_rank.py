@@ -185,7 +185,7 @@ def test_kv_calibrated_16x_extension_reads_rise_ratio_and_fit_time(rise, fit_s, 
 def test_kv_at_length_reads_the_long_model_at_t():
   full = kv_compression.FULL
   z = kv_compression.at_length(full, 1024)
-  assert (z.model, z.seq_len, z.short_len) == ("llama-small-long", 1024, 512)
+  assert (z.model, z.seq_len, z.short_len) == ("llama-mini-long-20", 1024, 512)  # the regime's
   assert models.RECIPES[z.model].seq_len >= z.seq_len
   assert z.context_lengths == (16, 32, 64, 128, 256, 512, 1024)
   assert z.n_eval * z.seq_len == full.n_eval * full.seq_len  # tokens measured kept

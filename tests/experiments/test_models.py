@@ -94,6 +94,25 @@ def test_families_are_what_their_names_say(fam):
   assert long.seq_len >= 1024 and long.cfg.max_len >= 2 * long.seq_len
 
 
+def test_the_regime_long_model_is_llama_mini_20_read_at_1024_on_20_tokens_per_param():
+  """The context axis of a claim registered under the trained regime reads a model of the
+  regime: llama-mini-20's parameters exactly (RoPE: max_len adds none), 2,048 tokens a step
+  like it, 20 tokens per parameter, at T = 1024; a claim on an older size keeps its own."""
+  long, mini = models.RECIPES[models.LONG_TRAINED], models.RECIPES["llama-mini-20"]
+  assert long.cfg == mini.cfg.replace(max_len=1024) and long.seq_len == 1024
+  assert long.batch_size * long.seq_len == mini.batch_size * mini.seq_len
+  assert models.param_count(models.LONG_TRAINED) == models.param_count("llama-mini-20")
+  assert long.learning_rate == mini.learning_rate
+  card = models.model_card(models.LONG_TRAINED)
+  assert 20 <= card["tokens_per_param"] < 20 + 2048 / card["params"]
+  assert models.LONG_TRAINED in models.STORED
+  for model in (*models.TRAINED["gpt"], *models.TRAINED["llama"]):
+    assert models.model_at_length("x", model, 512) == models.LONG_TRAINED
+  assert models.model_at_length("x", "small", 512) == models.LONG["llama"]
+  with pytest.raises(ValueError, match="T=2048"):
+    models.model_at_length("x", "mini-20", 2048)
+
+
 def test_every_size_sees_the_tokens_of_small_so_tokens_per_param_falls():
   small = models.RECIPES["small"]
   tokens = small.steps * small.batch_size * small.seq_len
