@@ -29,7 +29,8 @@ with their runtime, are in `results/causal-mask/report.md`.
 v2 (2026-12-05, before the run): registered on the trained regime (`mini-20`; v1 read `small`
 at 0.95 tokens per parameter), the primary named for what it measures (float32 invertibility),
 and the context axis left out: its long-context model (T = 1024) is not trained at the regime
-yet (issue 38).
+yet (issue 38). Context addendum (2026-12-06, after v2's result, before its own run; not read
+by the verdict): `--resume results/causal-mask --axes context=128,256,512,1024` (`at_length`).
 """
 
 from __future__ import annotations
@@ -71,6 +72,27 @@ QUICK = CausalMaskSizes(model="quick", seq_lens=(32, 64, 128), batch_size=2, sma
                         primary_T=64)
 FULL = CausalMaskSizes(model="mini-20", seq_lens=(32, 128, 256), batch_size=4,
                        small_contract=False, primary_T=128)
+
+
+def at_length(sizes: CausalMaskSizes, T: int) -> CausalMaskSizes:
+  """The sizes of a run at context length `T` (`Claim.at_length`, the context axis).
+
+  Full sizes read `llama-mini-long-20` (`models.model_at_length`: llama-mini-20's shape trained
+  at T = 1024 and 20 tokens per parameter) at every `T`, so the primary (float32
+  invertibility at a length the model was trained on) is asked at `T`: `primary_T = T`,
+  `seq_lens = (the shortest, T)`. Windows per length scale by `primary_T / T`, never below
+  `min(batch_size, 4)`: the unit is a head, so each length certifies the same `4·L·H` heads.
+  Quick sizes keep the quick model (`T ≤ 64`).
+
+  Example:
+    >>> z = at_length(FULL, 1024)
+    >>> z.model, z.seq_lens, z.primary_T, z.batch_size
+    ('llama-mini-long-20', (32, 1024), 1024, 4)
+  """
+  model = models.model_at_length("causal-mask", sizes.model, T, quick_model=QUICK.model)
+  return dataclasses.replace(
+      sizes, model=model, seq_lens=tuple(sorted({min(sizes.seq_lens), T})), primary_T=T,
+      batch_size=max(min(sizes.batch_size, 4), round(sizes.batch_size * sizes.primary_T / T)))
 
 
 def mask_blind_softmax(q_BTHD, k_BSHD, v_BSHD, mask_BTS, *, scale):
@@ -267,6 +289,7 @@ CLAIM = Claim(
                "invertibility, the context axis left out until its long model is trained at "
                "the regime (issue 38)",),
     axes=(axes.scale(models.TRAINED["gpt"] + models.TRAINED["llama"]),),
+    at_length=at_length,  # for `--axes context=...`, an addendum: none is declared
     topic="full rank & causality",
     kind="existing",
     preface="Causal masking lets GPT see the past but not the future",
