@@ -384,7 +384,8 @@ def trend_clause(fit: dict, per: str, items: str, no_interval: str) -> str:
   elif fit["slope"] is None:
     slope = f"no slope could be fitted (fewer than two {items} in the fit)"
   elif lo is None:
-    slope = f"slope {fmt(fit['slope'])} per e-fold of {per}, with no interval ({no_interval})"
+    slope = (f"slope {fmt(fit['slope'])} per e-fold of {per}, with no interval "
+             f"({no_interval if fit.get('dof', 0) < 1 else ON_A_LINE})")
   else:
     slope = (f"slope {fmt(fit['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of {per}"
              + (" (the interval contains 0)" if fit["trend"] == "no trend" else ""))
@@ -396,6 +397,8 @@ def trend_clause(fit: dict, per: str, items: str, no_interval: str) -> str:
     slope += ("; left out of the fit: " + "; ".join(f"{x} ({why})" for x, why in left))
   return f"{words}: {slope}"
 
+
+ON_A_LINE = "the means lie exactly on a line, as at a floor: no residual spread"
 
 TREND_WORDS = {"grows": "the effect grows", "shrinks": "the effect shrinks",
                "no trend": "the effect shows no trend",
@@ -415,5 +418,6 @@ def fit_text(fit: dict, per: str, items: str) -> str:
   if fit["slope"] is None:
     return f"{fit['trend']} (no slope: fewer than two {items} in the fit){out}"
   lo, hi = fit["slope_ci"]
-  ci = f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (no interval: under 3 points)"
+  ci = (f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (no interval: under 3 points)"
+        if fit.get("dof", 0) < 1 else f" (no interval: {ON_A_LINE})")
   return f"{fit['trend']}: slope {fmt(fit['slope'])}{ci} per e-fold of {per}{out}"

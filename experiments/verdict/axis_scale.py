@@ -286,8 +286,10 @@ class ScaleAxis(Axis):
       if left:
         why.add(left.split(":")[0])
       points.append(f"{r['model']} {fmt(eff)}{interval}" + ("†" if left else ""))
-    out = (f"not measured ({fitted} of {len(block['rows'])} sizes in the fit, a slope with an "
-           f"interval needs 3): " + "; ".join(points))
+    why_none = ("a slope with an interval needs 3" if fitted < 3
+                else "their means lie exactly on a line: no interval")
+    out = (f"not measured ({fitted} of {len(block['rows'])} sizes in the fit, {why_none}): "
+           + "; ".join(points))
     return out + (f" († left out: {', '.join(sorted(why))})" if why else "")
 
   def series(self, block: dict, registered) -> list:

@@ -336,7 +336,8 @@ def fit_trend(rows: Sequence[dict], x: str, *, family: str | None = None,
     `{"slope", "slope_ci", "dof", "trend", "points", "excluded"}` (+ `"per_family"` and
     `"pooled"` with `family`): `points` is how many rows entered the fit, `excluded` the
     `[label, reason]` of every row that did not. `trend` is `"grows"`, `"shrinks"`, `"no
-    trend"` (the interval contains 0), or `"not measured"` (under three points, so no interval).
+    trend"` (the interval contains 0), or `"not measured"` (under three points, or means
+    exactly on a line, as when every point sits at a floor: no interval either way).
 
   Example:
     >>> from experiments.verdict.stats import fit_trend
@@ -363,6 +364,8 @@ def fit_trend(rows: Sequence[dict], x: str, *, family: str | None = None,
       slope, ci, dof = means_slope(xs, ys, gs)
     except ValueError:  # fewer than two distinct points
       slope, ci, dof = None, None, 0
+    if ci is not None and ci[1] - ci[0] <= 1e-9 * max(abs(ci[0]), abs(ci[1]), 1e-12):
+      ci = None  # the means lie on a line (e.g. all at a floor): no spread, no interval
     mean_effect = float(np.mean(ys)) if ys else math.nan
     return {"slope": slope, "slope_ci": list(ci) if ci else [None, None], "dof": max(dof, 0),
             "trend": trend(ci, mean_effect) if ci else "not measured", "points": len(pts)}

@@ -210,3 +210,19 @@ def test_every_committed_scale_row_records_its_regime_and_the_bits_it_reached():
         assert row["bits_per_byte"] == pytest.approx(res["config"]["regime"]["bits_per_byte"])
       ref = np.mean([runs[str(s)][metric] for s in res["seeds"]]) / math.log(2)
       assert row["bits_per_byte"] == pytest.approx(ref, rel=1e-12), (cid, row["model"])
+
+
+def test_points_exactly_on_a_line_give_no_interval_not_a_zero_width_one():
+  """Every point at a floor (causal-mask's invertible fraction, 0 at every T) has no residual
+  spread: the t-interval would be [0, 0], a certainty the data cannot give. Not measured."""
+  from experiments.verdict.axis_report import axis_text
+
+  rows = [{"T": t, "effect": 0.0, "ci": [0.0, 0.0]} for t in (128, 256, 512, 1024)]
+  fit = stats.fit_trend(rows, "T")
+  assert fit["trend"] == "not measured" and fit["slope_ci"] == [None, None]
+  assert fit["slope"] == 0.0 and fit["points"] == 4 and fit["dof"] == 2
+  line = stats.fit_trend([{"T": t, "effect": 0.1 * math.log(t)} for t in (2, 4, 8)], "T")
+  assert line["trend"] == "not measured"  # collinear with a slope: no spread either
+  assert "no residual spread" in axis_text({"axes": {"context": {"rows": rows, **fit}}}, "context")
+  noisy = stats.fit_trend([{"T": t, "effect": e} for t, e in ((2, 0.0), (4, 0.1), (8, 0.0))], "T")
+  assert noisy["slope_ci"][0] < noisy["slope_ci"][1]  # any spread: an interval again
