@@ -502,8 +502,8 @@ def length_claim(effect_at, calls=None, fail=(), **kw):
 
 
 def test_context_lengths_run_through_the_runner_with_a_slope_on_log_T(tmp_path):
-  def effect_at(T):
-    return 0.05 * math.log(T)
+  def effect_at(T):  # off the line a little, so the fit has residuals and an interval
+    return 0.05 * math.log(T) + {256: 2e-4, 512: -4e-4, 1024: 2e-4}.get(T, 0.0)
 
   calls = []
   claim = length_claim(effect_at, calls, context_lengths=(1024, 256, 512))
