@@ -11,7 +11,7 @@ from experiments.commands import table
 from experiments.verdict import folders, runner, stats
 from experiments.verdict.axis_report import axis_of
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def test_readme_table_matches_the_committed_results():

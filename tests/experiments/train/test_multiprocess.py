@@ -27,7 +27,7 @@ import pytest
 from experiments import train
 from experiments.train import checkpoint
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PROCESSES, LOCAL_DEVICES = 2, 2
 TIMEOUT_S = 240  # per launch; a healthy pair finishes in well under a minute
 ATOL = 1e-5

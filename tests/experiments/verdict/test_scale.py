@@ -362,7 +362,7 @@ def _valid_scale():
     (lambda s: s.update(slope_ci=[math.nan, 0.0]), "not finite"),
 ])
 def test_the_schema_rejects_a_malformed_scale(breakage, message):
-  from tests.experiments.test_claims import _valid
+  from tests.experiments.verdict.test_runner import _valid
 
   context = {"rows": [{"T": 256, "effect": 0.1, "ci": [0.0, 0.2]}], "slope": None,
              "slope_ci": [None, None], "trend": "not measured"}
@@ -737,7 +737,7 @@ def _valid_budgets():
     (lambda b: b["rows"][1].update(verdict="maybe"), "verdict"),
 ])
 def test_the_schema_rejects_malformed_budgets(breakage, message):
-  from tests.experiments.test_claims import _valid
+  from tests.experiments.verdict.test_runner import _valid
 
   good = {**_valid(), "axes": {"budget": _valid_budgets()}}
   schema.validate_results(good)
