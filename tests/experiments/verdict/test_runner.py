@@ -25,6 +25,7 @@ from experiments.verdict import (
   stats,
 )
 from experiments.verdict.rule import VERDICTS
+from tests.experiments.verdict.toy_claims import valid_results
 
 DESIGN_ORDER = [
     "causal-mask", "kv-compression", "residual-eigenvalues", "eigenvalue-constrained",
@@ -140,18 +141,6 @@ def test_quick_run_is_labelled_indicative(tmp_path):
   assert "indicative (quick)" in open(os.path.join(run_dir, "report.md")).read()
 
 
-def _valid():
-  return {"claim": "toy", "schema": 2, "quick": False, "seeds": [0], "tuning_seeds": [100],
-          "config": {},
-          "arms": {"a": {"runs": {"0": {"m": 1.0}}, "mean": {"m": 1.0}, "std": {"m": 0.0}}},
-          "effects": [{"name": "e", "arm": "a", "baseline": None, "metric": "m", "mean": 1.0,
-                       "ci95": [None, None]}],
-          "verdict": "supported", "reason": "r", "thresholds": [],
-          "extensions": [{"name": "x", "verdict": "refuted", "reason": "r", "thresholds": []}],
-          "axes": {}, "anchors": [],
-          "runtime_s": 1.0, "env": {"jax": "0", "backend": "cpu", "device": "cpu"}, "git": None}
-
-
 @pytest.mark.parametrize("breakage, message", [
     (lambda r: r.pop("git"), "keys"),
     (lambda r: r.update(extra=1), "keys"),
@@ -172,12 +161,13 @@ def _valid():
     (lambda r: r["env"].update(numpy=2), "env"),
 ])
 def test_validator_rejects_schema_breaks_but_not_verdict_values(breakage, message):
-  schema.validate_results(_valid())
-  schema.validate_results({**_valid(), "env": folders.environment()})  # versions recorded
-  schema.validate_results({**_valid(), "env": {**_valid()["env"], "flax": None}})  # absent
+  schema.validate_results(valid_results())
+  schema.validate_results({**valid_results(), "env": folders.environment()})  # versions recorded
+  absent = {**valid_results(), "env": {**valid_results()["env"], "flax": None}}
+  schema.validate_results(absent)  # a package not installed
   for v in VERDICTS:
-    schema.validate_results({**_valid(), "verdict": v})
-  broken = _valid()
+    schema.validate_results({**valid_results(), "verdict": v})
+  broken = valid_results()
   breakage(broken)
   with pytest.raises(ValueError, match=message):
     schema.validate_results(broken)

@@ -20,65 +20,29 @@ from experiments.verdict import (
   axes,
   axis_report,
   folders,
-  more_steps,
   runner,
   schema,
   stats,
 )
+from tests.experiments.verdict.toy_claims import (
+  FAMILY,
+  GAIN,
+  PARAMS,
+  SEEDS,
+  ScaleSizes,
+  block,
+  fake_run,
+  quiet,
+  scale_claim,
+  valid_results,
+)
 
-PARAMS = {"mini": 100_000, "small": 860_000, "base": 2_000_000, "llama-mini": 120_000,
-          "llama-base": 2_300_000}
-FAMILY = {"mini": "GPT", "small": "GPT", "base": "GPT", "llama-mini": "Llama",
-          "llama-base": "Llama"}
-
-
-@pytest.fixture(autouse=True)
-def cards(monkeypatch):
-  """Known base models: every name is a recipe, and its card gives a family and a size."""
-  for name in PARAMS:
-    monkeypatch.setitem(models.RECIPES, name, models.RECIPES["quick"])
-  monkeypatch.setattr(models, "model_card",
-                      lambda name: {"family": FAMILY[name], "params": PARAMS[name]},
-                      raising=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class ScaleSizes(Sizes):
-  model: str
-  n: int = 1
+pytestmark = pytest.mark.usefixtures("cards")
 
 
 @dataclasses.dataclass(frozen=True)
 class NoModelSizes(Sizes):
   n: int
-
-
-SEEDS = (0, 1, 2)
-GAIN = Threshold.beyond("gain", "treated", "score", baseline="control", margin=0.1, unit="nats")
-
-
-def fake_run(effect: dict, calls: list | None = None, fail=()):
-  """A claim's `run` whose paired effect at model `m` and seed `s` is `effect[m] + 0.01 s`."""
-  def run(spec):
-    m = spec.sizes.model
-    if calls is not None:
-      calls.append((m, spec.run_dir))
-    if m in fail:
-      raise RuntimeError(f"out of memory at {m}")
-    return {"runs": {"treated": {s: {"score": effect[m] + 0.01 * s} for s in spec.seeds},
-                     "control": {s: {"score": 0.0} for s in spec.seeds}},
-            "notes": [f"- ran {m}"]}
-  return run
-
-
-def scale_claim(run, **kw):
-  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), **kw}
-  return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
-               run=run, QUICK=ScaleSizes("mini"), FULL=ScaleSizes("small"), **kw)
-
-
-def quiet(*_):
-  pass
 
 
 def points(effect, names):
@@ -99,15 +63,6 @@ def test_ols_slope_matches_scipy_linregress_in_float64():
   assert stats.ols_slope([0.0, 1.0], [1.0, 3.0]) == (2.0, None)  # no residual dof
   with pytest.raises(ValueError, match="two sizes"):
     stats.ols_slope([1.0, 1.0, 1.0], [0.0, 1.0, 2.0])
-
-
-def block(effect: dict, noise: dict | None = None) -> dict:
-  """The scale axis's block over sizes whose seed-s effect is `effect[m] + noise[s]`."""
-  noise = noise or {s: 0.01 * s for s in SEEDS}
-  per_size = {m: {"treated": {s: {"score": effect[m] + noise[s]} for s in SEEDS},
-                  "control": {s: {"score": 0.0} for s in SEEDS}} for m in effect}
-  claim = scale_claim(fake_run(effect))
-  return axes.scale(()).block(claim, per_size, {m: ScaleSizes(m) for m in effect}, SEEDS)
 
 
 def linear(level: float, slope: float, names=("mini", "small", "base")) -> dict:
@@ -362,11 +317,9 @@ def _valid_scale():
     (lambda s: s.update(slope_ci=[math.nan, 0.0]), "not finite"),
 ])
 def test_the_schema_rejects_a_malformed_scale(breakage, message):
-  from tests.experiments.verdict.test_runner import _valid
-
   context = {"rows": [{"T": 256, "effect": 0.1, "ci": [0.0, 0.2]}], "slope": None,
              "slope_ci": [None, None], "trend": "not measured"}
-  good = {**_valid(), "axes": {"scale": _valid_scale(), "context": context}}
+  good = {**valid_results(), "axes": {"scale": _valid_scale(), "context": context}}
   schema.validate_results(good)
   broken = json.loads(json.dumps(good))
   breakage(broken["axes"]["scale"])
@@ -476,113 +429,6 @@ def test_two_families_share_one_slope_with_an_intercept_each():
   assert "per_family" not in one_family
 
 
-@dataclasses.dataclass(frozen=True)
-class LengthSizes(Sizes):
-  model: str
-  seq_len: int
-
-
-def length_claim(effect_at, calls=None, fail=(), **kw):
-  """A claim whose paired effect at length T and seed s is `effect_at(T) + 0.01 s`."""
-  def run(spec):
-    T = spec.sizes.seq_len
-    if calls is not None:
-      calls.append((spec.sizes.model, T, spec.run_dir))
-    if T in fail:
-      raise RuntimeError(f"out of memory at T = {T}")
-    return {"runs": {"treated": {s: {"score": effect_at(T) + 0.01 * s} for s in spec.seeds},
-                     "control": {s: {"score": 0.0} for s in spec.seeds}}}
-
-  def at_length(sizes, T):
-    return LengthSizes(model="base", seq_len=T)
-
-  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), "at_length": at_length, **kw}
-  return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
-               run=run, QUICK=LengthSizes("mini", 32), FULL=LengthSizes("small", 128), **kw)
-
-
-def test_context_lengths_run_through_the_runner_with_a_slope_on_log_T(tmp_path):
-  def effect_at(T):  # off the line a little, so the fit has residuals and an interval
-    return 0.05 * math.log(T) + {256: 2e-4, 512: -4e-4, 1024: 2e-4}.get(T, 0.0)
-
-  calls = []
-  claim = length_claim(effect_at, calls, context_lengths=(1024, 256, 512))
-  assert claim.to_dict()["context_lengths"] == [1024, 256, 512]
-  one, _ = runner.run_claim(length_claim(effect_at), root=str(tmp_path / "a"), log=quiet)
-  lines = []
-  res, run_dir = runner.run_claim(claim, root=str(tmp_path / "b"), log=lines.append)
-  assert [(m, T) for m, T, _ in calls] == [("small", 128), ("base", 256), ("base", 512),
-                                          ("base", 1024)]
-  assert calls[3][2] == os.path.join(run_dir, "context-T1024")
-  assert "[toy] context 3/3: T = 1024 on `base`" in lines
-  for key in ("verdict", "reason", "effects", "arms", "config"):
-    assert res[key] == one[key], key  # the verdict never reads the other lengths
-  on_disk = jsonio.load_strict(os.path.join(run_dir, "results.json"))
-  schema.validate_results(on_disk, ["toy"])
-  assert [r["T"] for r in on_disk["axes"]["context"]["rows"]] == [256, 512, 1024]
-  for row in on_disk["axes"]["context"]["rows"]:
-    vals = [effect_at(row["T"]) + 0.01 * s for s in SEEDS]
-    ci = scipy.stats.t.interval(0.95, 2, loc=np.mean(vals), scale=scipy.stats.sem(vals))
-    assert row["effect"] == pytest.approx(np.mean(vals))
-    assert row["ci"] == pytest.approx(list(ci))
-  x = [math.log(T) for T in (256, 512, 1024) for _ in SEEDS]
-  y = [effect_at(T) + 0.01 * s for T in (256, 512, 1024) for s in SEEDS]
-  ref = scipy.stats.linregress(x, y)
-  text = open(os.path.join(run_dir, "report.md")).read()
-  assert "## Context: the primary effect against the length T" in text
-  assert f"From T = 256 to T = 1024 the effect grows: slope {stats.fmt(ref.slope)}" in text
-  assert os.path.exists(os.path.join(run_dir, "context.png")) and "![context.png]" in text
-  quick, quick_dir = runner.run_claim(claim, quick=True, root=str(tmp_path), log=quiet)
-  assert "context" not in quick["axes"]  # quick runs measure no other length unless asked
-  same = length_claim(effect_at, calls, context_lengths=(128, 256),
-                      at_length=lambda sizes, T: dataclasses.replace(sizes, seq_len=T))
-  calls.clear()
-  reused, _ = runner.run_claim(same, root=str(tmp_path / "c"), log=quiet)
-  assert [T for _, T, _ in calls] == [128, 256]  # T = 128 is the registered run, not rerun
-  assert reused["axes"]["context"]["rows"][0]["effect"] == pytest.approx(effect_at(128) + 0.01)
-  calls.clear()
-  asked, _ = runner.run_claim(claim, quick=True, lengths=(64,), root=str(tmp_path), log=quiet)
-  assert [r["T"] for r in asked["axes"]["context"]["rows"]] == [64]
-  assert calls[-1][:2] == ("base", 64)
-
-
-def test_a_crashed_length_is_left_out_and_resume_reruns_only_it(tmp_path):
-  calls = []
-  claim = length_claim(lambda T: 0.3, calls, fail=(512,), context_lengths=(256, 512))
-  res, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet)
-  assert [r["T"] for r in res["axes"]["context"]["rows"]] == [256]
-  assert "T `512` failed and is left out" in open(os.path.join(run_dir,
-                                                                     "report.md")).read()
-  calls.clear()
-  fixed = dataclasses.replace(claim, run=length_claim(lambda T: 0.3, calls).run)
-  again, _ = runner.run_claim(fixed, resume=run_dir, log=quiet)
-  assert [T for _, T, _ in calls] == [512]
-  assert [r["T"] for r in again["axes"]["context"]["rows"]] == [256, 512]
-  assert again["runtime_s"] >= res["runtime_s"]  # the resumed run counts the earlier one
-
-
-def test_context_declarations_are_checked():
-  with pytest.raises(ValueError, match="context_lengths must be distinct positive integers"):
-    length_claim(lambda T: 0.0, context_lengths=(256, 256))
-  with pytest.raises(ValueError, match="declares no at_length"):
-    length_claim(lambda T: 0.0, context_lengths=(256,), at_length=None)
-  claim = length_claim(lambda T: 0.0)
-  with pytest.raises(ValueError, match="--lengths must be distinct positive integers"):
-    runner.run_claim(claim, lengths=(0,), log=quiet)
-  def returns_context(spec):
-    return {"runs": {"treated": {0: {"score": 1.0}}}, "context": []}
-  with pytest.raises(ValueError, match="returned a 'context'"):
-    runner.run_claim(dataclasses.replace(claim, run=returns_context), seeds=(0,), log=quiet)
-
-
-def test_claim_cli_takes_lengths(tmp_path, monkeypatch, capsys):
-  monkeypatch.setattr(tour, "CLAIMS", {"toy": length_claim(lambda T: 0.1 * T / 256)})
-  assert tour.claim_main(["toy", "--lengths", "256,512", "--out", str(tmp_path)]) == 0
-  assert "From T = 256 to T = 512 the trend is not measured" in capsys.readouterr().out
-  assert tour.claim_main(["toy", "--lengths", "256,x", "--out", str(tmp_path)]) == 2
-  assert "distinct positive integers" in capsys.readouterr().err
-
-
 def test_a_size_whose_effect_is_n_a_is_kept_and_left_out_of_the_fit_and_figure(tmp_path):
   """A primary effect can be n/a at a size (eigenvalue-constrained: AdamW never diverged), so
   its value is NaN at every seed: the run still finishes, the row says so, the fit and the
@@ -611,283 +457,6 @@ def test_a_size_whose_effect_is_n_a_is_kept_and_left_out_of_the_fit_and_figure(t
   x, y = points(effect, ["small", "base"])
   assert res["axes"]["scale"]["slope"] == pytest.approx(scipy.stats.linregress(x, y).slope,
                                                         rel=1e-9)
-
-
-# ------------------------------------------------------------------- the budget axis
-
-
-@dataclasses.dataclass(frozen=True)
-class BudgetSizes(TrainedSizes):
-  model: str
-  steps: int
-  batch_size: int = 2
-  seq_len: int = 8
-
-
-NOISE = {1: (0.03, -0.02, 0.01), 4: (-0.01, 0.02, 0.04)}  # per budget and seed
-
-
-def budget_run(calls: list):
-  """The paired effect at `k` times the steps: `0.5 − 0.1 log k + 0.01 s + NOISE[k][s]`."""
-  def run(spec):
-    k = spec.sizes.steps // 10
-    calls.append((k, spec.run_dir))
-    return {"runs": {"treated": {s: {"score": 0.5 - 0.1 * math.log(k) + 0.01 * s
-                                     + NOISE[k][s]} for s in spec.seeds},
-                     "control": {s: {"score": 0.0} for s in spec.seeds}}}
-  return run
-
-
-def budget_claim(run, **kw):
-  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), "budgets": (4,),
-        "at_budget": more_steps, **kw}
-  return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
-               run=run, QUICK=BudgetSizes("mini", 10), FULL=BudgetSizes("small", 10), **kw)
-
-
-
-def test_budgets_give_the_paired_slope_on_log_tokens(tmp_path):
-  calls = []
-  res, run_dir = runner.run_claim(budget_claim(budget_run(calls)), root=str(tmp_path),
-                                  log=quiet)
-  assert [k for k, _ in calls] == [1, 4]  # the registered run first, then 4× the steps
-  schema.validate_results(jsonio.load_strict(os.path.join(run_dir, "results.json")))
-  block = res["axes"]["budget"]
-  assert [r["multiple"] for r in block["rows"]] == [1, 4]
-  assert [r["train_tokens"] for r in block["rows"]] == [160, 640]
-  assert block["rows"][1]["tokens_per_param"] == pytest.approx(640 / PARAMS["small"])
-  # Reference: the line through the two budgets' seed means; two points leave no degree of
-  # freedom, so there is no interval and the trend is not measured (never "no trend").
-  d = np.array([-0.1 * math.log(4) + NOISE[4][s] - NOISE[1][s] for s in SEEDS])
-  assert block["slope"] == pytest.approx(d.mean() / math.log(4), rel=1e-9)
-  assert block["slope_ci"] == [None, None] and block["dof"] == 0
-  assert block["trend"] == "not measured"
-  e4 = [0.5 - 0.1 * math.log(4) + 0.01 * s + NOISE[4][s] for s in SEEDS]
-  assert block["rows"][1]["effect"] == pytest.approx(np.mean(e4))
-  assert block["rows"][0]["verdict"] == res["verdict"]  # 1× is the registered run
-  assert os.path.exists(os.path.join(run_dir, "budget-x4", "findings.json"))
-  text = open(os.path.join(run_dir, "report.md")).read()
-  assert "Budget: the primary effect against the training tokens" in text
-  assert "**Trend with the training budget.** On `small`, from 1× to 4× the tokens" in text
-  assert os.path.exists(os.path.join(run_dir, "budget.png"))
-  calls.clear()  # a rerun of the same folder reuses both budgets
-  again, _ = runner.run_claim(budget_claim(budget_run(calls)), root=str(tmp_path), log=quiet,
-                              resume=run_dir)
-  assert calls == [] and again["axes"]["budget"] == block
-  calls.clear()  # `--budgets 1` (parsed to ()) runs the registered budget alone
-  alone, _ = runner.run_claim(budget_claim(budget_run(calls)), root=str(tmp_path), log=quiet,
-                              budgets=tour._budget_list("1"))
-  assert [k for k, _ in calls] == [1] and "budget" not in alone["axes"]
-
-
-def test_a_wrong_at_budget_or_budget_list_is_refused_before_anything_runs(tmp_path):
-  calls = []
-  keep_tokens = lambda sizes, k: dataclasses.replace(sizes, steps=k * sizes.steps,  # noqa: E731
-                                                      batch_size=sizes.batch_size // 2)
-  with pytest.raises(ValueError, match=r"trains on 320 tokens, not 4 × 160 = 640"):
-    runner.run_claim(budget_claim(budget_run(calls), at_budget=keep_tokens),
-                     root=str(tmp_path), log=quiet)
-  assert calls == []
-  with pytest.raises(ValueError, match="at least 2"):
-    budget_claim(budget_run(calls), budgets=(1,))
-  with pytest.raises(ValueError, match="no at_budget"):
-    budget_claim(budget_run(calls), at_budget=None)
-  with pytest.raises(ValueError, match="train nothing"):
-    scale_claim(budget_run(calls), budgets=(4,), at_budget=more_steps)
-  with pytest.raises(ValueError, match="--budgets"):
-    runner.run_claim(budget_claim(budget_run(calls)), budgets=(4, 4), log=quiet)
-  assert tour._budget_list("1,4") == (4,) and tour._budget_list("2, 8") == (2, 8)
-  for bad in ("0", "4,4", "x"):
-    with pytest.raises(Exception, match="multiples"):
-      tour._budget_list(bad)
-
-
-def test_a_tour_runs_budgets_only_with_scale(tmp_path, monkeypatch):
-  calls = []
-  claim = dataclasses.replace(budget_claim(budget_run(calls)), id="muon")
-  monkeypatch.setattr(tour, "CLAIMS", {claim.id: claim})
-  monkeypatch.setattr(tour, "_opening", lambda log: ["opening"])
-  tour.run_tour(root=str(tmp_path), log=quiet)
-  assert [k for k, _ in calls] == [1]
-  calls.clear()
-  tour.run_tour(root=str(tmp_path), log=quiet, scale=True)
-  assert [k for k, _ in calls] == [1, 4]
-
-
-def _valid_budgets():
-  return {"model": "small",
-          "rows": [{"multiple": 1, "train_tokens": 160, "tokens_per_param": 0.1, "effect": 0.3,
-                    "ci": [0.2, 0.4], "verdict": "supported", "failed_controls": []},
-                   {"multiple": 4, "train_tokens": 640, "tokens_per_param": 0.4, "effect": 0.1,
-                    "ci": [0.0, 0.2]}],
-          "slope": -0.14, "slope_ci": [-0.2, -0.08], "trend": "shrinks"}
-
-
-@pytest.mark.parametrize("breakage, message", [
-    (lambda b: b.update(trend="falls"), "budget.trend"),
-    (lambda b: b.update(model=3), "budget.model"),
-    (lambda b: b.update(added={"git": None, "runtime_s": -1.0}), "budget.added.runtime_s"),
-    (lambda b: b.update(extra=1), "budget: keys"),
-    (lambda b: b.pop("slope_ci"), "budget: keys"),
-    (lambda b: b["rows"].pop(), "at least two"),
-    (lambda b: b["rows"][0].update(multiple=2), "start at 1"),
-    (lambda b: b["rows"][1].update(train_tokens=6.4), "train_tokens"),
-    (lambda b: b["rows"][1].update(tokens_per_param=0), "tokens_per_param"),
-    (lambda b: b["rows"][1].update(ci=[0.1]), "ci"),
-    (lambda b: b["rows"][1].update(verdict="maybe"), "verdict"),
-])
-def test_the_schema_rejects_malformed_budgets(breakage, message):
-  from tests.experiments.verdict.test_runner import _valid
-
-  good = {**_valid(), "axes": {"budget": _valid_budgets()}}
-  schema.validate_results(good)
-  schema.validate_results(_valid())  # no axis: a one-point result
-  breakage(good["axes"]["budget"])
-  with pytest.raises(ValueError, match=message):
-    schema.validate_results(good)
-
-
-@pytest.mark.parametrize("cid", [c.id for c in CLAIMS.values() if c.budgets])
-def test_a_declared_budget_axis_runs_on_its_model_at_whole_multiples(cid):
-  claim = CLAIMS[cid]
-  axis = claim.axis("budget")
-  base = axis.base(claim.FULL, quick=False)
-  assert base == dataclasses.replace(claim.FULL, model=claim.budget_model or claim.FULL.model)
-  assert base.model in (claim.FULL.model, *claim.scale_models)  # its 1× is a run made already
-  assert axis.base(claim.QUICK, quick=True) == claim.QUICK
-  for k in claim.budgets:
-    assert axis.sizes_at(claim, base, k).train_tokens() == k * base.train_tokens()
-  assert claim.to_dict()["budgets"] == list(claim.budgets)
-  assert claim.to_dict().get("budget_model") == claim.budget_model
-
-
-def model_budget_run(calls: list):
-  """`budget_run`'s effect, plus 0.2 on `mini`: tells which model each budget trained."""
-  inner = budget_run(calls)
-
-  def run(spec):
-    out = inner(spec)
-    calls[-1] = (*calls[-1], spec.sizes.model)
-    lift = 0.2 if spec.sizes.model == "mini" else 0.0
-    for per in out["runs"]["treated"].values():
-      per["score"] += lift
-    return out
-  return run
-
-
-def test_a_budget_model_trains_the_axis_on_that_model(tmp_path):
-  calls = []
-  res, run_dir = runner.run_claim(budget_claim(model_budget_run(calls), budget_model="mini"),
-                                  root=str(tmp_path), log=quiet)
-  # the registered run (small), then 1× and 4× on mini: the verdict is read on small alone
-  assert [(k, m) for k, _, m in calls] == [(1, "small"), (1, "mini"), (4, "mini")]
-  assert calls[1][1].endswith("budget-x1") and calls[2][1].endswith("budget-x4")
-  block = res["axes"]["budget"]
-  assert block["model"] == "mini"
-  assert [r["tokens_per_param"] for r in block["rows"]] == pytest.approx(
-      [160 / PARAMS["mini"], 640 / PARAMS["mini"]])
-  e1 = [0.7 + 0.01 * s + NOISE[1][s] for s in SEEDS]
-  assert block["rows"][0]["effect"] == pytest.approx(np.mean(e1))
-  registered = [e for e in res["effects"] if e["name"] == GAIN.name][0]
-  assert registered["mean"] == pytest.approx(np.mean([0.5 + 0.01 * s + NOISE[1][s]
-                                                      for s in SEEDS]))
-  d = np.array([-0.1 * math.log(4) + NOISE[4][s] - NOISE[1][s] for s in SEEDS])
-  assert block["slope"] == pytest.approx(d.mean() / math.log(4), rel=1e-9)  # the lift cancels
-  text = open(os.path.join(run_dir, "report.md")).read()
-  assert "on `mini`, not the registered `small`" in text and "On `mini`, from 1×" in text
-  assert json.load(open(os.path.join(run_dir, "claim.json")))["budget_model"] == "mini"
-  calls.clear()  # with mini on the scale axis, its size run is the axis's 1×: not run twice
-  res, run_dir = runner.run_claim(budget_claim(model_budget_run(calls), budget_model="mini",
-                                               scale_models=("mini", "small")),
-                                  root=str(tmp_path), log=quiet)
-  assert [(k, m) for k, _, m in calls] == [(1, "small"), (1, "mini"), (4, "mini")]
-  assert calls[1][1].endswith("size-mini") and res["axes"]["budget"]["rows"][0]["effect"] == (
-      pytest.approx(np.mean(e1)))
-  with pytest.raises(ValueError, match="budget_model='nope' is not a base model"):
-    budget_claim(budget_run(calls), budget_model="nope")
-  with pytest.raises(ValueError, match="declares no budgets"):
-    budget_claim(budget_run(calls), budget_model="mini", budgets=())
-
-
-def test_resume_adds_the_budget_axis_to_a_finished_run_and_runs_nothing_else(tmp_path,
-                                                                             monkeypatch):
-  calls = []
-  claim = budget_claim(model_budget_run(calls), budget_model="mini")
-  old, run_dir = runner.run_claim(claim, root=str(tmp_path / "runs"), log=quiet, budgets=())
-  assert "budget" not in old["axes"] and [k for k, _, _ in calls] == [1]
-  kept = tmp_path / "results" / "toy"  # a kept result: copied, never written to
-  kept.parent.mkdir()
-  import shutil
-  shutil.copytree(run_dir, kept)
-  before = {n: open(kept / n, "rb").read() for n in os.listdir(kept)}
-  monkeypatch.setattr(folders, "RESULTS_DIR", str(tmp_path / "results"))
-  calls.clear()  # --resume results/toy --axes budget=4
-  res, new_dir = runner.run_claim(claim, resume=str(kept), axes={"budget": (4,)},
-                                  root=str(tmp_path / "runs"), log=quiet)
-  assert [(k, m) for k, _, m in calls] == [(1, "mini"), (4, "mini")]
-  assert {n: open(kept / n, "rb").read() for n in os.listdir(kept)} == before
-  assert new_dir != str(kept) and sorted(os.listdir(new_dir)) == [
-      "budget-x1", "budget-x4", "budget.png", "claim.json", "report.md", "results.json"]
-  for key in ("verdict", "reason", "arms", "effects", "extensions", "config", "git"):
-    assert res[key] == old[key], key  # nothing else moves
-  assert res["notes"] == old["notes"] + [axes.budget(()).note(None)]
-  direct, _ = runner.run_claim(claim, root=str(tmp_path / "direct"), log=quiet)
-  want = direct["axes"]["budget"]
-  assert {k: v for k, v in res["axes"]["budget"].items() if k != "added"} == want
-  assert res["axes"]["budget"]["added"]["runtime_s"] >= 0
-  schema.validate_results(jsonio.load_strict(os.path.join(new_dir, "results.json")))
-  text = open(os.path.join(new_dir, "report.md")).read()
-  assert text.count("# Budget: the primary effect against the training tokens") == 1
-  assert "This axis was added onto the finished result at git" in text
-  calls.clear()  # again onto the new folder: budgets reused, the section replaced, not added
-  again, same = runner.add_budgets(claim, new_dir, root=str(tmp_path / "runs"), log=quiet)
-  assert calls == [] and same == new_dir  # `add_budgets` (--onto) is the older spelling
-  assert open(os.path.join(new_dir, "report.md")).read().count("# Budget: the primary") == 1
-  # onto the registered size (no budget_model): 1× is the kept per-seed metrics, not a rerun
-  plain = budget_claim(model_budget_run(calls))
-  res, _ = runner.run_claim(plain, resume=str(kept), axes={"budget": (4,)},
-                            root=str(tmp_path / "runs"), log=quiet)
-  assert [k for k, _, _ in calls] == [4] and res["axes"]["budget"]["model"] == "small"
-  assert res["axes"]["budget"]["rows"][0]["effect"] == pytest.approx(
-      [e for e in old["effects"] if e["name"] == GAIN.name][0]["mean"])
-  assert res["axes"]["budget"]["rows"][0]["verdict"] == old["verdict"]
-
-
-def test_onto_refuses_what_it_cannot_add_to(tmp_path, capsys):
-  calls = []
-  claim = budget_claim(budget_run(calls))
-  _, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet, budgets=())
-  with pytest.raises(ValueError, match="no results.json"):
-    runner.add_budgets(claim, str(tmp_path), log=quiet)
-  with pytest.raises(ValueError, match="this one is 'other'"):
-    runner.add_budgets(dataclasses.replace(claim, id="other"), run_dir, log=quiet)
-  stricter = dataclasses.replace(claim, thresholds=(Threshold.beyond(
-      GAIN.name, "treated", "score", baseline="control", margin=0.5),))
-  with pytest.raises(ValueError, match=r"\['thresholds'\] changed"):
-    runner.add_budgets(stricter, run_dir, log=quiet)
-  with pytest.raises(ValueError, match="declares no budgets"):
-    runner.add_budgets(budget_claim(budget_run(calls), budgets=()), run_dir, log=quiet)
-  longer = dataclasses.replace(claim, FULL=BudgetSizes("small", 20))
-  with pytest.raises(ValueError, match="not the claim's registered"):
-    runner.add_budgets(longer, run_dir, log=quiet)
-  assert len(calls) == 1  # only the first run_claim trained
-  assert tour.claim_main(["causal-mask", "--onto", run_dir, "--sizes", "mini"]) == 2
-  assert "--sizes" in capsys.readouterr().err
-
-
-def test_the_claim_command_adds_budgets_onto_a_run(tmp_path, monkeypatch, capsys):
-  calls = []
-  claim = dataclasses.replace(budget_claim(model_budget_run(calls), budget_model="mini"),
-                              id="muon")
-  monkeypatch.setattr(tour, "CLAIMS", {claim.id: claim})
-  _, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet, budgets=())
-  calls.clear()
-  assert tour.claim_main(["muon", "--onto", run_dir, "--out", str(tmp_path)]) == 0
-  out = capsys.readouterr().out
-  assert [(k, m) for k, _, m in calls] == [(1, "mini"), (4, "mini")]
-  assert "On `mini`, from 1× to 4× the tokens" in out and run_dir in out
-  assert tour.claim_main(["muon", "--onto", run_dir, "--budgets", "1"]) == 2
-  assert "--budgets asks for none" in capsys.readouterr().err
 
 
 def test_a_from_scratch_size_records_the_bits_per_byte_its_models_reached():
