@@ -7,9 +7,10 @@ import re
 from setuptools import find_packages, setup
 
 HERE = pathlib.Path(__file__).parent
-# The `mixed` corpus's text (experiments/corpora/, 1 MB of CPython docs and scripts) goes into
-# a wheel only when asked: `MATRICES_WITH_CORPUS=1 pip wheel .` (or `pip install .`). An
-# editable install (`pip install -e .`, what `make` does) reads it from the checkout either way.
+# The corpora (experiments/corpora/, 7.4 MB: the pinned `stdlib` archive and the `mixed`
+# corpus's CPython docs and scripts) go into a wheel only when asked:
+# `MATRICES_WITH_CORPUS=1 pip wheel .` (or `pip install .`). An editable install
+# (`pip install -e .`, what `make` does) reads them from the checkout either way.
 WITH_CORPUS = os.environ.get("MATRICES_WITH_CORPUS", "") not in ("", "0")
 CORPUS = ["corpora/*.tar.gz", "corpora/README.md", "corpora/LICENSE-PSF.txt"]
 # The one place the version is written: transformer/version.py (exported as `__version__`).
@@ -29,7 +30,7 @@ setup(
     packages=find_packages(include=["transformer", "transformer.*", "analysis", "analysis.*",
                                     "optim", "optim.*", "experiments", "experiments.*"]),
     package_data={"transformer": ["py.typed"], "analysis": ["py.typed"], "optim": ["py.typed"],
-                  # The `mixed` corpus's CPython files (experiments/corpora/README.md), if asked.
+                  # The corpus archives (experiments/corpora/README.md), if asked.
                   "experiments": ["py.typed", *(CORPUS if WITH_CORPUS else [])]},
     include_package_data=False,
     install_requires=[

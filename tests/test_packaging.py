@@ -72,6 +72,7 @@ def test_the_text_corpus_ships_only_when_asked(wheel, tmp_path_factory):
   """The wheel holds no corpus text by default; `MATRICES_WITH_CORPUS=1` puts it in (an
   editable install reads it from the checkout either way)."""
   corpus = {"experiments/corpora/cpython-3.11.2.tar.gz", "experiments/corpora/README.md",
+            "experiments/corpora/python-3.11.7-stdlib.tar.gz",
             "experiments/corpora/LICENSE-PSF.txt"}
   assert not [n for n in zipfile.ZipFile(wheel).namelist() if "corpora/" in n]
   asked = _build(tmp_path_factory, MATRICES_WITH_CORPUS="1")

@@ -228,10 +228,9 @@ def read_text(spec: str, split: str = "all", val_fraction: float = 0.05,
     found = data.scan_files(spec)
     chunks = []
     for f in found.files:
-      with open(f, "rb") as fh:
-        chunks.append(fh.read())
-        if max_bytes and sum(map(len, chunks)) >= max_bytes:
-          break
+      chunks.append(data.file_bytes(f))  # a path, or a file of a shipped corpus archive
+      if max_bytes and sum(map(len, chunks)) >= max_bytes:
+        break
     raw, note = b"".join(chunks), found.note()
   else:
     raise ValueError(f"--split {split!r} is unknown. Fix: use 'all' or 'val'.")

@@ -7,9 +7,12 @@ there is no loader state to checkpoint.
 
 One module per concern, every name re-exported here (`from experiments.data import X`):
 
-* `batch`: `Batch`, the generator of a batch (`batch_rng`), the vocabulary and the splits.
+* `batch`: `Batch`, the generator of a batch (`batch_rng`), the vocabulary and the splits;
+  `no_test`, the block inside which every tuner runs and no `test` batch is drawn.
 * `text`: byte-level corpora (`stdlib`, `mixed`, any file, folder or glob), read once and
   split by file (`load_corpus`, `corpus_card`), and random windows of them (`TextSource`).
+* `pinned`: the shipped corpus archives, their SHA-256 checked as they are read
+  (`read_archive`), and the `stdlib` archive's builder (`python -m experiments.data.make_stdlib`).
 * `tasks`: the synthetic tasks `recall`, `copy`, `modadd`, `dyck` (`TaskSource`), each with an
   exact answer, and their metric `exact_match`.
 
@@ -25,7 +28,8 @@ Example:
 
 from __future__ import annotations
 
-from experiments.data.batch import SPLITS, VOCAB_SIZE, Batch, batch_rng
+from experiments.data.batch import SPLITS, VOCAB_SIZE, Batch, batch_rng, check_split, no_test
+from experiments.data.pinned import CORPORA, CPYTHON_ARCHIVE, STDLIB_ARCHIVE, read_archive
 from experiments.data.tasks import (
   CLOSE_1,
   CLOSE_2,
@@ -49,8 +53,6 @@ from experiments.data.tasks import (
 )
 from experiments.data.text import (
   CODE_SUFFIXES,
-  CORPORA,
-  CPYTHON_ARCHIVE,
   MIXED_TEST,
   MIXED_VAL,
   PROSE_SUFFIXES,
@@ -60,8 +62,11 @@ from experiments.data.text import (
   archive_split,
   archive_texts,
   corpus_card,
+  file_bytes,
   file_kind,
+  file_size,
   is_binary,
+  is_test,
   is_validation,
   load_corpus,
   mixed_files,
@@ -75,11 +80,12 @@ from experiments.data.text import (
 
 __all__ = ["CLOSE_1", "CLOSE_2", "CODE_SUFFIXES", "CORPORA", "CPYTHON_ARCHIVE", "EQUALS",
            "MIXED_TEST", "MIXED_VAL", "NO", "OPEN_1", "OPEN_2", "PLUS", "PROSE_SUFFIXES", "QUERY",
-           "SEP", "SPLITS", "TASKS", "VOCAB_SIZE", "YES", "Batch", "Corpus", "Files",
-           "TaskSource", "TextSource", "answers_only", "archive_split", "archive_texts",
-           "associative_recall", "batch_rng", "copying", "corpus_card", "dyck",
-           "dyck_is_balanced", "exact_match", "file_kind", "is_binary", "is_validation",
-           "load_corpus", "mixed_files", "modular_addition", "read_files", "resolve_files",
+           "SEP", "SPLITS", "STDLIB_ARCHIVE", "TASKS", "VOCAB_SIZE", "YES", "Batch", "Corpus",
+           "Files", "TaskSource", "TextSource", "answers_only", "archive_split", "archive_texts",
+           "associative_recall", "batch_rng", "check_split", "copying", "corpus_card", "dyck",
+           "dyck_is_balanced", "exact_match", "file_bytes", "file_kind", "file_size",
+           "is_binary", "is_test", "is_validation", "load_corpus", "mixed_files",
+           "modular_addition", "no_test", "read_archive", "read_files", "resolve_files",
            "scan_files", "source", "stdlib_files", "text_source", "unigram_entropy"]
 
 

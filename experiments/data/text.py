@@ -1,20 +1,25 @@
 """Byte-level text corpora: files, the `stdlib` and `mixed` corpora, and random windows of them.
 
-Text is bytes (vocabulary 256). The default corpus is the running interpreter's own standard
-library `.py` sources, in sorted order, split into train and validation **by file**; any file,
-folder or glob works the same way. The bytes are read once into one array per split.
+Text is bytes (vocabulary 256). The default corpus is Python 3.11.7's standard-library `.py`
+sources, shipped as a pinned archive, in sorted order, split **by file**; any file, folder or
+glob works the same way (train and validation). The bytes are read once into one array per split.
 
-Corpora (`--data NAME`):
+Corpora (`--data NAME`), both read from archives that ship with the package
+(`experiments/corpora/`, see its README; `experiments.data.pinned` checks each one's SHA-256 as
+it reads it), so they are the same bytes on every interpreter and nothing is downloaded:
 
-* `stdlib`: the standard library's `.py` files (code only); train/val by a hash of each file's
-  name (`is_validation`). Every shared base model (`experiments.models`) trains on its train
-  split, so this split never changes.
-* `mixed`: code and English prose, split train/val/test by file. Its code is `stdlib` (same
-  train/val files) plus CPython 3.11.2's `Tools/` scripts; its prose is CPython 3.11.2's own
-  documentation sources (tutorial, FAQ, HOWTOs, language reference, …; `.rst`). The CPython
-  files ship with this package as one archive (`experiments/corpora/`, see its README), so
-  nothing is downloaded. Its `test` split holds only archive files: none is a `stdlib` file,
-  so no base model has trained on it. `corpus_card` counts its code and prose bytes per split.
+* `stdlib`: Python 3.11.7's standard-library `.py` files (code only, 1,790 files,
+  31,525,224 bytes). A hash of each file's name (`is_validation`) holds out 97 files, and a
+  second, independent hash (`is_test`) splits those into `val` (48 files, 905,081 bytes: every
+  tuning decision reads it) and `test` (49 files, 1,164,222 bytes: verdicts only). Every shared
+  base model (`experiments.models`) trains on the train split (1,693 files, 29,455,921 bytes),
+  so it never changes; `heldout` is `val` and `test` together, the windows the base models'
+  held-out numbers were measured on.
+* `mixed`: code and English prose, split train/val/test by file. Its code is `stdlib` (the same
+  train/val/test files) plus CPython 3.11.2's `Tools/` scripts; its prose is CPython 3.11.2's
+  own documentation sources (tutorial, FAQ, HOWTOs, language reference, …; `.rst`). No `val` or
+  `test` file is in any base model's training text. `corpus_card` counts its code and prose
+  bytes per split.
 
 Example:
   >>> from experiments.data import text_source
@@ -28,34 +33,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 import glob
+import hashlib
 import os
-import sysconfig
-import tarfile
 import zlib
 from typing import NamedTuple
 
 import numpy as np
 
-from experiments.data.batch import VOCAB_SIZE, Batch, batch_rng
+from experiments.data.batch import VOCAB_SIZE, Batch, batch_rng, check_split
+from experiments.data.pinned import CPYTHON_ARCHIVE, STDLIB_ARCHIVE, read_archive
 
-# experiments/corpora/, beside this package.
-CORPORA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "corpora")
-# CPython 3.11.2's Doc/ sources (prose) and Tools/ scripts (code), as shipped by Debian's
-# python3.11-doc and python3.11-examples; `experiments/corpora/README.md` says how it was built.
-CPYTHON_ARCHIVE = os.path.join(CORPORA, "cpython-3.11.2.tar.gz")
 MIXED_TEST, MIXED_VAL = 0.2, 0.1  # fractions of the archive's files held out, by name hash
 CODE_SUFFIXES = (".py",)
 PROSE_SUFFIXES = (".rst", ".txt", ".md")
 
 
 def stdlib_files() -> list[str]:
-  """The standard library's `.py` files of the running interpreter, sorted (no site-packages)."""
-  root = sysconfig.get_paths()["stdlib"]
-  files = []
-  for folder, dirs, names in os.walk(root):
-    dirs[:] = sorted(d for d in dirs if d not in ("site-packages", "dist-packages", "__pycache__"))
-    files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
-  return sorted(files)
+  """The `stdlib` corpus's files, sorted: `archive_texts(STDLIB_ARCHIVE)` keys of its `.py` files.
+
+  A key is `STDLIB_ARCHIVE/NAME`, with NAME the file's path under Python 3.11.7's `lib/python3.11`.
+  """
+  return [f for f in archive_texts(STDLIB_ARCHIVE) if f.endswith(".py")]
 
 
 def is_binary(path: str, probe: int = 8192) -> bool:
@@ -152,11 +150,28 @@ def is_validation(name: str, val_fraction: float) -> bool:
   return zlib.crc32(name.encode()) % 10_000 < val_fraction * 10_000
 
 
+def is_test(name: str) -> bool:
+  """Whether the held-out file called `name` (see `is_validation`) is a `test` file, not `val`.
+
+  The first bit of the SHA-256 of the name decides: a hash unrelated to `is_validation`'s
+  CRC-32, so about half the held-out files (56% of the `stdlib` held-out bytes) are `test`.
+
+  Example:
+    >>> from experiments.data import is_test
+    >>> is_test("doctest.py"), is_test("pickle.py")
+    (True, False)
+  """
+  return hashlib.sha256(name.encode()).digest()[0] < 128
+
+
 @dataclasses.dataclass(frozen=True)
 class Corpus:
   """The bytes of a corpus, read once: one uint8 array per split, and the files of each.
 
-  `test` is None for a corpus without a held-out test split (every corpus but `mixed`).
+  `test` is None for a corpus without a test split (every corpus but `stdlib` and `mixed`).
+  `heldout` (only `stdlib`'s) is the `val` and `test` files' bytes together, in file order: the
+  validation split before its test half was cut from it, on which the committed base models'
+  held-out numbers were measured (`TextSource.batch(..., "heldout")`).
   """
 
   train: np.ndarray
@@ -166,17 +181,19 @@ class Corpus:
   note: str = ""  # what the scan skipped (`Files.note`)
   test: np.ndarray | None = None
   test_files: tuple[str, ...] = ()
+  heldout: np.ndarray | None = None
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=2)
 def archive_texts(path: str = CPYTHON_ARCHIVE) -> dict[str, bytes]:
   """The files of the corpus archive at `path`: `{path/member: bytes}`, in sorted order.
 
   The keys are the archive's path joined with each member's name, so they name the file and
-  can never equal a file of the standard library.
+  the archive it is in. `path` is one of the pinned archives (`pinned.SHA256`).
 
   Raises:
     FileNotFoundError: if the archive is missing (it ships with the package).
+    ValueError: if its SHA-256 is not the pinned one.
 
   Example:
     >>> from experiments.data import archive_texts, CPYTHON_ARCHIVE
@@ -184,30 +201,28 @@ def archive_texts(path: str = CPYTHON_ARCHIVE) -> dict[str, bytes]:
     >>> texts[CPYTHON_ARCHIVE + "/Doc/tutorial/index.rst"].splitlines()[0]
     b'.. _tutorial-index:'
   """
-  if not os.path.isfile(path):
-    raise FileNotFoundError(
-        f"the corpus archive {path} is missing; the `mixed` corpus reads its prose and part of "
-        "its code from it. Fix: install from a checkout (`pip install -e .` reads "
-        "experiments/corpora/ in place), build the wheel with MATRICES_WITH_CORPUS=1 (a plain "
-        "wheel leaves the corpus out), or restore the file with git.")
-  out = {}
-  with tarfile.open(path, "r:gz") as tar:
-    for member in tar.getmembers():
-      if member.isfile():
-        out[f"{path}/{member.name}"] = tar.extractfile(member).read()
-  return dict(sorted(out.items()))
+  return {f"{path}/{name}": text for name, text in read_archive(path).items()}
 
 
-def _bytes_of(f: str) -> bytes:
-  if f.startswith(CPYTHON_ARCHIVE + "/"):
-    return archive_texts()[f]
+def file_bytes(f: str) -> bytes:
+  """The bytes of `f`: a path, or an `archive_texts` key."""
+  for archive in (STDLIB_ARCHIVE, CPYTHON_ARCHIVE):
+    if f.startswith(archive + "/"):
+      return archive_texts(archive)[f]
   with open(f, "rb") as fh:
     return fh.read()
 
 
+def file_size(f: str) -> int:
+  """The size in bytes of `f`: a path, or an `archive_texts` key."""
+  if f.startswith((STDLIB_ARCHIVE + "/", CPYTHON_ARCHIVE + "/")):
+    return len(file_bytes(f))
+  return os.path.getsize(f)
+
+
 def read_files(files) -> np.ndarray:
   """The bytes of `files` (paths, or `archive_texts` keys), concatenated in the given order."""
-  chunks = [np.frombuffer(_bytes_of(f), np.uint8) for f in files]
+  chunks = [np.frombuffer(file_bytes(f), np.uint8) for f in files]
   return np.concatenate(chunks) if chunks else np.zeros((0,), np.uint8)
 
 
@@ -239,10 +254,9 @@ def archive_split(name: str) -> str:
 def mixed_files(val_fraction: float = 0.05) -> dict[str, tuple[str, ...]]:
   """The files of each split of the `mixed` corpus: `{"train", "val", "test": files}`.
 
-  `train` and `val` are `load_corpus("stdlib", val_fraction)`'s files plus the archive's files
-  of that split (`archive_split`); `test` holds archive files only. At the default
-  `val_fraction` (the one every base model trains with) no `val` or `test` file is in any base
-  model's training text.
+  Each split is `load_corpus("stdlib", val_fraction)`'s files of that split plus the CPython
+  archive's files of that split (`archive_split`). At the default `val_fraction` (the one every
+  base model trains with) no `val` or `test` file is in any base model's training text.
   """
   stdlib = load_corpus("stdlib", val_fraction)
   prefix = len(CPYTHON_ARCHIVE) + 1
@@ -251,7 +265,19 @@ def mixed_files(val_fraction: float = 0.05) -> dict[str, tuple[str, ...]]:
     by_split[archive_split(f[prefix:])].append(f)
   return {"train": stdlib.train_files + tuple(by_split["train"]),
           "val": stdlib.val_files + tuple(by_split["val"]),
-          "test": tuple(by_split["test"])}
+          "test": stdlib.test_files + tuple(by_split["test"])}
+
+
+def _stdlib_corpus(val_fraction: float) -> Corpus:
+  """`load_corpus("stdlib")`: train by `is_validation`, the held-out files val/test by `is_test`."""
+  files = stdlib_files()
+  prefix = len(STDLIB_ARCHIVE) + 1
+  held = tuple(f for f in files if is_validation(f[prefix:], val_fraction))
+  train = tuple(f for f in files if not is_validation(f[prefix:], val_fraction))
+  val = tuple(f for f in held if not is_test(f[prefix:]))
+  test = tuple(f for f in held if is_test(f[prefix:]))
+  return Corpus(read_files(train), read_files(val), train, val, test=read_files(test),
+                test_files=test, heldout=read_files(held))
 
 
 @functools.lru_cache(maxsize=4)
@@ -265,7 +291,8 @@ def load_corpus(spec: str = "stdlib", val_fraction: float = 0.05) -> Corpus:
   in both splits. A single file has nothing to split by, so its last `val_fraction` of bytes
   is the validation text instead.
 
-  `mixed` also has a `test` split (`mixed_files`).
+  `stdlib` and `mixed` cut their held-out files into `val` and `test` (`is_test`,
+  `mixed_files`), and read the pinned archives.
 
   Args:
     spec: `stdlib`, `mixed`, a path to a file, a folder, or a glob.
@@ -276,6 +303,8 @@ def load_corpus(spec: str = "stdlib", val_fraction: float = 0.05) -> Corpus:
   """
   if not 0 < val_fraction < 1:
     raise ValueError(f"val_fraction={val_fraction} must lie in (0, 1). Fix: use e.g. 0.05.")
+  if spec == "stdlib":
+    return _stdlib_corpus(val_fraction)
   if spec == "mixed":
     files = mixed_files(val_fraction)
     return Corpus(read_files(files["train"]), read_files(files["val"]), files["train"],
@@ -321,9 +350,7 @@ def corpus_card(spec: str = "mixed", val_fraction: float = 0.05) -> dict:
     sizes = {"train": {parts["train"][0]: len(corpus.train)},
              "val": {parts["val"][0]: len(corpus.val)}}
   else:
-    archive = archive_texts() if spec == "mixed" else {}
-    sizes = {split: {f: len(archive[f]) if f in archive else os.path.getsize(f) for f in files}
-             for split, files in parts.items()}
+    sizes = {split: {f: file_size(f) for f in files} for split, files in parts.items()}
   splits = {}
   for split, size in sizes.items():
     kinds = {f: file_kind(f) for f in size}
@@ -357,11 +384,16 @@ class TextSource:
     return VOCAB_SIZE
 
   def batch(self, seed: int, step: int, batch_size: int, split: str = "train") -> Batch:
-    rng = batch_rng(seed, step, split)  # refuses an unknown split
-    data = {"train": self.corpus.train, "val": self.corpus.val, "test": self.corpus.test}[split]
+    """`batch_size` windows of `split`: `train`, `val`, `test`, or `heldout` (`Corpus.heldout`,
+    drawn by `val`'s stream, so the base models' held-out windows are the ones they were
+    measured on). `test` and `heldout` are refused inside a tuner (`data.batch.no_test`)."""
+    check_split(split)  # refuses an unknown split, and test bytes inside a tuner
+    rng = batch_rng(seed, step, "val" if split == "heldout" else split)
+    data = {"train": self.corpus.train, "val": self.corpus.val, "test": self.corpus.test,
+            "heldout": self.corpus.heldout}[split]
     if data is None:
-      raise ValueError("split='test': this corpus has no test split. Fix: use --data mixed, "
-                       "or split 'val'.")
+      raise ValueError(f"split={split!r}: this corpus has no {split} split. Fix: use --data "
+                       f"{'stdlib or mixed' if split == 'test' else 'stdlib'}, or split 'val'.")
     span = self.seq_len + 1
     if len(data) < span:
       raise ValueError(f"the {split} text has {len(data)} bytes, fewer than seq_len + 1 = "

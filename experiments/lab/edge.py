@@ -9,7 +9,9 @@ edge, up to `extend` times. The rule is fixed before any run, so every arm is se
 hard; a best rate still at an edge after the extensions is flagged (`Tuned.at_edge`) and the
 claim's edge control then keeps the comparison from being read. Every tuner of the claims
 (`tuning.tune_on_seeds`, `attention_arms.tune_rate`, `norm_training.tune_arm`,
-`lora.tune_rates`, `kv_arms.tune_fit_rate`) is this loop around its own `run`.
+`lora.tune_rates`, `kv_arms.tune_fit_rate`) is this loop around its own `run`, and `run` is
+called inside `experiments.data.no_test`: a batch of the `test` split drawn while tuning is
+refused, so verdicts read on `test` were never tuned on it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+from experiments.data.batch import no_test
 
 Run = Callable[[list[float]], tuple[Sequence[float], Sequence[bool]]]
 
@@ -89,7 +93,8 @@ def tune(run: Run, grid: Sequence[float], *, extend: int = 1, name: str = "tune"
 
   Raises:
     ValueError: the grid is empty or not increasing, `extend` has no ratio to step by, `run`
-      answered the wrong number of rates, or every rate failed (naming the grid and the fix).
+      answered the wrong number of rates, every rate failed (naming the grid and the fix), or
+      `run` drew a batch of the `test` split (`experiments.data.no_test`).
 
   Example:
     >>> from experiments.lab.edge import tune
@@ -108,7 +113,8 @@ def tune(run: Run, grid: Sequence[float], *, extend: int = 1, name: str = "tune"
   seen: dict[float, tuple[float, bool]] = {}
 
   def step(new):
-    losses, excluded = run(list(new))
+    with no_test(f"the tuner {name} (experiments.lab.edge.tune)"):
+      losses, excluded = run(list(new))
     losses, excluded = list(losses), list(excluded)
     if not len(losses) == len(excluded) == len(new):
       raise ValueError(f"{name}: run answered {len(losses)} losses and {len(excluded)} "

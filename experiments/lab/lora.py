@@ -13,9 +13,7 @@ the test loss (`text_loss`), the stable rank and top-4 energy of full fine-tunin
 from __future__ import annotations
 
 import functools
-import glob
 import os
-import sysconfig
 import zlib
 
 import jax
@@ -42,12 +40,13 @@ IN_DOMAIN_TEST = IN_DOMAIN_TUNE = 0.04
 def held_out_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
   """`(fine-tune, tune, test)` byte arrays of IDLE's `.txt` documents (80/10/10%) and the files.
 
-  None of them is a `.py` file, so none is in the shared models' training corpus.
+  None of them is a `.py` file, so none is in the shared models' training corpus. They ship in
+  the `stdlib` corpus's pinned archive (Python 3.11.7's `idlelib/*.txt`; `experiments.data.pinned`).
   """
-  files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "idlelib", "*.txt")))
-  if not files:
-    raise FileNotFoundError("lora claim: no idlelib/*.txt files in this Python's stdlib.")
-  raw = np.concatenate([np.fromfile(f, np.uint8) for f in files])
+  prefix = data.STDLIB_ARCHIVE + "/idlelib/"
+  files = [f for f in data.archive_texts(data.STDLIB_ARCHIVE)
+           if f.startswith(prefix) and f.endswith(".txt") and "/" not in f[len(prefix):]]
+  raw = data.read_files(files)
   a, b = int(0.8 * len(raw)), int(0.9 * len(raw))
   return raw[:a], raw[a:b], raw[b:], files
 
@@ -55,8 +54,9 @@ def held_out_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
 def in_domain_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, tuple[str, ...]]]:
   """`(fine-tune, tune, test)` bytes of held-out standard-library `.py` files, and the files.
 
-  The files are the `stdlib` corpus's validation files (`data.load_corpus("stdlib")`, the
-  split every shared model trains with: no shared model has trained on them). In the order of
+  The files are the `stdlib` corpus's held-out files (`val` and `test` of
+  `data.load_corpus("stdlib")`, the split every shared model trains with: no shared model has
+  trained on them). In the order of
   a hash of their names, the first files holding at least `IN_DOMAIN_TEST` of the bytes are the
   test part, the next ones holding at least `IN_DOMAIN_TUNE` more the tuning part, the rest the
   fine-tuning text; each part is its files' bytes in sorted order. So the parts share no file.
@@ -64,13 +64,14 @@ def in_domain_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, tupl
   Returns:
     `(ft, tune, test, files)` with `files = {"fine-tune", "tune", "test": files}`.
   """
-  val_files = data.load_corpus("stdlib").val_files
+  corpus = data.load_corpus("stdlib")
+  val_files = tuple(sorted(corpus.val_files + corpus.test_files))
   if not val_files:
     raise FileNotFoundError("lora claim: the stdlib corpus has no validation files to adapt on.")
   root = os.path.commonpath(data.stdlib_files())
   order = sorted(val_files, key=lambda f: (zlib.crc32(
       f"lora/{os.path.relpath(f, root)}".encode()), f))
-  sizes = {f: os.path.getsize(f) for f in order}
+  sizes = {f: data.file_size(f) for f in order}
   total, seen = sum(sizes.values()), 0
   parts: dict[str, list[str]] = {"test": [], "tune": [], "fine-tune": []}
   for f in order:

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import transformer
+from experiments.data.batch import no_test
 from experiments.lab import edge
 from experiments.lab.optimizers import MakeTx
 
@@ -152,7 +153,8 @@ def tune(cfg: transformer.Config, make_tx: MakeTx, grid, *, seed: int, steps: in
   """Tunes an arm's peak rate on `grid` with one (spare) seed and the full budget schedule.
 
   Runs `train_many(cfg, on_budget(make_tx, steps), seeds=(seed,), learning_rates=grid, ...)`
-  and picks `tuned_rate` of the final validation losses.
+  and picks `tuned_rate` of the final validation losses. It runs inside
+  `experiments.data.no_test`, as every tuner does (`edge.tune`): no `test` batch is drawn.
 
   Args:
     cfg: the model.
@@ -178,8 +180,10 @@ def tune(cfg: transformer.Config, make_tx: MakeTx, grid, *, seed: int, steps: in
   """
   from experiments.train.sweep import train_many
 
-  r = train_many(cfg, on_budget(make_tx, steps), seeds=(seed,), learning_rates=tuple(grid),
-                 steps=steps, eval_every=eval_every or steps, callback=callback, **train_kwargs)
+  with no_test("the tuner experiments.lab.tuning.tune"):
+    r = train_many(cfg, on_budget(make_tx, steps), seeds=(seed,), learning_rates=tuple(grid),
+                   steps=steps, eval_every=eval_every or steps, callback=callback,
+                   **train_kwargs)
   val, div = r.val_loss[:, 0, -1], r.diverged[:, 0]
   lr, i = tuned_rate(val, div, grid)
   return {"learning_rate": lr, "index": i, "val_loss": [float(v) for v in val],

@@ -168,14 +168,15 @@ def heldout_loss(params, cfg: transformer.Config, *, batches: int = 8, batch_siz
                  seq_len: int = 128) -> dict:
   """Held-out loss of `params` on fixed validation windows: `{"loss", "bits_per_byte", "tokens"}`.
 
-  The same `batches × batch_size` windows of the stdlib validation split (seed 0, steps
-  `0 … batches − 1`) for every model and seed, so the numbers compare across sizes.
+  The same `batches × batch_size` windows of the stdlib held-out files (`heldout`: the `val`
+  and `test` files together, the validation split the committed models were measured on; seed
+  0, steps `0 … batches − 1`) for every model and seed, so the numbers compare across sizes.
   """
   from experiments.train import step
 
   model = transformer.Transformer(cfg)
   fn = jax.jit(lambda p, t: step.loss_fn(p, model, t, jax.numpy.ones(t[:, 1:].shape)))
-  losses = [float(fn(params, windows(0, seq_len, batch_size, "val", step=k)))
+  losses = [float(fn(params, windows(0, seq_len, batch_size, "heldout", step=k)))
             for k in range(batches)]
   loss = float(np.mean(losses))
   return {"loss": loss, "bits_per_byte": loss / math.log(2),

@@ -2,7 +2,8 @@
 for `--resume`, and the committed results (`results/`).
 
 A run writes `runs/claims/ID/<run-id>/` (`new_run_dir`), records the JAX backend and the
-versions of the libraries a re-training's numbers depend on (`environment`) and the commit it
+versions of the libraries a re-training's numbers depend on (`environment`, Python's included),
+the corpus its data is cut from (`corpus_sha256`), and the commit it
 ran at (`git_revision`, `-dirty` for uncommitted changes), and saves each extra size's,
 length's and budget's findings (`saved_findings`) so that a run can be resumed (`resume_dir`),
 also from a kept result, which is never written to.
@@ -41,6 +42,14 @@ def environment() -> dict:
   return {"jax": jax.__version__, "backend": jax.default_backend(),
           "device": getattr(dev, "device_kind", str(dev)), **versions,
           "python": platform.python_version()}
+
+
+def corpus_sha256() -> str:
+  """The SHA-256 of the pinned `stdlib` archive, the corpus every text batch and base model reads
+  (`experiments.data.pinned`; its reader checks the file against this value)."""
+  from experiments.data import pinned
+
+  return pinned.SHA256[pinned.STDLIB_ARCHIVE]
 
 
 def git_revision() -> str | None:

@@ -25,7 +25,10 @@ def results_of(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict
   evaluations.
 
   `axes` is `{name: block}` (`Axis.block`) of the axes measured; `notes` and `figures` (the
-  report's, default the findings') are kept so the report is made from the file alone."""
+  report's, default the findings') are kept so the report is made from the file alone.
+  `split` is the split the primary's metrics were read on: the findings' `split` (a claim that
+  reads its verdict on `test` says so), else `val`, where every claim registered before the
+  test split existed read it; `corpus_sha256` the pinned corpus (`folders.corpus_sha256`)."""
   indicative = quick or len(seeds) < 3
   v, reason, evals = verdict(claim, runs, seeds, indicative=indicative)
   extensions = extension_verdicts(claim, runs, seeds, indicative=indicative)
@@ -46,13 +49,14 @@ def results_of(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict
       "axes": dict(axes or {}),
       "anchors": [a.to_dict() for a in claim.anchors], "runtime_s": runtime,
       "env": folders.environment(), "git": folders.git_revision(),
+      "corpus_sha256": folders.corpus_sha256(), "split": findings.get("split", "val"),
       **({"version": claim.version} if claim.version > 1 else {}),
       "notes": list(findings.get("notes", ()) if notes is None else notes),
       "figures": list(findings.get("figures", ()) if figures is None else figures),
   }
   results["config"]["regime"] = regime(claim, sizes, seeds, runs)
   results = jsonio.strict(results)
-  validate_results(results)
+  validate_results(results, new=True)
   return results, evals
 
 

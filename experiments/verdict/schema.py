@@ -21,8 +21,14 @@ RESULT_KEYS = ("claim", "schema", "quick", "seeds", "tuning_seeds", "config", "a
                "verdict", "reason", "thresholds", "extensions", "axes", "anchors", "runtime_s",
                "env", "git")
 # optional: `version`, the claim's registration (absent: version 1); `notes` and `figures`,
-# the report's notes (markdown lines) and figure names, so the report is made from the file
-OPTIONAL_RESULT_KEYS = ("version", "notes", "figures")
+# the report's notes (markdown lines) and figure names, so the report is made from the file;
+# `corpus_sha256` (the pinned `stdlib` archive the run read, `experiments.data.pinned`) and
+# `split` (the split its primary's metrics were read on): results kept before the pinned corpus
+# (2026-12-07) lack them, so they are optional in a kept file and required in a new one
+# (`validate_results(..., new=True)`, which also requires `env.python`)
+OPTIONAL_RESULT_KEYS = ("version", "notes", "figures", "corpus_sha256", "split")
+NEW_RESULT_KEYS = ("corpus_sha256", "split")
+SPLITS = ("train", "val", "test")
 EXTENSION_KEYS = ("name", "verdict", "reason", "thresholds")
 BUDGET_KEYS = ("train_tokens", "params", "tokens_per_param")
 TRENDS = ("grows", "shrinks", "no trend", "not measured", "families disagree")
@@ -203,10 +209,13 @@ def load_results(folder: str) -> dict:
   return obj
 
 
-def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
+def validate_results(obj: dict, claim_ids: Sequence[str] | None = None, *,
+                     new: bool = False) -> None:
   """Checks a claim's `results.json` dict against the DESIGN.md schema; raises `ValueError`.
 
-  Never looks at which verdict was reached, only that it is one of `VERDICTS`.
+  Never looks at which verdict was reached, only that it is one of `VERDICTS`. `new` (a run
+  made now, `results.results_of`) also requires the fields added since results were first
+  kept: `corpus_sha256`, `split` and `env.python`.
 
   Example:
     >>> from experiments.verdict.schema import validate_results
@@ -288,6 +297,16 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None) -> None:
   _need(all(v is None or isinstance(v, str) for v in env.values()), "env",
         "versions must be strings or null (not installed)")
   _need(obj["git"] is None or isinstance(obj["git"], str), "git", "must be a string or null")
+  if new:
+    missing = [k for k in NEW_RESULT_KEYS if k not in obj] + (
+        ["env.python"] if not env.get("python") else [])
+    _need(not missing, "results", f"a new run must record {missing}. Fix: write it with "
+          "experiments.verdict.results.results_of")
+  if "corpus_sha256" in obj:
+    _need(isinstance(obj["corpus_sha256"], str) and len(obj["corpus_sha256"]) == 64,
+          "corpus_sha256", "must be a hex SHA-256 (64 characters)")
+  if "split" in obj:
+    _need(obj["split"] in SPLITS, "split", f"must be one of {list(SPLITS)}")
 
 
 def validate_tour(obj: dict, claim_ids: Sequence[str]) -> None:

@@ -3,8 +3,6 @@
 import hashlib
 import os
 import re
-import sys
-import sysconfig
 import zlib
 
 import numpy as np
@@ -22,15 +20,14 @@ def corpus():
 def test_stdlib_split_is_disjoint_by_file_and_complete(corpus):
   files = data.stdlib_files()
   assert len(files) > 500 and all(f.endswith(".py") and "site-packages" not in f for f in files)
-  assert not set(corpus.train_files) & set(corpus.val_files)
-  assert sorted(corpus.train_files + corpus.val_files) == files
-  assert 0.02 < len(corpus.val_files) / len(files) < 0.10
-  sizes = {f: os.path.getsize(f) for f in files}
-  assert len(corpus.train) == sum(sizes[f] for f in corpus.train_files)
-  assert len(corpus.val) == sum(sizes[f] for f in corpus.val_files)
-  first = corpus.val_files[0]
-  with open(first, "rb") as f:
-    assert corpus.val[:sizes[first]].tobytes() == f.read()
+  splits = (corpus.train_files, corpus.val_files, corpus.test_files)
+  assert sum(map(len, splits)) == len(set().union(*splits))  # no file in two splits
+  assert sorted(sum(splits, ())) == files
+  assert 0.02 < len(corpus.val_files + corpus.test_files) / len(files) < 0.10
+  sizes = {f: data.file_size(f) for f in files}
+  for array, names in zip((corpus.train, corpus.val, corpus.test), splits, strict=True):
+    assert len(array) == sum(sizes[f] for f in names)
+    assert array[:sizes[names[0]]].tobytes() == data.file_bytes(names[0])
 
 
 def test_folder_glob_and_single_file(tmp_path):
@@ -187,23 +184,22 @@ def test_binary_files_and_empty_folders_are_refused(tmp_path):
 
 
 def test_stdlib_corpus_is_unchanged(corpus):
-  """The split every base model trains on: the original rule, and its files pinned on 3.11.7."""
+  """The split every base model trains on: the original rule, and its files as pinned on 3.11.7
+  (read from the shipped archive, so on every interpreter)."""
   files = data.stdlib_files()
   root = os.path.commonpath(files)
-  val = tuple(f for f in files if zlib.crc32(os.path.relpath(f, root).encode()) % 10_000 < 500)
-  assert corpus.val_files == val
-  assert corpus.train_files == tuple(f for f in files if f not in set(val))
-  assert corpus.test is None and corpus.test_files == ()
-  if sys.version_info[:3] == (3, 11, 7):  # the interpreter the pins were taken on
-    stdlib = sysconfig.get_paths()["stdlib"]
+  assert root == data.STDLIB_ARCHIVE
+  held = tuple(f for f in files if zlib.crc32(os.path.relpath(f, root).encode()) % 10_000 < 500)
+  assert tuple(sorted(corpus.val_files + corpus.test_files)) == held
+  assert corpus.train_files == tuple(f for f in files if f not in set(held))
 
-    def digest(names):
-      return hashlib.sha256("\n".join(os.path.relpath(f, stdlib) for f in names).encode())
+  def digest(names):
+    return hashlib.sha256("\n".join(os.path.relpath(f, root) for f in names).encode())
 
-    assert (len(corpus.train_files), len(corpus.val_files)) == (1693, 97)
-    assert (len(corpus.train), len(corpus.val)) == (29_455_921, 2_069_303)
-    assert digest(corpus.train_files).hexdigest().startswith("1e9062adc91684a6")
-    assert digest(corpus.val_files).hexdigest().startswith("9888c633cb493bed")
+  assert (len(corpus.train_files), len(held)) == (1693, 97)
+  assert (len(corpus.train), len(corpus.heldout)) == (29_455_921, 2_069_303)
+  assert digest(corpus.train_files).hexdigest().startswith("1e9062adc91684a6")
+  assert digest(held).hexdigest().startswith("9888c633cb493bed")
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +218,7 @@ def test_mixed_splits_are_disjoint_by_file_complete_and_deterministic(corpus, mi
   # The stdlib part keeps the base models' split; the archive's files split by their names.
   assert splits["train"][:len(corpus.train_files)] == corpus.train_files
   assert splits["val"][:len(corpus.val_files)] == corpus.val_files
+  assert splits["test"][:len(corpus.test_files)] == corpus.test_files
   prefix = len(data.CPYTHON_ARCHIVE) + 1
   for split, files in splits.items():
     assert all(data.archive_split(f[prefix:]) == split for f in files if f in archive)
@@ -230,18 +227,18 @@ def test_mixed_splits_are_disjoint_by_file_complete_and_deterministic(corpus, mi
   assert (mixed.train_files, mixed.val_files, mixed.test_files) == (
       splits["train"], splits["val"], splits["test"])
   texts = data.archive_texts()
-  assert mixed.test.tobytes() == b"".join(texts[f] for f in mixed.test_files)
+  assert mixed.test.tobytes() == b"".join(data.file_bytes(f) for f in mixed.test_files)
   assert len(mixed.train) == len(corpus.train) + sum(
       len(texts[f]) for f in splits["train"] if f in archive)
 
 
 def test_mixed_corpus_card_counts_code_and_prose(mixed):
-  """Every split holds both; prose is 2-8% of train (the stdlib dominates it), 10-30% of val
-  and 30-60% of test (where only the archive's files are)."""
+  """Every split holds both; prose is 2-8% of train (the stdlib dominates it), 20-45% of val
+  and 8-30% of test."""
   card = data.corpus_card("mixed")
   assert card["spec"] == "mixed" and sorted(card["splits"]) == ["test", "train", "val"]
   arrays = {"train": mixed.train, "val": mixed.val, "test": mixed.test}
-  ranges = {"train": (0.02, 0.08), "val": (0.10, 0.30), "test": (0.30, 0.60)}
+  ranges = {"train": (0.02, 0.08), "val": (0.20, 0.45), "test": (0.08, 0.30)}
   for split, row in card["splits"].items():
     assert row["code_bytes"] + row["prose_bytes"] == len(arrays[split])
     assert row["other_bytes"] == 0 and row["code_files"] > 0 and row["prose_files"] > 0
@@ -252,19 +249,16 @@ def test_mixed_corpus_card_counts_code_and_prose(mixed):
   prose = [f for f in mixed.test_files if data.file_kind(f) == "prose"]
   assert prose and all(f.endswith(".rst") for f in prose)
   stdlib_card = data.corpus_card("stdlib")["splits"]
-  assert "test" not in stdlib_card and stdlib_card["train"]["prose_bytes"] == 0
+  assert all(stdlib_card[s]["prose_bytes"] == 0 for s in ("train", "val", "test"))
 
 
-def test_mixed_test_split_shares_no_file_with_the_stdlib_corpus(corpus, mixed):
+def test_mixed_test_split_shares_no_file_with_the_stdlib_train_or_val_split(corpus, mixed):
   stdlib = set(corpus.train_files) | set(corpus.val_files)
   assert not set(mixed.test_files) & stdlib
-  assert all(f.startswith(data.CPYTHON_ARCHIVE + "/") for f in mixed.test_files)
-  seen = set()
-  for f in stdlib:
-    with open(f, "rb") as fh:
-      seen.add(hashlib.sha256(fh.read()).digest())
-  texts = data.archive_texts()
-  assert not any(hashlib.sha256(texts[f]).digest() in seen for f in mixed.test_files)
+  archive = [f for f in mixed.test_files if f.startswith(data.CPYTHON_ARCHIVE + "/")]
+  assert set(mixed.test_files) == set(archive) | set(corpus.test_files)
+  seen = {hashlib.sha256(data.file_bytes(f)).digest() for f in stdlib}
+  assert not any(hashlib.sha256(data.file_bytes(f)).digest() in seen for f in archive)
 
 
 def test_test_split_batches_and_clear_errors(tmp_path, corpus, mixed):
@@ -273,11 +267,17 @@ def test_test_split_batches_and_clear_errors(tmp_path, corpus, mixed):
   assert not np.array_equal(batch.tokens, src.batch(0, 3, 4, "val").tokens)
   for row in batch.tokens:
     assert mixed.test.tobytes().find(row.astype(np.uint8).tobytes()) >= 0
+  (tmp_path / "d").mkdir()
+  for i in range(40):
+    (tmp_path / "d" / f"f{i:02d}.txt").write_bytes(b"some text " * 10)
   with pytest.raises(ValueError, match="no test split"):
-    data.TextSource(corpus, seq_len=32).batch(0, 3, 4, "test")
+    data.text_source(str(tmp_path / "d"), 32, 0.25).batch(0, 3, 4, "test")
   with pytest.raises(ValueError, match="split='holdout' is unknown"):
     src.batch(0, 3, 4, "holdout")
   with pytest.raises(FileNotFoundError, match="corpus archive .* is missing"):
     data.archive_texts(str(tmp_path / "gone.tar.gz"))
+  (tmp_path / "other.tar.gz").write_bytes(b"")
+  with pytest.raises(ValueError, match="not a pinned corpus archive"):
+    data.archive_texts(str(tmp_path / "other.tar.gz"))
   with pytest.raises(ValueError, match="load_corpus\\('mixed'\\)"):
     data.scan_files("mixed")
