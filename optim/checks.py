@@ -6,50 +6,94 @@ anything is traced: a bad `ns_steps` or `beta` never reaches `jax` as an index e
 
 from __future__ import annotations
 
-import numbers
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from optim.conventions import path_str
-
-
-def _is_int(x) -> bool:
-  return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
-def _is_real(x) -> bool:
-  return isinstance(x, numbers.Real) and not isinstance(x, bool)
+from transformer.linalg import checks as _checks
 
 
 def at_least(value, low: int, name: str, caller: str, *, allow_none: bool = False) -> None:
-  """`value` must be an `int >= low` (or `None` when `allow_none`; a jax array, as
-  `optax.inject_hyperparams` passes, is left to the trace)."""
-  if (value is None and allow_none) or isinstance(value, jax.Array):
-    return
-  if not _is_int(value) or value < low:
-    raise ValueError(f"{caller}: {name}={value!r}; pass an int >= {low}"
-                     + (" (or None for the default)" if allow_none else ""))
+  """`value` must be an `int >= low` (or `None` when `allow_none`; a traced array, as
+  `optax.inject_hyperparams` passes under `jit`, is left to the trace)."""
+  _checks.check_int(value, low, name, caller, allow_none=allow_none)
 
 
-def positive(value, name: str, caller: str) -> None:
-  """`value` must be a real number `> 0` (a Python or NumPy scalar; arrays are not checked)."""
-  if _is_real(value) and not value > 0:
-    raise ValueError(f"{caller}: {name}={value!r}; pass a number > 0")
+def positive(value, name: str, caller: str, *, example: str = "1.0") -> None:
+  """`value` must be a real number `> 0`."""
+  _checks.check_range(value, name, caller, low=0, low_open=True, example=example)
 
 
-def non_negative(value, name: str, caller: str) -> None:
-  """`value` must be a real number `>= 0` (Python or NumPy scalars)."""
-  if _is_real(value) and not value >= 0:
-    raise ValueError(f"{caller}: {name}={value!r}; pass a number >= 0")
+def non_negative(value, name: str, caller: str, *, example: str = "0.1") -> None:
+  """`value` must be a real number `>= 0`."""
+  _checks.check_range(value, name, caller, low=0, example=example)
 
 
 def unit_interval(value, name: str, caller: str) -> None:
   """`value` must lie in `[0, 1)` (a momentum decay)."""
-  if _is_real(value) and not 0 <= value < 1:
-    raise ValueError(f"{caller}: {name}={value!r}; pass a number in [0, 1) (0.95 is typical)")
+  _checks.check_range(value, name, caller, low=0, high=1, high_open=True, example="0.95")
+
+
+def rate(value, name: str, caller: str, *, example: str = "0.02") -> None:
+  """`value` must be a learning rate: a number `>= 0` or a schedule (a function of the step)."""
+  _checks.check_range(value, name, caller, low=0, schedule=True, example=example,
+                      why="a negative rate climbs the loss")
+
+
+def decay(value, name: str, caller: str) -> None:
+  """`value` must be a weight decay: a number `>= 0` or a schedule."""
+  _checks.check_range(value, name, caller, low=0, schedule=True, example="0.1",
+                      why="a negative decay grows the weights")
+
+
+flag = _checks.check_flag
+choice = _checks.check_choice
+function = _checks.check_callable
+
+
+def mask(value, caller: str) -> None:
+  """`mask=`: `None`, a callable `params -> bool tree`, or a pytree of bools."""
+  if value is None or callable(value):
+    return
+  leaves = jax.tree.leaves(value)
+  if isinstance(value, str | bytes) or not leaves or not all(
+      isinstance(x, bool | np.bool_) for x in leaves):
+    raise ValueError(f"{caller}: mask={value!r} is not a mask; pass a function params -> bool "
+                     f"pytree (e.g. optim.select(names=('w_o',))) or a pytree of bools shaped "
+                     f"like the parameters")
+
+
+def same_tree(updates, params, caller: str) -> None:
+  """Raise (one line) when `updates` is not shaped like `params`: a leaf missing or extra, or a
+  shape that differs, naming the leaf and both shapes. Static (tree structure and shapes), so
+  free under `jit`; leaves `optax.MaskedNode` placeholders alone."""
+  if params is None:
+    return
+  u_def, p_def = jax.tree.structure(updates), jax.tree.structure(params)
+  if u_def != p_def:
+    u = {path_str(k): v for k, v in jax.tree_util.tree_leaves_with_path(updates)}
+    p = {path_str(k): v for k, v in jax.tree_util.tree_leaves_with_path(params)}
+    missing = [k for k in p if k not in u]
+    extra = [k for k in u if k not in p]
+    if missing or extra:
+      what = (f"lacks the parameter {missing[0]!r} {tuple(jnp.shape(p[missing[0]]))}"
+              if missing else f"has {extra[0]!r}, which is no parameter")
+      more = len(missing) + len(extra) - 1
+      raise ValueError(f"{caller}: the gradient tree {what}"
+                       + (f" (and {more} more differences)" if more else "")
+                       + "; pass updates of the parameters' tree (e.g. jax.grad of a loss of "
+                         "them; partition an equinox module with eqx.partition first)")
+    raise ValueError(f"{caller}: the gradient tree and the parameters have the same leaves but "
+                     f"different containers ({u_def} vs {p_def}); pass updates built from the "
+                     f"parameters' tree")
+  for (k, u), p in zip(jax.tree_util.tree_leaves_with_path(updates), jax.tree.leaves(params),
+                       strict=True):
+    if jnp.shape(u) != jnp.shape(p):
+      raise ValueError(f"{caller}: the gradient of {path_str(k)!r} has shape "
+                       f"{tuple(jnp.shape(u))} but the parameter has {tuple(jnp.shape(p))}; "
+                       f"pass a gradient of the parameters' shapes")
 
 
 def non_finite(tree, caller: str, what: str) -> None:
@@ -86,17 +130,28 @@ def non_finite(tree, caller: str, what: str) -> None:
 
 
 def guarded(tx, check_finite: bool, caller: str):
-  """`tx`, preceded (when `check_finite`) by a pass-through that runs `non_finite` on the
-  incoming updates and the parameters; the state is then `(EmptyState(), tx's state)`."""
-  if not isinstance(check_finite, bool):
-    raise ValueError(f"{caller}: check_finite={check_finite!r}; pass True or False")
+  """`tx`, whose `update` first checks that the updates have the parameters' tree and shapes
+  (`same_tree`: static, free under `jit`) and, when `check_finite`, runs `non_finite` on the
+  incoming updates and the parameters; with `check_finite` the state is
+  `(EmptyState(), tx's state)`, else `tx`'s own."""
+  _checks.check_flag(check_finite, "check_finite", caller)
+  extra = isinstance(tx, optax.GradientTransformationExtraArgs)
+
+  def inner_update(updates, state, params=None, **extra_args):
+    same_tree(updates, params, caller)
+    if extra:
+      return tx.update(updates, state, params, **extra_args)
+    return tx.update(updates, state, params)
+
+  checked = optax.GradientTransformationExtraArgs(tx.init, inner_update)
   if not check_finite:
-    return tx
+    return checked
 
   def update_fn(updates, state, params=None):
+    same_tree(updates, params, caller)
     non_finite(updates, caller, "gradient")
     if params is not None:
       non_finite(params, caller, "parameter")
     return updates, state
 
-  return optax.chain(optax.GradientTransformation(optax.init_empty_state, update_fn), tx)
+  return optax.chain(optax.GradientTransformation(optax.init_empty_state, update_fn), checked)

@@ -94,11 +94,36 @@ CONVENTIONS: dict[str, Convention] = {
     **_rows("hidden", "leaf", "PyTorch / Hugging Face state dicts, equinox `Linear`", "weight",
             TORCH),
     **_rows("hidden", "leaf", "Haiku `Linear`", "w", KERNEL),
+    **_rows("hidden", "leaf", "PyTorch `nn.MultiheadAttention` (a fused `(3D, D)` q, k, v)",
+            "in_proj_weight", TORCH),
     **_rows("hidden", "leaf", "our names outside our trees (a 2-D one read as x @ W)",
             "w_q w_k w_v w_o w_1 w_2 w_gate", KERNEL),
     **_rows("vector", "leaf", "norm scales and biases at any rank (a scanned LayerNorm)",
             "scale bias"),
 }
+
+#: Attention projections of other people's trees, by the layer that owns the leaf: which side of
+#: the `(d_in, d_out)` matrix holds the heads (`columns` of q, k, v; `rows` of the output) and
+#: whether they count query heads (`H`) or key/value heads (`K`). A 2-D leaf is read by its
+#: convention (an equinox or PyTorch `weight` is `(d_out, d_in)`); a 3-D flax kernel carries its
+#: head axis (`nnx.MultiHeadAttention`'s `query/kernel` `(D, H, Dh)`, `out/kernel` `(H, Dh, D)`).
+HEAD_NAMES: dict[str, tuple[str, str]] = {
+    # equinox `MultiheadAttention`
+    "query_proj": ("columns", "H"), "key_proj": ("columns", "K"),
+    "value_proj": ("columns", "K"), "output_proj": ("rows", "H"),
+    # Hugging Face Llama, Mistral, Qwen, OPT, BART; Meta Llama
+    "q_proj": ("columns", "H"), "k_proj": ("columns", "K"), "v_proj": ("columns", "K"),
+    "o_proj": ("rows", "H"), "wq": ("columns", "H"), "wk": ("columns", "K"),
+    "wv": ("columns", "K"), "wo": ("rows", "H"),
+    # flax linen / nnx `MultiHeadAttention` (`out` only inside an attention layer, or 3-D)
+    "query": ("columns", "H"), "key": ("columns", "K"), "value": ("columns", "K"),
+    "out": ("rows", "H"),
+}
+
+#: Fused q, k, v projections, by the name of their layer (or leaf): one matrix whose output side
+#: is `[q | k | v]`, contiguous. Muon orthogonalizes each of the three on its own (`split_qkv=`).
+#: Not here: GPT-NeoX's `query_key_value`, whose output interleaves q, k, v per head.
+FUSED_QKV = frozenset("qkv c_attn in_proj in_proj_weight qkv_proj Wqkv W_pack to_qkv".split())
 
 #: Names too common to trust alone: `optim.labels` checks a placement by one of them against
 #: the tree's vocabulary shape, and says so when the two disagree.
@@ -203,3 +228,39 @@ def place(path, leaf) -> Placement:
     return Placement(None, None, None)
   axes = conv.axes or leaf_axes or KERNEL
   return Placement(conv.role, axes if ndim == 2 else None, found)
+
+
+def head_name(path, ndim: int) -> tuple[str, str] | None:
+  """`HEAD_NAMES`' entry for a foreign leaf (`(side, "H" | "K")`), or `None`.
+
+  The owner of the leaf (`query_proj` of `attn/query_proj/weight`) is looked up; `out` counts
+  only inside an attention layer or as a 3-D kernel (else it may be the model's output).
+
+  Example:
+    >>> from optim.conventions import head_name
+    >>> head_name("blocks/0/attn/query_proj/weight", 2), head_name("attn/out/kernel", 3)
+    (('columns', 'H'), ('rows', 'H'))
+    >>> head_name("decoder/out/kernel", 2) is None
+    True
+  """
+  s = path_str(path)
+  if _names.library_key(s) is not None or ndim < 2:
+    return None
+  parts = s.split("/")
+  owner = parts[-2] if len(parts) > 1 else None
+  found = HEAD_NAMES.get(owner)
+  if found is None:
+    return None
+  if owner == "out" and ndim == 2 and not _ATTENTION.search("/".join(parts[:-2])):
+    return None
+  return found
+
+
+def fused_qkv(path) -> bool:
+  """Whether the leaf at `path` is a fused q, k, v projection by name (`FUSED_QKV`): its layer
+  (`c_attn/weight`, `qkv/kernel`) or the leaf itself (`in_proj_weight`, a flat `{"qkv": W}`)."""
+  parts = path_str(path).split("/")
+  if _names.library_key("/".join(parts)) is not None:
+    return False
+  return parts[-1] in FUSED_QKV or (len(parts) > 1 and parts[-2] in FUSED_QKV
+                                    and parts[-1] in ("weight", "kernel", "w"))

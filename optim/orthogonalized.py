@@ -19,6 +19,7 @@ which for an FSDP-sharded matrix puts reductions inside every iteration
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, NamedTuple
@@ -30,7 +31,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from optim import checks
 from optim.axes import AxesSpec, check_keys, check_spec, resolve_axes
-from optim.roles import check_roles, head_split, labels, merge_heads, path_str, split_heads
+from optim.roles import (
+    SplitSpec,
+    check_roles,
+    check_split,
+    fused_sizes,
+    head_split,
+    labels,
+    merge_heads,
+    path_str,
+    split_heads,
+)
 from transformer.linalg.axes import as_matrices
 from transformer.linalg.polar import coeff_table, newton_schulz
 
@@ -162,6 +173,7 @@ def scale_by_muon(
     mesh: Mesh | None = None,
     shard_axes: Sequence[str] | None = None,
     matrix_axes: AxesSpec = None,
+    split_qkv: SplitSpec = True,
     check_finite: bool = False,
 ) -> optax.GradientTransformation:
   r"""Momentum, then Newton–Schulz orthogonalization, then shape scaling, per matrix.
@@ -243,45 +255,69 @@ def scale_by_muon(
     Jordan et al., `Muon: An optimizer for hidden layers in neural networks`, 2024.
     Liu et al., `Muon is Scalable for LLM Training`, 2025.
   """
-  _check_muon_args("optim.scale_by_muon", beta, ns_steps, n_heads, n_kv_heads)
+  _check_muon_args("optim.scale_by_muon", beta, ns_steps, n_heads, n_kv_heads,
+                   nesterov=nesterov, shape_scaling=shape_scaling, rms=rms, eps=eps, gram=gram)
   coeff_table(coeffs)  # fail at construction on bad coefficients
   _check_shard(shard, mesh, shard_axes)
   matrix_axes = check_spec(matrix_axes, "optim.scale_by_muon")
+  split_qkv = check_split(split_qkv, "optim.scale_by_muon")
 
   def init_fn(params):
+    # A foreign leaf of three or more axes must have its matrix named: ask now, not at the
+    # first update (and never orthogonalize a guess).
+    axes = resolve_axes(params, matrix_axes, strict=True, caller="optim.scale_by_muon")
+    _layouts(params, axes)  # a fused leaf that does not split raises here too
     return MuonState(
         count=jnp.zeros([], jnp.int32),
         mu=jax.tree.map(lambda p: jnp.zeros_like(p, dtype=mu_dtype or p.dtype), params),
     )
 
-  def orthogonalize(x, layout, axes):
+  def _layouts(tree, axes):
+    """Per leaf: `None`, `(side, n)` heads, or `("fused", sizes)` of a fused q, k, v."""
+    out = []
+    for (path, x), ax in zip(jax.tree_util.tree_leaves_with_path(tree), axes, strict=True):
+      fused = fused_sizes(path, jnp.shape(x), ax, split_qkv, n_heads, n_kv_heads,
+                          "optim.scale_by_muon")
+      if fused is not None:
+        out.append(("fused", fused))
+      elif n_heads is not None:
+        out.append(head_split(path, n_heads, n_kv_heads, ndim=jnp.ndim(x)))
+      else:
+        out.append(None)
+    return out
+
+  def ns(G):
+    with jax.named_scope(NS_SCOPE):
+      return newton_schulz(G, ns_steps=ns_steps, coeffs=coeffs, compute_dtype=compute_dtype,
+                           eps=eps, gram=gram)
+
+  def orthogonalize(x, layout, axes, name):
     if x.ndim < 2:
-      raise ValueError(f"scale_by_muon: every leaf must be a (batch of) matrix, got {x.shape=}")
-    if tuple(axes) != (-2, -1) and layout is None:
-      M, restore = as_matrices(x, axes)
-      return restore(orthogonalize(M, None, (-2, -1)))
-    where = _iteration_sharding(x.shape, shard, mesh, shard_axes)
+      raise ValueError(f"optim.scale_by_muon: every leaf must be a (batch of) matrix; {name} "
+                       f"has shape {x.shape}; send vectors elsewhere (optim.muon does)")
+    M, restore = as_matrices(x, axes, name)  # (..., d_in, d_out); no copy for ours
+    where = _iteration_sharding(M.shape, shard, mesh, shard_axes)
     pin = (lambda y: y) if where is None else (
         lambda y: jax.lax.with_sharding_constraint(y, where))
-
-    def ns(G):
-      with jax.named_scope(NS_SCOPE):
-        return newton_schulz(G, ns_steps=ns_steps, coeffs=coeffs, compute_dtype=compute_dtype,
-                             eps=eps, gram=gram)
-
     # Pinned before and after: the iteration between the two constraints runs in one layout,
     # so GSPMD moves data only at the two reshards outside it.
-    x = pin(x)
+    M = pin(M)
     if layout is None:
-      O, block = pin(ns(x)), x.shape[-2:]
+      O = pin(ns(M)) * shape_scale(*M.shape[-2:], shape_scaling, rms)
+    elif layout[0] == "fused" and len(set(layout[1])) > 1:  # unequal parts (grouped kv)
+      cuts = list(itertools.accumulate(layout[1]))[:-1]
+      O = pin(jnp.concatenate([ns(P) * shape_scale(*P.shape[-2:], shape_scaling, rms)
+                               for P in jnp.split(M, cuts, axis=-1)], axis=-1))
     else:
-      side, n = layout
-      blocks = split_heads(x, n, side)
-      O, block = pin(merge_heads(ns(blocks), side)), blocks.shape[-2:]
-    return (O * shape_scale(*block, shape_scaling, rms)).astype(x.dtype)
+      side, n = ("columns", len(layout[1])) if layout[0] == "fused" else layout
+      blocks = split_heads(M, n, side)
+      O = pin(merge_heads(ns(blocks), side)) * shape_scale(*blocks.shape[-2:], shape_scaling,
+                                                            rms)
+    return restore(O.astype(x.dtype))
 
   def update_fn(updates, state, params=None):
     del params
+    checks.same_tree(updates, state.mu, "optim.scale_by_muon")  # static: free under jit
     count = optax.safe_increment(state.count)
     mu = optax.tree.update_moment(updates, state.mu, beta, 1)
     mu_hat = optax.tree.bias_correction(mu, beta, count)
@@ -290,12 +326,12 @@ def scale_by_muon(
           optax.tree.scale(beta, optax.tree.bias_correction(mu, beta, count + 1)),
           optax.tree.scale(1 - beta, optax.tree.bias_correction(updates, beta, count)))
     mu_hat = optax.tree.cast_like(mu_hat, updates)
-    layouts = [None if n_heads is None else head_split(p, n_heads, n_kv_heads)
-               for p, _ in jax.tree_util.tree_leaves_with_path(mu_hat)]
-    axes = resolve_axes(mu_hat, matrix_axes, caller="optim.scale_by_muon")
+    axes = resolve_axes(mu_hat, matrix_axes, strict=True, caller="optim.scale_by_muon")
+    layouts = _layouts(mu_hat, axes)
+    leaves = jax.tree_util.tree_leaves_with_path(mu_hat)
     updates = jax.tree.unflatten(jax.tree.structure(mu_hat), [
-        orthogonalize(x, lay, ax)
-        for x, lay, ax in zip(jax.tree.leaves(mu_hat), layouts, axes, strict=True)])
+        orthogonalize(x, lay, ax, repr(path_str(p)))
+        for (p, x), lay, ax in zip(leaves, layouts, axes, strict=True)])
     mu = jax.tree.map(lambda m, old: m.astype(old.dtype), mu, state.mu)
     return updates, MuonState(count=count, mu=mu)
 
@@ -303,12 +339,21 @@ def scale_by_muon(
                         "optim.scale_by_muon")
 
 
-def _check_muon_args(caller, beta, ns_steps, n_heads, n_kv_heads) -> None:
+def _check_muon_args(caller, beta, ns_steps, n_heads, n_kv_heads, *, nesterov=True,
+                     shape_scaling="width", rms=0.2, eps=1e-8, gram=None) -> None:
   """The arguments that would otherwise fail inside the trace, or silently (one line each)."""
   checks.unit_interval(beta, "beta", caller)
   checks.at_least(ns_steps, 1, "ns_steps", caller, allow_none=True)
   checks.at_least(n_heads, 1, "n_heads", caller, allow_none=True)
   checks.at_least(n_kv_heads, 1, "n_kv_heads", caller, allow_none=True)
+  if isinstance(n_heads, int) and isinstance(n_kv_heads, int) and n_heads % n_kv_heads:
+    raise ValueError(f"{caller}: n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}; "
+                     f"pass the key/value head count of grouped-query attention (a divisor)")
+  checks.flag(nesterov, "nesterov", caller)
+  checks.choice(shape_scaling, ("width", "rms", "none"), "shape_scaling", caller)
+  checks.positive(rms, "rms", caller, example="0.2")
+  checks.non_negative(eps, "eps", caller, example="1e-8")
+  checks.flag(gram, "gram", caller, allow_none=True)
 
 
 def muon(
@@ -338,6 +383,7 @@ def muon(
     mesh: Mesh | None = None,
     shard_axes: Sequence[str] | None = None,
     matrix_axes: AxesSpec = None,
+    split_qkv: SplitSpec = True,
     check_finite: bool = False,
 ) -> optax.GradientTransformation:
   r"""Muon on the `hidden` matrices, AdamW (with its own hyper-parameters) on the rest.
@@ -396,14 +442,28 @@ def muon(
     Jordan et al., `Muon: An optimizer for hidden layers in neural networks`, 2024.
     Loshchilov & Hutter, `Decoupled Weight Decay Regularization`, 2019.
   """
-  _check_muon_args("optim.muon", beta, ns_steps, n_heads, n_kv_heads)
-  checks.unit_interval(adam_b1, "adam_b1", "optim.muon")
-  checks.unit_interval(adam_b2, "adam_b2", "optim.muon")
+  caller = "optim.muon"
+  checks.rate(learning_rate, "learning_rate", caller)
+  _check_muon_args(caller, beta, ns_steps, n_heads, n_kv_heads, nesterov=nesterov,
+                   shape_scaling=shape_scaling, rms=rms, gram=gram)
+  checks.decay(weight_decay, "weight_decay", caller)
+  if adam_learning_rate is not None:
+    checks.rate(adam_learning_rate, "adam_learning_rate", caller, example="3e-4")
+  checks.unit_interval(adam_b1, "adam_b1", caller)
+  checks.unit_interval(adam_b2, "adam_b2", caller)
+  checks.non_negative(adam_eps, "adam_eps", caller, example="1e-8")
+  checks.decay(adam_weight_decay, "adam_weight_decay", caller)
+  checks.function(label_fn, "label_fn", caller, what="a function params -> roles (e.g. "
+                  "optim.labels_by_shape)")
+  if isinstance(muon_roles, str):
+    raise ValueError(f"{caller}: muon_roles={muon_roles!r} is a str; pass a tuple of roles, "
+                     f"e.g. ({muon_roles!r},)")
   muon_roles = frozenset(muon_roles)
   for r in muon_roles:
     if r not in ("hidden", "embedding", "unembedding", "vector"):
       raise ValueError(f"optim.muon: unknown role {r!r} in muon_roles; choose from optim.ROLES")
   matrix_axes = check_spec(matrix_axes, "optim.muon")
+  split_qkv = check_split(split_qkv, caller)
   strict = label_fn is None
   label_fn = labels if label_fn is None else label_fn
   muon_tx = optax.chain(
@@ -411,7 +471,7 @@ def muon(
                     compute_dtype=compute_dtype, shape_scaling=shape_scaling, rms=rms,
                     n_heads=n_heads, n_kv_heads=n_kv_heads, mu_dtype=mu_dtype, gram=gram,
                     shard=shard, mesh=mesh, shard_axes=shard_axes,
-                    matrix_axes=matrix_axes),
+                    matrix_axes=matrix_axes, split_qkv=split_qkv),
       optax.add_decayed_weights(weight_decay, weight_decay_mask),
       optax.scale_by_learning_rate(learning_rate),
   )
@@ -424,6 +484,8 @@ def muon(
       check_roles(roles, params, "optim.muon")
     if isinstance(matrix_axes, dict):
       check_keys(matrix_axes, params, "optim.muon: matrix_axes")
+    if isinstance(split_qkv, dict):
+      check_keys(split_qkv, params, "optim.muon: split_qkv")
     routes = jax.tree.map(lambda r: "muon" if r in muon_roles else "adam", roles)
     chosen = [x for x, r in zip(jax.tree.leaves(params), jax.tree.leaves(routes), strict=True)
               if r == "muon"]

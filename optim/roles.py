@@ -34,7 +34,7 @@ from optim.axes import AxesSpec as AxesSpec
 from optim.axes import ambiguous_leaves, check_keys, listing, suffix_matches
 from optim.axes import resolve_axes as resolve_axes
 from optim.conventions import CONVENTIONS as CONVENTIONS
-from optim.conventions import GENERIC, is_positional, path_str, place
+from optim.conventions import GENERIC, fused_qkv, head_name, is_positional, path_str, place
 from optim.conventions import KERNEL as KERNEL
 from optim.conventions import TORCH as TORCH
 from optim.conventions import Convention as Convention
@@ -42,6 +42,7 @@ from optim.conventions import Placement as Placement
 from transformer import names as _names
 from transformer.linalg.axes import MatrixAxes as MatrixAxes
 from transformer.linalg.axes import as_matrices as as_matrices
+from transformer.linalg.axes import as_matrix_axes
 
 # The one head split lives beside `Name.heads`; re-exported here for `optim.orthogonalized`.
 from transformer.names import Side as Side
@@ -334,13 +335,90 @@ def head_layout(params, n_heads: int, n_kv_heads: int | None = None):
       lambda path, _: head_split(path, n_heads, n_kv_heads), params)
 
 
-def head_split(path, n_heads: int, n_kv_heads: int | None = None):
-  """`head_layout` of one key path: `(side, count)` or `None`."""
+def head_split(path, n_heads: int, n_kv_heads: int | None = None, *, ndim: int | None = None):
+  """`head_layout` of one key path: `(side, count)` or `None`.
+
+  Ours (`blocks/attn/w_q`, ...) by `transformer.names`; with `ndim=2`, also the 2-D attention
+  projections of other people's trees by `HEAD_NAMES` (equinox `query_proj` ... `output_proj`,
+  Hugging Face `q_proj` ... `o_proj`, linen/nnx `query` ... `out`), whose side is that of the
+  `(d_in, d_out)` matrix their convention reads (an equinox `weight` is stored transposed).
+  """
   key = _names.library_key(path_str(path))
   heads = None if key is None else _names.NAMES[key].heads  # ours, in our trees only
+  if heads is None and ndim == 2:
+    heads = head_name(path, ndim)
   if heads is None:
     return None
   return heads[0], {"H": n_heads, "K": n_heads if n_kv_heads is None else n_kv_heads}[heads[1]]
+
+
+#: `split_qkv=`: `True` (the names of `FUSED_QKV`), `False` (none), or a mapping path suffix ->
+#: parts (`3`, `(q, k, v)` output widths, or `None` not to split), added to the names.
+SplitSpec = bool | Mapping[str, int | tuple[int, ...] | None]
+
+
+def check_split(spec, caller: str):
+  """`split_qkv=` checked at construction (one line naming the fix)."""
+  if isinstance(spec, bool):
+    return spec
+  fix = ("pass True (split the fused q, k, v of optim.conventions.FUSED_QKV), False, or a "
+         "mapping path suffix -> 3, (q_width, k_width, v_width) or None")
+  if not isinstance(spec, Mapping):
+    raise ValueError(f"{caller}: split_qkv={spec!r}; {fix}")
+  out = {}
+  for k, v in spec.items():
+    ok = (v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+          or (isinstance(v, tuple) and len(v) >= 1 and all(
+              isinstance(i, int) and not isinstance(i, bool) and i >= 1 for i in v)))
+    if not isinstance(k, str) or not ok:
+      raise ValueError(f"{caller}: split_qkv[{k!r}]={v!r}; {fix}")
+    out[k] = v
+  return out
+
+
+def fused_sizes(path, shape, axes, spec, n_heads=None, n_kv_heads=None,
+                caller: str = "optim.scale_by_muon") -> tuple[int, ...] | None:
+  """The output widths of the matrices a fused q, k, v leaf holds, or `None` (not fused).
+
+  A 2-D leaf named in `FUSED_QKV` (or in a `split_qkv` mapping) is read by `axes` as
+  `(d_in, d_out)`, and its output side `[q | k | v]` splits in three equal parts, or, with
+  `n_kv_heads < n_heads` (grouped-query attention), in `H : K : K` head widths.
+
+  Raises:
+    ValueError: (one line, naming the leaf) when the output side does not split so.
+  """
+  s = path_str(path)
+  parts = None
+  if isinstance(spec, Mapping):
+    hit = [k for k in spec if suffix_matches(s, k)]
+    if hit:
+      parts = spec[hit[0]]
+      if parts is None:
+        return None
+  if parts is None and spec is not False and fused_qkv(s):
+    parts = 3
+  if parts is None or len(shape) != 2:
+    return None
+  d_out = shape[as_matrix_axes(axes).output % 2] if isinstance(
+      as_matrix_axes(axes).output, int) else None
+  if d_out is None:
+    return None
+  if isinstance(parts, tuple):
+    widths = parts
+  elif (parts == 3 and n_heads and n_kv_heads and n_kv_heads != n_heads
+        and d_out % (n_heads + 2 * n_kv_heads) == 0):
+    dh = d_out // (n_heads + 2 * n_kv_heads)
+    widths = (n_heads * dh, n_kv_heads * dh, n_kv_heads * dh)
+  elif d_out % parts == 0:
+    widths = (d_out // parts,) * parts
+  else:
+    widths = None
+  if widths is None or sum(widths) != d_out:
+    raise ValueError(
+        f"{caller}: the fused q, k, v leaf {s!r} {tuple(shape)} has {d_out} outputs, which do "
+        f"not split as {parts}; pass split_qkv={{{s!r}: (q_width, k_width, v_width)}}, or "
+        f"split_qkv={{{s!r}: None}} to orthogonalize it as one matrix")
+  return tuple(widths)
 
 
 def unzip_tree(like, tree_of_tuples, n: int):

@@ -160,7 +160,7 @@ def compile_designs(mesh, d: int, layers: int, **muon_kw) -> dict:
     where = {} if shard is None else {"shard": shard, "mesh": mesh}
     if shard == "owner":
       where["shard_axes"] = owner_axes(mesh)
-    tx = optim.scale_by_muon(**muon_kw, **where)
+    tx = optim.scale_by_muon(**muon_kw, **where, matrix_axes=optim.MatrixAxes(-2, -1))
     state = jax.eval_shape(tx.init, abstract)
     state_shards = sharding.param_shardings(mesh, state)
     step = jax.jit(tx.update, in_shardings=(shards, state_shards),
@@ -181,7 +181,7 @@ def run(mesh_spec: str = "data=2,fsdp=4", d: int = 256, layers: int = 8, **muon_
   shards = sharding.param_shardings(mesh, abstract)
   report, ref = {}, None
   for name, (compiled, hlo, compile_s) in designs.items():
-    tx = optim.scale_by_muon(**muon_kw)
+    tx = optim.scale_by_muon(**muon_kw, matrix_axes=optim.MatrixAxes(-2, -1))
     state = jax.device_put(tx.init(grads), sharding.param_shardings(
         mesh, jax.eval_shape(tx.init, abstract)))
     updates, _ = compiled(jax.device_put(grads, shards), state)

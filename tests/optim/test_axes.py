@@ -125,7 +125,8 @@ def test_muon_on_fused_qkv_equals_muon_on_each_matrix():
   g = _tree(jnp.asarray(rng.normal(size=(D, 3, H, DH)), jnp.float32))
   tx = optim.scale_by_muon(0.0, nesterov=False, shape_scaling="none", matrix_axes=FUSED)
   u, _ = tx.update(g, tx.init(g))
-  ref = optim.scale_by_muon(0.0, nesterov=False, shape_scaling="none")
+  ref = optim.scale_by_muon(0.0, nesterov=False, shape_scaling="none",
+                            matrix_axes=optim.MatrixAxes(-2, -1))
   flat = {"w": jnp.asarray(_matrices(_leaf(g)), jnp.float32)}
   want = ref.update(flat, ref.init(flat))[0]["w"]
   np.testing.assert_allclose(_matrices(_leaf(u)), want, rtol=1e-5, atol=1e-6)

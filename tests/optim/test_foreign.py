@@ -128,6 +128,14 @@ def _plain(path, x):
   return np.asarray(x)[None]
 
 
+def _qkv_in_three(path, x):
+  """A fused `c_attn` `(D, 3D)` as its three `(D, D)` matrices (Muon's default); else `_plain`."""
+  if path.endswith("c_attn/weight"):
+    x = np.asarray(x)
+    return x.reshape(x.shape[0], 3, -1).transpose(1, 0, 2)
+  return _plain(path, x)
+
+
 # ------------------------------------------------------------------------------ linen
 
 
@@ -211,7 +219,7 @@ def test_hugging_face_names(tree):
   assert len(hidden) == (7 if tree == "llama" else 4)
   shape = {optim.roles.path_str(p): x.shape for p, x in jax.tree_util.tree_leaves_with_path(params)}
   grads = _grads(params, lambda p, s: (*s, lambda m: m[0], 1) if p in hidden else None)
-  _check_muon(params, grads, hidden, _plain)
+  _check_muon(params, grads, hidden, _qkv_in_three)
   # With shape scaling, the update reads d_in, d_out from the layout: `width` scales a PyTorch
   # down_proj weight (D, F) = (d_out, d_in) by sqrt(max(1, D/F)) = 1, a (d_in, d_out) by 1.22.
   if tree == "llama":

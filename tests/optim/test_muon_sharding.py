@@ -95,7 +95,7 @@ def test_owner_layout_is_where_the_iteration_runs():
   mesh = sharding.make_mesh({"data": 2, "fsdp": 4})
   x = jax.device_put(np.ones((8, 16, 32), np.float32),
                      NamedSharding(mesh, PartitionSpec(None, None, "fsdp")))
-  tx = optim.scale_by_muon(shard="owner", mesh=mesh)
+  tx = optim.scale_by_muon(shard="owner", mesh=mesh, matrix_axes=optim.MatrixAxes(-2, -1))
   text = jax.jit(tx.update).lower({"w": x}, tx.init({"w": x})).as_text()
   assert '<@mesh, [{"data", "fsdp"}, {}, {}]>' in text, text
 

@@ -57,8 +57,8 @@ def test_alias_is_orthogonalized_momentum_plus_decay_times_lr():
 
 def test_stacked_layers_are_independent_matrices():
   grads = _tree(1)
-  tx = optim.scale_by_muon(shape_scaling="rms")
-  w = {"w_1": grads["blocks"]["ffn"]["w_1"]}
+  tx = optim.scale_by_muon(shape_scaling="rms", matrix_axes=optim.MatrixAxes(-2, -1))
+  w = {"w_1": grads["blocks"]["ffn"]["w_1"]}  # out of our tree: its layout is stated
   stacked, _ = tx.update(w, tx.init(w))
   for l in range(2):
     single = {"w_1": w["w_1"][l]}
@@ -101,7 +101,8 @@ def test_ns_steps_is_the_newton_schulz_iteration_count(ns_steps):
   from transformer.linalg.polar import coeff_table
 
   g = jax.random.normal(jax.random.key(3), (2, 16, 24))
-  tx = optim.scale_by_muon(0.0, nesterov=False, ns_steps=ns_steps, shape_scaling="none")
+  tx = optim.scale_by_muon(0.0, nesterov=False, ns_steps=ns_steps, shape_scaling="none",
+                           matrix_axes=optim.MatrixAxes(-2, -1))
   u, _ = tx.update({"w": g}, tx.init({"w": g}))
   a, b, c = np.asarray(coeff_table("standard"), np.float64)[0]
   X = np.asarray(g, np.float64)
@@ -160,7 +161,7 @@ def test_bfloat16_newton_schulz_with_polar_express_against_svd():
     G, P = _spectrum(seed, shape, kappa=10.0)
     for dtype in (jnp.float32, jnp.bfloat16):
       tx = optim.scale_by_muon(coeffs="polar_express", compute_dtype=dtype, nesterov=False,
-                               shape_scaling="none")
+                               shape_scaling="none", matrix_axes=optim.MatrixAxes(-2, -1))
       u, _ = jax.jit(tx.update)({"w": jnp.asarray(G, jnp.float32)},
                                 tx.init({"w": jnp.zeros(shape)}))
       O = np.asarray(u["w"], np.float64)

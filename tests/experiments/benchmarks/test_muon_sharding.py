@@ -50,9 +50,9 @@ def test_replicate_equals_one_device():
   abstract = muon_sharding.stacked_matrices(32, 8)
   rng = np.random.default_rng(1)
   grads = {k: rng.standard_normal(s.shape).astype(np.float32) for k, s in abstract.items()}
-  one = optim.scale_by_muon()
+  one = optim.scale_by_muon(matrix_axes=optim.MatrixAxes(-2, -1))
   ref, _ = jax.jit(one.update)(grads, one.init(grads))
-  tx = optim.scale_by_muon(shard="replicate", mesh=mesh)
+  tx = optim.scale_by_muon(shard="replicate", mesh=mesh, matrix_axes=optim.MatrixAxes(-2, -1))
   placed = jax.device_put(grads, sharding.param_shardings(mesh, abstract))
   out, _ = jax.jit(tx.update)(placed, tx.init(placed))
   for k in grads:  # unit-scale updates (~0.5): 5e-6 is float32 rounding that Newton–Schulz
