@@ -202,9 +202,13 @@ class Claim:
     `axes`: a kept result's report is rendered with the claim as it ran.
 
     Example:
-      >>> from experiments.claims import CLAIMS
-      >>> c = CLAIMS["muon"]
-      >>> Claim.from_dict(c.to_dict()).thresholds == c.thresholds
+      >>> from experiments.verdict.thresholds import Extension, Threshold
+      >>> gain = Threshold.beyond("gain", "new", "loss", baseline="old", margin=0.1, unit="nats")
+      >>> c = Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h",
+      ...           refuted_if="r", thresholds=(gain,), trains=False,
+      ...           extensions=(Extension("why?", "q", (gain,)),))
+      >>> d = Claim.from_dict(c.to_dict())
+      >>> (d.thresholds, d.extensions) == (c.thresholds, c.extensions)
       True
     """
     return cls(id=d["id"], topic=d["topic"], kind=d["kind"], preface=d["preface"],

@@ -64,8 +64,14 @@ def budget(sizes: Sizes, params: int | None) -> dict | None:
   """`config.budget`: what each reported model trains on, per parameter; None if it trains none.
 
   Example:
-    >>> from experiments.claims import muon
-    >>> budget(muon.FULL, 41_856)
+    >>> import dataclasses
+    >>> from experiments.verdict.sizes import TrainedSizes
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class S(TrainedSizes):
+    ...   steps: int
+    ...   batch_size: int
+    ...   seq_len: int
+    >>> budget(S(steps=409, batch_size=16, seq_len=128), 41_856)  # micro-20's regime
     {'train_tokens': 837632, 'params': 41856, 'tokens_per_param': 20.01223241590214}
   """
   tokens = sizes.train_tokens()
