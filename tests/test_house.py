@@ -8,9 +8,15 @@
   the claims (`verdict`, `lab`, `train`, `models`, `data`) imports `experiments.claims`;
   the commands are leaves: nothing but `experiments.__main__` and other commands imports
   `experiments.commands`;
-- no module is over `MAX_LINES` lines, and no claim module over `MAX_CLAIM_LINES`.
+- no module is over `MAX_LINES` lines, and no claim module over `MAX_CLAIM_LINES`; no test
+  file over `MAX_LINES` either;
+- `tests/` mirrors the packages: every folder under `tests/` is a package folder of ours
+  (`tests/experiments/verdict/` tests `experiments/verdict/`), and a test file directly in
+  `tests/experiments/` names a top-level module of `experiments` (`test_jsonio.py`).
 
-Every import counts, also those inside functions: a deferred import is still a dependency.
+Every import counts, also those inside functions, and those of a docstring's example
+(`>>> from ... import ...`): a deferred import is still a dependency, and so is a doctest's,
+since `--doctest-modules` runs it.
 """
 
 from __future__ import annotations
@@ -30,10 +36,10 @@ MAX_CLAIM_LINES = 400  # a claim's measurements beyond its protocol go to experi
 MAX_CLAIM_DOC = 40  # question, operationalisation, protocol; results and timings: results/
 
 
-def modules() -> dict[str, str]:
-  """`{dotted module name: path}` of every `.py` file of the four packages."""
+def modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+  """`{dotted module name: path}` of every `.py` file of `packages` (the four, or `("tests",)`)."""
   out = {}
-  for pkg in PACKAGES:
+  for pkg in packages:
     for folder, _, names in os.walk(os.path.join(ROOT, pkg)):
       for name in names:
         if name.endswith(".py"):
@@ -42,12 +48,14 @@ def modules() -> dict[str, str]:
   return out
 
 
-def imports_of(path: str, module: str, known: set[str]) -> set[str]:
-  """The modules of ours that `module` imports (`from a import b` counts `a.b` if a module)."""
+def imports_of(path: str, module: str, known: set[str], doctests: bool = False) -> set[str]:
+  """The modules of ours that `module` imports (`from a import b` counts `a.b` if a module);
+  with `doctests`, also those its docstrings' examples import."""
   tree = ast.parse(open(path).read(), path)
   package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
   found = set()
-  for node in ast.walk(tree):
+  nodes = [*ast.walk(tree), *(doctest_imports(tree, path) if doctests else ())]
+  for node in nodes:
     if isinstance(node, ast.Import):
       names = [a.name for a in node.names]
     elif isinstance(node, ast.ImportFrom):
@@ -66,10 +74,40 @@ def imports_of(path: str, module: str, known: set[str]) -> set[str]:
   return found
 
 
-def graph() -> dict[str, set[str]]:
+def doctest_imports(tree: ast.Module, path: str) -> list[ast.stmt]:
+  """The import statements of the examples in `tree`'s docstrings (module, classes, functions):
+  the `>>> ` lines (with their `... ` continuations) that parse as `import` or `from`."""
+  out = []
+  for node in ast.walk(tree):
+    if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+      continue
+    doc = ast.get_docstring(node, clean=True) or ""
+    statement: list[str] = []
+    for line in [*doc.splitlines(), ""]:
+      text = line.strip()
+      if text.startswith("... ") and statement:
+        statement.append(text[4:])
+        continue
+      if statement:
+        for lines in (statement, statement[:1]):  # `... ` may be the example's output
+          try:
+            out += [n for n in ast.parse("\n".join(lines), path).body
+                    if isinstance(n, (ast.Import, ast.ImportFrom))]
+            break
+          except SyntaxError:
+            pass
+        statement = []
+      if text.startswith(">>> ") and text[4:].lstrip().startswith(("import ", "from ")):
+        statement = [text[4:].lstrip()]
+  return out
+
+
+def graph(doctests: bool = False) -> dict[str, set[str]]:
+  """`{module: the modules of ours it imports}`. An example runs once every module is imported,
+  so it cannot close an import cycle: only the direction rules read `doctests=True`."""
   mods = modules()
   known = set(mods)
-  return {m: imports_of(p, m, known) for m, p in mods.items()}
+  return {m: imports_of(p, m, known, doctests) for m, p in mods.items()}
 
 
 def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
@@ -167,7 +205,7 @@ def test_the_real_house_has_no_cycle_and_keeps_every_rule():
   assert len(g) > 80, f"only {len(g)} modules found: is ROOT={ROOT} right?"
   assert "experiments.claims.causal_mask" in g and "experiments.lab.stability" in g
   assert find_cycle(g) is None, " -> ".join(find_cycle(g))
-  assert violations(g) == []
+  assert violations(graph(doctests=True)) == []
   assert claims_folder_strays(g) == []
 
 
@@ -197,6 +235,53 @@ def test_no_module_is_over_its_line_limit():
   lengths = {m: len(open(p).read().splitlines()) for m, p in modules().items()}
   assert len(lengths) > 80
   assert oversized(lengths) == []
+
+
+def test_no_test_file_is_over_the_line_limit():
+  lengths = {m: len(open(p).read().splitlines()) for m, p in modules(("tests",)).items()}
+  assert len(lengths) > 80 and "tests.test_house" in lengths
+  assert oversized(lengths) == []
+
+
+def unmirrored(root: str) -> list[str]:
+  """Where `root/tests/` does not mirror the packages, one line each: a folder under `tests/`
+  that is not a package folder at the same place under `root` (`tests/experiments/verdict/`
+  for `experiments/verdict/`), and a test file directly in `tests/experiments/` that names no
+  top-level module of `experiments` (`test_jsonio.py` for `experiments/jsonio.py`)."""
+  out = []
+  tests = os.path.join(root, "tests")
+  for folder, dirs, _ in os.walk(tests):
+    dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
+    rel = os.path.relpath(folder, tests)
+    if rel != "." and not os.path.isfile(os.path.join(root, rel, "__init__.py")):
+      out.append(f"tests/{rel}/ mirrors no package folder {rel}/: move its tests to the folder "
+                 "of the module they test")
+  for name in sorted(os.listdir(os.path.join(tests, "experiments"))):
+    if (name.startswith("test_") and name.endswith(".py")
+        and not os.path.isfile(os.path.join(root, "experiments", name.removeprefix("test_")))):
+      out.append(f"tests/experiments/{name} names no module experiments/"
+                 f"{name.removeprefix('test_')}: move it to the folder of the module it tests")
+  return out
+
+
+def test_tests_mirror_the_packages(tmp_path):
+  assert os.path.isdir(os.path.join(ROOT, "tests", "experiments", "verdict"))
+  assert unmirrored(ROOT) == []
+  for folder in ("experiments/verdict", "tests/experiments/verdict", "tests/experiments/misc",
+                 "tests/experiments/verdict/old", "tests/__pycache__"):
+    os.makedirs(tmp_path / folder)
+  (tmp_path / "experiments" / "__init__.py").write_text("")
+  (tmp_path / "experiments" / "verdict" / "__init__.py").write_text("")
+  (tmp_path / "experiments" / "jsonio.py").write_text("")
+  for name in ("test_jsonio.py", "test_claims_rank.py"):
+    (tmp_path / "tests" / "experiments" / name).write_text("")
+  assert unmirrored(str(tmp_path)) == [
+      "tests/experiments/misc/ mirrors no package folder experiments/misc/: move its tests to "
+      "the folder of the module they test",
+      "tests/experiments/verdict/old/ mirrors no package folder experiments/verdict/old/: move "
+      "its tests to the folder of the module they test",
+      "tests/experiments/test_claims_rank.py names no module experiments/claims_rank.py: move it "
+      "to the folder of the module it tests"]
 
 
 def test_the_checks_catch_what_they_claim_to():
@@ -231,6 +316,9 @@ def test_the_checks_catch_what_they_claim_to():
       "claim experiments.claims.lora has 401 lines, over 400: move its measurements to "
       "experiments.lab",
       "experiments.train.loop has 501 lines, over 500: split it by concern"]
+  assert oversized({"tests.experiments.verdict.test_scale": 908,
+                    "tests.experiments.claims.test_lora": 450}) == [
+      "tests.experiments.verdict.test_scale has 908 lines, over 500: split it by concern"]
   registry = {"experiments.claims": {"experiments.claims.muon"}, "experiments.claims.muon": set(),
               "experiments.claims.runner": set()}
   assert claims_folder_strays(registry) == ["experiments.claims.runner"]
@@ -248,3 +336,37 @@ def test_imports_are_read_also_inside_functions_and_relative(tmp_path, source, e
   known = {"experiments.lab.stability", "experiments.lab", "analysis", "experiments.claims",
            "experiments.claims.lora", "experiments.claims.claim", "experiments.claims.muon"}
   assert imports_of(str(path), "experiments.claims.muon", known) == expected
+
+
+DOCTESTS = '''"""A module of the verdict.
+
+Example:
+  >>> from experiments.claims import muon
+  >>> muon.FULL  # the example goes on: not an import
+"""
+
+
+def f():
+  """A function.
+
+  >>> from experiments.lab import (
+  ...     stability)
+  >>> import analysis  # doctest: +SKIP
+  """
+  from experiments import jsonio
+'''
+
+
+def test_doctest_imports_count_for_the_direction_rules_not_for_cycles(tmp_path):
+  path = tmp_path / "mod.py"
+  path.write_text(DOCTESTS)
+  known = {"experiments.claims", "experiments.claims.muon", "experiments.lab",
+           "experiments.lab.stability", "experiments.jsonio", "experiments", "analysis"}
+  module = "experiments.verdict.results"
+  assert imports_of(str(path), module, known) == {"experiments.jsonio"}
+  got = imports_of(str(path), module, known, doctests=True)
+  assert got == {"experiments.jsonio", "experiments.claims.muon", "experiments.lab.stability",
+                 "analysis"}
+  assert violations({module: got}) == [
+      "experiments.verdict.results imports experiments.claims.muon: the claims' support must "
+      "not depend on the claims"]
