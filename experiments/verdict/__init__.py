@@ -10,6 +10,7 @@ commands that run them (`tour`, `claim`, `table`, `validate`, `refit`) in
 | `sizes` | `Sizes`, `TrainedSizes`, `more_steps`, `Spec`: what a claim runs at |
 | `axis` | `Axis`: one axis of any kind (its points, rows, fit, texts); `axis_fit`, `size_test` |
 | `claim` | `Claim`: the frozen declaration, its axes checked |
+| `revision` | `Revision`: why a version was registered (a defect and its test, or a protocol) |
 | `stats` | t-quantiles, 95% intervals, paired effects, slopes, trend fits, number formatting |
 | `rule` | the verdict rule (`decide`), the headline, the extensions, an axis point's reading |
 | `schema` | `results.json` (schema 2: every axis under `axes`): validators, `upgrade` from 1 |
@@ -18,6 +19,7 @@ commands that run them (`tour`, `claim`, `table`, `validate`, `refit`) in
 | `results` | the `results.json` of a run: verdicts, effects, budget, regime |
 | `folders` | run folders, machine and commit, saved findings, `--resume`, `results/` |
 | `runner` | `run_claim`: the registered run, then one loop over the axes; `--resume` |
+| `history` | every kept version's seeds (`results/history.json`); new versions on fresh seeds |
 | `cells` | one-line texts: table cells, labels, the markdown table |
 | `axis_report` | the section of a report for any axis, and an axis's table cell |
 | `report` | a claim's `report.md` (made from `results.json` alone) and the tour's |
@@ -34,8 +36,9 @@ Example:
 
 from experiments.verdict.axis import Axis
 from experiments.verdict.claim import Claim
+from experiments.verdict.revision import Revision
 from experiments.verdict.sizes import Sizes, Spec, TrainedSizes, more_steps
 from experiments.verdict.thresholds import Anchor, Extension, Threshold
 
-__all__ = ["Anchor", "Axis", "Claim", "Extension", "Sizes", "Spec", "Threshold",
+__all__ = ["Anchor", "Axis", "Claim", "Extension", "Revision", "Sizes", "Spec", "Threshold",
            "TrainedSizes", "more_steps"]

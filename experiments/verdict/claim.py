@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from experiments.verdict.axis import Axis
+from experiments.verdict.revision import Revision, check_revisions, revision_from_json
 from experiments.verdict.sizes import Sizes, Spec
 from experiments.verdict.thresholds import Anchor, Extension, Threshold
 
@@ -66,9 +67,13 @@ class Claim:
       both, differently, is an error.
     version: the registration's number, 1 for the first. A claim whose setup changes (steps,
       batch, context, model, metric, margin) is registered again under the next version,
-      before it runs; `revisions` says why, one line per version after the first, and
-      `results.json` records the version it ran under.
-    revisions: `("v2: <why>", ...)`, exactly `version − 1` lines.
+      before it runs; `revisions` says why, one per version after the first, and
+      `results.json` records the version it ran under. A version registered after an earlier
+      version's result was kept runs on seeds and tuning seeds no kept version ran on
+      (`experiments.verdict.history`; `--keep` refuses otherwise).
+    revisions: exactly `version − 1` entries: `Revision(N, "defect" | "protocol", why,
+      test=...)` (a defect names the test that fails on the old code), or for versions
+      registered before `Revision` existed, their line `"vN: <why>"`.
     bits_metric: `(arm, metric)` of a held-out loss in nats per byte that the claim's runs
       report, read as the bits per byte its models reach (`results.json`'s
       `config.regime`); None: the base model's stored held-out loss, when it reads one.
@@ -102,20 +107,14 @@ class Claim:
   at_budget: Callable[[Sizes, int], Sizes] | None = None
   budget_model: str | None = None
   version: int = 1
-  revisions: tuple[str, ...] = ()
+  revisions: tuple[str | Revision, ...] = ()
   bits_metric: tuple[str, str] | None = None
   reads_base: bool = False
   axes: tuple[Axis, ...] = ()
   key: str | None = None
 
   def __post_init__(self):
-    if not (isinstance(self.version, int) and self.version >= 1
-            and len(self.revisions) == self.version - 1
-            and all(r.startswith(f"v{i + 2}: ") for i, r in enumerate(self.revisions))):
-      raise ValueError(f"Claim {self.id!r}: version={self.version!r} needs exactly "
-                       f"{max(self.version - 1, 0)} revisions, 'v2: <why>', 'v3: <why>', ...; got "
-                       f"{list(self.revisions)}. Fix: add one line per new registration saying "
-                       "what changed and why, written before the run.")
+    check_revisions(self.id, self.version, self.revisions)
     if self.key is not None and self.key not in {t.name for t in self.thresholds}:
       raise ValueError(f"Claim {self.id!r}: key={self.key!r} names no threshold. Fix: one of "
                        f"{[t.name for t in self.thresholds]}, or None (the first).")
@@ -216,7 +215,8 @@ class Claim:
                thresholds=tuple(Threshold.from_dict(t) for t in d["thresholds"]),
                extensions=tuple(Extension.from_dict(e) for e in d["extensions"]),
                anchors=tuple(Anchor(**a) for a in d["anchors"]), trains=d["trains"],
-               version=d.get("version", 1), revisions=tuple(d.get("revisions", ())),
+               version=d.get("version", 1),
+               revisions=tuple(revision_from_json(r) for r in d.get("revisions", ())),
                axes=tuple(axes))
 
   def sizes(self, quick: bool) -> Sizes:
@@ -256,5 +256,6 @@ class Claim:
         for key, value in axis.to_dict().items():
           d[key] = {**d[key], **value} if key in d else value
     if self.version > 1:
-      d["version"], d["revisions"] = self.version, list(self.revisions)
+      d["version"] = self.version
+      d["revisions"] = [r.to_dict() if isinstance(r, Revision) else r for r in self.revisions]
     return d

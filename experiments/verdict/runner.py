@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 
 from experiments import jsonio
-from experiments.verdict import folders, report
+from experiments.verdict import folders, history, report
 from experiments.verdict.claim import Claim
 from experiments.verdict.figures import axis_figure
 from experiments.verdict.results import results_of
@@ -122,7 +122,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
               root: str = "runs", log: Callable[[str], None] = print,
               resume: str | None = None, axes: Mapping[str, Sequence] | None = None,
               sizes: Sequence[str] | None = None, lengths: Sequence[int] | None = None,
-              budgets: Sequence[int] | None = None) -> tuple[dict, str]:
+              budgets: Sequence[int] | None = None, keep: bool = False,
+              results_root: str = folders.RESULTS_DIR) -> tuple[dict, str]:
   """Runs `claim` and writes its folder; returns `(results, run_dir)`.
 
   The registered sizes run first, into the run folder, and `results.json` and the report are
@@ -151,6 +152,10 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
       these.
     sizes, lengths, budgets: the older spelling of `axes={"scale": ..., "context": ...,
       "budget": ...}`.
+    keep: the run is to be kept (`--keep`): before any compute, `history.check_fresh`
+      refuses a new version on seeds an earlier kept version ran on; at the end the result
+      kept now is recorded in the history (`history.record`), so the keep may replace it.
+    results_root: the kept results (`results/`) `keep` reads and records in.
 
   Returns:
     The `results.json` dict and the run folder.
@@ -166,6 +171,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   if tuning:
     raise ValueError(f"--seeds {tuning}: tuning seeds of {claim.id!r} {list(claim.tuning_seeds)} "
                      "are never reported. Fix: report other seeds.")
+  if keep:
+    history.check_fresh(claim, seeds, results_root)
   asked = {name: tuple(v) for name, v in (axes or {}).items()}
   for name, values in (("scale", sizes), ("context", lengths), ("budget", budgets)):
     if values is not None:
@@ -193,6 +200,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
     jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
     report.write_claim_report(claim, results, run_dir)
     if not plans:
+      if keep:
+        history.record(claim.id, results_root)
       return results, run_dir
   else:  # the registered run's own per-seed metrics, as it wrote them
     results = old
@@ -236,6 +245,8 @@ def run_claim(claim: Claim, *, quick: bool = False, seeds: Sequence[int] | None 
   validate_results(results)
   jsonio.dump_strict(results, os.path.join(run_dir, "results.json"))
   report.write_claim_report(claim, results, run_dir)
+  if keep:
+    history.record(claim.id, results_root)
   return results, run_dir
 
 
