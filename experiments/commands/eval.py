@@ -220,10 +220,14 @@ def evaluate(params, cfg: transformer.Config, tokens, *, n_bytes: int | None = N
 
 def read_text(spec: str, split: str = "all", val_fraction: float = 0.05,
               max_bytes: int = 0) -> tuple[bytes, str]:
-  """The bytes of `--data spec` (all files, or the validation files of `train`) and a note."""
+  """The bytes of `--data spec` (all files, or the files `train` holds out) and a note.
+
+  For `stdlib` the held-out files are its `val` and `test` splits together (`Corpus.heldout`).
+  """
   if split == "val":
     corpus = data.load_corpus(spec, val_fraction)
-    raw, note = corpus.val.tobytes(), corpus.note
+    held = corpus.val if corpus.heldout is None else corpus.heldout
+    raw, note = held.tobytes(), corpus.note
   elif split == "all":
     found = data.scan_files(spec)
     chunks = []

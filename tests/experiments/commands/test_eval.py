@@ -266,3 +266,11 @@ def test_eval_kv_ratio_on_a_rope_model_compresses_keys_before_rope(tmp_path, cap
   post = _last_json(capsys.readouterr().out)
   assert post["kv_pre_rope"] is False and post["kv_compression"] == pre["kv_compression"]
   assert post["loss"] != pre["loss"]
+
+
+def test_the_stdlib_held_out_text_is_its_val_and_test_files():
+  """`--split val` scores every file `train` holds out: for `stdlib`, `val` and `test` together."""
+  raw, note = eval_.read_text("stdlib", "val")
+  corpus = data.load_corpus("stdlib")
+  assert raw == corpus.heldout.tobytes() and note == ""
+  assert len(raw) == len(corpus.val) + len(corpus.test)
