@@ -146,3 +146,26 @@ def from_git(claim_ids, repo: str | None = None) -> dict[str, list[dict]]:
     if found:
       out[cid] = merge(found)
   return out
+
+
+def verdict_path(claim_id: str, root: str = RESULTS_DIR) -> str:
+  """The verdicts of every kept version, oldest first, for a table cell.
+
+  Example: `v1 inconclusive → v2 inconclusive → v3 refuted` (the last is the current one).
+  """
+  return " → ".join(f"v{e['version']} {e['verdict']}" for e in kept(claim_id, root))
+
+
+def revision_lines(claim, root: str = RESULTS_DIR) -> list[str]:
+  """Markdown lines: each kept version's verdict and seeds, and why each later one was registered
+  (`claim.revisions`: a `Revision`, or the line of a version registered before it)."""
+  why = {(r.version if isinstance(r, Revision) else int(r.split(":")[0][1:])): r
+         for r in claim.revisions}
+  lines = []
+  for e in kept(claim.id, root):
+    r = why.get(e["version"])
+    reason = ("" if r is None else f": {r.kind}, {r.why}" if isinstance(r, Revision)
+              else f": {r.split(': ', 1)[1]}")
+    tuning = f", tuning seeds {e['tuning_seeds']}" if e["tuning_seeds"] else ""
+    lines.append(f"- v{e['version']} {e['verdict']} (seeds {e['seeds']}{tuning}){reason}")
+  return lines

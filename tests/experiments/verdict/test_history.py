@@ -130,3 +130,12 @@ def test_every_defect_revision_names_a_test_that_exists():
       if isinstance(r, Revision) and r.test:
         path, name = r.test.split("::")
         assert f"def {name}(" in open(os.path.join(ROOT, path)).read(), (claim.id, r.test)
+
+
+def test_the_verdict_history_reads_oldest_first_with_the_reasons(kept):
+  assert history.verdict_path("toy", kept) == "v1 supported → v2 refuted"
+  assert history.revision_lines(_claim(version=2), kept) == [
+      "- v1 supported (seeds [0, 1, 2], tuning seeds [100])",
+      "- v2 refuted (seeds [0, 1, 2], tuning seeds [100]): the old line of a version registered "
+      "before Revision"]
+  assert history.verdict_path("lora") == "v1 refuted → v2 inconclusive → v3 refuted"
