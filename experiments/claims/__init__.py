@@ -54,9 +54,21 @@ chosen on `tuning_seeds` only, by `experiments.lab.edge.tune` (the edge rule)::
         axes=(axes.scale(("pico-20", "micro-20", "mini-20")),), bits_metric=("base", "loss"),
         QUICK=QUICK, FULL=FULL, run=run, tuning_seeds=(99,))
 
-A claim whose setup changes later gets `version=2` and a `revisions` line saying why, before
-its new run. `python -m experiments claim my-claim --quick` then runs it, and a test of the claim's
-measurement against an independent reference goes to `tests/experiments/`.
+A new claim touches these files, and no others (counts and order elsewhere, the tour's and the
+tests', are read from `CLAIMS`):
+
+1. `experiments/claims/<id>.py` (its id with `_` for `-`): the module above.
+2. `experiments/claims/__init__.py`: its name in the import list and its `CLAIM` in `CLAIMS`.
+3. `tests/experiments/claims/test_<id>.py`: its measurement against an independent reference
+   (numpy or scipy in float64), its theorem if it states one, its thresholds on synthetic runs.
+4. `docs/architecture.rst` and README.md's prose: its id in the list of claims, the count.
+5. After its full run (`python -m experiments claim my-claim --keep`, from a clean worktree at
+   the commit that registered it): `results/<id>/` as the run wrote it, and the verdict tables
+   that `python -m experiments.commands.table` prints from `results/` (never typed).
+
+`python -m experiments claim my-claim --quick` runs it first, as a pipeline check. A claim
+whose setup changes later gets `version=2` and a `revisions` line saying why, before its new
+run.
 
 Example:
   >>> from experiments.claims import CLAIMS
