@@ -1,26 +1,29 @@
-"""Many small training runs as one program: seeds × learning rates, vmapped and jitted.
+"""Many small training runs at once: seeds × learning rates, jitted, each a pure function.
 
     result = train_many(cfg, make_tx, seeds=(0, 1, 2), learning_rates=(1e-3, 3e-3),
                         steps=400, data="stdlib", batch_size=16, seq_len=64, eval_every=50)
 
 Each run is what `experiments.train.train` would do with that seed and peak learning rate
 (same init `key(seed)`, same batches — a pure function of `(seed, step)` — same loss and
-optimizer), but all of them advance together: one `jax.vmap` over learning rates of one
-`jax.vmap` over seeds, `eval_every` steps per call inside a `lax.fori_loop`, in memory, no
-checkpoints. The learning rate is a traced value injected with `optax.inject_hyperparams`, so
-the whole sweep compiles once. A run whose loss becomes non-finite (or worse than 1.5 ×
-uniform guessing) is flagged in `diverged`; the others are untouched, since vmapped runs
-share no arithmetic.
+optimizer), but all of them advance together, `eval_every` steps per call inside a
+`lax.fori_loop`, in memory, no checkpoints. The learning rate is a traced value injected with
+`optax.inject_hyperparams`, so the whole sweep compiles once per shape. How the runs share the
+machine is the `strategy` (`choose_strategy` picks the fastest measured: on CPU one unbatched
+program per run, all in flight at once; on an accelerator one `jax.vmap` over learning rates
+of one `jax.vmap` over seeds); runs share no arithmetic, so a run's losses do not depend on
+the strategy or on which other runs trained beside it. A run whose loss becomes non-finite
+(or worse than 1.5 × uniform guessing) is flagged in `diverged`.
 
-`python -m experiments.benchmarks.multirun` times 3 seeds × 2 rates of `tiny` against the
-same six runs one after another.
+`python -m experiments.benchmarks.sweep` measures every strategy at three sizes and 1, 5 and
+20 runs; `python -m experiments.benchmarks.multirun` times 3 seeds × 2 rates of `tiny`
+against `experiments.train.train` called six times.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +35,9 @@ from experiments import data as data_lib
 from experiments.train.step import OPTIMIZERS, TrainState, loss_fn, schedule, train_step
 
 DIVERGENCE_FACTOR = 1.5  # a loss above this × ln(vocab) is worse than guessing: diverged
+Strategy = Literal["auto", "vmap", "sequential", "dispatch"]
+STRATEGIES = ("vmap", "sequential", "dispatch")
+UNROLL_LAYERS = 4  # models this shallow run their layer scan unrolled (`Transformer.scan_unroll`)
 
 
 class ManyResult(NamedTuple):
@@ -96,13 +102,37 @@ def _batches(src, seeds, steps: Sequence[int], batch_size: int, split: str):
           np.stack([[b.weights for b in r] for r in rows]))
 
 
+def choose_strategy(n_runs: int, backend: str | None = None) -> str:
+  """The fastest way to train `n_runs` runs on `backend`, as the sweep benchmark measured it.
+
+  On XLA:CPU one unbatched program per run, all runs' calls in flight at once (`"dispatch"`),
+  beat the vmapped program at every size and run count measured (pico-, micro- and mini-20 at
+  1, 5 and 20 runs; `python -m experiments.benchmarks.sweep`): the runtime overlaps the
+  runs' programs on the cores, while a vmapped step spends more CPU time per run than the
+  run alone (batched small matmuls, and a working set that outgrows the cache). Elsewhere
+  (GPU, TPU), one vmapped program fills the device: `"vmap"`.
+
+  Example:
+    >>> from experiments.train.sweep import choose_strategy
+    >>> choose_strategy(20, "cpu"), choose_strategy(20, "gpu")
+    ('dispatch', 'vmap')
+  """
+  del n_runs  # measured the same way at 1, 5 and 20 runs; the argument keeps the rule's shape
+  return "dispatch" if (backend or jax.default_backend()) == "cpu" else "vmap"
+
+
+def _stack(trees, shape):
+  """Per-run pytrees (runs in row-major `shape` order) as one pytree with leading `shape`."""
+  return jax.tree.map(lambda *xs: jnp.stack(xs).reshape(*shape, *xs[0].shape), *trees)
+
+
 def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTransformation], *,
                seeds: Sequence[int], learning_rates: Sequence[float] | None = None, steps: int,
                data, batch_size: int, seq_len: int, params_fn: Callable | None = None,
                aux_loss: Callable | None = None, eval_every: int,
                callback: Callable | None = None, init_fn: Callable | None = None,
-               eval_batches: int = 4, vectorize: bool = True) -> ManyResult:
-  """Trains `len(learning_rates) × len(seeds)` models as one vmapped, jitted program.
+               eval_batches: int = 4, strategy: Strategy = "auto") -> ManyResult:
+  """Trains `len(learning_rates) × len(seeds)` models, each a pure function of its seed and rate.
 
   .. math:: \\theta^{(\\eta, s)}_{k+1} = \\theta^{(\\eta, s)}_k
      + \\mathrm{tx}_\\eta\\big(\\nabla \\mathcal L(\\theta_k; \\text{batch}(s, k+1))\\big)
@@ -128,13 +158,15 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
       and the intermediates of the first validation batch, leading axes `(n_lr, n_seeds)`.
     init_fn: `init_fn(key) -> trained leaves`; default: the model's init, as `train` does.
     eval_batches: validation batches per evaluation (0: none).
-    vectorize: True: the training step is `jax.vmap`-ed over runs. False: each run advances
-      in its own call of one unbatched jitted program (compiled once), so that an optimizer
-      that branches on its step count (`lax.cond`) keeps the branch: under `vmap` the count is
-      batched and the branch becomes a select that pays both sides at every step. Both give
-      the same runs up to float rounding. Caveat: `optim.scale_by_condition` (a QR-based
-      refresh in a `lax.cond`) hangs XLA:CPU (jax 0.10.2; every thread idle) in the
-      `condition-lr` claim's seed runs, batched or not; see that claim's docstring.
+    strategy: how the runs share the machine; every strategy gives each run the same losses
+      (to float rounding, 1e-6 relative: `tests/experiments/train/test_strategies.py`).
+      `"vmap"`: one `jax.vmap`-ed program advances all runs together. `"sequential"`: one
+      unbatched program (compiled once) advances each run in turn, each call waited for; an
+      optimizer that branches on its step count (`lax.cond`) keeps the branch, where under
+      `vmap` the count is batched and the branch becomes a select that pays both sides.
+      `"dispatch"`: the same unbatched calls, all in flight at once, so that the runtime
+      overlaps them on the cores. `"auto"`: `choose_strategy` (dispatch on CPU, vmap on an
+      accelerator).
 
   Returns:
     A `ManyResult`.
@@ -152,13 +184,20 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     raise ValueError(f"train_many: {steps=} and {eval_every=} must be positive.")
   if not seeds:
     raise ValueError("train_many: seeds is empty. Fix: pass e.g. seeds=(0, 1, 2).")
+  if strategy not in ("auto",) + STRATEGIES:
+    raise ValueError(f"train_many: strategy={strategy!r} is unknown. Fix: one of "
+                     f"{('auto',) + STRATEGIES}.")
   seeds = tuple(int(s) for s in seeds)
   sweep = learning_rates is not None
   lrs = tuple(float(x) for x in learning_rates) if sweep else (math.nan,)
   if sweep and not lrs:
     raise ValueError("train_many: learning_rates is empty. Fix: pass rates or None.")
+  grid = (len(lrs), len(seeds))
+  if strategy == "auto":
+    strategy = choose_strategy(grid[0] * grid[1])
   src = _source(data, seq_len)
-  model = transformer.Transformer(cfg)
+  model = transformer.Transformer(
+      cfg, scan_unroll=cfg.n_layers if cfg.n_layers <= UNROLL_LAYERS else 1)
   to_params = params_fn or (lambda trained: trained)
   init_trained = init_fn or (lambda key: model.init(
       key, jnp.zeros((1, min(8, cfg.max_len)), jnp.int32))["params"])
@@ -176,11 +215,6 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
                                 params_fn=params_fn, aux_loss=aux_loss)
     return state.params, state.opt_state, metrics["loss"]
 
-  # Outer axis: learning rates (batches shared); inner axis: seeds (lr shared).
-  over_seeds = jax.vmap(step_one, in_axes=(0, 0, None, 0, 0))
-  step_all = jax.vmap(over_seeds, in_axes=(0, 0, 0, None, None))
-  init_all = jax.jit(jax.vmap(jax.vmap(init_one, in_axes=(0, None)), in_axes=(None, 0)))
-
   def steps_of(step):
     """`n ≤ eval_every` steps of `step`; returns the state, the summed losses, a non-finite flag."""
 
@@ -194,30 +228,10 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
 
     return run
 
-  advance_all = jax.jit(steps_of(step_all))
-  advance_one = jax.jit(steps_of(step_one))
-
-  def advance(trained, opt_state, rates, tokens, weights, n):
-    if vectorize:
-      zeros = jnp.zeros((len(lrs), len(seeds)), jnp.float32)
-      return advance_all(trained, opt_state, rates, tokens, weights, n, zeros)
-    # One unbatched program per run, called in turn: the optimizer's count stays a scalar.
-    # Each call is waited for: with several of these programs in flight at once (async
-    # dispatch), XLA:CPU 0.10.2 deadlocked on `scale_by_condition`'s QR inside loops, as it
-    # did with the runs batched by `vmap` or `lax.map` in one program.
-    outs = [[jax.block_until_ready(advance_one(
-        jax.tree.map(lambda x, r=r, s=s: x[r, s], trained),
-        jax.tree.map(lambda x, r=r, s=s: x[r, s], opt_state), rates[r],
-        tokens[:, s], weights[:, s], n, jnp.zeros((), jnp.float32)))
-        for s in range(len(seeds))] for r in range(len(lrs))]
-    return jax.tree.map(lambda *xs: jnp.stack(xs).reshape(len(lrs), len(seeds), *xs[0].shape),
-                        *[o for row in outs for o in row])
-
   def val_one(trained, tokens, weights):
     params = to_params(trained)
     return jax.lax.map(lambda tw: loss_fn(params, model, *tw), (tokens, weights)).mean()
 
-  evaluate = jax.jit(jax.vmap(jax.vmap(val_one, in_axes=(0, 1, 1)), in_axes=(0, None, None)))
   params_of = jax.jit(jax.vmap(jax.vmap(to_params)))
 
   @jax.jit
@@ -230,19 +244,50 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     return jax.vmap(jax.vmap(one, in_axes=(0, 0)), in_axes=(0, None))(trained, seed_tokens)
 
   rates = jnp.asarray(lrs if sweep else (0.0,), jnp.float32)
-  if vectorize:
-    trained, opt_state = init_all(jnp.asarray(seeds), rates)
+  runs = [(r, s) for r in range(grid[0]) for s in range(grid[1])]
+  if strategy == "vmap":
+    # Outer axis: learning rates (batches shared); inner axis: seeds (lr shared).
+    over_seeds = jax.vmap(step_one, in_axes=(0, 0, None, 0, 0))
+    advance_all = jax.jit(steps_of(jax.vmap(over_seeds, in_axes=(0, 0, 0, None, None))))
+    evaluate = jax.jit(jax.vmap(jax.vmap(val_one, in_axes=(0, 1, 1)), in_axes=(0, None, None)))
+    init_all = jax.jit(jax.vmap(jax.vmap(init_one, in_axes=(0, None)), in_axes=(None, 0)))
+    state = init_all(jnp.asarray(seeds), rates)
   else:
+    # One unbatched program per run: its calls are waited for one by one ("sequential") or
+    # all put in flight before any result is read ("dispatch").
+    wait = jax.block_until_ready if strategy == "sequential" else (lambda x: x)
+    advance_one, evaluate_one = jax.jit(steps_of(step_one)), jax.jit(val_one)
     init_single = jax.jit(init_one)
-    trained, opt_state = jax.tree.map(
-        lambda *xs: jnp.stack(xs).reshape(len(lrs), len(seeds), *xs[0].shape),
-        *[jax.block_until_ready(init_single(seed, lr)) for lr in rates for seed in seeds])
+    state = [wait(init_single(seeds[s], rates[r])) for r, s in runs]
+
+  def advance(state, tokens, weights, n):
+    """The state after `n` more steps, the summed losses and the flags, `grid`-shaped."""
+    if strategy == "vmap":
+      trained, opt_state, total, bad = advance_all(*state, rates, tokens, weights, n,
+                                                   jnp.zeros(grid, jnp.float32))
+      return (trained, opt_state), total, bad
+    zero = jnp.zeros((), jnp.float32)
+    outs = [wait(advance_one(*state[k], rates[r], tokens[:, s], weights[:, s], n, zero))
+            for k, (r, s) in enumerate(runs)]
+    return ([o[:2] for o in outs], np.reshape([o[2] for o in outs], grid),
+            np.reshape([o[3] for o in outs], grid))
+
+  def validate(state):
+    if strategy == "vmap":
+      return np.asarray(evaluate(state[0], val_tokens, val_weights))
+    outs = [wait(evaluate_one(state[k][0], val_tokens[:, s], val_weights[:, s]))
+            for k, (_, s) in enumerate(runs)]
+    return np.reshape(outs, grid)
+
+  def trained_of(state):
+    return state[0] if strategy == "vmap" else _stack([t for t, _ in state], grid)
+
   if eval_batches:
     val_tokens, val_weights = _batches(src, seeds, range(eval_batches), batch_size, "val")
   ends = list(range(eval_every, steps + 1, eval_every))
   if not ends or ends[-1] != steps:
     ends.append(steps)
-  loss, val_loss, diverged = [], [], np.zeros((len(lrs), len(seeds)), bool)
+  loss, val_loss, diverged = [], [], np.zeros(grid, bool)
   start = 0
   for end in ends:
     tokens, weights = _batches(src, seeds, range(start + 1, end + 1), batch_size, "train")
@@ -250,16 +295,17 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     if n < eval_every:  # pad to the compiled chunk length; the loop stops at n
       pad = ((0, eval_every - n),) + ((0, 0),) * (tokens.ndim - 1)
       tokens, weights = np.pad(tokens, pad), np.pad(weights, pad)
-    trained, opt_state, total, bad = advance(trained, opt_state, rates, tokens, weights, n)
+    state, total, bad = advance(state, tokens, weights, n)
     mean = np.asarray(total) / n
     diverged |= np.asarray(bad) | ~(mean <= DIVERGENCE_FACTOR * math.log(cfg.vocab_size))
     loss.append(mean)
-    val_loss.append(np.asarray(evaluate(trained, val_tokens, val_weights)) if eval_batches
-                    else np.full(mean.shape, np.nan))
+    val_loss.append(validate(state) if eval_batches else np.full(mean.shape, np.nan))
     if callback is not None:
+      trained = trained_of(state)
       first_val = (val_tokens[0] if eval_batches else tokens[0])
       callback(end, params_of(trained), intermediates_of(trained, first_val))
     start = end
+  trained = trained_of(state)
   params = params_of(trained) if params_fn is not None else trained
   return ManyResult(np.stack(loss, -1), np.stack(val_loss, -1), np.asarray(ends), params, trained,
                     diverged, seeds, lrs)

@@ -112,8 +112,9 @@ def _counting_refresh(calls: list, every: int) -> optax.GradientTransformation:
   return optax.GradientTransformation(init, update)
 
 
-def test_vectorize_false_keeps_the_count_branch_and_the_runs():
-  """Under vmap the count's cond becomes a select (callback at every step); looped, it does not."""
+@pytest.mark.parametrize("unbatched", ["sequential", "dispatch"])
+def test_unbatched_strategies_keep_the_count_branch_and_the_runs(unbatched):
+  """Under vmap the count's cond becomes a select (callback at every step); per run, it does not."""
   kw = dict(seeds=(0, 1), learning_rates=(1e-2, 3e-2), steps=8, data="task:modadd", batch_size=4,
             seq_len=8, eval_every=4, eval_batches=1)
   calls = {True: [], False: []}
@@ -122,7 +123,7 @@ def test_vectorize_false_keeps_the_count_branch_and_the_runs():
     def make_tx(learning_rate, vec=vec):
       return optax.chain(_counting_refresh(calls[vec], every=8), optax.sgd(learning_rate))
 
-    runs[vec] = sweep.train_many(_tiny(), make_tx, vectorize=vec, **kw)
+    runs[vec] = sweep.train_many(_tiny(), make_tx, strategy="vmap" if vec else unbatched, **kw)
   jax.effects_barrier()
   # 4 runs × 8 steps; the refresh is due at count 0 of each run only. Under vmap the branch
   # runs at every step (the callback fires at least once per step, for the batch).
