@@ -1,5 +1,6 @@
 # Two commands do all set-up on a fresh machine with Python >= 3.11, pip and make:
-#   make demo   - create .venv, install the package, run the tour of the preface's claims (quick)
+#   make demo   - create .venv, install the package, print the committed findings, measure
+#                 again the claims that take seconds, and run the others as quick pipeline checks
 #   make test   - create .venv, install with the dev and hf extras, run the whole suite
 PYTHON ?= python3
 VENV := .venv

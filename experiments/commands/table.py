@@ -1,21 +1,32 @@
-"""The README's verdict table, generated from the committed full runs in `results/`.
+"""The verdict tables, generated from the committed full runs in `results/`.
 
-    python -m experiments.commands.table                 # print the table (markdown)
-    python -m experiments.commands.table --check README.md   # exit 1 if README's table differs
+    python -m experiments.commands.table                 # print the README's table (markdown)
+    python -m experiments.commands.table --wide          # print results/README.md's table
+    python -m experiments.commands.table --check README.md   # exit 1 if README's table or
+                                                             # results/README.md's differs
     python -m experiments.commands.table --reports --check   # exit 1 if a kept report.md is
                                                              # not what its results.json gives
 
 `results/<claim-id>/` holds the latest full run of each claim under the pre-registered
-contract (`claim.json`, `results.json`, `report.md`, figures). The table has one row per
-claim of `experiments.claims.CLAIMS`, in tour order: the primary verdict (the preface's own
-question), the extensions' verdicts, the key number with its unit and 95% interval, the
-trend with model size (`grows`, `shrinks` or `no trend`, with the slope's 95% interval per
-e-fold of parameters; `—` for a claim that ran at one size), and the published anchor. A
-claim with no committed run says so.
-In the README the table sits between `<!-- claims-table:start -->` and
-`<!-- claims-table:end -->`; `--check` names the first row that differs. `--reports` makes
-each kept `report.md` again from its `results.json` alone (`stale_reports`; `--check`: only
-compare, byte for byte).
+contract (`claim.json`, `results.json`, `report.md`, figures). Every table row is made from
+`replayed`: the kept run with its verdicts and effects recomputed from its per-seed runs by
+the thresholds its `claim.json` froze, and its axes refitted (`verdict.refit`), so a table
+never shows a number the kept seeds do not give. Two tables, one row per claim of
+`experiments.claims.CLAIMS` in tour order:
+
+* the README's (`findings_lines`), narrow: the claim, the preface's sentence, the primary
+  verdict with its registration, the key number with its 95% interval, and the registered
+  model. `make demo` opens with the same rows (`findings_rows`).
+* `results/README.md`'s (`table_lines`), wide: also the extensions' verdicts, the registered
+  size's regime, the trend with model size (`grows`, `shrinks` or `no trend`, with the slope's
+  95% interval per e-fold of parameters; `—` for a claim that ran at one size), the effect
+  against context and training tokens, and the published anchor.
+
+A claim with no committed run says so. In each file the table sits between
+`<!-- claims-table:start -->` and `<!-- claims-table:end -->`; `--check README.md` compares
+both files (`results/README.md` beside the results) and names the first row that differs.
+`--reports` makes each kept `report.md` again from its `results.json` alone (`stale_reports`;
+`--check`: only compare, byte for byte).
 """
 
 from __future__ import annotations
@@ -25,11 +36,12 @@ import os
 import shutil
 import sys
 
+from experiments import jsonio
 from experiments.claims import CLAIMS
-from experiments.verdict import cells
+from experiments.verdict import cells, rule, stats
 from experiments.verdict.axis_report import axis_text
 from experiments.verdict.folders import RESULTS_DIR, saved_findings
-from experiments.verdict.refit import rendered
+from experiments.verdict.refit import frozen_claim, refit_results, rendered
 from experiments.verdict.schema import load_results, validate_results
 
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
@@ -54,6 +66,33 @@ def load_committed(claim_id: str, root: str = RESULTS_DIR) -> dict | None:
 def committed_runs(root: str = RESULTS_DIR) -> dict[str, dict]:
   """`{claim id: results.json}` of every claim with a committed full run."""
   return {cid: r for cid in CLAIMS if (r := load_committed(cid, root)) is not None}
+
+
+def replayed(claim_id: str, root: str = RESULTS_DIR) -> dict | None:
+  """The committed full run of `claim_id` with what it decides recomputed from what it keeps,
+  or None when there is none.
+
+  The primary verdict, the extensions' verdicts and every effect with its 95% interval come
+  again from the kept per-seed runs (`arms`) by the thresholds the run's `claim.json` froze,
+  through the functions the runner used (`rule.verdict`, `rule.extension_verdicts`,
+  `stats.effect`); each axis's fit comes from `refit.refit_results`. Everything else is the
+  kept file's. Equal to the kept file when the machinery has not changed (`refit --check`,
+  `tests/experiments/verdict/test_kept_results.py`).
+  """
+  res = load_committed(claim_id, root)
+  if res is None:
+    return None
+  folder = os.path.join(root, claim_id)
+  claim = frozen_claim(CLAIMS[claim_id], folder)
+  seeds = [str(s) for s in res["seeds"]]
+  runs = {arm: body["runs"] for arm, body in res["arms"].items()}
+  indicative = res["quick"] or len(seeds) < 3
+  out = refit_results(CLAIMS[claim_id], res, folder)
+  out["verdict"], out["reason"], _ = rule.verdict(claim, runs, seeds, indicative=indicative)
+  out["extensions"] = rule.extension_verdicts(claim, runs, seeds, indicative=indicative)
+  out["effects"] = [stats.effect(runs, seeds, e["name"], e["arm"], e["baseline"], e["metric"])
+                    for e in res["effects"]]
+  return jsonio.strict(out)
 
 
 KEEP_MAX_BYTES = 1_000_000  # a committed file is small: no checkpoints, no arrays
@@ -121,23 +160,56 @@ def _axis_cells(res: dict, claim) -> list[str]:
   return out
 
 
+def verdict_cell(res: dict, claim) -> str:
+  """The primary verdict with its registration, e.g. `refuted (v2)` (`(addendum seeds)` when
+  the run's seeds are not the registered ones)."""
+  registered = res["seeds"] == list(claim.seeds)
+  return (res["verdict"] + ("" if registered else " (addendum seeds)")
+          + (f" (v{res['version']})" if res.get("version", 1) > 1 else " (v1)"))
+
+
+def findings_rows(root: str = RESULTS_DIR) -> list[dict]:
+  """One row per claim, in tour order: `{"id", "preface", "verdict", "key", "model"}`, every
+  cell from `replayed` (`"no committed run"` and `—` where there is none). The README's table
+  (`findings_lines`) and the opening of `make demo` both show these."""
+  rows = []
+  for claim in CLAIMS.values():
+    res = replayed(claim.id, root)
+    if res is None:
+      rows.append({"id": claim.id, "preface": claim.preface, "verdict": "no committed run",
+                   "key": "—", "model": "—"})
+      continue
+    reg = res["config"].get("regime") or {}
+    model = (f"`{reg['model']}`" + (f", {cells.params_text(reg['params'])} params"
+                                    if reg.get("params") else "")) if reg.get("model") else "—"
+    rows.append({"id": claim.id, "preface": claim.preface, "verdict": verdict_cell(res, claim),
+                 "key": cells.key_number(res, claim), "model": model})
+  return rows
+
+
+def findings_lines(root: str = RESULTS_DIR) -> list[str]:
+  """The README's table: claim, the preface's sentence, verdict, key number, model."""
+  rows = [[f"`{r['id']}`", r["preface"], r["verdict"], r["key"], r["model"]]
+          for r in findings_rows(root)]
+  header = ["claim", "the preface says", "verdict (registration)", "key number (95% CI)",
+            "registered model"]
+  return cells.table(header, rows)[:-1]
+
+
 def table_lines(root: str = RESULTS_DIR) -> list[str]:
-  """The verdict table as markdown lines (no trailing blank line)."""
+  """The wide table of `results/README.md` as markdown lines (no trailing blank line)."""
   rows = []
   for i, claim in enumerate(CLAIMS.values(), 1):
-    res = load_committed(claim.id, root)
+    res = replayed(claim.id, root)
     if res is None:
       rows.append([i, claim.topic, f"`{claim.id}`", claim.kind, claim.preface,
                    "no committed run", "—", "—", "—", "—", "—", "—", cells.anchor_text(claim)])
       continue
-    registered = res["seeds"] == list(claim.seeds)
-    verdict = (res["verdict"] + ("" if registered else " (addendum seeds)")
-               + (f" (v{res['version']})" if res.get("version", 1) > 1 else " (v1)"))
     ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
-                 claim.preface, verdict, cells.regime_text(res, claim.reads_base), ext,
-                 cells.key_number(res, claim), *_axis_cells(res, claim),
+                 claim.preface, verdict_cell(res, claim), cells.regime_text(res, claim.reads_base),
+                 ext, cells.key_number(res, claim), *_axis_cells(res, claim),
                  cells.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict (registration)",
             "registered size: model, params, tokens/param, held-out bits/byte", "extensions",
@@ -184,11 +256,28 @@ def stale_reports(root: str = RESULTS_DIR, *, write: bool = False) -> list[str]:
   return stale
 
 
+def check(readme: str, root: str = RESULTS_DIR) -> list[str]:
+  """What differs between the tables and `results/`: README's narrow table in `readme`, the
+  wide one in `root/README.md`; one message per file that differs (none: both match)."""
+  out = []
+  for path, lines, made_by in ((readme, findings_lines(root), ""),
+                               (os.path.join(root, "README.md"), table_lines(root), " --wide")):
+    with open(path) as f:
+      diff = first_difference(lines, readme_table(f.read(), path))
+    if diff:
+      out.append(f"{path}: the verdict table does not match {root}: {diff}\nFix: paste the "
+                 f"output of `python -m experiments.commands.table{made_by}`.")
+  return out
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(prog="python -m experiments.commands.table", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--check", metavar="README", nargs="?", const="",
-                 help="compare with the table in this file (with --reports: compare only)")
+                 help="compare with the table in this file and the wide table in the results "
+                      "folder's README.md (with --reports: compare only)")
+  p.add_argument("--wide", action="store_true",
+                 help="print the wide table of results/README.md instead of the README's")
   p.add_argument("--reports", action="store_true",
                  help="make each kept report.md from its results.json (with --check: compare)")
   p.add_argument("--results", default=RESULTS_DIR, help="the results folder")
@@ -205,21 +294,19 @@ def main(argv=None) -> int:
     print("error: --check needs the README to compare (or --reports).", file=sys.stderr)
     return 2
   try:
-    lines = table_lines(args.results)
     if args.check is None:
-      print("\n".join(lines))
+      print("\n".join(table_lines(args.results) if args.wide else findings_lines(args.results)))
       return 0
-    with open(args.check) as f:
-      found = readme_table(f.read(), args.check)
-  except ValueError as e:
+    diffs = check(args.check, args.results)
+  except (ValueError, OSError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  diff = first_difference(lines, found)
-  if diff:
-    print(f"{args.check}: the verdict table does not match {args.results}: {diff}\nFix: paste "
-          "the output of `python -m experiments.commands.table`.", file=sys.stderr)
+  for d in diffs:
+    print(d, file=sys.stderr)
+  if diffs:
     return 1
-  print(f"{args.check}: the verdict table matches {args.results}")
+  where = os.path.relpath(args.results)
+  print(f"{args.check} and {os.path.join(where, 'README.md')}: the verdict tables match {where}")
   return 0
 
 

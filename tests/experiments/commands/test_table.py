@@ -1,4 +1,5 @@
-"""The README's verdict table is generated from `results/`, and the two never disagree."""
+"""The verdict tables (README's narrow one, `results/README.md`'s wide one) are generated from
+`results/`, and they never disagree."""
 
 import os
 import shutil
@@ -15,7 +16,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 
 def test_readme_table_matches_the_committed_results():
+  assert table.check(os.path.join(ROOT, "README.md")) == []
   with open(os.path.join(ROOT, "README.md")) as f:
+    found = table.readme_table(f.read())
+  assert table.first_difference(table.findings_lines(), found) is None
+  with open(os.path.join(folders.RESULTS_DIR, "README.md")) as f:
     found = table.readme_table(f.read())
   assert table.first_difference(table.table_lines(), found) is None
 
@@ -68,15 +73,22 @@ def test_kept_findings_give_the_committed_scale_and_context():
 def test_check_names_the_first_differing_row(tmp_path, capsys):
   results = tmp_path / "results"
   results.mkdir()
-  lines = table.table_lines(str(results))
-  assert len(lines) == 2 + len(CLAIMS) and "no committed run" in lines[2]
-  readme = tmp_path / "README.md"
-  readme.write_text(f"intro\n{table.START}\n" + "\n".join(lines) + f"\n{table.END}\n")
+  narrow, wide = table.findings_lines(str(results)), table.table_lines(str(results))
+  for lines in (narrow, wide):
+    assert len(lines) == 2 + len(CLAIMS) and "no committed run" in lines[2]
+  readme, kept = tmp_path / "README.md", results / "README.md"
+
+  def write(path, lines):
+    path.write_text(f"intro\n{table.START}\n" + "\n".join(lines) + f"\n{table.END}\n")
+  write(readme, narrow)
+  write(kept, wide)
   assert table.main(["--check", str(readme), "--results", str(results)]) == 0
-  lines[3] = lines[3].replace("no committed run", "supported")
-  readme.write_text(f"{table.START}\n" + "\n".join(lines) + f"\n{table.END}\n")
-  assert table.main(["--check", str(readme), "--results", str(results)]) == 1
-  assert "row 4 differs" in capsys.readouterr().err
+  for path, lines in ((readme, narrow), (kept, wide)):
+    write(path, [*lines[:3], lines[3].replace("no committed run", "supported"), *lines[4:]])
+    assert table.main(["--check", str(readme), "--results", str(results)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}: the verdict table" in err and "row 4 differs" in err
+    write(path, lines)
   readme.write_text("no markers")
   assert table.main(["--check", str(readme), "--results", str(results)]) == 2
 

@@ -185,10 +185,16 @@ def test_tour_lists_every_claim_and_not_built_are_never_verdicts(tmp_path, monke
       assert c["verdict"] == "not built" and c["results"] is None
   assert by_id[last.id]["verdict"] == "not built"
   schema.validate_results(jsonio.load_strict(by_id["causal-mask"]["results"]))
-  assert len(lines) == len(CLAIMS) + 1 and lines[-1].endswith("report.md")
+  assert _claim_lines(lines) == len(CLAIMS) and lines[-1].endswith("report.md")
   text = open(os.path.join(tour_dir, "report.md")).read()
   assert text.count("| `") >= len(CLAIMS) and "not built" in text
 
+
+
+def _claim_lines(lines) -> int:
+  """The tour's one line per claim, `[ 3/14] claim-id ...` (a quick tour also prints the
+  committed findings above them)."""
+  return sum(line.startswith("[") and f"/{len(CLAIMS)}] " in line for line in lines)
 
 
 def _toy_run_marking_its_process(spec):
@@ -205,10 +211,10 @@ def _broken_run(spec):
 def test_a_tour_in_worker_processes_matches_one_in_this_process(tmp_path, monkeypatch):
   gain = Threshold("gain", "treated", "score", baseline="control", supports="> 0.2")
   toy = _claim([gain], run=_toy_run_marking_its_process)
-  picked = ["causal-mask", "softmax-kernel", "lora"]
+  picked = ["causal-mask", "muon", "lora", "softmax-kernel"]
   high = Threshold("gain", "treated", "score", baseline="control", supports="> 5", refutes="< 2")
-  fake = {"causal-mask": toy, "softmax-kernel": dataclasses.replace(toy, thresholds=(high,)),
-          "lora": dataclasses.replace(toy, run=_broken_run)}
+  fake = {"causal-mask": toy, "muon": dataclasses.replace(toy, thresholds=(high,)),
+          "lora": dataclasses.replace(toy, run=_broken_run), "softmax-kernel": toy}
   fake = {cid: dataclasses.replace(c, id=cid) for cid, c in fake.items()}
   monkeypatch.setattr(tour, "CLAIMS", {**CLAIMS, **fake})
   monkeypatch.setattr(tour, "_opening", lambda log: ["opening"])
@@ -220,7 +226,7 @@ def test_a_tour_in_worker_processes_matches_one_in_this_process(tmp_path, monkey
     res, _ = tour.run_tour(quick=True, only=picked, root=str(tmp_path / str(jobs)), jobs=jobs,
                            log=lines.append)
     got[jobs] = res
-    assert len(lines) == len(CLAIMS) + 1 and lines[-1].endswith("report.md")
+    assert _claim_lines(lines) == len(CLAIMS) and lines[-1].endswith("report.md")
     assert [c["claim"] for c in res["claims"]] == list(CLAIMS)  # whichever finished first
     for c in res["claims"]:
       if c["claim"] in picked[:2]:
@@ -229,6 +235,10 @@ def test_a_tour_in_worker_processes_matches_one_in_this_process(tmp_path, monkey
         if jobs == 2:  # the workers share a compilation cache and compile quick runs fast
           assert mark["cache"] == str(tmp_path / "2" / "cache" / "xla")
           assert "--xla_backend_optimization_level=0" in mark["xla_flags"]
+    # a claim a quick tour measures again in full runs here, at XLA's default optimization
+    mark = json.load(open(os.path.join(os.path.dirname(
+        next(c["results"] for c in res["claims"] if c["claim"] == "softmax-kernel")), "pid")))
+    assert mark["pid"] == os.getpid() and "optimization_level" not in mark["xla_flags"]
   strip = [{k: v for k, v in c.items() if k != "results"} for c in got[1]["claims"]]
   assert strip == [{k: v for k, v in c.items() if k != "results"} for c in got[2]["claims"]]
   by_id = {c["claim"]: c for c in got[2]["claims"]}
