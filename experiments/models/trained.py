@@ -16,12 +16,13 @@ import json
 import math
 import os
 import shutil
+import sys
 
 import jax
 import numpy as np
 
 import transformer
-from experiments import model_store
+from experiments import console, model_store
 from experiments.models.inputs import windows
 from experiments.models.recipes import FAMILIES, LONG, RECIPES, STORED, model_card, recipe_of
 from experiments.train import sweep
@@ -68,8 +69,18 @@ def _train_and_write(name: str, seeds: tuple[int, ...], root: str, progress=None
 
   With `progress` (a `console.progress` bar) the run is evaluated every tenth of its steps to
   move the bar; the training itself is the same, and `train_loss` stays the mean over all steps.
+  Without, it makes its own on stderr, after a line naming the model and why it trains: a
+  missing base model takes minutes (about 7 for five `mini-20` seeds on 2 cores), and a
+  silent wait reads as a hang.
   """
   recipe = recipe_of(name)
+  if progress is None:
+    which = f"{name} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+    print(f"[models] {which}: not committed nor cached in {os.path.join(root, 'cache')}; "
+          f"training it now ({recipe.steps} steps of {recipe.batch_size} x {recipe.seq_len} "
+          "tokens)", file=sys.stderr, flush=True)
+    with console.progress(recipe.steps, desc=f"[models] training {which}", unit="step") as bar:
+      return _train_and_write(name, seeds, root, bar)
   tc = recipe.train_config(seeds[0])
   every = max(1, recipe.steps // 10) if progress is not None else recipe.steps
   done = [0]
