@@ -26,7 +26,8 @@ Modules::
 Example:
   >>> import jax, transformer, analysis
   >>> cfg = transformer.preset("tiny"); params = transformer.init(cfg, jax.random.key(0))
-  >>> analysis.spectrum(params["blocks"]["attn"]["w_q"])["stable_rank"].shape == (cfg.n_layers,)
+  >>> w_q = params["blocks"]["attn"]["w_q"]  # (L, d, H·dh): stacked layers
+  >>> analysis.spectrum(w_q, matrix_axes=(-2, -1))["stable_rank"].shape == (cfg.n_layers,)
   True
 """
 

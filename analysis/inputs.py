@@ -14,6 +14,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer.linalg.checks import check_choice, check_int, check_range, first_non_finite
+
+__all__ = ["as_matrix_batch", "check_choice", "check_finite_weights", "check_function",
+           "check_int", "check_loss", "check_range", "check_tol"]
+
+
+def check_tol(tol, name: str, caller: str, *, allow_none: bool = True, example="1e-4") -> None:
+  """A tolerance: a finite number `> 0` (or `None` for the default)."""
+  check_range(tol, name, caller, low=0, low_open=True, allow_none=allow_none, example=example)
+
+
+def check_finite_weights(tree, caller: str, what: str = "W") -> None:
+  """Raise (one line) when a float leaf of `tree` holds a NaN or an infinity, naming it.
+
+  Outside `jit` only: a traced value is not known, and passes (the results then carry the NaN).
+  Costs one reduction per leaf and a host read; every caller has `check_finite=False` to skip.
+  """
+  bad = first_non_finite(tree)
+  if bad is not None:
+    where = f"{what} {bad!r}" if bad else what
+    raise ValueError(f"{caller}: {where} holds NaN or inf; find where it came from (a diverged "
+                     f"run, a float16 overflow), or pass check_finite=False to measure it anyway")
+
 
 def as_matrix_batch(W, caller: str):
   """`W` as an array of rank >= 2, or a one-line `ValueError`.
@@ -92,8 +115,13 @@ def check_loss(loss_fn, params, caller: str, chosen: Callable | None = None) -> 
     if chosen is not None and not chosen(path):
       continue
     dtype = jnp.result_type(x) if hasattr(x, "dtype") or np.isscalar(x) else None
+    where = jax.tree_util.keystr(path, simple=True, separator="/") or "params"
+    if dtype is not None and jnp.issubdtype(dtype, jnp.bool_):
+      raise ValueError(f"{caller}: the leaf {where!r} is a bool: a flag of a module (an equinox "
+                       f"Dropout's `inference`), not a parameter; differentiate the arrays only: "
+                       f"params, static = eqx.partition(model, eqx.is_inexact_array)")
     if dtype is None or not jnp.issubdtype(dtype, jnp.inexact):
-      where = jax.tree_util.keystr(path, simple=True, separator="/") or "params"
       raise ValueError(f"{caller}: the leaf {where!r} has dtype {dtype}; curvature needs float "
                        f"parameters (cast with jax.tree.map(lambda x: x.astype(jnp.float32), "
-                       f"params), or leave integer leaves out of params)")
+                       f"params), or leave integer leaves out of params; an equinox module: "
+                       f"eqx.partition(model, eqx.is_inexact_array))")

@@ -13,10 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.inputs import as_matrix_batch
+from analysis.inputs import as_matrix_batch, check_finite_weights, check_range
 from analysis.powerlaw import power_law_alpha, power_law_fit
 from transformer.linalg import serial
-from transformer.linalg.axes import MatrixAxes, as_matrices
+from transformer.linalg.axes import MatrixAxes, as_matrices, ask_matrix_axes
+from transformer.linalg.checks import check_flag
 
 
 def singular_values(W: jax.Array) -> jax.Array:
@@ -65,18 +66,26 @@ def mp_edge(W: jax.Array) -> jax.Array:
 
 
 def spectrum(W: jax.Array, *, tol: float | None = None,
-             matrix_axes: MatrixAxes | tuple | None = None) -> dict[str, jax.Array]:
+             matrix_axes: MatrixAxes | tuple | None = None,
+             check_finite: bool = True) -> dict[str, jax.Array]:
   """The spectral summary of each matrix in a batch.
 
   Args:
-    W: `(..., m, n)`, or any array whose matrix `matrix_axes` names.
-    tol: absolute singular-value threshold of the numerical rank; default
+    W: a matrix `(m, n)`, or an array of three or more axes whose matrix `matrix_axes` names.
+    tol: absolute singular-value threshold of the numerical rank (a number `>= 0`); default
       `max(m, n) · eps · σ_1` in `W`'s dtype (returned as `rank_tol`).
     matrix_axes: which axes of `W` are its matrix (`transformer.linalg.MatrixAxes`, the type
       `optim.MatrixAxes` is; a plain pair `(reduction, output)` is read as one); every other
-      axis is a batch axis, kept in order. Default: the last two. A fused qkv kernel
-      `(D, 3, H, Dh)` with `MatrixAxes(0, (2, 3))` is three `(D, H·Dh)` matrices; an
-      `nn.Einsum` kernel `(D, H, Dh)` with `MatrixAxes(0, 2)` is `H` per-head `(D, Dh)` ones.
+      axis is a batch axis, kept in order. A 2-D `W` needs none. An array of three or more axes
+      needs it, as every `optim` transform asks for a foreign leaf's (only its author knows
+      which axes are the matrix): `(-2, -1)` for stacked layers `(L, d_in, d_out)` such as
+      ours, `MatrixAxes(0, (2, 3))` for a fused qkv kernel `(D, 3, H, Dh)` (three `(D, H·Dh)`
+      matrices), `MatrixAxes(0, 2)` for an `nn.Einsum` kernel `(D, H, Dh)` (`H` per-head
+      `(D, Dh)` ones).
+    check_finite: raise (one line) when `W` holds a NaN or an infinity, before any SVD. Only
+      outside `jit`: under `jit` the values are not known while tracing, the check is skipped,
+      and a NaN comes out in the results (NaN singular values). `False` skips it (it costs one
+      reduction and a host read).
 
   Returns:
     A dict of arrays with leading shape the batch shape (`W.shape[:-2]` by default):
@@ -89,20 +98,29 @@ def spectrum(W: jax.Array, *, tol: float | None = None,
 
   Raises:
     ValueError: (one line) when `W` is a dict or other tree (map `spectrum` over its leaves),
-      has fewer than two axes or an integer dtype, or `matrix_axes` is malformed or out of
-      range.
+      has fewer than two axes or an integer dtype, holds NaN or inf (`check_finite`), has three
+      or more axes and no `matrix_axes`, when `matrix_axes` is malformed or out of range, or
+      `tol` is not a number `>= 0`.
 
   Example:
     >>> import jax, transformer
     >>> params = transformer.init(transformer.preset("tiny", n_layers=2), jax.random.key(0))
-    >>> spec = spectrum(params["blocks"]["attn"]["w_q"])  # (L, d, H·dh): one entry per layer
+    >>> w_q = params["blocks"]["attn"]["w_q"]  # (L, d, H·dh): one matrix per layer
+    >>> spec = spectrum(w_q, matrix_axes=(-2, -1))
     >>> spec["stable_rank"].shape
     (2,)
     >>> qkv = jax.random.normal(jax.random.key(1), (16, 3, 2, 8))  # (D, 3, H, Dh), fused
     >>> spectrum(qkv, matrix_axes=(0, (2, 3)))["singular_values"].shape  # 3 of (16, 16)
     (3, 16)
   """
-  W = as_matrix_batch(W, "analysis.spectrum")
+  caller = "analysis.spectrum"
+  W = as_matrix_batch(W, caller)
+  check_range(tol, "tol", caller, low=0, allow_none=True, example="1e-6")
+  check_flag(check_finite, "check_finite", caller)
+  if check_finite:
+    check_finite_weights(W, caller)
+  if matrix_axes is None and W.ndim > 2:
+    ask_matrix_axes([f"W {tuple(W.shape)}"], "", caller)
   if matrix_axes is not None:
     W, _ = as_matrices(W, matrix_axes, "analysis.spectrum's W")
   s = singular_values(W)
@@ -160,6 +178,7 @@ def rank_certificate(W, tol: float | None = None) -> dict[str, np.ndarray]:
   Returns:
     `{"rank", "tol", "sigma_min", "condition_number"}`, numpy arrays of shape `W.shape[:-2]`.
   """
+  check_range(tol, "tol", "analysis.rank_certificate", low=0, allow_none=True, example="1e-6")
   W64 = np.asarray(W, np.float64)
   s = np.linalg.svd(W64, compute_uv=False)
   t = max(W64.shape[-2:]) * input_eps(W) * s[..., 0] if tol is None else (

@@ -19,11 +19,18 @@ from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from optim.conventions import KERNEL, path_str, place
 from transformer import names as _names
-from transformer.linalg.axes import MatrixAxes, as_matrices, as_matrix_axes, check_axes
+from transformer.linalg.axes import (
+    MatrixAxes,
+    as_matrices,
+    as_matrix_axes,
+    ask_matrix_axes,
+    check_axes,
+)
 
 AxesSpec = MatrixAxes | tuple | Mapping[str, MatrixAxes] | Callable | None
 
@@ -137,21 +144,21 @@ def resolve_axes(params, spec: AxesSpec = None, *, strict: bool = False,
       g = check_axes(g, tuple(jnp.shape(x)), repr(s))
     out.append(g)
   if ambiguous:
-    raise ValueError(
-        f"{caller}: which axes are the matrix of {listing(ambiguous)}? pass "
-        f"matrix_axes={{{first!r}: optim.MatrixAxes(reduction=..., output=...)}} "
-        f"(optim.MatrixAxes(-2, -1) for a scanned (L, d_in, d_out) stack; "
-        f"MatrixAxes(0, (1, 2)) for an nn.Einsum (D, H, Dh) kernel as one matrix)")
+    ask_matrix_axes(ambiguous, first, caller)
   return out
 
 
 def ambiguous_leaves(params, mask_tree, spec) -> list[str]:
-  """Selected leaves of three or more axes whose matrix is neither ours nor stated by `spec`."""
+  """Selected leaves of three or more axes whose matrix is neither ours nor stated by `spec`,
+  each as `'path' (shape)` (a mask that is not a full tree of Python bools is not read)."""
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  masks = jax.tree.leaves(mask_tree)
+  if len(masks) != len(leaves):
+    return []
   return [f"{path_str(p)!r} {tuple(jnp.shape(x))}"
-          for (p, x), m in zip(jax.tree_util.tree_leaves_with_path(params),
-                               jax.tree.leaves(mask_tree), strict=True)
-          if m is True and jnp.ndim(x) > 2 and _names.library_key(path_str(p)) is None
-          and not names_leaf(spec, path_str(p))]
+          for (p, x), m in zip(leaves, masks, strict=True)
+          if isinstance(m, bool | np.bool_) and m and jnp.ndim(x) > 2
+          and _names.library_key(path_str(p)) is None and not names_leaf(spec, path_str(p))]
 
 
 def on_matrices(inner, spec: AxesSpec, caller: str):

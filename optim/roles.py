@@ -42,7 +42,7 @@ from optim.conventions import Placement as Placement
 from transformer import names as _names
 from transformer.linalg.axes import MatrixAxes as MatrixAxes
 from transformer.linalg.axes import as_matrices as as_matrices
-from transformer.linalg.axes import as_matrix_axes
+from transformer.linalg.axes import as_matrix_axes, ask_matrix_axes
 
 # The one head split lives beside `Name.heads`; re-exported here for `optim.orthogonalized`.
 from transformer.names import Side as Side
@@ -292,11 +292,7 @@ def default_mask(caller: str, matrix_axes: AxesSpec = None) -> Callable:
     mask = hidden(params)
     ambiguous = ambiguous_leaves(params, mask, matrix_axes)
     if ambiguous:
-      raise ValueError(
-          f"optim.{caller}: which axes are the matrix of {listing(ambiguous)}? pass "
-          f"matrix_axes= (e.g. optim.MatrixAxes(-2, -1) for a scanned (L, d_in, d_out) stack, "
-          f"{{'qkv/kernel': optim.MatrixAxes(0, (2, 3))}} for a fused (D, 3, H, Dh) kernel), "
-          f"or mask= without them")
+      ask_matrix_axes(ambiguous, ambiguous[0].split("'")[1], f"optim.{caller}")
     return mask
 
   return mask_fn
@@ -304,13 +300,19 @@ def default_mask(caller: str, matrix_axes: AxesSpec = None) -> Callable:
 
 def checked_mask(mask, matrix_axes: AxesSpec, caller: str) -> Callable:
   """`mask` (a bool tree or `params -> bool tree`; `None` for `default_mask`) that also checks,
-  on the whole tree, that every key of a `matrix_axes` mapping names a leaf."""
+  on the whole tree, that every key of a `matrix_axes` mapping names a leaf, and that every
+  chosen leaf of three or more axes has its matrix stated (ours, or by `matrix_axes`)."""
   inner = default_mask(caller, matrix_axes) if mask is None else mask
 
   def mask_fn(params):
     if isinstance(matrix_axes, Mapping) and _whole(params):
       check_keys(matrix_axes, params, f"optim.{caller}: matrix_axes")
-    return inner(params) if callable(inner) else inner
+    chosen = inner(params) if callable(inner) else inner
+    if mask is not None:
+      ambiguous = ambiguous_leaves(params, chosen, matrix_axes)
+      if ambiguous:
+        ask_matrix_axes(ambiguous, ambiguous[0].split("'")[1], f"optim.{caller}")
+    return chosen
 
   return mask_fn
 

@@ -78,7 +78,7 @@ def _hidden_dims(params):
 def optimizers(params, lr: float = 0.02):
   """The three optimizers under comparison, configured alike."""
   return {
-      "optim.muon": optim.muon(lr, adam_learning_rate=lr),
+      "optim.muon": optim.muon(lr, adam_learning_rate=lr, adam_b2=0.95),
       "optax.contrib.muon": optax.contrib.muon(
           lr, muon_weight_dimension_numbers=_hidden_dims(params)),
       "optax.adamw": optax.adamw(lr),
@@ -292,7 +292,7 @@ def main(argv=None) -> int:
     for size, cfg in sizes.items():
       params = random_params(cfg)
       txs = optimizers(params)
-      txs["optim.muon, lean"] = optim.muon(0.02, adam_learning_rate=0.02,
+      txs["optim.muon, lean"] = optim.muon(0.02, adam_learning_rate=0.02, adam_b2=0.95,
                                            coeffs="polar_express_lean")
       times = time_updates(txs, params, args.repeats)
       for name, t in times.items():

@@ -108,7 +108,8 @@ def weight_spectra(params, cfg) -> dict:
           for m in analysis.matrices(params, cfg, include_circuits=False)
           if m.layer is None and not m.path.endswith("^T")}  # a tied output repeats E
   mats.update(_stacked_weights(params))
-  return _np(jax.jit(lambda ms: {n: analysis.spectrum(w) for n, w in ms.items()})(mats))
+  return _np(jax.jit(lambda ms: {n: analysis.spectrum(w, matrix_axes=(-2, -1))
+                                  for n, w in ms.items()})(mats))
 
 
 def circuit_measures(params, cfg) -> dict:
@@ -169,7 +170,7 @@ def causality_measures(params, cfg, x_TD, weights) -> dict:
   A = np.asarray(weights[:, 0], np.float64)  # (L, H, T, T), batch element 0
   cert = analysis.rank_certificate(A)
   out["attention_rank_float32"] = np.asarray(
-      analysis.spectrum(jnp.asarray(A, jnp.float32))["numerical_rank"])
+      analysis.spectrum(jnp.asarray(A, jnp.float32), matrix_axes=(-2, -1))["numerical_rank"])
   out["attention_rank_float64"] = cert["rank"]
   out["attention_condition_number"] = cert["condition_number"]
   if cfg.causal:

@@ -46,7 +46,7 @@ def test_spectra_of_the_state(model):
       jax.random.split(jax.random.key(1), 3))
   W = stack.kernel[...]
   assert W.shape == (3, D, D)
-  np.testing.assert_allclose(analysis.spectrum(W)["condition_number"],
+  np.testing.assert_allclose(analysis.spectrum(W, matrix_axes=(-2, -1))["condition_number"],
                              [_sv(w)[0] / _sv(w)[-1] for w in W], rtol=1e-4)
 
 

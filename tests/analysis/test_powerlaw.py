@@ -68,7 +68,7 @@ def test_hill_method_and_spectrum_fields():
   np.testing.assert_allclose(fit["alpha"][0], _clauset_loop(signed)[0], rtol=1e-4)
   assert np.isnan(float(fit["alpha"][1])) and int(fit["n_tail"][1]) == 0
   W = jnp.asarray(np.random.default_rng(4).standard_t(3, size=(2, 64, 48)), jnp.float32)
-  spec = jax.jit(spectra.spectrum)(W)
+  spec = jax.jit(lambda W: spectra.spectrum(W, matrix_axes=(-2, -1)))(W)
   s2 = np.linalg.svd(np.asarray(W, np.float64), compute_uv=False) ** 2
   for l in range(2):
     np.testing.assert_allclose(spec["alpha_clauset"][l], _clauset_loop(s2[l])[0], rtol=1e-4)

@@ -17,7 +17,7 @@ def _with_spectrum(s, m, n, seed=0):
 
 def test_spectrum_matches_numpy_float64_batched():
   W = np.random.default_rng(0).standard_normal((3, 40, 24)).astype(np.float32)
-  out = jax.jit(spectra.spectrum)(jnp.asarray(W))
+  out = jax.jit(lambda W: spectra.spectrum(W, matrix_axes=(-2, -1)))(jnp.asarray(W))
   s = np.linalg.svd(W.astype(np.float64), compute_uv=False)
   np.testing.assert_allclose(out["singular_values"], s, rtol=1e-5)
   np.testing.assert_allclose(out["condition_number"], s[:, 0] / s[:, -1], rtol=1e-4)

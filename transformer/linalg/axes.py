@@ -115,6 +115,31 @@ def check_axes(axes: MatrixAxes, shape: tuple[int, ...], name: str = "the array"
   return axes
 
 
+def ask_matrix_axes(leaves: list[str], first: str, caller: str) -> None:
+  """Raise the one line that asks for `matrix_axes`: which axes of a leaf of three or more axes
+  are its matrix only its author knows (a scanned stack, an `nn.Einsum` kernel, a fused q, k, v,
+  a convolution), and a guess would be orthogonalized or measured silently.
+
+  Shared by every transform of `optim` and by `analysis.spectrum`.
+
+  Args:
+    leaves: the ambiguous leaves, each `'path' (shape)` (or `W (shape)` for a bare array).
+    first: the first leaf's path (`''` for a bare array), for the example in the fix.
+    caller: the function's name.
+
+  Raises:
+    ValueError: always, one line.
+  """
+  shown = ", ".join(leaves[:4]) + (f" and {len(leaves) - 4} more" if len(leaves) > 4 else "")
+  example = (f"matrix_axes={{{first!r}: optim.MatrixAxes(reduction=..., output=...)}}" if first
+             else "matrix_axes=MatrixAxes(reduction=..., output=...)")
+  raise ValueError(
+      f"{caller}: which axes are the matrix of {shown}? pass {example} "
+      f"(MatrixAxes(-2, -1) for a scanned (L, d_in, d_out) stack; MatrixAxes(0, (2, 3)) for a "
+      f"fused (D, 3, H, Dh) qkv kernel, three matrices; MatrixAxes(0, (1, 2)) for an nn.Einsum "
+      f"(D, H, Dh) kernel as one matrix)")
+
+
 def as_matrices(x, axes: MatrixAxes, name: str = "the array"):
   """`x` as a batch of matrices `(*batch, d_in, d_out)` by `axes`, and the inverse map.
 
