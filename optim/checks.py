@@ -65,6 +65,31 @@ def mask(value, caller: str) -> None:
                      f"like the parameters")
 
 
+def array_leaves(params, caller: str) -> None:
+  """Raise (one line) for a leaf that is not a float array: a bool (an equinox `Dropout`'s
+  `inference`), a function or other object — an unpartitioned equinox module — or an integer
+  array, naming the leaf and the fix (`eqx.partition`)."""
+  for path, x in jax.tree_util.tree_leaves_with_path(params):
+    dtype = getattr(x, "dtype", None)
+    if dtype is None and isinstance(x, float | int) and not isinstance(x, bool):
+      continue  # a Python number: optax treats it as a scalar parameter
+    if dtype is not None and jnp.issubdtype(dtype, jnp.inexact):
+      continue
+    boolean = isinstance(x, bool | np.bool_) or (dtype is not None
+                                                and jnp.issubdtype(dtype, jnp.bool_))
+    what = ("a bool" if boolean
+            else f"an array of dtype {dtype}" if dtype is not None else _kind(x))
+    raise ValueError(
+        f"{caller}: the leaf {path_str(path)!r} is {what}, not a float array: optimize only "
+        f"the parameters; for an equinox module, params, static = eqx.partition(model, "
+        f"eqx.is_inexact_array) and pass params (eqx.combine(params, static) rebuilds it)")
+
+
+def _kind(x) -> str:
+  name = type(x).__name__
+  return f"an {name}" if name[:1] in "aeiou" else f"a {name}"
+
+
 def same_tree(updates, params, caller: str) -> None:
   """Raise (one line) when `updates` is not shaped like `params`: a leaf missing or extra, or a
   shape that differs, naming the leaf and both shapes. Static (tree structure and shapes), so
@@ -143,7 +168,11 @@ def guarded(tx, check_finite: bool, caller: str):
       return tx.update(updates, state, params, **extra_args)
     return tx.update(updates, state, params)
 
-  checked = optax.GradientTransformationExtraArgs(tx.init, inner_update)
+  def inner_init(params):
+    array_leaves(params, caller)
+    return tx.init(params)
+
+  checked = optax.GradientTransformationExtraArgs(inner_init, inner_update)
   if not check_finite:
     return checked
 

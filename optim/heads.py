@@ -16,9 +16,16 @@ import optax
 
 from optim import checks
 from optim.axes import check_keys, check_spec, suffix_matches
-from optim.roles import _whole, head_layout, path_str
-from transformer.linalg.axes import as_matrices, axes_tuple, check_axes
-from transformer.names import Side
+from optim.conventions import fused_qkv, head_name, place
+from optim.roles import _whole, head_split, path_str
+from transformer.linalg.axes import (
+    MatrixAxes,
+    as_matrices,
+    ask_matrix_axes,
+    axes_tuple,
+    check_axes,
+)
+from transformer.names import Side, merge_heads, split_heads
 
 
 def head_gram_overlap(W: jax.Array, n: int, side: Side = "columns"):
@@ -77,6 +84,37 @@ def _einsum_layout(path: str, shape, axes):
   return ("columns", shape[out[0]]) if len(out) > 1 else ("rows", shape[red[0]])
 
 
+def _foreign_plan(s: str, p, n_heads: int, n_kv_heads: int | None, caller: str):
+  """`(axes, side, n, fused)` of another library's attention projection (`HEAD_NAMES`, a
+  fused q, k, v of `FUSED_QKV`), or `None`.
+
+  A 2-D leaf is read by its naming convention (an equinox or PyTorch `weight` is
+  `(d_out, d_in)`); a 3-D linen/nnx kernel carries its heads: `query/kernel` `(D, H, Dh)` is
+  one `(D, H·Dh)` matrix of `H` column blocks, `out/kernel` `(H, Dh, D)` one `(H·Dh, D)`
+  matrix of `H` row blocks. Anything else of three or more axes asks for `matrix_axes`.
+  """
+  ndim = jnp.ndim(p)
+  found = head_name(s, ndim)
+  fused = found is None and fused_qkv(s) and ndim >= 2
+  if found is None and not fused:
+    return None
+  kv = n_heads if n_kv_heads is None else n_kv_heads
+  if ndim == 2:
+    axes = place(s, p).axes
+    if fused:
+      if kv != n_heads:
+        raise ValueError(f"{caller}: the fused q, k, v {s!r} {tuple(p.shape)} has grouped "
+                         f"key/value heads ({n_heads=}, {n_kv_heads=}); split it into "
+                         f"matrices yourself and pass layout_fn=, or leave it out")
+      return axes, "columns", n_heads, True
+    return axes, found[0], n_heads if found[1] == "H" else kv, False
+  if ndim == 3 and found is not None:
+    if found[0] == "columns":  # (D, H, Dh)
+      return MatrixAxes(0, (1, 2)), "columns", p.shape[1], False
+    return MatrixAxes((0, 1), 2), "rows", p.shape[0], False  # (H, Dh, D)
+  ask_matrix_axes([f"{s!r} {tuple(p.shape)}"], s, caller)
+
+
 def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None,
                      layout_fn=None, matrix_axes: Mapping | None = None,
                      check_finite: bool = False):
@@ -126,50 +164,66 @@ def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None,
   checks.non_negative(strength, "strength", caller)
   checks.at_least(n_heads, 1, "n_heads", caller)
   checks.at_least(n_kv_heads, 1, "n_kv_heads", caller, allow_none=True)
+  if isinstance(n_kv_heads, int) and isinstance(n_heads, int) and n_heads % n_kv_heads:
+    raise ValueError(f"{caller}: n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}; "
+                     f"pass the key/value head count of grouped-query attention (a divisor)")
+  checks.function(layout_fn, "layout_fn", caller, what="a function params -> pytree of "
+                  "(side, n_heads) | None")
   if matrix_axes is not None and not isinstance(matrix_axes, Mapping):
     raise ValueError(f"{caller}: matrix_axes must be a mapping path suffix -> MatrixAxes (the "
                      f"projections to split into heads); got {type(matrix_axes).__name__}")
   matrix_axes = check_spec(matrix_axes, caller)
 
+  def plan(path, p):
+    """`(axes, side, n, fused)` of one leaf (axes `None`: as stored), or `None`: untouched."""
+    s = path_str(path)
+    if matrix_axes and any(suffix_matches(s, k) for k in matrix_axes):
+      axes = next(a for k, a in matrix_axes.items() if suffix_matches(s, k))
+      return (axes, *_einsum_layout(s, p.shape, axes), False)
+    ours = head_split(path, n_heads, n_kv_heads)
+    if ours is not None:
+      return (None, *ours, False)
+    return _foreign_plan(s, p, n_heads, n_kv_heads, caller)
+
   def update_fn(updates, state, params=None):
     if params is None:
-      raise ValueError("orthogonal_heads needs `params` in `update(updates, state, params)`")
+      raise ValueError(f"{caller} needs `params` in `update(updates, state, params)`")
 
-    def step(u, p, layout):
-      if layout is None:
+    def step(u, p, todo):
+      if todo is None:
         return u
-      side, n = layout
-      grad = head_gram_overlap(p.astype(jnp.float32), n, side)[1]
-      return (u - strength * grad).astype(u.dtype)
-
-    def named(path, u, p):
-      s = path_str(path)
-      axes = next(a for k, a in matrix_axes.items() if suffix_matches(s, k))
-      M, restore = as_matrices(p, axes, repr(s))
-      U, _ = as_matrices(u, axes, repr(s))
-      return restore(step(U, M, _einsum_layout(s, p.shape, axes)))
+      axes, side, n, fused = todo
+      M, restore = (p, None) if axes is None else as_matrices(p, axes)
+      U = u if axes is None else as_matrices(u, axes)[0]
+      M = M.astype(jnp.float32)
+      if fused:  # [q | k | v]: three matrices, each split into its heads
+        grad = merge_heads(head_gram_overlap(split_heads(M, 3, "columns"), n, side)[1],
+                           "columns")
+      else:
+        grad = head_gram_overlap(M, n, side)[1]
+      out = (U - strength * grad).astype(u.dtype)
+      return out if restore is None else restore(out)
 
     if matrix_axes and _whole(params):
       check_keys(matrix_axes, params, f"{caller}: matrix_axes")
     if layout_fn is None:
-      layouts = head_layout(params, n_heads, n_kv_heads)
-      no_ours = all(x is None for x in jax.tree.leaves(layouts, is_leaf=lambda x: x is None))
-      if _whole(params) and no_ours and not matrix_axes:
+      tuples = [plan(path, p) for path, p in jax.tree_util.tree_leaves_with_path(params)]
+      if _whole(params) and all(x is None for x in tuples):
         found = [path_str(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)][:6]
         raise ValueError(
-            f"optim.orthogonal_heads: no leaf is an attention projection of ours (w_q, w_k, "
-            f"w_v, w_o); the leaves are {found}; pass layout_fn= mapping params to "
-            f"('columns' | 'rows', n_heads) per projection (None elsewhere), or matrix_axes=")
+            f"{caller}: no leaf is an attention projection (ours: w_q, w_k, w_v, w_o; "
+            f"equinox query_proj ... output_proj; linen/nnx query, key, value, out; Hugging "
+            f"Face q_proj ... o_proj; a fused qkv); the leaves are {found}; pass "
+            f"matrix_axes={{'PATH': optim.MatrixAxes(...)}} or layout_fn= mapping params to "
+            f"('columns' | 'rows', n_heads) per projection (None elsewhere)")
     else:
-      layouts = layout_fn(params)
-
-    def one(path, u, p, layout):
-      s = path_str(path)
-      if matrix_axes and any(suffix_matches(s, k) for k in matrix_axes):
-        return named(path, u, p)
-      return step(u, p, layout)
-
-    return jax.tree_util.tree_map_with_path(one, updates, params, layouts), state
+      tuples = [None if x is None else (None, *x, False) for x in
+                jax.tree.leaves(layout_fn(params), is_leaf=lambda x: x is None
+                                or isinstance(x, tuple))]
+    leaves = jax.tree.leaves(updates)
+    out = [step(u, p, t) for u, p, t in zip(leaves, jax.tree.leaves(params), tuples,
+                                            strict=True)]
+    return jax.tree.unflatten(jax.tree.structure(updates), out), state
 
   return checks.guarded(optax.GradientTransformation(optax.init_empty_state, update_fn),
                         check_finite, caller)

@@ -449,9 +449,10 @@ def muon(
     learning_rate: Muon's learning rate `η` (a scalar or schedule).
     beta: as in `scale_by_muon`, and so are `nesterov`, `ns_steps`, `coeffs`,
       `compute_dtype`, `shape_scaling`, `rms`, `n_heads`, `n_kv_heads`, `mu_dtype`, `gram`,
-      `split_qkv` (a fused q, k, v is three matrices) and `matrix_axes`. A leaf sent to Muon with three or more axes, neither ours nor named
-      by `matrix_axes` (a scanned stack, an `nn.Einsum` kernel, a convolution), raises: only
-      you know which axes are its matrix. A key of a `matrix_axes` mapping that names no leaf
+      `split_qkv` (a fused q, k, v is three matrices) and `matrix_axes`. A leaf sent to Muon
+      with three or more axes, neither ours nor named by `matrix_axes` (a scanned stack, an
+      `nn.Einsum` kernel, a convolution), raises: only you know which axes are its matrix.
+      A key of a `matrix_axes` mapping that names no leaf
       raises, naming the nearest paths.
     shard: where each matrix is orthogonalized under a device mesh, as in `scale_by_muon`
       (`"owner"`: each device its own layers, no collective inside the Newton–Schulz

@@ -24,6 +24,7 @@ Which axes of a leaf are its matrix is `MatrixAxes` (`optim.axes`; the type live
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 
 import jax
@@ -48,6 +49,11 @@ from transformer.linalg.axes import as_matrix_axes, ask_matrix_axes
 from transformer.names import Side as Side
 from transformer.names import merge_heads as merge_heads
 from transformer.names import split_heads as split_heads
+
+# Names of an output (logits) layer and of an embedding, for the hints of `labels`' messages.
+_OUTPUT_NAME = re.compile(r"(^|/|_)(out|output|logits?|head|vocab|readout|unembed\w*)(/|_|$)",
+                          re.IGNORECASE)
+_EMBED_NAME = re.compile(r"emb|wte|wpe|tok", re.IGNORECASE)
 
 #: The four roles a leaf can have: `hidden` (to Muon), `embedding`, `unembedding`, `vector`.
 ROLES = _names.UPDATE_ROLES
@@ -82,9 +88,11 @@ def labels(params, *, overrides: Mapping[str, str] | None = None,
     `bias`) at any rank.
 
   Args:
-    params: a parameter pytree (a `{"params": ...}` wrapper and an `nnx.State` are fine).
+    params: a parameter pytree (a `{"params": ...}` wrapper and an `nnx.State` are fine; an
+      equinox module after `eqx.filter(model, eqx.is_inexact_array)`).
     overrides: path suffix (on `/` boundaries) -> role, deciding before every rule, e.g.
-      `{"encoder/proj": "hidden", "readout": "unembedding"}`. A key that names no leaf raises.
+      `{"encoder/proj": "hidden", "readout": "output"}` (`"output"` is a synonym of
+      `"unembedding"`). A key that names no leaf raises.
     vocab_size: the vocabulary size `V`, as shape evidence; default the row counts of the
       leaves that names place as token embeddings.
 
@@ -109,7 +117,8 @@ def labels(params, *, overrides: Mapping[str, str] | None = None,
     >>> optim.labels(eqx)
     {'emb': {'weight': 'embedding'}, 'to_vocab': {'weight': 'unembedding'}}
   """
-  overrides = dict(overrides or {})
+  # `'output'` names the output layer's role in words: it is the `unembedding`.
+  overrides = {k: "unembedding" if r == "output" else r for k, r in (overrides or {}).items()}
   for k, r in overrides.items():
     if r not in ROLES:
       raise ValueError(f"optim.labels: unknown role {r!r} for {k!r} in overrides; choose from "
@@ -155,16 +164,24 @@ def labels(params, *, overrides: Mapping[str, str] | None = None,
   if ambiguous:
     s, shape, said, why = ambiguous[0]
     others = f" (and {len(ambiguous) - 1} more)" if len(ambiguous) > 1 else ""
+    # The likely role first: never 'hidden' for a leaf shaped like the vocabulary table (that
+    # would orthogonalize the output or the embedding).
+    likely = (("output", "embedding", "hidden") if said == "hidden" and
+              (_OUTPUT_NAME.search(s) or not _EMBED_NAME.search(s))
+              else ("embedding", "output", "hidden") if said == "hidden"
+              else ("hidden", "embedding", "output"))
     raise ValueError(
         f"optim.labels: name and shape disagree for {s!r} {shape}{others}: its name says "
-        f"{said} but {why}; state its role with overrides={{{s!r}: 'hidden'}} (or "
-        f"'embedding', 'unembedding'), or pass label_fn=")
+        f"{said} but {why}; state its role with overrides={{{s!r}: {likely[0]!r}}} (or "
+        f"{likely[1]!r}, {likely[2]!r}), or pass label_fn=")
   if unplaced:
+    guess = "output" if _OUTPUT_NAME.search(unplaced[0].split("'")[1]) else "hidden"
     raise ValueError(
         f"optim.labels: no naming convention places {len(unplaced)} leaves of >= 2 axes: "
         f"{listing(unplaced)}; pass label_fn= (your own `params -> roles`, or "
         f"optim.labels_by_shape for every 2-D leaf), or "
-        f"label_fn=functools.partial(optim.labels, overrides={{'NAME': 'hidden'}})")
+        f"label_fn=functools.partial(optim.labels, overrides={{{unplaced[0].split(chr(39))[1]!r}: "
+        f"{guess!r}}}) ('output' for the layer that makes the logits)")
   it = iter(decided[s][0] for s, _ in leaves)
   return jax.tree.map(lambda _: next(it), params)
 

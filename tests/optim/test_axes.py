@@ -116,7 +116,7 @@ def test_orthogonal_heads_on_fused_qkv_and_an_output_kernel():
   np.testing.assert_array_equal(u["fc"], 0.0)  # not a projection: passed through
   with pytest.raises(ValueError) as e:  # neither side holds the heads: refused, one line
     optim.orthogonal_heads(0.1, H, matrix_axes={"fc": optim.MatrixAxes(0, 1)}).update(
-        zeros, optax.EmptyState(), params)
+        {"fc": zeros["fc"]}, optax.EmptyState(), {"fc": params["fc"]})
   _one_line(e, "'fc' (16, 16)", "layout_fn=")
 
 

@@ -159,7 +159,9 @@ def test_shape_evidence_places_unnamed_tables_and_refuses_contradictions():
   # A generic "hidden" name on the vocabulary table's shape: ambiguous, one line.
   with pytest.raises(ValueError) as e:
     optim.labels({**emb, "proj": {"weight": _array(np.ones((V, D)))}})
-  _one_line(e, "'proj/weight' (40, 32)", "'emb/weight'", "overrides={'proj/weight': 'hidden'}")
+  # The likely roles first: a (V, D) `weight` maps D -> V, the output; never 'hidden' first.
+  _one_line(e, "'proj/weight' (40, 32)", "'emb/weight'", "overrides={'proj/weight': 'output'}",
+            "(or 'embedding', 'hidden')")
   # An "output" with no vocabulary axis, in a tree with a vocabulary: ambiguous, one line.
   with pytest.raises(ValueError) as e:
     optim.labels({**emb, "output": {"weight": _array(np.ones((D, D)))}})
