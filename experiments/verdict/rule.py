@@ -9,7 +9,8 @@ such as `">= 0.9"` holds only when the whole interval satisfies it (`stats.evalu
   it (the instrument is broken, so those cannot be read);
 * any unblocked threshold whose `refutes` condition holds makes the group `refuted`;
 * when every non-control threshold is unblocked and its `supports` holds, `supported`;
-* otherwise `inconclusive`.
+* otherwise `inconclusive` (saying so when censored seeds leave a `stat="median"` threshold's
+  deciding bound undetermined: `censoring.censoring_reason`).
 
 `verdict` applies it to the primary thresholds (the headline), `extension_verdicts` to each
 extension (beneath it, never changing it), `reading` to one axis point's runs. With one seed
@@ -18,6 +19,7 @@ the interval is the single value, and the verdict is labelled "indicative (quick
 
 from __future__ import annotations
 
+from experiments.verdict.censoring import censoring_reason
 from experiments.verdict.stats import evaluate, fmt
 from experiments.verdict.thresholds import Threshold
 
@@ -68,6 +70,8 @@ def decide(thresholds, runs: dict, seeds) -> tuple[str, str, list[dict]]:
   elif blocked:
     v, why = "inconclusive", ("a control failed (" + ", ".join(sorted(failed)) + "), so these "
                               "cannot be read: " + ", ".join(blocked))
+  elif reason := censoring_reason(thresholds, evals):
+    v, why = "inconclusive", reason
   else:
     v, why = "inconclusive", "not every support condition holds, and no refutation does"
   if failed and not blocked:

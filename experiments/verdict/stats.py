@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from experiments.verdict.censoring import median_evaluation
 from experiments.verdict.thresholds import Threshold, parse_condition
 
 # t_{0.975, ν} for ν = 1 … 30 (scipy.stats.t.ppf, 6 decimals); beyond, a Cornish–Fisher series.
@@ -132,7 +133,15 @@ def effect(runs: dict, seeds, name: str, arm: str, baseline: str | None, metric:
 
 
 def evaluate(th: Threshold, runs: dict, seeds) -> dict:
-  """The interval a threshold is decided on, and whether its conditions hold."""
+  """The interval a threshold is decided on, and whether its conditions hold.
+
+  `stat="median"` reads the censoring-aware median interval (`censoring.median_evaluation`:
+  no sentinel enters it); its dict adds `undetermined`, the conditions censoring leaves open.
+  """
+  if th.stat == "median":
+    arm = paired_values(runs, th.arm, th.metric, None, seeds)
+    base = paired_values(runs, th.baseline, th.metric, None, seeds) if th.baseline else None
+    return median_evaluation(th, arm, base)
   x = paired_values(runs, th.arm, th.metric, th.baseline, seeds)
   m, ci = mean_ci95(x)
   if th.stat == "range" or ci is None:

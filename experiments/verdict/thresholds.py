@@ -34,7 +34,10 @@ class Threshold:
     arm: the arm measured.
     metric: the metric of that arm.
     baseline: if set, the quantity is the paired effect `arm − baseline`, seed by seed.
-    stat: `"ci"`: the 95% t-interval of the mean over seeds; `"range"`: min to max over seeds.
+    stat: `"ci"`: the 95% t-interval of the mean over seeds; `"range"`: min to max over seeds;
+      `"median"`: the median with its distribution-free 95% interval, a seed meeting
+      `censored` counting as known only to be at least `cap` (`verdict.censoring`; for a
+      steps-to-target metric, first used by `condition-lr` v3). It needs six seeds or more.
     supports: condition (e.g. `">= 0.9"`) that the whole interval must meet to support.
     refutes: condition that, met by the whole interval, refutes the claim.
     control: a sanity check of the instrument: if its `supports` fails, every threshold that
@@ -50,13 +53,15 @@ class Threshold:
       a floor rather than a measurement (a run that never reached its target, a loss at its
       floor); an axis point where any seed meets it is left out of the trend fit, flagged
       `censored` (`stats.fit_trend`). Written into `to_dict` only when set.
+    cap: with `stat="median"`, what a censored seed's value is known to exceed (the budget it
+      ran, e.g. `1.0` of `N` for a steps fraction). Written into `to_dict` only when set.
   """
 
   name: str
   arm: str
   metric: str
   baseline: str | None = None
-  stat: Literal["ci", "range"] = "ci"
+  stat: Literal["ci", "range", "median"] = "ci"
   supports: str | None = None
   refutes: str | None = None
   control: bool = False
@@ -64,6 +69,7 @@ class Threshold:
   needs: tuple[str, ...] | None = None
   unit: str = ""
   censored: str | None = None
+  cap: float | None = None
 
   @classmethod
   def beyond(cls, name: str, arm: str, metric: str, *, margin: float,
@@ -95,8 +101,14 @@ class Threshold:
                refutes=f"{other} {edge:.12g}", margin=float(margin), **kw)
 
   def __post_init__(self):
-    if self.stat not in ("ci", "range"):
-      raise ValueError(f"Threshold.stat={self.stat!r} is unknown. Fix: use 'ci' or 'range'.")
+    if self.stat not in ("ci", "range", "median"):
+      raise ValueError(f"Threshold.stat={self.stat!r} is unknown. Fix: use 'ci', 'range' or "
+                       "'median'.")
+    if (self.cap is not None) != (self.stat == "median" and self.censored is not None):
+      raise ValueError(f"Threshold {self.name!r}: cap={self.cap} goes with stat='median' and a "
+                       f"`censored` condition (got stat={self.stat!r}, censored="
+                       f"{self.censored!r}). Fix: give both, e.g. censored='>= 1.5', cap=1.0 "
+                       "(the budget a censored seed ran), or neither.")
     if self.supports is None and self.refutes is None:
       raise ValueError(f"Threshold {self.name!r} has neither `supports` nor `refutes`. Fix: give "
                        "at least one condition, e.g. supports='>= 0.9'.")
@@ -110,8 +122,9 @@ class Threshold:
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
     d["needs"] = None if self.needs is None else list(self.needs)
-    if self.censored is None:
-      del d["censored"]
+    for optional in ("censored", "cap"):
+      if d[optional] is None:
+        del d[optional]
     return d
 
   @classmethod
