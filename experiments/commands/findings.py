@@ -28,8 +28,8 @@ from experiments.verdict import cells
 from experiments.verdict.folders import RESULTS_DIR
 
 # Claims that read the committed base models without training, measured again in full by
-# `make demo` (in the tour's own process, at XLA's default optimization, so that they give the
-# kept numbers): alone on 2 cores at load ~7 (2026-12-07) softmax-kernel took 20 s (13 s of
+# `make demo` (in the tour's own process, at XLA's default optimization, as `claim ID` runs
+# them): alone on 2 cores at load ~7 (2026-12-07) softmax-kernel took 20 s (13 s of
 # CPU), adaptive-rank 60 s (21 s of CPU). causal-mask also reads them without training, but
 # its registered size had not finished in 5 min.
 REMEASURED = ("softmax-kernel", "adaptive-rank")

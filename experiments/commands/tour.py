@@ -208,8 +208,8 @@ def run_tour(*, quick: bool = False, only=None, root: str = "runs", log=print,
       finished(i, outcome)
 
   # A quick tour's full runs (`findings.REMEASURED`) stay in this process, at XLA's default
-  # optimization: a quick worker compiles at level 0, whose rounding moved adaptive-rank's
-  # key number off the kept one (-8.6e-4 against 1.2e-3; this process gives the kept one).
+  # optimization, so that each is measured as `claim ID` measures it (a quick worker compiles
+  # at level 0, which trades the last bits of rounding for compile time).
   here = [i for i in todo if quick and claims[i].id in findings.REMEASURED]
   pooled = [i for i in todo if i not in here]
   if jobs == 1 or len(pooled) < 2:
@@ -372,11 +372,12 @@ def claim_main(argv=None) -> int:
             "change them. Fix: drop " + ", ".join(clash) + ".", file=sys.stderr)
       return 2
     args.resume = args.onto
-    args.budgets = args.budgets or ",".join(map(str, claim.budgets)) or "1"
+    args.budgets = args.budgets or ",".join(map(str, claim.axis("budget").values)) or "1"
   try:
     asked = _asked_axes(claim, args)
     if args.onto and not asked.get("budget"):
-      why = "--budgets asks for none" if claim.budgets else f"{claim.id!r} declares no budgets"
+      why = ("--budgets asks for none" if claim.axis("budget").values
+             else f"{claim.id!r} declares no budgets")
       raise ValueError(f"--onto adds the budget axis, but {why}. Fix: pass --budgets 4 (a "
                        "multiple of the registered tokens above 1).")
     quick, seeds = args.quick, args.seeds
