@@ -288,8 +288,9 @@ CLAIM = Claim(
                "committed models; v1 read small at 0.95), the primary named float32 "
                "invertibility, the context axis left out until its long model is trained at "
                "the regime (issue 38)",),
-    axes=(axes.scale(models.TRAINED["gpt"] + models.TRAINED["llama"]),),
-    at_length=at_length,  # for `--axes context=...`, an addendum: none is declared
+    # the context axis with no lengths: `--axes context=...` (an addendum) reads `at_length`
+    axes=(axes.scale(models.TRAINED["gpt"] + models.TRAINED["llama"]),
+          axes.context((), at_length)),
     topic="full rank & causality",
     kind="existing",
     preface="Causal masking lets GPT see the past but not the future",

@@ -52,7 +52,7 @@ from experiments import models
 from experiments.lab import optimizers as O
 from experiments.lab import tuning
 from experiments.train.sweep import train_many
-from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
+from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
 
 TUNING_SEEDS = (100, 101)
 # Quarter-decade steps from 5.33e-3 to 5.33e-2: AdamW's tuned 9.49e-3 on this shape (`muon` v2)
@@ -270,7 +270,7 @@ CLAIM = Claim(
         Anchor("iterations saved by a geometry-aware preconditioner over AdamW", "> 40% fewer",
                "Vyas et al. 2024, SOAP: Improving and Stabilizing Shampoo using Adam"),
     ),
-    scale_models=("pico-20", "micro-20"),
+    axes=(axes.scale(("pico-20", "micro-20")),),
     bits_metric=("adamw", "val_loss"),
     version=2,
     revisions=("v2: the trained regime (issue 38): micro-20's shape from scratch at 20 tokens "

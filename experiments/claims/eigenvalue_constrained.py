@@ -47,7 +47,7 @@ import numpy as np
 from experiments import models
 from experiments.lab import cap_training as ct
 from experiments.lab.norm_training import stress_rate
-from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
+from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
 
 CAP = 1.0
 ARMS: dict[str, tuple[str, ...] | None] = {"adamw": None, "cap-hidden": ct.HIDDEN}
@@ -326,7 +326,7 @@ CLAIM = Claim(
                              unit="fraction of the loss", needs=(CAP_ACTS, CERT)),)),
     ),
     tuning_seeds=(TUNE_SEED,),
-    scale_models=("pico-20", "micro-20"),
+    axes=(axes.scale(("pico-20", "micro-20")),),
     bits_metric=("adamw", "end_loss_tuned"),
     key="end loss at the stress rate: adamw − cap-hidden",  # the gap, not the 0/1 count
     version=2,

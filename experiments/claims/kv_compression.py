@@ -43,7 +43,7 @@ import numpy as np
 
 from experiments import models
 from experiments.lab import kv_arms
-from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold
+from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
 
 ALLOCS = ("uniform", "greedy", "loss")
 
@@ -307,8 +307,8 @@ CLAIM = Claim(
                "accuracy loss", "Liu et al. 2024, KIVI"),
     ),
     tuning_seeds=(TUNE_SEED,),
-    scale_models=("micro-20", "mini-20", "llama-micro-20", "llama-mini-20"),
-    at_length=at_length,
+    axes=(axes.scale(("micro-20", "mini-20", "llama-micro-20", "llama-mini-20")),
+          axes.context((), at_length)),
     version=3,
     revisions=("v2: registered on the trained regime (mini-20 at 20 tokens per parameter; v1 "
                "read `small` at 0.95); the fit rate tuned per size on the tuning seed with the "

@@ -50,7 +50,7 @@ import numpy as np
 from experiments import models
 from experiments.lab import norm_training
 from experiments.lab.norm_training import NORMED, kappa_ceiling
-from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
+from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
 
 NORMS = ("layernorm", "rmsnorm", "none")
 U_BF16 = float(jnp.finfo(jnp.bfloat16).eps) / 2  # unit roundoff 2⁻⁸
@@ -368,7 +368,7 @@ CLAIM = Claim(
                         for arm in ("layernorm", "rmsnorm"))),
     ),
     tuning_seeds=(TUNE_SEED,),
-    scale_models=models.TRAINED["gpt"],
+    axes=(axes.scale(models.TRAINED["gpt"]),),
     bits_metric=("layernorm", "end_loss_tuned"),
     version=2,
     revisions=("v2: the trained regime of issue 38: every arm from scratch at 20 tokens per "

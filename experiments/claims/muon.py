@@ -50,7 +50,7 @@ from experiments import models
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train.sweep import train_many
-from experiments.verdict import Anchor, Claim, Spec, Threshold, TrainedSizes
+from experiments.verdict import Anchor, Claim, Spec, Threshold, TrainedSizes, axes
 
 TUNING_SEEDS = (100, 101)
 GRID = tuple(float(f"{x:.3g}") for x in np.geomspace(3e-4, 3e-2, 9))  # quarter-decade steps
@@ -330,7 +330,7 @@ CLAIM = Claim(
                "Liu et al. 2025, Muon is Scalable for LLM Training (Moonlight)"),
     ),
     tuning_seeds=TUNING_SEEDS,
-    scale_models=("pico-20", "micro-20"),
+    axes=(axes.scale(("pico-20", "micro-20")),),
     bits_metric=("adamw", "val_loss"),
     version=2,
     revisions=("v2: the trained regime (issue 38): micro-20's shape, each size trained from "

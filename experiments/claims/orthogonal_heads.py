@@ -56,6 +56,7 @@ from experiments.verdict import (
   Spec,
   Threshold,
   TrainedSizes,
+  axes,
 )
 from experiments.verdict.stats import mean_ci95
 
@@ -304,7 +305,7 @@ CLAIM = Claim(
                "head)", "modded-nanogpt (Jordan et al. 2024)"),
     ),
     tuning_seeds=TUNING_SEEDS,
-    scale_models=("pico-20", "micro-20"),
+    axes=(axes.scale(("pico-20", "micro-20")),),
     bits_metric=("adamw", "val_loss"),
     version=2,
     revisions=("v2: the trained regime (issue 38): micro-20's shape with its own 4 heads, each "

@@ -49,7 +49,7 @@ import numpy as np
 import transformer
 from experiments import models
 from experiments.lab.attention_arms import train_arm, tune_rate, within
-from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
+from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
 
 ARMS = {"softmax": {}, "softmax-tied": dict(qk_tied=True),
         "rbf-tied": dict(attention="rbf", qk_tied=True),
@@ -289,7 +289,7 @@ CLAIM = Claim(
                "Tay et al. 2021, Long Range Arena, Table 1"),
     ),
     tuning_seeds=(TUNE_SEED,),
-    scale_models=models.TRAINED["gpt"],
+    axes=(axes.scale(models.TRAINED["gpt"]),),
     bits_metric=("softmax", "loss"),
     version=2,
     revisions=("v2: the trained regime of issue 38 (micro-20 at 20 tokens per parameter, "

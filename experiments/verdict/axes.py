@@ -9,9 +9,9 @@ Each is an `experiments.verdict.axis.Axis` whose rows and texts say more than a 
 | `budget` | `budget(ks, at, model)` | k × the tokens | `at(sizes, k)` | tokens | `budget-x<k>` |
 
 `ScaleAxis` lives in `axis_scale`, `BudgetAxis` in `axis_budget`, `ContextAxis` here. A claim
-declares them as `Claim(axes=(scale(...), context(...), budget(...)))`; the older
-spelling (`scale_models`, `context_lengths` with `at_length`, `budgets` with `at_budget` and
-`budget_model`) is mapped onto the same objects. `KINDS` names each, so a result's block is
+declares them as `Claim(axes=(scale(...), context(...), budget(...)))`, its only spelling
+(the command line's older `--sizes`, `--lengths` and `--budgets` are read into the same
+objects). `KINDS` names each, so a result's block is
 rendered by its axis even when the claim no longer declares it.
 """
 

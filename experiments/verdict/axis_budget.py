@@ -57,11 +57,11 @@ class BudgetAxis(Axis):
     if not self.values:
       raise ValueError(f"Claim {claim.id!r}: budget_model={self.model!r} names the "
                        "model of a budget axis, but the claim declares no budgets. Fix: "
-                       "declare budgets=(4,) (or drop budget_model).")
+                       "declare axes.budget((4,), at, model) (or drop the model).")
     if claim.FULL is not None and not hasattr(claim.FULL, "model"):
       raise ValueError(f"Claim {claim.id!r}: budget_model needs FULL sizes with a `model` field "
                        f"({type(claim.FULL).__name__} has none). Fix: add one, or drop "
-                       "budget_model.")
+                       "the budget axis's model.")
 
   def chosen(self, claim, quick: bool, override=None) -> tuple:
     values = tuple(override) if override is not None else (() if quick else self.values)

@@ -59,12 +59,9 @@ class Claim:
       context lengths, training budgets... The verdict is read only at the registered sizes;
       each axis's other points feed only its trend (`results.json`'s `axes`). `claim ID --axes
       NAME=v1,v2` overrides an axis's values, and quick runs measure none unless given them.
-    scale_models, context_lengths, at_length, budgets, at_budget, budget_model: the older
-      spelling of the three shared axes, kept working: `scale_models=M` is
-      `axes.scale(M)`, `context_lengths=Ts, at_length=f` is `axes.context(Ts, f)`,
-      `budgets=ks, at_budget=f, budget_model=m` is `axes.budget(ks, f, m)`. Either spelling
-      fills the other (`claim.budgets` reads the budget axis's values); declaring one axis in
-      both, differently, is an error.
+      The one spelling: `axes=(axes.scale(models), axes.context(Ts, at_length),
+      axes.budget(ks, at_budget, model))`, read back with `claim.axis(name)` (`.values`, `.at`,
+      `.model`). An axis with no values still carries its `at` for `--axes NAME=...`.
     version: the registration's number, 1 for the first. A claim whose setup changes (steps,
       batch, context, model, metric, margin) is registered again under the next version,
       before it runs; `revisions` says why, one per version after the first, and
@@ -100,12 +97,6 @@ class Claim:
   seeds: tuple[int, ...] = DEFAULT_SEEDS
   tuning_seeds: tuple[int, ...] = ()
   trains: bool = True
-  scale_models: tuple[str, ...] = ()
-  context_lengths: tuple[int, ...] = ()
-  at_length: Callable[[Sizes, int], Sizes] | None = None
-  budgets: tuple[int, ...] = ()
-  at_budget: Callable[[Sizes, int], Sizes] | None = None
-  budget_model: str | None = None
   version: int = 1
   revisions: tuple[str | Revision, ...] = ()
   bits_metric: tuple[str, str] | None = None
@@ -137,42 +128,16 @@ class Claim:
     names = [e.name for e in self.extensions]
     if len(set(names)) != len(names):
       raise ValueError(f"Claim {self.id!r}: extension names {names} repeat. Fix: name each once.")
-    self._join_axes()
+    self._check_axes()
 
-  def _join_axes(self) -> None:
-    """Maps the older axis fields onto `axes` and back, then checks every declared axis."""
-    from experiments.verdict import axes as kinds  # deferred: axes reads Claim's module
-
-    old = []
-    if self.scale_models:
-      old.append(kinds.scale(self.scale_models))
-    if self.context_lengths or self.at_length is not None:
-      old.append(kinds.context(self.context_lengths, self.at_length))
-    if self.budgets or self.at_budget is not None or self.budget_model is not None:
-      old.append(kinds.budget(self.budgets, self.at_budget, self.budget_model))
-    given = {a.name: a for a in self.axes}
-    if len(given) != len(self.axes) or not all(isinstance(a, Axis) for a in self.axes):
+  def _check_axes(self) -> None:
+    """Every declared axis is an `Axis`, one per name, with values its kind accepts."""
+    by_name = {a.name: a for a in self.axes}
+    if len(by_name) != len(self.axes) or not all(isinstance(a, Axis) for a in self.axes):
       raise ValueError(f"Claim {self.id!r}: axes={self.axes!r} must be distinct `Axis` objects, "
                        "one per name. Fix: declare each axis once.")
-    for axis in old:
-      if axis.name in given and given[axis.name] != axis:
-        raise ValueError(f"Claim {self.id!r} declares the {axis.name} axis twice, differently: "
-                         f"in axes ({given[axis.name]}) and in its older fields ({axis}). Fix: "
-                         "declare it once, in axes=(...).")
-    joined = tuple(self.axes) + tuple(a for a in old if a.name not in given)
-    object.__setattr__(self, "axes", joined)
-    by_name = {a.name: a for a in joined}
-    if "scale" in by_name:
-      object.__setattr__(self, "scale_models", tuple(by_name["scale"].values))
-    if "context" in by_name:
-      object.__setattr__(self, "context_lengths", tuple(by_name["context"].values))
-      object.__setattr__(self, "at_length", by_name["context"].at)
-    if "budget" in by_name:
-      b = by_name["budget"]
-      object.__setattr__(self, "budgets", tuple(b.values))
-      object.__setattr__(self, "at_budget", b.at)
-      object.__setattr__(self, "budget_model", b.model)
-    for axis in joined:
+    object.__setattr__(self, "axes", tuple(self.axes))
+    for axis in self.axes:
       if axis.values:
         axis.check(self, axis.values, axis.field)
     if "budget" in by_name and by_name["budget"].model is not None:
@@ -190,10 +155,6 @@ class Claim:
       known = sorted({*kinds.KINDS, *(a.name for a in self.axes)})
       raise ValueError(f"Claim {self.id!r} has no axis {name!r}. Fix: name one of {known}.")
     return kinds.KINDS[name](())
-
-  def check_scale_models(self, names, field: str) -> None:
-    """The older spelling of `claim.axis("scale").check(claim, names, field)`."""
-    self.axis("scale").check(self, names, field)
 
   @classmethod
   def from_dict(cls, d: dict[str, Any], axes: tuple[Axis, ...] = ()) -> Claim:

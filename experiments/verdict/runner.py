@@ -286,7 +286,7 @@ def add_budgets(claim: Claim, onto: str, *, budgets: Sequence[int] | None = None
   if not os.path.exists(os.path.join(onto, "results.json")):
     raise ValueError(f"--onto {onto}: no results.json there. Fix: give a finished run of "
                      f"{claim.id!r} (runs/claims/{claim.id}/<run-id>, or results/{claim.id}).")
-  ks = tuple(budgets if budgets is not None else claim.budgets)
+  ks = tuple(budgets if budgets is not None else claim.axis("budget").values)
   if not ks:
     asked = ("--budgets asks for none" if budgets is not None
              else f"{claim.id!r} declares no budgets")

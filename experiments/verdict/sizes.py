@@ -3,7 +3,7 @@
 A claim subclasses `Sizes` with the fields its experiment reads (model name, steps, sequence
 lengths, rate grid, ...) and declares `QUICK` and `FULL` instances; the runner writes them
 whole into the run's config and hands `Claim.run` a `Spec`: the sizes, the seeds, the run
-folder. `more_steps` is the usual `Claim.at_budget`.
+folder. `more_steps` is the usual `at` of a budget axis (`axes.budget(ks, more_steps)`).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class TrainedSizes(Sizes):
 def more_steps(sizes: TrainedSizes, k: int, also: tuple[str, ...] = ()) -> TrainedSizes:
   """`sizes` on `k` times the tokens: `steps` and each field named in `also` times `k`.
 
-  The usual `Claim.at_budget`: batches, lengths and rate grid stay, so the run is the same
+  The usual `at` of a budget axis: batches, lengths and rate grid stay, so the run is the same
   protocol trained `k` times longer; `also` names step counts that should keep their share
   of the run (e.g. an evaluation interval, so a curve keeps its number of points).
 

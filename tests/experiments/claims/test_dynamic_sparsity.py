@@ -40,8 +40,8 @@ def test_dynamic_sparsity_full_sizes_are_the_registered_ones():
   assert (z.extend, z.flat_nats) == (3, 0.01)  # v3: up to three extensions; flat arms
   assert DS.QUICK.rates == (3e-3,) and DS.QUICK.recall_train_steps == 30
   c = CLAIMS["dynamic-sparsity"]
-  assert (c.version, c.context_lengths, c.at_length) == (3, (), DS.at_length)
-  assert c.scale_models == ("pico-20", "micro-20")
+  assert (c.version, c.axis("context").values, c.axis("context").at) == (3, (), DS.at_length)
+  assert c.axis("scale").values == ("pico-20", "micro-20")
   assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20")
   assert axes.scale_models(c, quick=True) == ()
   pico = dataclasses.replace(z, model="pico-20")  # the scale axis keeps the ratio

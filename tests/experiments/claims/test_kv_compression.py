@@ -96,7 +96,8 @@ def test_kv_at_length_reads_the_long_model_at_t():
   # the fit keeps its short windows at every T: calibrate short, deploy long
   assert (z.fit_len, z.fit_windows, z.fit_batch, z.fit_steps) == (
       full.fit_len, full.fit_windows, full.fit_batch, full.fit_steps)
-  assert kv_compression.CLAIM.context_lengths == ()  # v2: the long model is not at the regime
+  # v2: the long model is not at the regime
+  assert kv_compression.CLAIM.axis("context").values == ()
   with pytest.raises(ValueError, match="T=2048.*trained at T = 1024"):
     kv_compression.at_length(full, 2048)
   with pytest.raises(ValueError, match=r"T=8.*within \[16, 1024\]"):

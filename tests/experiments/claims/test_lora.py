@@ -77,10 +77,10 @@ def test_lora_reads_the_trained_regime_and_its_scale_axis_is_micro_and_mini():
   claim = CLAIMS["lora"]
   assert claim.version == 3 and [r[:4] for r in claim.revisions] == ["v2: ", "v3: "]
   assert lora_claim.FULL.extend == 1  # v3: the edge rule
-  assert claim.scale_models == ("micro-20", "mini-20")
+  assert claim.axis("scale").values == ("micro-20", "mini-20")
   assert axes.scale_models(claim, quick=False) == ("mini-20", "micro-20")  # verdict first
   assert axes.scale_models(claim, quick=True) == ()
-  cards = {n: models.model_card(n) for n in claim.scale_models}
+  cards = {n: models.model_card(n) for n in claim.axis("scale").values}
   assert {n: (c["family"], c["d_model"], c["n_layers"], c["params"]) for n, c in cards.items()} == {
       "micro-20": ("gpt", 32, 2, 41_856), "mini-20": ("gpt", 64, 2, 132_864)}
   assert all(c["tokens_per_param"] >= models.TOKENS_PER_PARAM for c in cards.values())
@@ -97,7 +97,7 @@ def test_lora_sizes_refuse_a_model_that_is_no_shared_base_model():
 
 def test_check_ranks_fits_every_scale_size_and_refuses_a_narrow_model(monkeypatch, tmp_path):
   arms = tuple(lora_lab.ARMS)
-  for name in (*models.CPU_SCALE["gpt"], *CLAIMS["lora"].scale_models):
+  for name in (*models.CPU_SCALE["gpt"], *CLAIMS["lora"].axis("scale").values):
     lora_lab.check_ranks(models.config(name), arms, name)  # micro: every side >= 32
   # The boundary is lora.init's: rank == min(D_in, D_out) fits, one more does not.
   d16 = transformer.Config(vocab_size=256, d_model=16, n_layers=1, n_heads=2)

@@ -138,10 +138,10 @@ def test_muon_trains_every_size_at_the_regime():
   """v2: every size of the scale axis trains AdamW's N steps on at least 20 tokens per
   parameter (N rescales with the size), and Muon's budgets stay distinct fractions of it."""
   assert muon.FULL.budget_steps() == models.RECIPES["micro-20"].steps == 409
-  for name in muon.CLAIM.scale_models:
+  for name in muon.CLAIM.axis("scale").values:
     at = dataclasses.replace(muon.FULL, model=name)
     ratio = at.train_tokens() / models.param_count(name)
     assert models.TOKENS_PER_PARAM <= ratio < models.TOKENS_PER_PARAM + 2048 / 1000
     assert muon.budgets_of(at.budget_steps(), muon.FRACTIONS)[-1] == at.budget_steps()
-  assert muon.CLAIM.version == 2 and not muon.CLAIM.budgets
+  assert muon.CLAIM.version == 2 and not muon.CLAIM.axis("budget").values
   assert muon.CLAIM.primary.censored == f">= {muon.NOT_REACHED}"

@@ -234,13 +234,14 @@ def test_orthogonal_heads_trains_every_size_at_the_regime_with_the_shapes_own_he
   rescale with the size; at most one step over), with the recipe's own heads."""
   z = orthogonal_heads.FULL
   assert z.budget_steps() == models.RECIPES["micro-20"].steps == 409
-  for name in orthogonal_heads.CLAIM.scale_models:
+  for name in orthogonal_heads.CLAIM.axis("scale").values:
     at = dataclasses.replace(z, model=name)
     ratio = at.train_tokens() / models.param_count(name)
     assert models.TOKENS_PER_PARAM <= ratio < models.TOKENS_PER_PARAM + 2048 / 1000
     assert heads_training.model_config(name, z.n_heads) == models.RECIPES[name].cfg
   assert dataclasses.replace(z, steps=7).train_tokens() == 7 * 16 * 128
-  assert orthogonal_heads.CLAIM.version == 2 and not orthogonal_heads.CLAIM.budgets
+  claim = orthogonal_heads.CLAIM
+  assert claim.version == 2 and not claim.axis("budget").values
 
 
 def test_orthogonal_heads_model_keeps_each_familys_grouping():

@@ -130,7 +130,7 @@ def test_psd_edge_control_blocks_the_headline():
 
 def test_psd_scale_axis_is_the_gpt_family_with_the_registered_size_first():
   c = CLAIMS["psd-attention"]
-  assert c.scale_models == ("pico-20", "micro-20", "mini-20")
+  assert c.axis("scale").values == ("pico-20", "micro-20", "mini-20")
   assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20", "mini-20")
   assert axes.scale_models(c, quick=True) == ()  # quick runs stay one size
   assert "Llama family is left out" in " ".join(psd_attention.__doc__.split())

@@ -45,9 +45,10 @@ def test_residual_eigenvalues_widths_are_its_own_model():
   # The registered model (v2) is `deep-8`, the 128-layer model the trained results measure.
   assert base.replace(n_layers=full.train_layers) == models.config("deep-8") == models.config(
       full.model)
-  assert re_.CLAIM.scale_models == ()  # not measured, by cost (the docstring says so)
+  assert re_.CLAIM.axis("scale").values == ()  # not measured, by cost (the docstring says so)
   names = ("deep-8", "deep-16", "deep-32", "deep-48")
-  re_.CLAIM.check_scale_models(names, "--sizes")  # shapes are accepted, not just recipes
+  scale = re_.CLAIM.axis("scale")
+  scale.check(re_.CLAIM, names, "--sizes")  # shapes are accepted, not just recipes
   cards = [models.model_card(n) for n in names]
   assert [c["d_model"] for c in cards] == [8, 16, 32, 48]
   assert {c["n_layers"] for c in cards} == {128}
@@ -57,7 +58,7 @@ def test_residual_eigenvalues_widths_are_its_own_model():
   # The registered budget: 20 tokens per parameter of deep-8 (the ratio the docstring names).
   assert full.train_tokens() / models.param_count(full.model) == pytest.approx(20.0, abs=0.01)
   with pytest.raises(ValueError, match="not base models"):
-    re_.CLAIM.check_scale_models(("deep-64",), "--sizes")
+    scale.check(re_.CLAIM, ("deep-64",), "--sizes")
 
 
 def test_trained_point_matches_depth_point_at_init():

@@ -145,8 +145,8 @@ def test_sliding_window_trains_every_size_at_20_tokens_per_parameter():
   with pytest.raises(ValueError, match="no recipe"):
     dataclasses.replace(z, model="nano")
   c = CLAIMS["sliding-window"]
-  assert (c.version, c.bits_metric, c.context_lengths) == (2, ("full", "loss"), ())
-  assert c.scale_models == ("pico-20", "micro-20")
+  assert (c.version, c.bits_metric, c.axis("context").values) == (2, ("full", "loss"), ())
+  assert c.axis("scale").values == ("pico-20", "micro-20")
   assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20")
   assert axes.scale_models(c, quick=True) == ()  # quick runs stay one size
   assert "context axis" in c.revisions[0] and "dropped" in c.revisions[0]

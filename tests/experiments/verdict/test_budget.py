@@ -58,9 +58,11 @@ def budget_run(calls: list):
   return run
 
 
-def budget_claim(run, **kw):
-  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), "budgets": (4,),
-        "at_budget": more_steps, **kw}
+def budget_claim(run, *, budgets=(4,), at=more_steps, model=None, sizes=(), **kw):
+  """A toy claim with a budget axis `axes.budget(budgets, at, model)`, after a scale axis over
+  `sizes` when given."""
+  declared = ((axes.scale(sizes),) if sizes else ()) + (axes.budget(budgets, at, model),)
+  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), "axes": declared, **kw}
   return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
                run=run, QUICK=BudgetSizes("mini", 10), FULL=BudgetSizes("small", 10), **kw)
 
@@ -104,15 +106,15 @@ def test_a_wrong_at_budget_or_budget_list_is_refused_before_anything_runs(tmp_pa
   keep_tokens = lambda sizes, k: dataclasses.replace(sizes, steps=k * sizes.steps,  # noqa: E731
                                                       batch_size=sizes.batch_size // 2)
   with pytest.raises(ValueError, match=r"trains on 320 tokens, not 4 × 160 = 640"):
-    runner.run_claim(budget_claim(budget_run(calls), at_budget=keep_tokens),
+    runner.run_claim(budget_claim(budget_run(calls), at=keep_tokens),
                      root=str(tmp_path), log=quiet)
   assert calls == []
   with pytest.raises(ValueError, match="at least 2"):
     budget_claim(budget_run(calls), budgets=(1,))
   with pytest.raises(ValueError, match="no at_budget"):
-    budget_claim(budget_run(calls), at_budget=None)
+    budget_claim(budget_run(calls), at=None)
   with pytest.raises(ValueError, match="train nothing"):
-    scale_claim(budget_run(calls), budgets=(4,), at_budget=more_steps)
+    scale_claim(budget_run(calls), axes=(axes.budget((4,), more_steps),))
   with pytest.raises(ValueError, match="--budgets"):
     runner.run_claim(budget_claim(budget_run(calls)), budgets=(4, 4), log=quiet)
   assert tour._budget_list("1,4") == (4,) and tour._budget_list("2, 8") == (2, 8)
@@ -164,18 +166,19 @@ def test_the_schema_rejects_malformed_budgets(breakage, message):
     schema.validate_results(good)
 
 
-@pytest.mark.parametrize("cid", [c.id for c in CLAIMS.values() if c.budgets])
+@pytest.mark.parametrize("cid", [c.id for c in CLAIMS.values() if c.axis("budget").values])
 def test_a_declared_budget_axis_runs_on_its_model_at_whole_multiples(cid):
   claim = CLAIMS[cid]
   axis = claim.axis("budget")
   base = axis.base(claim.FULL, quick=False)
-  assert base == dataclasses.replace(claim.FULL, model=claim.budget_model or claim.FULL.model)
-  assert base.model in (claim.FULL.model, *claim.scale_models)  # its 1× is a run made already
+  assert base == dataclasses.replace(claim.FULL, model=axis.model or claim.FULL.model)
+  # its 1× is a run made already
+  assert base.model in (claim.FULL.model, *claim.axis("scale").values)
   assert axis.base(claim.QUICK, quick=True) == claim.QUICK
-  for k in claim.budgets:
+  for k in axis.values:
     assert axis.sizes_at(claim, base, k).train_tokens() == k * base.train_tokens()
-  assert claim.to_dict()["budgets"] == list(claim.budgets)
-  assert claim.to_dict().get("budget_model") == claim.budget_model
+  assert claim.to_dict()["budgets"] == list(axis.values)
+  assert claim.to_dict().get("budget_model") == axis.model
 
 
 def model_budget_run(calls: list):
@@ -194,7 +197,7 @@ def model_budget_run(calls: list):
 
 def test_a_budget_model_trains_the_axis_on_that_model(tmp_path):
   calls = []
-  res, run_dir = runner.run_claim(budget_claim(model_budget_run(calls), budget_model="mini"),
+  res, run_dir = runner.run_claim(budget_claim(model_budget_run(calls), model="mini"),
                                   root=str(tmp_path), log=quiet)
   # the registered run (small), then 1× and 4× on mini: the verdict is read on small alone
   assert [(k, m) for k, _, m in calls] == [(1, "small"), (1, "mini"), (4, "mini")]
@@ -214,22 +217,22 @@ def test_a_budget_model_trains_the_axis_on_that_model(tmp_path):
   assert "on `mini`, not the registered `small`" in text and "On `mini`, from 1×" in text
   assert json.load(open(os.path.join(run_dir, "claim.json")))["budget_model"] == "mini"
   calls.clear()  # with mini on the scale axis, its size run is the axis's 1×: not run twice
-  res, run_dir = runner.run_claim(budget_claim(model_budget_run(calls), budget_model="mini",
-                                               scale_models=("mini", "small")),
+  res, run_dir = runner.run_claim(budget_claim(model_budget_run(calls), model="mini",
+                                               sizes=("mini", "small")),
                                   root=str(tmp_path), log=quiet)
   assert [(k, m) for k, _, m in calls] == [(1, "small"), (1, "mini"), (4, "mini")]
   assert calls[1][1].endswith("size-mini") and res["axes"]["budget"]["rows"][0]["effect"] == (
       pytest.approx(np.mean(e1)))
   with pytest.raises(ValueError, match="budget_model='nope' is not a base model"):
-    budget_claim(budget_run(calls), budget_model="nope")
+    budget_claim(budget_run(calls), model="nope")
   with pytest.raises(ValueError, match="declares no budgets"):
-    budget_claim(budget_run(calls), budget_model="mini", budgets=())
+    budget_claim(budget_run(calls), model="mini", budgets=())
 
 
 def test_resume_adds_the_budget_axis_to_a_finished_run_and_runs_nothing_else(tmp_path,
                                                                              monkeypatch):
   calls = []
-  claim = budget_claim(model_budget_run(calls), budget_model="mini")
+  claim = budget_claim(model_budget_run(calls), model="mini")
   old, run_dir = runner.run_claim(claim, root=str(tmp_path / "runs"), log=quiet, budgets=())
   assert "budget" not in old["axes"] and [k for k, _, _ in calls] == [1]
   kept = tmp_path / "results" / "toy"  # a kept result: copied, never written to
@@ -294,7 +297,7 @@ def test_onto_refuses_what_it_cannot_add_to(tmp_path, capsys):
 
 def test_the_claim_command_adds_budgets_onto_a_run(tmp_path, monkeypatch, capsys):
   calls = []
-  claim = dataclasses.replace(budget_claim(model_budget_run(calls), budget_model="mini"),
+  claim = dataclasses.replace(budget_claim(model_budget_run(calls), model="mini"),
                               id="muon")
   monkeypatch.setattr(tour, "CLAIMS", {claim.id: claim})
   _, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet, budgets=())

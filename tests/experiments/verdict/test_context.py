@@ -11,7 +11,7 @@ import scipy.stats
 
 from experiments import jsonio
 from experiments.commands import tour
-from experiments.verdict import Claim, Sizes, runner, schema, stats
+from experiments.verdict import Claim, Sizes, axes, runner, schema, stats
 from tests.experiments.verdict.toy_claims import GAIN, SEEDS, quiet
 
 pytestmark = pytest.mark.usefixtures("cards")
@@ -23,8 +23,9 @@ class LengthSizes(Sizes):
   seq_len: int
 
 
-def length_claim(effect_at, calls=None, fail=(), **kw):
-  """A claim whose paired effect at length T and seed s is `effect_at(T) + 0.01 s`."""
+def length_claim(effect_at, calls=None, fail=(), *, lengths=(), at="base", **kw):
+  """A claim whose paired effect at length T and seed s is `effect_at(T) + 0.01 s`, with a
+  context axis `axes.context(lengths, at)` (`at="base"`: the `base` model at `T`)."""
   def run(spec):
     T = spec.sizes.seq_len
     if calls is not None:
@@ -37,7 +38,8 @@ def length_claim(effect_at, calls=None, fail=(), **kw):
   def at_length(sizes, T):
     return LengthSizes(model="base", seq_len=T)
 
-  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), "at_length": at_length, **kw}
+  declared = (axes.context(lengths, at_length if at == "base" else at),)
+  kw = {"seeds": SEEDS, "trains": False, "thresholds": (GAIN,), "axes": declared, **kw}
   return Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
                run=run, QUICK=LengthSizes("mini", 32), FULL=LengthSizes("small", 128), **kw)
 
@@ -47,7 +49,7 @@ def test_context_lengths_run_through_the_runner_with_a_slope_on_log_T(tmp_path):
     return 0.05 * math.log(T) + {256: 2e-4, 512: -4e-4, 1024: 2e-4}.get(T, 0.0)
 
   calls = []
-  claim = length_claim(effect_at, calls, context_lengths=(1024, 256, 512))
+  claim = length_claim(effect_at, calls, lengths=(1024, 256, 512))
   assert claim.to_dict()["context_lengths"] == [1024, 256, 512]
   one, _ = runner.run_claim(length_claim(effect_at), root=str(tmp_path / "a"), log=quiet)
   lines = []
@@ -75,8 +77,8 @@ def test_context_lengths_run_through_the_runner_with_a_slope_on_log_T(tmp_path):
   assert os.path.exists(os.path.join(run_dir, "context.png")) and "![context.png]" in text
   quick, quick_dir = runner.run_claim(claim, quick=True, root=str(tmp_path), log=quiet)
   assert "context" not in quick["axes"]  # quick runs measure no other length unless asked
-  same = length_claim(effect_at, calls, context_lengths=(128, 256),
-                      at_length=lambda sizes, T: dataclasses.replace(sizes, seq_len=T))
+  same = length_claim(effect_at, calls, lengths=(128, 256),
+                      at=lambda sizes, T: dataclasses.replace(sizes, seq_len=T))
   calls.clear()
   reused, _ = runner.run_claim(same, root=str(tmp_path / "c"), log=quiet)
   assert [T for _, T, _ in calls] == [128, 256]  # T = 128 is the registered run, not rerun
@@ -89,7 +91,7 @@ def test_context_lengths_run_through_the_runner_with_a_slope_on_log_T(tmp_path):
 
 def test_a_crashed_length_is_left_out_and_resume_reruns_only_it(tmp_path):
   calls = []
-  claim = length_claim(lambda T: 0.3, calls, fail=(512,), context_lengths=(256, 512))
+  claim = length_claim(lambda T: 0.3, calls, fail=(512,), lengths=(256, 512))
   res, run_dir = runner.run_claim(claim, root=str(tmp_path), log=quiet)
   assert [r["T"] for r in res["axes"]["context"]["rows"]] == [256]
   assert "T `512` failed and is left out" in open(os.path.join(run_dir,
@@ -104,9 +106,9 @@ def test_a_crashed_length_is_left_out_and_resume_reruns_only_it(tmp_path):
 
 def test_context_declarations_are_checked():
   with pytest.raises(ValueError, match="context_lengths must be distinct positive integers"):
-    length_claim(lambda T: 0.0, context_lengths=(256, 256))
+    length_claim(lambda T: 0.0, lengths=(256, 256))
   with pytest.raises(ValueError, match="declares no at_length"):
-    length_claim(lambda T: 0.0, context_lengths=(256,), at_length=None)
+    length_claim(lambda T: 0.0, lengths=(256,), at=None)
   claim = length_claim(lambda T: 0.0)
   with pytest.raises(ValueError, match="--lengths must be distinct positive integers"):
     runner.run_claim(claim, lengths=(0,), log=quiet)
