@@ -175,18 +175,24 @@ def intermediates(params, cfg: transformer.Config, tokens_BT: jax.Array) -> dict
   return unwrap(state["intermediates"]["blocks"])
 
 
-@functools.partial(jax.jit, static_argnames="center")
-def _effective_condition(X, center: bool):
-  return analysis.effective_condition(X, center=center)
+@functools.partial(jax.jit, static_argnames=("center", "rtol"))
+def _effective_condition(X, center: bool, rtol: float | None = None):
+  return analysis.effective_condition(X, center=center, rtol=rtol)
 
 
-def input_conditions(blocks, *, center: bool,
-                     names=tuple(PROJECTION_INPUTS)) -> dict[str, dict[str, jax.Array]]:
+def input_conditions(blocks, *, center: bool, names=tuple(PROJECTION_INPUTS),
+                     float64: bool = False) -> dict[str, dict[str, jax.Array]]:
   """Effective condition number of each projection's input, per layer: the one measure.
 
   The `B·T` rows of each sown input (`PROJECTION_INPUTS`) form `X (B·T, width)`, and
   `analysis.effective_condition(X, center=center)` gives `κ_eff` with the number of dropped
   zero singular values (one for LayerNorm with zero bias: the all-ones direction).
+
+  In float32 a singular value below `max(N, D)·eps₃₂·σ_1` counts as zero, so `κ_eff` cannot
+  exceed `1/(max(N, D)·eps₃₂)`, 4,096 for `N = 16·128` rows (`kappa_ceiling`): a reading near
+  it is saturated (`kappa_saturated`), not measured. `float64=True` reads the same float32
+  inputs with the SVD in float64 (`jax.enable_x64`; outside `jit` only) and a tolerance set by
+  the inputs' own float32 rounding (`rounding_rtol`), not by the SVD's.
 
   Args:
     blocks: the sown `intermediates["blocks"]` with `sow`'s tuples unwrapped; any leading
@@ -194,6 +200,8 @@ def input_conditions(blocks, *, center: bool,
     center: centre the rows of `X` first (see `analysis.effective_condition`).
     names: the inputs to measure (keys of `PROJECTION_INPUTS`; default all). `ffn_hidden`
       is the widest (`d_ff` columns), so its SVD costs the most.
+    float64: the float64 path, for `layernorm-condition` v3 (issue 47 item 5): RMSNorm's
+      `κ_eff` 3,987 of v2 sits at the float32 ceiling with 7 values dropped.
 
   Returns:
     `{NAME: {"kappa_eff": (..., L), "n_dropped": (..., L)}}` for NAME in `names`.
@@ -207,9 +215,71 @@ def input_conditions(blocks, *, center: bool,
     sub, _ = PROJECTION_INPUTS[name]
     X = blocks[sub][name].astype(jnp.float32)
     X = X.reshape(*X.shape[:-3], -1, X.shape[-1])
-    cond = _effective_condition(X, center)
+    cond = _conditions64(X, center) if float64 else _effective_condition(X, center)
     out[name] = {"kappa_eff": cond["kappa_eff"], "n_dropped": cond["n_dropped"]}
   return out
+
+
+def rounding_rtol(shape) -> float:
+  """The relative size below which a singular value of float32-stored `X (N, D)` cannot be told
+  from the rounding of its entries: `√min(N, D)·eps₃₂/2`.
+
+  Rounding moves each entry by at most `eps₃₂/2` of itself, a perturbation `E` with
+  `‖E‖₂ ≤ ‖E‖_F ≤ (eps₃₂/2)‖X‖_F ≤ (eps₃₂/2)√min(N, D)·σ_1`, and by Weyl's inequality no
+  singular value moves by more than `‖E‖₂`. It is the float64 path's tolerance: the SVD's own
+  error (`max(N, D)·eps₆₄`) is far below it, so the ceiling is the data's, not the algorithm's
+  (with `center`, relative to the uncentred `σ_1`: loose when the mean row dominates).
+
+  Example:
+    >>> from experiments.lab.stability import rounding_rtol
+    >>> round(1 / rounding_rtol((16 * 128, 32)))  # the float64 path's κ ceiling, D = 32
+    2965821
+  """
+  return math.sqrt(min(shape[-2:])) * float(jnp.finfo(jnp.float32).eps) / 2
+
+
+def _conditions64(X, center: bool) -> dict:
+  if isinstance(X, jax.core.Tracer):
+    raise ValueError("input_conditions(float64=True) switches on float64 and cannot run inside "
+                     "jit or vmap. Fix: call it on concrete arrays (jax.device_get first).")
+  with jax.enable_x64(True):
+    cond = _effective_condition(X.astype(jnp.float64), center, rounding_rtol(X.shape))
+    return {k: np.asarray(v) for k, v in cond.items()}
+
+
+def kappa_ceiling(shape, dtype=jnp.float32, rtol: float | None = None) -> float:
+  """The largest condition number an SVD of `shape` in `dtype` reports: `1/rtol`, with
+  `analysis.effective_condition`'s default `rtol = max(N, D)·eps` (4,096 for float32 and
+  `N = 2,048` rows); `rtol = eps` gives the plain `κ` of a matrix (8.4e6 in float32).
+
+  Example:
+    >>> from experiments.lab.stability import kappa_ceiling
+    >>> round(kappa_ceiling((2048, 32))), round(kappa_ceiling((4, 4), rtol=2.0**-23))
+    (4096, 8388608)
+  """
+  return 1.0 / (rtol if rtol is not None else max(shape[-2:]) * float(jnp.finfo(dtype).eps))
+
+
+def kappa_saturated(kappa, shape, dtype=jnp.float32, *, rtol: float | None = None,
+                    factor: float = 0.25) -> np.ndarray:
+  """Whether each `κ` is within `factor` of the largest value its SVD can report
+  (`kappa_ceiling`): a saturated reading is a lower bound, not a measurement. The caller then
+  recomputes it in float64 (`input_conditions(float64=True)`) or declares it censored
+  (`Threshold.censored`); `layernorm-condition` v3 will do the first (issue 47 item 5).
+
+  Args:
+    kappa: condition numbers (any shape); NaN counts as not saturated.
+    shape: the `(N, D)` of the matrices they were read from.
+    dtype: the dtype the SVD ran in.
+    rtol: the tolerance it dropped singular values at (None: `max(N, D)·eps`).
+    factor: how close to the ceiling counts as saturated.
+
+  Example:
+    >>> from experiments.lab.stability import kappa_saturated
+    >>> kappa_saturated([118.1, 3987.0], (2048, 32)).tolist()  # layernorm-condition v2
+    [False, True]
+  """
+  return np.asarray(kappa, np.float64) >= factor * kappa_ceiling(shape, dtype, rtol)
 
 
 def condition_profile(params, cfg: transformer.Config, tokens_BT: jax.Array, *,
