@@ -266,7 +266,10 @@ def tour_main(argv=None) -> int:
   """`python -m experiments tour`; exit status 1 if a claim's run failed."""
   p = argparse.ArgumentParser(prog="python -m experiments tour", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--quick", action="store_true", help="small sizes, one seed (indicative)")
+  p.add_argument("--quick", action="store_true",
+                 help="make demo: the committed findings first, the claims that read the "
+                      "committed models in seconds measured again in full, the others at small "
+                      "sizes on one seed as pipeline checks (no verdict)")
   p.add_argument("--only", nargs="+", metavar="ID", default=None, help="run only these claims")
   p.add_argument("--out", default="runs", help="the runs folder")
   p.add_argument("--scale", action="store_true",
