@@ -34,7 +34,16 @@ from typing import Any
 import numpy as np
 
 from experiments.verdict.rule import reading
-from experiments.verdict.stats import fit_trend, fmt, holds, mean_ci95, paired_values
+from experiments.verdict.stats import (
+  UNRESOLVED,
+  families_differ,
+  fit_trend,
+  fmt,
+  holds,
+  mean_ci95,
+  paired_values,
+  trend_reading,
+)
 from experiments.verdict.thresholds import Threshold
 
 
@@ -375,12 +384,11 @@ def trend_clause(fit: dict, per: str, items: str, no_interval: str) -> str:
   `per` names the axis (`T`, `tokens`), `items` its points (`lengths`), `no_interval` why a
   fitted slope may have no interval.
   """
-  words = TREND_WORDS[fit["trend"]]
+  words = TREND_WORDS[trend_reading(fit)]
   lo, hi = fit["slope_ci"]
   if fit["trend"] == "families disagree":
-    fams = "; ".join(f"{f} {b['trend']}, slope {fmt(b['slope'])} [{fmt(b['slope_ci'][0])}, "
-                     f"{fmt(b['slope_ci'][1])}]" for f, b in fit["per_family"].items())
-    slope = f"the families' intervals are disjoint ({fams} per e-fold of {per})"
+    slope = (f"the families' intervals are disjoint ({family_slopes(fit, ', slope ')} per "
+             f"e-fold of {per})")
   elif fit["slope"] is None:
     slope = f"no slope could be fitted (fewer than two {items} in the fit)"
   elif lo is None:
@@ -390,8 +398,11 @@ def trend_clause(fit: dict, per: str, items: str, no_interval: str) -> str:
     slope = (f"slope {fmt(fit['slope'])} [{fmt(lo)}, {fmt(hi)}] per e-fold of {per}"
              + (" (the interval contains 0)" if fit["trend"] == "no trend" else ""))
   if "dof" in fit and fit["slope"] is not None:
+    dof = fit["dof"]
     slope += (f", fitted on the seed mean of each of {fit['points']} {items} "
-              f"({fit['dof']} residual degrees of freedom)")
+              f"({dof} residual degree{'s' if dof != 1 else ''} of freedom)")
+  if fit["trend"] != "families disagree" and families_differ(fit):
+    slope += f"; the families' own slopes differ: {family_slopes(fit, ', slope ')}"
   left = fit.get("excluded") or []
   if left:
     slope += ("; left out of the fit: " + "; ".join(f"{x} ({why})" for x, why in left))
@@ -402,22 +413,34 @@ ON_A_LINE = "the means lie exactly on a line, as at a floor: no residual spread"
 
 TREND_WORDS = {"grows": "the effect grows", "shrinks": "the effect shrinks",
                "no trend": "the effect shows no trend",
+               UNRESOLVED: "the trend is not resolved",
                "not measured": "the trend is not measured",
                "families disagree": "no pooled trend is read, the families disagree"}
 
 
+def family_slopes(fit: dict, sep: str = " ") -> str:
+  """Each family's own trend and slope, `gpt shrinks -0.2 [-0.3, -0.1]; llama ...`."""
+  return "; ".join(f"{f} {trend_reading(b)}{sep}{fmt(b['slope'])}"
+                   + (f" [{fmt(b['slope_ci'][0])}, {fmt(b['slope_ci'][1])}]"
+                      if b["slope_ci"][0] is not None else " (no interval)")
+                   for f, b in fit["per_family"].items())
+
+
 def fit_text(fit: dict, per: str, items: str) -> str:
   """A fit in one table cell: `grows: slope 0.1 [0.05, 0.2] per e-fold of params`, plus the
-  points left out and, when the families disagree, each family's slope."""
+  points left out and, when the families' own slopes differ in sign or size
+  (`stats.families_differ`), each family's slope; a 1-dof interval containing 0 reads
+  `not resolved (1 df)` (`stats.trend_reading`)."""
   left = fit.get("excluded") or []
   out = f" ({len(left)} left out)" if left else ""
   if fit["trend"] == "families disagree":
-    fams = "; ".join(f"{f} {b['trend']} {fmt(b['slope'])} [{fmt(b['slope_ci'][0])}, "
-                     f"{fmt(b['slope_ci'][1])}]" for f, b in fit["per_family"].items())
-    return f"families disagree, no pooled slope: {fams} per e-fold of {per}{out}"
+    return (f"families disagree, no pooled slope: {family_slopes(fit)} per e-fold of "
+            f"{per}{out}")
   if fit["slope"] is None:
-    return f"{fit['trend']} (no slope: fewer than two {items} in the fit){out}"
+    return f"{trend_reading(fit)} (no slope: fewer than two {items} in the fit){out}"
   lo, hi = fit["slope_ci"]
   ci = (f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else " (no interval: under 3 points)"
         if fit.get("dof", 0) < 1 else f" (no interval: {ON_A_LINE})")
-  return f"{fit['trend']}: slope {fmt(fit['slope'])}{ci} per e-fold of {per}{out}"
+  fams = (f"; the families' own slopes differ: {family_slopes(fit)}"
+          if families_differ(fit) else "")
+  return f"{trend_reading(fit)}: slope {fmt(fit['slope'])}{ci} per e-fold of {per}{fams}{out}"

@@ -15,7 +15,7 @@ import math
 
 from experiments.verdict.axis import Axis, fit_text, size_test, trend_clause
 from experiments.verdict.cells import params_text, reading_text, table
-from experiments.verdict.stats import fmt
+from experiments.verdict.stats import fmt, trend_reading
 
 
 def model_card(name: str) -> dict:
@@ -238,7 +238,7 @@ class ScaleAxis(Axis):
                 "intercept, read only when the families' intervals overlap; each family's own "
                 "fit:", ""]
       lines += table(["family", "trend", "slope per e-fold of params", "95% CI"],
-                     [[f, b["trend"], fmt(b["slope"]),
+                     [[f, trend_reading(b), fmt(b["slope"]),
                        f"[{fmt(b['slope_ci'][0])}, {fmt(b['slope_ci'][1])}]"
                        if b["slope_ci"][0] is not None else "n/a"]
                       for f, b in block["per_family"].items()])

@@ -231,6 +231,50 @@ def trend(slope_ci: tuple[float, float] | None, mean_effect: float) -> str:
   return "grows" if (lo > 0.0) == (mean_effect >= 0.0) else "shrinks"
 
 
+UNRESOLVED = "not resolved (1 df)"
+
+
+def trend_reading(fit: dict) -> str:
+  """A fit's trend as reports write it: its `trend`, except that a slope interval with one
+  residual degree of freedom that contains 0 reads `"not resolved (1 df)"`, never `"no trend"`.
+
+  With 1 dof the interval is `slope ± 12.7·se` (`t_{0.975, 1}`): it contains 0 for almost any
+  slope, so it says the fit cannot tell, not that the effect is flat. Rendering only: the
+  kept `trend` stays `"no trend"`.
+
+  Example:
+    >>> from experiments.verdict.stats import trend_reading
+    >>> trend_reading({"trend": "no trend", "dof": 1}), trend_reading({"trend": "no trend",
+    ...                                                                 "dof": 3})
+    ('not resolved (1 df)', 'no trend')
+  """
+  if fit.get("trend") == "no trend" and fit.get("dof") == 1:
+    return UNRESOLVED
+  return fit["trend"]
+
+
+def families_differ(fit: dict) -> bool:
+  """Whether the families' own slopes differ in sign (both non-zero, opposite signs) or in
+  size (disjoint 95% intervals): then a report shows each family's slope beside the pooled one.
+
+  Example:
+    >>> from experiments.verdict.stats import families_differ
+    >>> fams = lambda a, b: {"per_family": {"gpt": a, "llama": b}}
+    >>> one = {"slope": 0.2, "slope_ci": [0.1, 0.3]}
+    >>> (families_differ(fams(one, {"slope": -0.1, "slope_ci": [None, None]})),
+    ...  families_differ(fams(one, {"slope": 0.5, "slope_ci": [0.4, 0.6]})),
+    ...  families_differ(fams(one, {"slope": 0.25, "slope_ci": [0.0, 0.5]})))
+    (True, True, False)
+  """
+  fams = list((fit.get("per_family") or {}).values())
+  slopes = [b["slope"] for b in fams if b.get("slope") is not None
+            and math.isfinite(b["slope"]) and b["slope"] != 0.0]
+  if slopes and min(slopes) < 0 < max(slopes):
+    return True
+  cis = [b["slope_ci"] for b in fams if b.get("slope_ci") and b["slope_ci"][0] is not None]
+  return any(a[1] < b[0] or b[1] < a[0] for i, a in enumerate(cis) for b in cis[i + 1:])
+
+
 def fmt(x) -> str:
   """A number as reports write it: 4 significant digits, `n/a` for None or NaN."""
   if x is None or (isinstance(x, float) and math.isnan(x)):
