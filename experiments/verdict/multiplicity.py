@@ -33,12 +33,17 @@ blocked or not.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
+from experiments import jsonio
+from experiments.verdict.claim import Claim
 from experiments.verdict.distributions import binom_sf, t_sf
+from experiments.verdict.folders import RESULTS_DIR
 from experiments.verdict.rule import decide
-from experiments.verdict.stats import holds, paired_values
+from experiments.verdict.schema import load_results
+from experiments.verdict.stats import fmt, holds, paired_values
 from experiments.verdict.thresholds import Threshold, parse_condition
 
 ALPHA = 0.05
@@ -185,3 +190,57 @@ def holm_family(entries: dict, alpha: float = ALPHA) -> dict[str, dict]:
       entry["p_holm"] = min(t["p_holm"] for t in deciding)
       entry["survives"] = any(t["survives"] for t in deciding)
   return out
+
+
+def kept_family(root: str = RESULTS_DIR, order=None, alpha: float = ALPHA) -> dict[str, dict]:
+  """`holm_family` of every kept result under `root`, each read with the thresholds its
+  `claim.json` froze; `order` (e.g. `list(CLAIMS)`) fixes the order, default the folders'.
+
+  `holm_lines` prints it::
+
+    python -c "from experiments.verdict.multiplicity import holm_lines, kept_family
+    print(*holm_lines(kept_family()), sep='\\n')"
+  """
+  ids = order if order is not None else sorted(os.listdir(root))
+  entries = {}
+  for cid in ids:
+    folder = os.path.join(root, cid)
+    if os.path.exists(os.path.join(folder, "results.json")):
+      claim = Claim.from_dict(jsonio.load_strict(os.path.join(folder, "claim.json")))
+      entries[cid] = (claim, load_results(folder))
+  return holm_family(entries, alpha)
+
+
+def holm_lines(family: dict[str, dict]) -> list[str]:
+  """`holm_family`'s answer in plain lines: per claim its verdict and survival, then each
+  primary threshold's condition, test, p-value and Holm-adjusted p-value."""
+  m = sum(len(e["tests"]) for e in family.values())
+  lines = [f"Holm at family-wise {ALPHA} over {m} primary thresholds of {len(family)} claims"]
+  for cid, e in family.items():
+    lines.append(f"{cid}: {e['verdict']}, {holm_text(e)}")
+    for t in e["tests"]:
+      stat = (f"t = {fmt(t['statistic'])}, {t['n'] - 1} dof" if t["test"] == "t" else
+              f"{t['statistic']} of {t['n']} seeds" if t["test"] == "sign" else "no test")
+      lines.append(f"  {t['threshold']}: {t['condition']}{'' if t['held'] else ' (not held)'}"
+                   f"{' (blocked)' if t['blocked'] else ''}; {t['test']} ({stat}): "
+                   f"p = {fmt(t['p'])}, Holm p = {fmt(t['p_holm'])}")
+  return lines
+
+
+def holm_text(entry: dict) -> str:
+  """The cell beside a primary verdict: whether it survives Holm across every claim's primary
+  thresholds, with the adjusted p-value that decides it; `—` for a verdict that claims nothing.
+
+  Example:
+    >>> from experiments.verdict.multiplicity import holm_text
+    >>> holm_text({"verdict": "refuted", "survives": True, "p_holm": 0.0039})
+    'survives Holm (p = 0.0039)'
+    >>> holm_text({"verdict": "refuted", "survives": False, "p_holm": 0.875})
+    'does not survive Holm (p = 0.875)'
+    >>> holm_text({"verdict": "inconclusive", "survives": None, "p_holm": None})
+    '—'
+  """
+  if entry["survives"] is None:
+    return "—"
+  word = "survives" if entry["survives"] else "does not survive"
+  return f"{word} Holm (p = {fmt(entry['p_holm'])})"

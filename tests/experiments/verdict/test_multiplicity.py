@@ -4,6 +4,7 @@ written out by hand, and the registered rule itself (a condition holds iff its p
 
 import itertools
 import math
+import os
 
 import numpy as np
 import pytest
@@ -163,3 +164,23 @@ def test_holm_family_reads_each_verdict_through_its_deciding_thresholds():
   assert fam["weak"]["tests"][0]["p"] < 0.05 and not rejected[1]  # passes alone, not in four
   assert [fam[c]["survives"] for c in entries] == [True, False, True, None]
   assert fam["open"]["p_holm"] is None
+
+
+def test_kept_family_reads_every_kept_result_by_its_frozen_thresholds():
+  from experiments.claims import CLAIMS
+  from experiments.verdict.multiplicity import holm_lines, holm_text, kept_family
+  from experiments.verdict.folders import RESULTS_DIR
+  from experiments.verdict.schema import load_results
+  from experiments.verdict.stats import fmt
+
+  fam = kept_family(order=list(CLAIMS))
+  assert list(fam) == [c for c in CLAIMS if c in fam] and len(fam) >= 1
+  for cid, e in fam.items():
+    assert e["verdict"] == load_results(os.path.join(RESULTS_DIR, cid))["verdict"]
+    assert (e["survives"] is None) == (e["verdict"] not in ("supported", "refuted"))
+    assert holm_text(e) == "—" or holm_text(e).endswith(f"Holm (p = {fmt(e['p_holm'])})")
+  tests = [t for e in fam.values() for t in e["tests"]]
+  adjusted, rejected = holm_by_hand([t["p"] for t in tests], 0.05)
+  assert [t["p_holm"] for t in tests] == pytest.approx(adjusted)
+  assert [t["survives"] for t in tests] == rejected
+  assert holm_lines(fam)[0].endswith(f"over {len(tests)} primary thresholds of {len(fam)} claims")
