@@ -168,8 +168,8 @@ def test_holm_family_reads_each_verdict_through_its_deciding_thresholds():
 
 def test_kept_family_reads_every_kept_result_by_its_frozen_thresholds():
   from experiments.claims import CLAIMS
-  from experiments.verdict.multiplicity import holm_lines, holm_text, kept_family
   from experiments.verdict.folders import RESULTS_DIR
+  from experiments.verdict.multiplicity import holm_lines, holm_text, kept_family
   from experiments.verdict.schema import load_results
   from experiments.verdict.stats import fmt
 
