@@ -38,7 +38,7 @@ def order_rank(n: int, level: float = 0.95) -> tuple[int, float]:
 
   for the median `m` of any continuous distribution; `r` is the largest rank whose coverage
   is at least `level`. Five seeds give at most `1 − 2/32 = 0.9375`, so a 95% interval needs
-  six (`[x_(1), x_(6)]`, 0.969).
+  six (`[x_(1), x_(6)]`, 0.969): `condition-lr` v3 must register six seeds or more.
 
   Example:
     >>> from experiments.verdict.censoring import order_rank
@@ -64,7 +64,8 @@ def median_interval(lower, upper, level: float = 0.95) -> dict:
   bounds: the interval `[L_(r), U_(n+1−r)]` contains `[x_(r), x_(n+1−r)]` and covers the median
   with at least `order_rank`'s coverage. Censored seeds sort last in `U`, so a bound lands on
   one only when as many seeds are censored. Each bound is returned with the range the true
-  order statistic is known to lie in (`bounds`), which is what `undetermined` reads.
+  order statistic is known to lie in (`bounds`), which is what `truth` reads. For
+  `condition-lr` v3's steps to target (through `median_evaluation`).
 
   Args:
     lower, upper: per-seed bounds, equal for a measured seed; `upper = inf` for a censored one.
@@ -106,7 +107,8 @@ def median_interval(lower, upper, level: float = 0.95) -> dict:
 
 
 def reached(censored) -> dict:
-  """The fraction of seeds that reached the target and its exact 95% interval.
+  """The fraction of seeds that reached the target and its exact 95% interval (Clopper–Pearson),
+  reported beside `condition-lr` v3's censored median (`median_evaluation`).
 
   Example:
     >>> from experiments.verdict.censoring import reached
@@ -208,7 +210,8 @@ def censoring_reason(thresholds, evals) -> str | None:
   whose `supports` or `refutes` the censored seeds leave undetermined (`truth` None).
 
   The registered rule (`rule.decide`) appends it to an inconclusive verdict's reason; an
-  undetermined condition never supports or refutes.
+  undetermined condition never supports or refutes. Reached only through a `stat="median"`
+  threshold (`condition-lr` v3 first); no kept result has one.
   """
   open_ = [f"{th.name} ({', '.join(ev['undetermined'])})"
            for th, ev in zip(thresholds, evals, strict=True)
