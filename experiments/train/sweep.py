@@ -131,7 +131,8 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
                data, batch_size: int, seq_len: int, params_fn: Callable | None = None,
                aux_loss: Callable | None = None, eval_every: int,
                callback: Callable | None = None, init_fn: Callable | None = None,
-               eval_batches: int = 4, strategy: Strategy = "auto") -> ManyResult:
+               eval_batches: int = 4, strategy: Strategy = "auto",
+               scan_unroll: int | None = None) -> ManyResult:
   """Trains `len(learning_rates) × len(seeds)` models, each a pure function of its seed and rate.
 
   .. math:: \\theta^{(\\eta, s)}_{k+1} = \\theta^{(\\eta, s)}_k
@@ -167,6 +168,8 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
       `"dispatch"`: the same unbatched calls, all in flight at once, so that the runtime
       overlaps them on the cores. `"auto"`: `choose_strategy` (dispatch on CPU, vmap on an
       accelerator).
+    scan_unroll: layers per iteration of the model's layer scan (`Transformer.scan_unroll`;
+      the same values); default: every layer of a model of at most `UNROLL_LAYERS`, else 1.
 
   Returns:
     A `ManyResult`.
@@ -196,8 +199,9 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
   if strategy == "auto":
     strategy = choose_strategy(grid[0] * grid[1])
   src = _source(data, seq_len)
-  model = transformer.Transformer(
-      cfg, scan_unroll=cfg.n_layers if cfg.n_layers <= UNROLL_LAYERS else 1)
+  if scan_unroll is None:
+    scan_unroll = cfg.n_layers if cfg.n_layers <= UNROLL_LAYERS else 1
+  model = transformer.Transformer(cfg, scan_unroll=scan_unroll)
   to_params = params_fn or (lambda trained: trained)
   init_trained = init_fn or (lambda key: model.init(
       key, jnp.zeros((1, min(8, cfg.max_len)), jnp.int32))["params"])
