@@ -8,7 +8,9 @@ all six vmapped; `train_many` called once per run; and `experiments.train.train`
 one long run, timed once end to end with compilation included, in interleaved order; the
 printed ratios are sequential time over vmapped time (the issue's target was ≥ 2×).
 
-Measured on 2 shared CPU cores (100 steps, batch 16 × 64, load average ≈ 5): vmapped 26.4 s,
+Both `train_many` contenders run `strategy="vmap"` (issue 50 made the sweep's default choose
+per machine; `python -m experiments.benchmarks.sweep` compares the strategies). Measured
+before that on 2 shared CPU cores (100 steps, batch 16 × 64, load average ≈ 5): vmapped 26.4 s,
 `train_many` × 6 52.2 s (1.98×), `train.train` × 6 15.4 s (0.58×: the vmapped sweep is
 slower). On this hardware one `tiny` run at batch 16 × 64 already saturates both cores
 (≈ 19 ms per step alone, ≈ 23 ms per run-step vmapped), so vmapping saves only compilation
@@ -42,10 +44,12 @@ def contenders(steps: int, batch_size: int, seq_len: int, run_root: str) -> dict
             eval_every=steps, eval_batches=1)
 
   def vmapped():
-    return sweep.train_many(cfg, make_tx, seeds=SEEDS, learning_rates=RATES, **kw).loss
+    return sweep.train_many(cfg, make_tx, seeds=SEEDS, learning_rates=RATES, strategy="vmap",
+                            **kw).loss
 
   def one_by_one():
-    return [sweep.train_many(cfg, make_tx, seeds=(s,), learning_rates=(lr,), **kw).loss
+    return [sweep.train_many(cfg, make_tx, seeds=(s,), learning_rates=(lr,), strategy="vmap",
+                             **kw).loss
             for lr in RATES for s in SEEDS]
 
   counter = iter(range(10**6))
