@@ -45,8 +45,9 @@ setup(
         "tensorboardX>=2.6",
     ],
     extras_require={
+        # equinox: the equinox example (examples/muon_equinox.py) and the tests of equinox trees.
         "dev": ["pytest>=8.0", "pytest-xdist>=3.5", "hypothesis>=6.100", "chex>=0.1.88",
-                "ruff>=0.5"],
+                "ruff>=0.5", "equinox>=0.11"],
         # Loading needs only safetensors; transformers and torch are for the conversion tests
         # and `to_hf` users. torch is pinned to the CPU build this project's machines carry.
         "hf": ["safetensors>=0.4", "transformers>=4.44", "torch==2.13.0"],

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from analysis.inputs import check_loss
+from analysis.inputs import check_choice, check_krylov, check_loss
 from transformer.linalg.lanczos import (
     DEFAULT_TOL,
     SymEigResult,
@@ -157,7 +157,7 @@ def hessian_top_eigenvalues(loss_fn: Loss, params, batch, k: int = 1, *,
                             wrt: PathFilter | None = None, which: Which = "largest",
                             tol: float = DEFAULT_TOL, krylov_dim: int | None = None,
                             key: jax.Array | None = None, v0: jax.Array | None = None,
-                            linearize: bool = False) -> SymEigResult:
+                            linearize: bool = False, check_finite: bool = True) -> SymEigResult:
   """Top-`k` eigenvalues of the loss Hessian, matrix-free (symmetric Lanczos), converged.
 
   The Krylov space grows until every value's bound is at most `tol · max|θ|` (see
@@ -180,6 +180,9 @@ def hessian_top_eigenvalues(loss_fn: Loss, params, batch, k: int = 1, *,
     key: PRNG key of the random start vector (default `jax.random.key(0)`).
     v0: a start vector `(n,)` instead (e.g. the previous top eigenvector: a warm start).
     linearize: see `hessian_operator`.
+    check_finite: refuse parameters holding NaN or inf, naming the leaf (outside `jit`; under
+      `jit` the values are unknown while tracing, and NaN eigenvalues come out). `False`
+      skips the check (one reduction per leaf and a host read).
 
   Returns:
     `transformer.linalg.SymEigResult`: `.values (k,)`, flat eigenvectors `.vectors (k, n)`,
@@ -200,8 +203,11 @@ def hessian_top_eigenvalues(loss_fn: Loss, params, batch, k: int = 1, *,
     >>> bool(top.converged.all()), bool(np.allclose(top.values, lam, rtol=1e-4))
     (True, True)
   """
+  check_krylov(k, tol, krylov_dim, "analysis.hessian_top_eigenvalues")
+  check_choice(which, ("largest", "smallest", "magnitude"), "which",
+               "analysis.hessian_top_eigenvalues")
   check_loss(loss_fn, params, "analysis.hessian_top_eigenvalues",
-             None if wrt is None else lambda path: wrt(path_name(path)))
+             None if wrt is None else lambda path: wrt(path_name(path)), finite=check_finite)
   matvec, theta, _ = hessian_operator(loss_fn, params, batch, wrt=wrt, linearize=linearize)
   return lanczos_eigh(matvec, _start(theta, key, v0), k, which=which, tol=tol,
                       krylov_dim=krylov_dim)

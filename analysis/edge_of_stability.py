@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import optax
 
 from analysis.curvature import Loss, PathFilter, _start, hessian_operator, split_params
+from analysis.inputs import check_range
 from transformer.linalg.lanczos import lanczos_eigh
 
 Optimizer = Literal["sgd", "adam"]
@@ -63,6 +64,10 @@ def stability_threshold(learning_rate, *, optimizer: Optimizer = "sgd", momentum
     >>> stability_threshold(0.1), round(stability_threshold(0.1, optimizer="adam"), 6)
     (20.0, 380.0)
   """
+  caller = "analysis.stability_threshold"
+  if not (hasattr(learning_rate, "shape") and jnp.ndim(learning_rate) > 0):
+    check_range(learning_rate, "learning_rate", caller, low=0, low_open=True, example="0.1")
+  check_range(momentum, "momentum", caller, low=0, high=1, high_open=True, example="0.9")
   if optimizer == "sgd":
     scale = (2 + 2 * momentum) / (1 + 2 * momentum) if nesterov else 2 + 2 * momentum
   elif optimizer == "adam":

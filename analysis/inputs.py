@@ -17,12 +17,20 @@ import numpy as np
 from transformer.linalg.checks import check_choice, check_int, check_range, first_non_finite
 
 __all__ = ["as_matrix_batch", "check_choice", "check_finite_weights", "check_function",
-           "check_int", "check_loss", "check_range", "check_tol"]
+           "check_int", "check_krylov", "check_loss", "check_range", "check_tol"]
 
 
 def check_tol(tol, name: str, caller: str, *, allow_none: bool = True, example="1e-4") -> None:
   """A tolerance: a finite number `> 0` (or `None` for the default)."""
   check_range(tol, name, caller, low=0, low_open=True, allow_none=allow_none, example=example)
+
+
+def check_krylov(k, tol, krylov_dim, caller: str) -> None:
+  """The hyper-parameters of a matrix-free top-`k` solver: `k` an int `>= 1`, `tol` a number
+  `> 0`, `krylov_dim` an int `>= 1` or `None`."""
+  check_int(k, 1, "k", caller)
+  check_tol(tol, "tol", caller, allow_none=False)
+  check_int(krylov_dim, 1, "krylov_dim", caller, allow_none=True)
 
 
 def check_finite_weights(tree, caller: str, what: str = "W") -> None:
@@ -89,7 +97,8 @@ def check_function(f, x, caller: str) -> None:
                      f"returning one, e.g. lambda x: f(x)[0]")
 
 
-def check_loss(loss_fn, params, caller: str, chosen: Callable | None = None) -> None:
+def check_loss(loss_fn, params, caller: str, chosen: Callable | None = None, *,
+               finite: bool = False) -> None:
   """`loss_fn` must be callable, and `params` a non-empty tree of float arrays.
 
   Args:
@@ -98,6 +107,8 @@ def check_loss(loss_fn, params, caller: str, chosen: Callable | None = None) -> 
     caller: the function's name, for the message.
     chosen: `path -> bool`, the leaves that are differentiated (default all); only their
       dtypes are checked.
+    finite: also refuse a leaf holding NaN or inf, naming it (outside `jit`; see
+      `check_finite_weights`).
 
   Raises:
     ValueError: (one line) for swapped `(params, loss_fn)`, a non-callable `loss_fn`, an empty
@@ -125,3 +136,5 @@ def check_loss(loss_fn, params, caller: str, chosen: Callable | None = None) -> 
                        f"parameters (cast with jax.tree.map(lambda x: x.astype(jnp.float32), "
                        f"params), or leave integer leaves out of params; an equinox module: "
                        f"eqx.partition(model, eqx.is_inexact_array))")
+  if finite:
+    check_finite_weights(params, caller, "the parameter")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from analysis.inputs import check_function
+from analysis.inputs import check_function, check_krylov, check_range
 from transformer import Config, Transformer, block_fn
 from transformer.linalg.lanczos import DEFAULT_TOL, EigResult, SVDResult, arnoldi_eig, lanczos_svd
 from transformer.model import param_tree
@@ -129,6 +129,7 @@ def jacobian_top_singular_values(f: Callable, x: jax.Array, k: int = 8, *,
     >>> bool(np.all(np.abs(np.asarray(top.values) - s) <= 1e-4 * s[0]))
     True
   """
+  check_krylov(k, tol, krylov_dim, "analysis.jacobian_top_singular_values")
   check_function(f, x, "analysis.jacobian_top_singular_values")
   matvec, rmatvec = _operators(f, x)
   return lanczos_svd(matvec, rmatvec, _start(x, key), k, krylov_dim=krylov_dim, tol=tol)
@@ -170,6 +171,8 @@ def jacobian_top_eigenvalues(f: Callable, x: jax.Array, k: int = 8, *, tol: floa
     ...                                         rtol=1e-3))
     (True, True)
   """
+  check_krylov(k, tol, krylov_dim, "analysis.jacobian_top_eigenvalues")
+  check_range(shift, "shift", "analysis.jacobian_top_eigenvalues", example="1.0")
   check_function(f, x, "analysis.jacobian_top_eigenvalues")
   matvec, _ = _operators(f, x)
   return arnoldi_eig(lambda v: matvec(v) - shift * v, _start(x, key), k, krylov_dim=krylov_dim,
@@ -306,6 +309,7 @@ def depth_profile(cfg: Config, blocks, x: jax.Array, k: int = 8, *, tol: float =
     >>> prof["layer_sv"].shape, bool(prof["layer_sv_converged"].all())
     ((2, 4), True)
   """
+  check_krylov(k, tol, krylov_dim, "analysis.depth_profile")
   f = block_fn(cfg)
   xs_LTD = layer_inputs(cfg, blocks, x)
   kw = {"tol": tol, "krylov_dim": krylov_dim, "key": key}
@@ -377,6 +381,7 @@ def model_jacobian_top_singular_values(params, cfg: Config, inputs: jax.Array, k
     >>> bool(np.all(np.abs(np.asarray(top.values) - s) <= 1e-4 * s[0]))
     True
   """
+  check_krylov(k, tol, krylov_dim, "analysis.model_jacobian_top_singular_values")
   params = param_tree(params)
   if jnp.issubdtype(inputs.dtype, jnp.integer):
     if inputs.ndim not in (1, 2):

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.inputs import check_choice, check_int, check_range
+
 Method = Literal["clauset", "hill"]
 
 
@@ -46,6 +48,7 @@ def power_law_alpha(eigs: jax.Array, tail: float = 0.5) -> jax.Array:
     Hill, "A simple general approach to inference about the tail of a distribution" (1975);
     Martin & Mahoney, "Implicit self-regularization in deep neural networks" (2021).
   """
+  check_range(tail, "tail", "analysis.power_law_alpha", low=0, high=1, low_open=True, example="0.5")
   N = eigs.shape[-1]
   k = max(2, int(np.ceil(tail * N)))
   top = jnp.sort(eigs, axis=-1)[..., ::-1][..., :k]
@@ -141,6 +144,9 @@ def power_law_fit(eigs: jax.Array, method: Method = "clauset", *, tail: float = 
     Martin & Mahoney, "Heavy-tailed universality predicts trends in test accuracies for very
     large pre-trained deep neural networks" (2020).
   """
+  check_range(tail, "tail", "analysis.power_law_fit", low=0, high=1, low_open=True, example="0.5")
+  check_choice(method, ("clauset", "hill"), "method", "analysis.power_law_fit")
+  check_int(chunk, 1, "chunk", "analysis.power_law_fit")
   if eigs.ndim < 1 or eigs.shape[-1] < 2:
     raise ValueError(f"power_law_fit: need eigs of shape (..., N) with N >= 2, got "
                      f"{eigs.shape=}.")

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.inputs import check_int, check_range
 from analysis.spectra import input_eps, singular_values
 from transformer.linalg import serial
 
@@ -65,6 +66,7 @@ def psd_certificate(M, *, tol: float | None = None) -> dict[str, np.ndarray]:
     >>> bool(analysis.psd_certificate(X @ X.T)["is_kernel"])
     True
   """
+  check_range(tol, "tol", "analysis.psd_certificate", low=0, allow_none=True, example="1e-6")
   M64 = np.asarray(M, np.float64)
   n = M64.shape[-1]
   S = (M64 + np.swapaxes(M64, -1, -2)) / 2
@@ -117,11 +119,14 @@ def energy_curve(W: jax.Array) -> jax.Array:
 
 def energy_captured(W: jax.Array, r: int) -> jax.Array:
   """`E(r)`: the fraction of `‖W‖_F²` captured by the best rank-`r` approximation (Eckart–Young)."""
+  check_int(r, 1, "r", "analysis.energy_captured")
   return energy_curve(W)[..., r - 1]
 
 
 def rank_for_energy(W: jax.Array, energy: float = 0.9) -> jax.Array:
   """The smallest `r` with `E(r) ≥ energy` (e.g. 0.9: the rank that keeps 90% of the energy)."""
+  check_range(energy, "energy", "analysis.rank_for_energy", low=0, high=1, low_open=True,
+              example="0.9")
   curve = energy_curve(W)
   return jnp.sum(curve < energy * (1 - 1e-6), -1) + 1
 
@@ -233,11 +238,13 @@ def attention_entropy(weights: jax.Array, *, per_query: bool = False) -> jax.Arr
 
 def top_k_mass(weights: jax.Array, k: int) -> jax.Array:
   """Mean over query rows of the attention mass on each row's `k` largest keys, `(...,)`."""
+  check_int(k, 1, "k", "analysis.top_k_mass")
   return jnp.sum(jax.lax.top_k(weights, k)[0], -1).mean(-1)
 
 
 def local_mass(weights: jax.Array, window: int) -> jax.Array:
   """Mean over query rows of the mass on keys within `window` of the query (`|i − j| < w`)."""
+  check_int(window, 1, "window", "analysis.local_mass")
   T, S = weights.shape[-2:]
   near = jnp.abs(jnp.arange(T)[:, None] - jnp.arange(S)[None, :]) < window
   return jnp.sum(jnp.where(jnp.broadcast_to(near, weights.shape), weights, 0), -1).mean(-1)
@@ -249,5 +256,6 @@ def activation_sparsity(h: jax.Array, threshold: float = 0.1) -> jax.Array:
   Relative to each row's RMS, so it compares layers and activations of different scales
   (ReLU gives exact zeros; GELU gives small negative values).
   """
+  check_range(threshold, "threshold", "analysis.activation_sparsity", low=0, example="0.1")
   rms = jnp.sqrt(jnp.mean(jnp.square(h.astype(jnp.float32)), -1, keepdims=True))
   return jnp.mean(jnp.abs(h) <= threshold * rms, -1)

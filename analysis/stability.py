@@ -20,6 +20,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from analysis.inputs import check_range
 from analysis.jacobians import jacobian_top_singular_values
 from analysis.spectra import default_rank_tol, factored_singular_values
 from transformer import Config
@@ -312,6 +313,8 @@ def effective_condition(X: jax.Array, *, rtol: float | None = None,
     >>> int(effective_condition(z)["n_dropped"]), int(effective_condition(x)["n_dropped"])
     (1, 0)
   """
+  check_range(rtol, "rtol", "analysis.effective_condition", low=0, high=1, low_open=True,
+              allow_none=True, example="1e-6")
   if X.ndim < 2:
     raise ValueError(f"effective_condition: X must be (..., N, D), got {X.shape=}.")
   if center:

@@ -278,6 +278,7 @@ def scale_by_condition(
   checks.at_least(every, 1, "every", caller)
   checks.at_least(power_steps, 0, "power_steps", caller)
   checks.at_least(init_power_steps, 0, "init_power_steps", caller)
+  checks.mask(mask, caller)
   inner = on_matrices(_scale_by_condition(alpha, kappa_ref, every, power_steps,
                                           init_power_steps), matrix_axes, caller)
   tx = optax.masked(inner, checked_mask(mask, matrix_axes, "scale_by_condition"))

@@ -200,7 +200,7 @@ def spectral_cap(
     return jnp.where(active, max_sigma / jnp.where(active, sigma, 1), 1), active
 
   caller = "optim.spectral_cap"
-  checks.positive(max_sigma, "max_sigma", caller)
+  checks.positive(max_sigma, "max_sigma", caller, example="1.0")
   return _constraint(rule, caller, mask, matrix_axes, check_finite, method=method, tol=tol,
                      krylov_dim=krylov_dim, power_steps=power_steps,
                      init_power_steps=init_power_steps)
@@ -275,7 +275,8 @@ def _constraint(rule, caller, mask, matrix_axes, check_finite, *, method, tol, k
   """The arguments checked, `_rescale` on each chosen leaf's matrices, masked and guarded."""
   if method not in ("lanczos", "power", "svd"):
     raise ValueError(f"{caller}: unknown method={method!r}; choose 'lanczos', 'power' or 'svd'")
-  checks.positive(tol, "tol", caller)
+  checks.positive(tol, "tol", caller, example="1e-3")
+  checks.mask(mask, caller)
   checks.at_least(krylov_dim, 2, "krylov_dim", caller, allow_none=True)
   checks.at_least(power_steps, 0, "power_steps", caller)
   checks.at_least(init_power_steps, 0, "init_power_steps", caller)

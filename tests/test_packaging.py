@@ -21,7 +21,7 @@ import transformer
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("transformer", "analysis", "optim", "experiments")
 DEV_ONLY = {"pytest", "pytest-xdist", "hypothesis", "ruff", "chex", "sphinx", "torch",
-            "transformers"}
+            "transformers", "equinox"}
 
 
 def _build(tmp_path_factory, **env):
@@ -91,6 +91,11 @@ def test_installing_pulls_no_dev_dependency(wheel):
   assert not core & DEV_ONLY, core & DEV_ONLY
   extras = {m.group(1) for r in requires for m in [re.search(r'extra == "(\w+)"', r)] if m}
   assert {"dev", "hf", "docs"} <= extras
+  # The equinox example's dependency: in `[dev]` (`make test` runs the equinox tests), and
+  # installed by `.ci/examples`, which runs examples/muon_equinox.py from the wheel.
+  assert any(r.startswith("equinox") and 'extra == "dev"' in r for r in requires), requires
+  assert (ROOT / "examples" / "muon_equinox.py").exists()
+  assert '"equinox>=' in (ROOT / ".ci" / "examples").read_text()
 
 
 def test_a_users_transformer_py(tmp_path):
