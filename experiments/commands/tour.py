@@ -389,7 +389,7 @@ def claim_main(argv=None) -> int:
       ran = jsonio.load_strict(frozen)  # a resumed run keeps its own quick flag and seeds
       quick, seeds = bool(ran.get("quick")), ran.get("seeds")
     res, run_dir = run_claim(claim, quick=quick, seeds=seeds, root=args.out,
-                             resume=args.resume, axes=asked)
+                             resume=args.resume, axes=asked, keep=args.keep)
   except (ValueError, argparse.ArgumentTypeError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
