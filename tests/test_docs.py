@@ -61,3 +61,125 @@ def test_the_reference_pages_name_the_modules_of_the_issue():
   for module in ("analysis.curvature", "analysis.powerlaw", "analysis.edge_of_stability"):
     assert f".. automodule:: {module}" in analysis_rst
   assert ".. autofunction:: optim.newton_schulz" in (ROOT / "docs" / "optim.rst").read_text()
+
+
+# ------------------------------------------------ every code block of the docs runs (issue 48)
+#
+# Each `python` block of README.md and docs/*.rst runs on its own, in a fresh namespace (as a
+# reader copies it), unless marked to continue the block before it in the same file:
+#
+#   README.md:  <!-- docs: continues -->              docs/*.rst:  .. docs: continues
+#               <!-- docs: not run (why) -->                       .. docs: not run (why)
+#
+# on the line(s) just before the block. Every other language (`bash`, `console`, ...) must say
+# why it is not run; `text` blocks are output or file trees, not code.
+
+import re  # noqa: E402
+import textwrap  # noqa: E402
+
+_MARK = re.compile(r"(?:<!--|\.\.)\s*docs:\s*(continues|not run \(.+\))\s*(?:-->)?\s*$")
+
+
+def _markdown_blocks(text):
+  lines, i = text.splitlines(), 0
+  while i < len(lines):
+    m = re.match(r"^(\s*)```(\w*)\s*$", lines[i])
+    if not m:
+      i += 1
+      continue
+    indent, lang, start = m.group(1), m.group(2), i
+    j = i + 1
+    while not re.match(rf"^{indent}```\s*$", lines[j]):
+      j += 1
+    yield start + 1, lang, textwrap.dedent("\n".join(lines[i + 1:j])), _mark_before(lines, i)
+    i = j + 1
+
+
+def _rst_blocks(text):
+  lines = text.splitlines()
+  for i, line in enumerate(lines):
+    m = re.match(r"^(\s*)\.\. code-block::\s*(\w+)\s*$", line)
+    if not m:
+      continue
+    j, body = i + 1, []
+    while j < len(lines) and (not lines[j].strip() or lines[j].startswith(m.group(1) + " ")):
+      body.append(lines[j])
+      j += 1
+    yield i + 1, m.group(2), textwrap.dedent("\n".join(body)).strip("\n"), _mark_before(lines, i)
+
+
+def _mark_before(lines, i):
+  """The marker on the nearest non-blank line above line `i`, if it is one."""
+  k = i - 1
+  while k >= 0 and not lines[k].strip():
+    k -= 1
+  m = _MARK.search(lines[k]) if k >= 0 else None
+  return m.group(1) if m else None
+
+
+def _blocks():
+  files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.rst"))]
+  for path in files:
+    parse = _markdown_blocks if path.suffix == ".md" else _rst_blocks
+    for line, lang, code, mark in parse(path.read_text()):
+      yield path.relative_to(ROOT), line, lang, code, mark
+
+
+BLOCKS = list(_blocks())
+
+
+def test_the_docs_have_code_blocks_and_every_unrun_one_says_why():
+  assert sum(lang == "python" for _, _, lang, _, _ in BLOCKS) >= 8
+  for path, line, lang, _, mark in BLOCKS:
+    if lang in ("python", "text"):
+      continue
+    assert mark and mark.startswith("not run"), (
+        f"{path}:{line}: a {lang or 'plain'} block must run or be marked "
+        f"'docs: not run (why)'")
+
+
+def _python_runs():
+  """`(id, [code of the blocks it continues from, ..., its own])` per python block to run."""
+  runs, chain = [], {}
+  for path, line, lang, code, mark in BLOCKS:
+    if lang != "python" or (mark and mark.startswith("not run")):
+      continue
+    prefix = chain.get(path, []) if mark == "continues" else []
+    chain[path] = [*prefix, code]
+    runs.append((f"{path}:{line}", chain[path]))
+  return runs
+
+
+RUNS = _python_runs()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, codes", RUNS, ids=[r[0] for r in RUNS])
+def test_every_python_block_runs(where, codes, tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(tmp_path)  # a block that writes files writes them here
+  namespace = {"__name__": "__docs__"}
+  for code in codes:
+    exec(compile(code, where, "exec"), namespace)  # noqa: S102
+
+
+def test_the_reference_lists_every_public_name_at_its_import_path():
+  """Without building: every name of `__all__` has its directive at `package.name` (fast)."""
+  text = "\n".join(p.read_text() for p in (ROOT / "docs").glob("*.rst"))
+  for package in PACKAGES:
+    module = importlib.import_module(package)
+    for name in module.__all__:
+      if name.startswith("__") or inspect.ismodule(getattr(module, name)):
+        continue
+      pattern = (rf"\.\. (autofunction|autoclass|py:data|autodata)::\s*({package}\.)?{name}\s*$")
+      assert re.search(pattern, text, re.MULTILINE), f"{package}.{name}"
+
+
+@pytest.mark.slow
+def test_objects_inv_has_each_public_name_at_its_import_path(inventory):
+  assert {"optim.muon", "analysis.spectrum", "optim.MatrixAxes", "transformer.init"} <= inventory
+  for package in PACKAGES:
+    module = importlib.import_module(package)
+    missing = [n for n in module.__all__ if not n.startswith("__")
+               and not inspect.ismodule(getattr(module, n))
+               and f"{package}.{n}" not in inventory]
+    assert not missing, f"{package}: not in objects.inv at the import path: {missing}"
