@@ -23,8 +23,19 @@ works under `jax.jit`:
 - `orthogonal_heads`: a decoupled pull toward mutually orthogonal head subspaces
   (orthogonality topic).
 
-Bad arguments (`ns_steps <= 0`, `beta` outside `[0, 1)`, `every <= 0`, ...) raise one line at
-construction; `check_finite=True` on any transform names the leaf that holds a NaN or inf.
+Every hyper-parameter is checked where it is given — type (a number, or a schedule where a rate
+may be one), sign and range — and a bad one (`muon("0.02")`, `muon(-0.02)`, `beta` outside
+`[0, 1)`, `ns_steps <= 0`, ...) raises one line naming the argument, the value and the fix.
+At `init` a leaf that is not a float array (an unpartitioned equinox module's bools: pass
+`eqx.partition(model, eqx.is_inexact_array)`) and a foreign leaf of three or more axes whose
+matrix no `matrix_axes` states are refused; at `update`, gradients whose tree or shapes differ
+from the parameters', naming the leaf and both shapes (static: free under `jit`).
+`check_finite=True` on any transform names the leaf that holds a NaN or inf.
+
+Defaults follow `optax.contrib.muon`'s where no measurement says otherwise; `optim.muon`'s
+docstring and `docs/optim.rst` table the differences (roles, a fused q, k, v split in three)
+with their measurements. Trees of other libraries — linen/nnx, equinox (after
+`eqx.partition`), Hugging Face — are read by their names and layouts.
 
 Example:
   >>> import jax, optax, transformer, optim
@@ -58,7 +69,8 @@ from optim.condition import (
     scale_by_condition,
 )
 from optim.heads import head_gram_overlap, orthogonal_heads
-from optim.orthogonalized import MuonState, muon, owner_spec, scale_by_muon, shape_scale
+from optim.orthogonalized import MuonState, muon, scale_by_muon, shape_scale
+from optim.owners import owner_spec
 from optim.roles import CONVENTIONS, ROLES, head_layout, labels, labels_by_shape, select
 from optim.spectral import SpectralState, spectral_cap, spectral_normalize
 from transformer.linalg.axes import MatrixAxes

@@ -1,7 +1,12 @@
-"""Arguments refused at construction, and the opt-in `check_finite` of every transform.
+"""Arguments refused at construction, trees refused at `init` and `update`, and the opt-in
+`check_finite` of every transform.
 
-Each check raises a one-line `ValueError` naming the argument, the value and the fix, before
-anything is traced: a bad `ns_steps` or `beta` never reaches `jax` as an index error or a NaN.
+Each check raises a one-line `ValueError` naming the argument (or leaf), the value and the fix,
+before anything is traced: a bad `ns_steps` or `beta` never reaches `jax` as an index error or
+a NaN, and a string learning rate never reaches the first update. The scalar checks are
+`transformer.linalg.checks`, shared with `analysis`. `guarded` wraps every transform: at `init`
+every leaf must be a float array (`array_leaves`), at `update` the updates must have the
+parameters' tree and shapes (`same_tree`, static, so free under `jit`).
 """
 
 from __future__ import annotations
