@@ -293,7 +293,7 @@ def run(spec: Spec) -> dict:
     ranks = sorted({r for r in GRID if r <= dh} | {dh})
     budgets = {arm: dh // n for arm, n in BUDGETS.items()}
     comp = full_bases(params, cfg, models.windows(seed, z.seq_len, z.n_calibration, "train"))
-    ev = models.windows(seed, z.seq_len, z.n_sequences, "val")
+    ev = models.windows(seed, z.seq_len, z.n_sequences, "heldout")
     losses = batched_rank_losses(params, cfg, comp, ev, ranks)
     prefix = batched_rank_losses(params, cfg, comp, ev[:, :z.prefix_len], ranks)
     model_loss = float(kvcompress.full_nll(params, cfg, ev, batch_size=64).mean())

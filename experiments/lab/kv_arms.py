@@ -128,7 +128,7 @@ def tune_fit_rate(z, seed: int, *, extend: int = 1, log) -> dict:
                              grid=z.loss_grid, cost_windows=z.cost_windows)
   start = kvcompress.compression(params, cfg, cal, 16, "loss", 16)
   fit_tokens = models.windows(seed, z.fit_len, z.fit_windows, "train")
-  ev = models.windows(seed, z.seq_len, z.n_eval, "val")
+  ev = models.windows(seed, z.seq_len, z.n_eval, "heldout")
   nll_full = kvcompress.full_nll(params, cfg, ev)
 
   def rise(rates):
@@ -195,8 +195,8 @@ def measure_seed(params, cfg, seed: int, z, *, log) -> tuple[dict, dict]:
   """Every arm's metrics for one model (the claim's docstring lists them) and the ranks chosen."""
   runs, ranks = {}, {}
   cal_tokens = models.windows(seed, z.seq_len, z.n_calibration, "train")
-  ev = models.windows(seed, z.seq_len, z.n_eval, "val")
-  ev_short = models.windows(seed, z.short_len, z.n_eval, "val")
+  ev = models.windows(seed, z.seq_len, z.n_eval, "heldout")
+  ev_short = models.windows(seed, z.short_len, z.n_eval, "heldout")
   cal = kvcompress.calibrate(params, cfg, cal_tokens, grid=z.loss_grid,
                              cost_windows=z.cost_windows)
   nll_full = kvcompress.full_nll(params, cfg, ev)
