@@ -493,3 +493,24 @@ def test_equinox_transformer_routes_every_leaf():
   grads = jax.tree.map(jnp.ones_like, params)
   u, _ = tx.update(grads, tx.init(params), params)
   assert jax.tree.structure(u) == jax.tree.structure(params)
+
+
+def test_per_head_muon_reads_equinox_projections_in_their_layout():
+  # equinox query_proj.weight (H·Dh, D) = (d_out, d_in): head h is rows h·Dh ... (h+1)·Dh, the
+  # map D -> Dh; its update must be the polar factor of that block's gradient, on its own.
+  H, D = 4, 32
+  dh = D // H
+  rng = np.random.default_rng(9)
+  g_q, g_o = rng.normal(size=(D, D)), rng.normal(size=(D, D))
+  grads = {"attn": {"query_proj": {"weight": jnp.asarray(g_q, jnp.float32)},
+                    "output_proj": {"weight": jnp.asarray(g_o, jnp.float32)}}}
+  tx = optim.scale_by_muon(0.0, nesterov=False, shape_scaling="none", ns_steps=12,
+                           coeffs="polar_express", n_heads=H)
+  u = tx.update(grads, tx.init(grads))[0]["attn"]
+  for h in range(H):
+    rows = slice(h * dh, (h + 1) * dh)
+    np.testing.assert_allclose(np.asarray(u["query_proj"]["weight"])[rows], _polar(g_q[rows]),
+                               atol=0.05)
+    # output_proj.weight (D, H·Dh): head h is columns h·Dh ..., the map Dh -> D.
+    np.testing.assert_allclose(np.asarray(u["output_proj"]["weight"])[:, rows],
+                               _polar(g_o[:, rows]), atol=0.05)
