@@ -111,7 +111,8 @@ def orthogonalizers() -> dict[str, optax.GradientTransformation]:
   optax's: `optax.contrib.scale_by_muon(β=0)` with its coefficient presets and
   pre-conditionings (its default is `standard` with `frobenius`).
   """
-  ours = functools.partial(optim.scale_by_muon, 0.0, nesterov=False, shape_scaling="none")
+  ours = functools.partial(optim.scale_by_muon, 0.0, nesterov=False, shape_scaling="none",
+                           matrix_axes=optim.MatrixAxes(-2, -1))
   theirs = functools.partial(optax.contrib.scale_by_muon, beta=0.0, nesterov=False,
                              weight_dimension_numbers=lambda p: jax.tree.map(
                                  lambda x: optax.contrib.MuonDimensionNumbers(
