@@ -68,8 +68,13 @@ def claim_markdown(claim: Claim, results: dict, *, level: int = 1,
       lo, hi = ev["interval"]
       quantity = (f"{th.arm}.{th.metric}" + (f" − {th.baseline}.{th.metric}" if th.baseline
                                               else "") + (f" ({th.unit})" if th.unit else ""))
+      what = ev["what"]
+      if "reached" in ev:  # a censored median (`censoring`): how many seeds have a value
+        r = ev["reached"]
+        what += (f"; {r['k']} of {r['n']} seeds reached the target "
+                 f"[{fmt(r['ci95'][0])}, {fmt(r['ci95'][1])}]")
       rows.append([("control: " if th.control else "") + th.name, quantity,
-                   ev["what"], fmt(ev["mean"]),
+                   what, fmt(ev["mean"]),
                    f"[{fmt(lo)}, {fmt(hi)}]",
                    "—" if th.margin is None else fmt(th.margin),
                    f"{th.supports or '—'}: {'yes' if ev['supports'] else 'no'}",

@@ -149,3 +149,22 @@ def test_a_cap_goes_with_a_censored_median_only_and_is_kept_out_of_older_dicts()
   new = Threshold("s", arm="c", metric="m", stat="median", supports="< 1", censored=">= 1.5",
                   cap=1.0)
   assert new.to_dict()["cap"] == 1.0 and Threshold.from_dict(new.to_dict()) == new
+
+
+def test_a_report_shows_how_many_seeds_reached_the_target():
+  from experiments.verdict import Claim
+  from experiments.verdict.report import claim_markdown
+  from tests.experiments.verdict.toy_claims import valid_results
+
+  th = Threshold.beyond("steps", "c", "steps", baseline="b", direction="<", margin=0.05,
+                        stat="median", censored=">= 1.5", cap=1.0)
+  claim = Claim(id="toy", topic="t", kind="new", preface="p", hypothesis="h", refuted_if="r",
+                thresholds=(th,), trains=False, run=print)
+  seeds = [str(s) for s in range(7)]
+  runs = steps_runs([0.6, 0.7, 0.75, 0.8, 0.85, 1.5, 1.5], seeds)
+  res = {**valid_results(), "seeds": seeds, "effects": [],
+         "arms": {a: {"runs": r, "mean": {}, "std": {}} for a, r in runs.items()}}
+  row = next(line for line in claim_markdown(claim, res) if line.startswith("| steps |"))
+  assert "median, 95% order-statistic interval (2 of 7 seeds censored at 1)" in row
+  assert "5 of 7 seeds reached the target [0.2904, 0.9633]" in row
+  assert "[-0.4, inf]" in row and "1.5" not in row
