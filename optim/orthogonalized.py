@@ -483,8 +483,24 @@ def muon(
     resolve_axes(_only(params, routes, "muon"), matrix_axes, strict=True, caller="optim.muon")
     return routes
 
-  return checks.guarded(optax.partition({"muon": muon_tx, "adam": adam_tx}, param_labels),
-                        check_finite, "optim.muon")
+  parts = optax.partition({"muon": muon_tx, "adam": adam_tx}, param_labels)
+
+  def update_fn(updates, state, params=None):
+    if params is None:  # without params, the two parts' first moments have their shapes
+      checks.same_tree(updates, _moments(state), caller)
+    return parts.update(updates, state, params)
+
+  return checks.guarded(optax.GradientTransformation(parts.init, update_fn), check_finite,
+                        caller)
+
+
+def _moments(state):
+  """The parameters' tree and shapes, from the state of `muon`'s partition: Muon's momentum
+  where a leaf goes to Muon, AdamW's first moment elsewhere."""
+  masked = lambda x: isinstance(x, optax.MaskedNode)  # noqa: E731
+  muon_mu = state.inner_states["muon"].inner_state[0].mu
+  adam_mu = state.inner_states["adam"].inner_state[0].mu
+  return jax.tree.map(lambda m, a: a if masked(m) else m, muon_mu, adam_mu, is_leaf=masked)
 
 
 def _only(params, routes, route: str):

@@ -155,6 +155,10 @@ def test_a_gradient_one_column_short_names_the_leaf_and_both_shapes(name):
   with pytest.raises(ValueError) as e:  # under jit too: the shapes are static
     jax.jit(tx.update)(grads, state, params)
   refused(e, "'fc1/kernel'", "(32, 63)", "(32, 64)", package=optim)
+  if name in ("muon", "scale_by_muon"):  # no params: checked against the state's moments
+    with pytest.raises(ValueError) as e:
+      tx.update(grads, state)
+    refused(e, f"optim.{name}", "'fc1/kernel'", "(32, 63)", "(32, 64)", package=optim)
 
 
 @pytest.mark.parametrize("name", sorted(TRANSFORMS))
@@ -166,6 +170,10 @@ def test_a_gradient_tree_missing_a_leaf_names_it(name):
   with pytest.raises(ValueError) as e:
     tx.update(grads, tx.init(params), params)
   refused(e, f"optim.{name}", "lacks the parameter 'fc2/kernel' (64, 32)", package=optim)
+  if name in ("muon", "scale_by_muon"):
+    with pytest.raises(ValueError) as e:
+      tx.update(grads, tx.init(params))
+    refused(e, f"optim.{name}", "'fc2/kernel' (64, 32)", package=optim)
 
 
 def test_scale_by_muon_asks_for_the_axes_of_a_fused_3d_kernel():
