@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.inputs import check_int, check_range
+from analysis.inputs import check_finite_weights, check_int, check_range
 from analysis.spectra import input_eps, singular_values
 from transformer.linalg import serial
 
@@ -42,7 +42,8 @@ def symmetry_score(M: jax.Array) -> jax.Array:
   return (S2 - K2) / jnp.maximum(S2 + K2, jnp.finfo(M.dtype).tiny)
 
 
-def psd_certificate(M, *, tol: float | None = None) -> dict[str, np.ndarray]:
+def psd_certificate(M, *, tol: float | None = None,
+                    check_finite: bool = True) -> dict[str, np.ndarray]:
   """Is `M` a positive semi-definite (kernel) matrix? Decided in float64.
 
   Tests, for each matrix of the batch, the symmetric part `S = (M + Mᵀ)/2`: its minimum
@@ -53,6 +54,8 @@ def psd_certificate(M, *, tol: float | None = None) -> dict[str, np.ndarray]:
     M: `(..., n, n)`, any dtype (promoted to float64 on the host).
     tol: eigenvalue tolerance; default `n · eps · ‖S‖₂` with `eps` of `M`'s own dtype (the
       arithmetic is float64, but the data is only known to its precision).
+    check_finite: refuse (one line) an `M` holding NaN or inf (numpy's eigensolver would fail
+      on it); `False` skips the check. Host-side: never under `jit`.
 
   Returns:
     numpy arrays of shape `M.shape[:-2]`: `min_eigenvalue`, `tol`, `asymmetry`
@@ -67,6 +70,8 @@ def psd_certificate(M, *, tol: float | None = None) -> dict[str, np.ndarray]:
     True
   """
   check_range(tol, "tol", "analysis.psd_certificate", low=0, allow_none=True, example="1e-6")
+  if check_finite:
+    check_finite_weights(np.asarray(M), "analysis.psd_certificate", "M")
   M64 = np.asarray(M, np.float64)
   n = M64.shape[-1]
   S = (M64 + np.swapaxes(M64, -1, -2)) / 2

@@ -167,18 +167,25 @@ def input_eps(W) -> float:
   return float(np.finfo(dtype if np.issubdtype(dtype, np.floating) else np.float64).eps)
 
 
-def rank_certificate(W, tol: float | None = None) -> dict[str, np.ndarray]:
+def rank_certificate(W, tol: float | None = None, *,
+                     check_finite: bool = True) -> dict[str, np.ndarray]:
   """Numerical rank decided in float64, with the tolerance that decided it.
 
   Args:
     W: `(..., m, n)` (any dtype; promoted to float64 on the host).
     tol: absolute threshold; default `max(m, n) · eps · σ_1` with `eps` of `W`'s own dtype
       (`input_eps`): the SVD runs in float64, but the data is only known to its precision.
+    check_finite: refuse (one line) a `W` holding NaN or inf, which numpy's SVD would fail on
+      with "SVD did not converge"; `False` skips the check (this function runs on the host,
+      never under `jit`).
 
   Returns:
     `{"rank", "tol", "sigma_min", "condition_number"}`, numpy arrays of shape `W.shape[:-2]`.
   """
   check_range(tol, "tol", "analysis.rank_certificate", low=0, allow_none=True, example="1e-6")
+  check_flag(check_finite, "check_finite", "analysis.rank_certificate")
+  if check_finite:
+    check_finite_weights(np.asarray(W), "analysis.rank_certificate")
   W64 = np.asarray(W, np.float64)
   s = np.linalg.svd(W64, compute_uv=False)
   t = max(W64.shape[-2:]) * input_eps(W) * s[..., 0] if tol is None else (

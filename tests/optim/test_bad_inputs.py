@@ -272,3 +272,14 @@ def test_good_inputs_still_pass():
                                                                              lambda _: None, p))):
     tx.update(jax.tree.map(jnp.ones_like, params), tx.init(params), params)
   assert float(analysis.spectrum(W, tol=np.float32(1e-3))["rank_tol"]) == pytest.approx(1e-3)
+
+
+def test_the_host_certificates_name_a_nan_before_numpy_fails_on_it():
+  bad = np.eye(4)
+  bad[1, 2] = np.inf
+  for call, name in ((analysis.rank_certificate, "W"), (analysis.psd_certificate, "M")):
+    with pytest.raises(ValueError) as e:
+      call(bad)
+    refused(e, f"{name} holds NaN or inf", "check_finite=False", package=analysis)
+  # float64 input is checked in float64: a huge finite value is not an infinity.
+  assert int(analysis.rank_certificate(np.eye(3) * 1e300)["rank"]) == 3

@@ -162,7 +162,10 @@ def first_non_finite(tree) -> str | None:
       continue
     if not np.issubdtype(np.dtype(x.dtype), np.inexact):
       continue
-    if not bool(jnp.all(jnp.isfinite(x))):
+    # A NumPy array is checked in its own precision (float64 stays float64: no false inf).
+    finite = np.isfinite(x).all() if isinstance(x, np.ndarray | np.generic) else (
+        jnp.all(jnp.isfinite(x)))
+    if not bool(finite):
       return jax.tree_util.keystr(path, simple=True, separator="/")
   return None
 
