@@ -170,6 +170,8 @@ def condition_multiplier(kappa, alpha=0.5, kappa_ref=10.0):
     >>> condition_multiplier(jnp.array([5.0, 40.0]), alpha=0.5, kappa_ref=10.0).tolist()
     [1.0, 0.5]
   """
+  checks.non_negative(alpha, "alpha", "optim.condition_multiplier", example="0.5")
+  checks.positive(kappa_ref, "kappa_ref", "optim.condition_multiplier", example="10.0")
   return jnp.minimum(1.0, (kappa_ref / kappa) ** alpha)
 
 

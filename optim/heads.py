@@ -59,6 +59,8 @@ def head_gram_overlap(W: jax.Array, n: int, side: Side = "columns"):
   """
   if W.ndim < 2:
     raise ValueError(f"head_gram_overlap: W must be a (batch of) matrix, got {W.ndim=}")
+  checks.at_least(n, 1, "n", "optim.head_gram_overlap")
+  checks.choice(side, ("columns", "rows"), "side", "optim.head_gram_overlap")
   X = W if side == "columns" else jnp.swapaxes(W, -1, -2)
   width = X.shape[-1]
   if width % n:

@@ -80,6 +80,10 @@ def shape_scale(d_in: int, d_out: int, shape_scaling: ShapeScaling, rms=0.2):
   Returns:
     A scalar.
   """
+  checks.at_least(d_in, 1, "d_in", "optim.shape_scale")
+  checks.at_least(d_out, 1, "d_out", "optim.shape_scale")
+  if shape_scaling == "rms":
+    checks.positive(rms, "rms", "optim.shape_scale", example="0.2")
   if shape_scaling == "width":
     return max(1.0, d_out / d_in) ** 0.5
   if shape_scaling == "rms":

@@ -261,6 +261,10 @@ def select(
     >>> bool(mask["blocks"]["attn"]["w_o"]), bool(mask["blocks"]["attn"]["w_q"])
     (True, False)
   """
+  for arg, value in (("roles", roles), ("names", names)):
+    if isinstance(value, str):
+      raise ValueError(f"optim.select: {arg}={value!r} is a str; pass a tuple, e.g. "
+                       f"{arg}=({value!r},)")
   roles = None if roles is None else frozenset(roles)
   names = None if names is None else frozenset(names)
   for r in roles or ():
