@@ -103,21 +103,24 @@ def _batches(src, seeds, steps: Sequence[int], batch_size: int, split: str):
 
 
 def choose_strategy(n_runs: int, backend: str | None = None) -> str:
-  """The fastest way to train `n_runs` runs on `backend`, as the sweep benchmark measured it.
+  """The strategy `train_many` uses for `n_runs` runs on `backend` (`strategy="auto"`).
 
-  On XLA:CPU one unbatched program per run, all runs' calls in flight at once (`"dispatch"`),
-  beat the vmapped program at every size and run count measured (pico-, micro- and mini-20 at
-  1, 5 and 20 runs; `python -m experiments.benchmarks.sweep`): the runtime overlaps the
-  runs' programs on the cores, while a vmapped step spends more CPU time per run than the
-  run alone (batched small matmuls, and a working set that outgrows the cache). Elsewhere
-  (GPU, TPU), one vmapped program fills the device: `"vmap"`.
+  On XLA:CPU, one unbatched program per run, every call in flight at once (`"dispatch"`).
+  `python -m experiments.benchmarks.sweep` (micro-20 and mini-20 at 5 and 20 runs, 3
+  interleaved rounds, 2 shared cores at load 3.5–6.7) measured the CPU time a run-step costs
+  at 41.7, 45.1, 63.9 and 68.5 ms for the vmapped sweep as it was before issue 50, 33.3,
+  38.3, 54.5 and 59.0 ms vmapped with the layer scan unrolled, and 26.0, 22.0, 49.4 and 50.8
+  ms dispatched (sequential: 23.9, 23.8, 49.4, 53.6): a vmapped step pays for batched small
+  matmuls and a working set that outgrows the cache. Wall time on that shared machine moved
+  less (dispatch 1.23×, 0.98×, 1.21×, 1.06× the old sweep's run-steps/s). Elsewhere (GPU,
+  TPU), one vmapped program fills the device: `"vmap"`.
 
   Example:
     >>> from experiments.train.sweep import choose_strategy
     >>> choose_strategy(20, "cpu"), choose_strategy(20, "gpu")
     ('dispatch', 'vmap')
   """
-  del n_runs  # measured the same way at 1, 5 and 20 runs; the argument keeps the rule's shape
+  del n_runs  # the same choice at 5 and 20 runs; the argument keeps the rule's shape
   return "dispatch" if (backend or jax.default_backend()) == "cpu" else "vmap"
 
 
