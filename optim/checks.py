@@ -26,6 +26,16 @@ def at_least(value, low: int, name: str, caller: str, *, allow_none: bool = Fals
   _checks.check_int(value, low, name, caller, allow_none=allow_none)
 
 
+def heads(n_heads, n_kv_heads, caller: str, *, allow_none: bool = False) -> None:
+  """`n_heads` an int `>= 1` (or `None` where allowed), `n_kv_heads` `None` or a divisor of it
+  (grouped-query attention)."""
+  at_least(n_heads, 1, "n_heads", caller, allow_none=allow_none)
+  at_least(n_kv_heads, 1, "n_kv_heads", caller, allow_none=True)
+  if isinstance(n_heads, int) and isinstance(n_kv_heads, int) and n_heads % n_kv_heads:
+    raise ValueError(f"{caller}: n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}; "
+                     f"pass the key/value head count of grouped-query attention (a divisor)")
+
+
 def positive(value, name: str, caller: str, *, example: str = "1.0") -> None:
   """`value` must be a real number `> 0`."""
   _checks.check_range(value, name, caller, low=0, low_open=True, example=example)

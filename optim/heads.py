@@ -164,11 +164,7 @@ def orthogonal_heads(strength, n_heads: int, *, n_kv_heads: int | None = None,
 
   caller = "optim.orthogonal_heads"
   checks.non_negative(strength, "strength", caller)
-  checks.at_least(n_heads, 1, "n_heads", caller)
-  checks.at_least(n_kv_heads, 1, "n_kv_heads", caller, allow_none=True)
-  if isinstance(n_kv_heads, int) and isinstance(n_heads, int) and n_heads % n_kv_heads:
-    raise ValueError(f"{caller}: n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}; "
-                     f"pass the key/value head count of grouped-query attention (a divisor)")
+  checks.heads(n_heads, n_kv_heads, caller)
   checks.function(layout_fn, "layout_fn", caller, what="a function params -> pytree of "
                   "(side, n_heads) | None")
   if matrix_axes is not None and not isinstance(matrix_axes, Mapping):

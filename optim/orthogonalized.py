@@ -174,13 +174,11 @@ def scale_by_muon(
       leaf's last two axes are the matrix. The update is the same up to a transpose; the
       shape scaling reads `d_in`, `d_out` from it. A plain pair `(reduction, output)` is read
       as one `MatrixAxes`; axes out of range for a leaf raise, naming it.
-    split_qkv: `True` (default): a 2-D leaf named in `optim.conventions.FUSED_QKV` is split
-      into three equal parts on its output side (in `H : K : K` head widths with
-      `n_kv_heads < n_heads`); `False`: every fused leaf is one matrix (optax's behaviour); a
-      mapping path suffix -> `3`, a tuple of output widths `(q, k, v)`, or `None` (not
-      split), added to the names: `{"attn/proj_in/kernel": 3}`, `{"c_attn/weight": None}`.
-      A named leaf whose outputs do not split so raises, naming it. GPT-NeoX's
-      `query_key_value` interleaves q, k, v per head and is not in the names.
+    split_qkv: `True`: a 2-D leaf named in `optim.conventions.FUSED_QKV` is three equal
+      parts of its output side (`H : K : K` head widths with `n_kv_heads < n_heads`);
+      `False`: one matrix (optax's); a mapping path suffix -> `3`, output widths `(q, k, v)`
+      or `None`, added to the names (`{"c_attn/weight": None}`). A leaf that does not split
+      raises, naming it. (GPT-NeoX's per-head interleaved `query_key_value` is not named.)
     check_finite: check every incoming update (and the parameters) for NaN and inf, and raise
       naming the first such leaf (eagerly a one-line `ValueError`; under `jit` when the step
       runs). Off by default: it costs one reduction per leaf and, under `jit`, a host callback.
@@ -190,11 +188,10 @@ def scale_by_muon(
     `(optax.EmptyState(), MuonState)`).
 
   Raises:
-    ValueError: (one line, at construction) for `beta` outside `[0, 1)` or not a number,
-      `ns_steps <= 0`, `rms <= 0`, unknown coefficients, `shape_scaling` or shard settings, or a
-      malformed `matrix_axes` or `split_qkv`; (at `init`) for a leaf of three or more axes that
-      is neither ours nor named by `matrix_axes`, or a fused leaf that does not split; (at
-      `update`) for updates whose tree or shapes differ from the momentum's, naming the leaf.
+    ValueError: (one line) at construction for a bad argument (`beta` outside `[0, 1)`, a
+      str, `ns_steps <= 0`, ...); at `init` for a foreign leaf of 3+ axes without
+      `matrix_axes` or a fused leaf that does not split; at `update` for updates shaped
+      unlike the momentum, naming the leaf.
 
   Example:
     >>> import jax.numpy as jnp, optax, optim
@@ -298,11 +295,7 @@ def _check_muon_args(caller, beta, ns_steps, n_heads, n_kv_heads, *, nesterov=Tr
   """The arguments that would otherwise fail inside the trace, or silently (one line each)."""
   checks.unit_interval(beta, "beta", caller)
   checks.at_least(ns_steps, 1, "ns_steps", caller, allow_none=True)
-  checks.at_least(n_heads, 1, "n_heads", caller, allow_none=True)
-  checks.at_least(n_kv_heads, 1, "n_kv_heads", caller, allow_none=True)
-  if isinstance(n_heads, int) and isinstance(n_kv_heads, int) and n_heads % n_kv_heads:
-    raise ValueError(f"{caller}: n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}; "
-                     f"pass the key/value head count of grouped-query attention (a divisor)")
+  checks.heads(n_heads, n_kv_heads, caller, allow_none=True)
   checks.flag(nesterov, "nesterov", caller)
   checks.choice(shape_scaling, ("width", "rms", "none"), "shape_scaling", caller)
   checks.positive(rms, "rms", caller, example="0.2")
@@ -370,18 +363,12 @@ def muon(
   (`c_attn`, `qkv`, ...)                          orthogonalized whole, each third's
                                                   singular values fall anywhere in
                                                   [0.000, 0.999], not at 1 (`fused` below)
-  Newton–Schulz            on the matrix          on the short side's Gram matrix where
-                                                  that is cheaper (`gram=None`): the same
-                                                  polar factor to rounding, fewer FLOPs
-                                                  (`python -m experiments.benchmarks.optim`)
   =======================  =====================  ==========================================
 
-  Until issue 48 `adam_b2` was 0.95 and `adam_learning_rate` a fixed 3e-4. Measured, optax's
-  values are better: validation loss 1.979 against 2.423 for the old pair (`adam_b2=0.95`
-  alone 1.982, `adam_learning_rate=3e-4` alone 2.475), so they are the defaults now. Each
-  number is the mean of seeds 0 and 1 of `tiny` trained 300 steps on `stdlib` by
-  `optim.muon(0.02, ...)`: `python docs/muon_defaults.py [fused|adam|routing]` (a second run
-  of it gave values within 0.05 of these; see `docs/optim.rst`).
+  Until issue 48 `adam_b2` was 0.95 and `adam_learning_rate` 3e-4: val loss 2.423 against
+  optax's values' 1.979 (`tiny`, 300 steps of `stdlib`, seeds 0-1; `python
+  docs/muon_defaults.py [fused|adam|routing]`, `docs/optim.rst` for every arm and the Gram
+  iteration, a difference of speed, not of result).
 
   Args:
     learning_rate: Muon's learning rate `η` (a scalar or schedule).
@@ -499,8 +486,7 @@ def muon(
 
 
 def _moments(state):
-  """The parameters' tree and shapes, from the state of `muon`'s partition: Muon's momentum
-  where a leaf goes to Muon, AdamW's first moment elsewhere."""
+  """The parameters' shapes from `muon`'s state: Muon's momentum, else AdamW's first moment."""
   masked = lambda x: isinstance(x, optax.MaskedNode)  # noqa: E731
   muon_mu = state.inner_states["muon"].inner_state[0].mu
   adam_mu = state.inner_states["adam"].inner_state[0].mu
