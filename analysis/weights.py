@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from analysis.inputs import check_finite_weights
 from transformer import Config, names
 from transformer.model import param_tree
 
@@ -92,13 +93,17 @@ def circuits(params, cfg: Config) -> dict[str, Factored]:
           "ov": Factored(heads(attn["w_v"], K), w_o_LHDDh)}
 
 
-def matrices(params, cfg: Config, *, include_circuits: bool = True) -> list[Matrix]:
+def matrices(params, cfg: Config, *, include_circuits: bool = True,
+             check_finite: bool = True) -> list[Matrix]:
   """Every named weight matrix, one entry per layer, then the per-head circuits.
 
   Args:
     params: the model's parameters (with or without the `params` wrapper).
     cfg: its config.
     include_circuits: add `W_QK^h` and `W_OV^h` (factored) for every layer and head.
+    check_finite: refuse (one line, naming the leaf) parameters holding NaN or inf, outside
+      `jit`; under `jit` the values are unknown while tracing and pass through. `False` skips
+      it (a reduction per leaf and a host read).
 
   Returns:
     A list of `Matrix(path, role, layer, head, array)` in forward order: embeddings, then for
@@ -113,6 +118,8 @@ def matrices(params, cfg: Config, *, include_circuits: bool = True) -> list[Matr
     ['blocks/attn/w_q', 'blocks/attn/w_k']
   """
   p = param_tree(params)
+  if check_finite:
+    check_finite_weights(p, "analysis.matrices", "the parameter")
   order = list(names.NAMES)
   found = []  # (position in NAMES, path, role, leaf) of every weight matrix
   for key_path, leaf in jax.tree_util.tree_leaves_with_path(p):

@@ -289,3 +289,16 @@ def test_the_host_certificates_name_a_nan_before_numpy_fails_on_it():
     refused(e, f"{name} holds NaN or inf", "check_finite=False", package=analysis)
   # float64 input is checked in float64: a huge finite value is not an infinity.
   assert int(analysis.rank_certificate(np.eye(3) * 1e300)["rank"]) == 3
+
+
+def test_analysis_matrices_names_a_nan_parameter():
+  import transformer
+
+  cfg = transformer.preset("tiny", n_layers=1, d_model=16, n_heads=2)
+  params = transformer.init(cfg, jax.random.key(0))
+  params["blocks"]["ffn"]["w_2"] = params["blocks"]["ffn"]["w_2"].at[0, 1, 2].set(jnp.nan)
+  with pytest.raises(ValueError) as e:
+    analysis.matrices(params, cfg)
+  refused(e, "analysis.matrices", "the parameter 'blocks/ffn/w_2'", "NaN or inf",
+          package=analysis)
+  assert len(analysis.matrices(params, cfg, check_finite=False)) > 0  # the opt-out
