@@ -1,12 +1,12 @@
 """The measurements behind `optim.muon`'s defaults (the table in its docstring, docs/optim.rst).
 
-  python docs/muon_defaults.py            # all, about 8 minutes on 2 CPU cores
+  python docs/muon_defaults.py            # all, about 10 minutes on 2 CPU cores
   python docs/muon_defaults.py fused      # the fused q, k, v numbers only (a second)
 
-`adam` and `routing` train the `tiny` preset for 300 steps on `stdlib` (`experiments.train`,
-the optimizer given as is: no clipping, constant rates) at Muon's rate 0.02, seeds 0 and 1,
-and print the final validation loss of each arm; `fused` orthogonalizes Gaussian fused q, k, v
-gradients as one matrix and as three (exact polar factors, float64).
+`nesterov`, `adam` and `routing` train the `tiny` preset for 300 steps on `stdlib`
+(`experiments.train`, the optimizer given as is: no clipping, constant rates) at Muon's rate
+0.02, seeds 0 and 1, and print the final validation loss of each arm; `fused` orthogonalizes
+Gaussian fused q, k, v gradients as one matrix and as three (exact polar factors, float64).
 """
 
 import sys
@@ -15,18 +15,22 @@ import tempfile
 import jax
 import numpy as np
 
+PLAIN = {"adam_nesterov": False}  # AdamW without Nesterov momentum, as before issue 48
 ARMS = {  # name -> keyword arguments of optim.muon(0.02, ...)
+    "nesterov": {
+        "defaults (optax's: adam_b2=0.999, AdamW at Muon's rate, Nesterov as Muon's)": {},
+        "plain AdamW (adam_nesterov=False)": PLAIN,
+    },
     "adam": {
-        "defaults (optax's: adam_b2=0.999, AdamW at Muon's rate)": {},
-        "before issue 48 (adam_b2=0.95, adam_learning_rate=3e-4)":
-            {"adam_b2": 0.95, "adam_learning_rate": 3e-4},
-        "adam_b2=0.95 only": {"adam_b2": 0.95},
-        "adam_learning_rate=3e-4 only": {"adam_learning_rate": 3e-4},
+        "before issue 48 (adam_b2=0.95, adam_learning_rate=3e-4, plain)":
+            {"adam_b2": 0.95, "adam_learning_rate": 3e-4, **PLAIN},
+        "adam_b2=0.95 only (plain)": {"adam_b2": 0.95, **PLAIN},
+        "adam_learning_rate=3e-4 only (plain)": {"adam_learning_rate": 3e-4, **PLAIN},
     },
     "routing": {
-        "every leaf of >= 2 axes on Muon (optax's routing)":
+        "every leaf of >= 2 axes on Muon (optax's routing; plain)":
             {"label_fn": lambda p: jax.tree.map(lambda x: "hidden" if x.ndim >= 2 else "vector",
-                                                p)},
+                                                p), **PLAIN},
     },
 }
 
@@ -65,9 +69,9 @@ def fused(D: int = 64, trials: int = 100) -> None:
 
 
 if __name__ == "__main__":
-  which = sys.argv[1:] or ["fused", "adam", "routing"]
+  which = sys.argv[1:] or ["fused", "nesterov", "adam", "routing"]
   if "fused" in which:
     fused()
-  for part in ("adam", "routing"):
+  for part in ("nesterov", "adam", "routing"):
     if part in which:
       train_arms(ARMS[part])

@@ -322,6 +322,7 @@ def muon(
     adam_b1=0.9,
     adam_b2=0.999,
     adam_eps=1e-8,
+    adam_nesterov: bool | None = None,
     adam_weight_decay=0.0,
     muon_roles: Iterable[str] = ("hidden",),
     label_fn: Callable | None = None,
@@ -343,13 +344,13 @@ def muon(
   `optim.labels`); only `muon_roles` (default `hidden`) are orthogonalized — never the
   embedding or the output matrix, unlike `optax.contrib.muon`'s default of every 2-D leaf.
   The other roles get `optax.adamw(adam_learning_rate, adam_b1, adam_b2, adam_eps,
-  weight_decay=adam_weight_decay)`, with `adam_learning_rate` Muon's `learning_rate` unless
-  given (as optax's).
+  weight_decay=adam_weight_decay, nesterov=adam_nesterov)`, with `adam_learning_rate` Muon's
+  `learning_rate` and `adam_nesterov` Muon's `nesterov` unless given (as optax's).
 
   Defaults follow `optax.contrib.muon`'s (`beta=0.95`, Nesterov, 5 Newton–Schulz steps of
   Jordan's coefficients, `eps=1e-8`, `shape_scaling="width"` = optax's
-  `sqrt(max(1, d_out/d_in))`, no weight decay; AdamW's `b1=0.9`, `b2=0.999`, `eps=1e-8`, its
-  rate Muon's) except where a measurement says otherwise. The differences, and why:
+  `sqrt(max(1, d_out/d_in))`, no weight decay; AdamW's `b1=0.9`, `b2=0.999`, `eps=1e-8`,
+  Nesterov and rate Muon's) except where a measurement says otherwise. The differences:
 
   =======================  =====================  ==========================================
   what                     `optax.contrib.muon`   `optim.muon`, and why
@@ -365,10 +366,9 @@ def muon(
                                                   [0.000, 0.999], not at 1 (`fused` below)
   =======================  =====================  ==========================================
 
-  Until issue 48 `adam_b2` was 0.95 and `adam_learning_rate` 3e-4: val loss 2.423 against
-  optax's values' 1.979 (`tiny`, 300 steps of `stdlib`, seeds 0-1; `python
-  docs/muon_defaults.py [fused|adam|routing]`, `docs/optim.rst` for every arm and the Gram
-  iteration, a difference of speed, not of result).
+  Until issue 48 AdamW had `b2=0.95`, rate 3e-4, no Nesterov: val loss 2.423 against 1.946
+  for optax's values (`tiny`, 300 steps of `stdlib`, seeds 0-1; `python docs/muon_defaults.py`;
+  `docs/optim.rst` has every arm, and the Gram iteration: a difference of speed, not result).
 
   Args:
     learning_rate: Muon's learning rate `η` (a scalar or schedule).
@@ -384,11 +384,11 @@ def muon(
       iterations); `mesh` and `shard_axes` are as there too.
     weight_decay: decoupled weight decay `λ` of the Muon matrices.
     weight_decay_mask: optional mask (tree or callable) for that decay.
-    adam_learning_rate: AdamW's learning rate (scalar or schedule); default (`None`) Muon's
-      `learning_rate`, as `optax.contrib.muon`'s.
+    adam_learning_rate: AdamW's learning rate (scalar or schedule); default Muon's, as optax's.
     adam_b1: AdamW's first-moment decay.
-    adam_b2: AdamW's second-moment decay (0.999, as optax's; 0.95 before issue 48).
+    adam_b2: AdamW's second-moment decay (0.999, as optax's).
     adam_eps: AdamW's epsilon.
+    adam_nesterov: AdamW's Nesterov momentum; default (`None`) Muon's `nesterov`, as optax's.
     adam_weight_decay: AdamW's decoupled weight decay.
     muon_roles: roles sent to Muon.
     label_fn: `params -> role pytree`; default `optim.labels`, which knows our names, linen,
@@ -427,6 +427,7 @@ def muon(
   checks.unit_interval(adam_b2, "adam_b2", caller)
   checks.non_negative(adam_eps, "adam_eps", caller, example="1e-8")
   checks.decay(adam_weight_decay, "adam_weight_decay", caller)
+  checks.flag(adam_nesterov, "adam_nesterov", caller, allow_none=True)
   checks.function(label_fn, "label_fn", caller, what="a function params -> roles (e.g. "
                   "optim.labels_by_shape)")
   if isinstance(muon_roles, str):
@@ -451,7 +452,8 @@ def muon(
   )
   adam_tx = optax.adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                         b1=adam_b1, b2=adam_b2, eps=adam_eps,
-                        weight_decay=adam_weight_decay, mu_dtype=mu_dtype)
+                        weight_decay=adam_weight_decay, mu_dtype=mu_dtype,
+                        nesterov=nesterov if adam_nesterov is None else adam_nesterov)
 
   def param_labels(params):
     roles = label_fn(params)

@@ -73,7 +73,7 @@ def muon_update_times(params, rounds: int) -> dict:
   """Median seconds of one jitted Muon update of the hidden matrices: ours vs optax's."""
   hidden = jax.tree.map(lambda r: r == "hidden", optim.labels(params))
   grads = jax.tree.map(lambda p: p * 0.5 + 0.01, params)
-  ours = optim.muon(0.02, adam_learning_rate=3e-4, adam_b2=0.95)
+  ours = optim.muon(0.02, adam_learning_rate=3e-4, adam_b2=0.95, adam_nesterov=False)
   ref = optax.contrib.muon(0.02, muon_weight_dimension_numbers=_hidden_dims(params))
   fns = {}
   for name, tx in (("optim.muon", ours), ("optax.contrib.muon", ref)):

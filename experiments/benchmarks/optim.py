@@ -78,7 +78,7 @@ def _hidden_dims(params):
 def optimizers(params, lr: float = 0.02):
   """The three optimizers under comparison, configured alike."""
   return {
-      "optim.muon": optim.muon(lr, adam_learning_rate=lr, adam_b2=0.95),
+      "optim.muon": optim.muon(lr, adam_learning_rate=lr, adam_b2=0.95, adam_nesterov=False),
       "optax.contrib.muon": optax.contrib.muon(
           lr, muon_weight_dimension_numbers=_hidden_dims(params)),
       "optax.adamw": optax.adamw(lr),
@@ -294,7 +294,7 @@ def main(argv=None) -> int:
       params = random_params(cfg)
       txs = optimizers(params)
       txs["optim.muon, lean"] = optim.muon(0.02, adam_learning_rate=0.02, adam_b2=0.95,
-                                           coeffs="polar_express_lean")
+                                           adam_nesterov=False, coeffs="polar_express_lean")
       times = time_updates(txs, params, args.repeats)
       for name, t in times.items():
         print(f"{size:<22}{name:<22}{1e3 * t:>12.1f}{t / times['optax.adamw']:>10.2f}")

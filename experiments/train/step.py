@@ -112,7 +112,8 @@ def _muon(tc: TrainConfig, lr_schedule, mesh=None):
     if mesh.shape.get(axis, 1) > 1:
       shard = {"shard": "owner", "mesh": mesh, "shard_axes": (axis,)}
   return optim.muon(learning_rate=schedule(tc, peak=tc.muon_learning_rate),
-                    adam_learning_rate=lr_schedule, adam_b2=0.95, label_fn=optim.labels,
+                    adam_learning_rate=lr_schedule, adam_b2=0.95, adam_nesterov=False,
+                    label_fn=optim.labels,
                     weight_decay=tc.weight_decay, **shard)
 
 

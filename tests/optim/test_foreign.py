@@ -94,7 +94,7 @@ def _check_muon(params, grads, hidden, as_matrices, tx=None):
   leaf gets AdamW's update.
   """
   tx = tx or optim.muon(1.0, shape_scaling="none", adam_learning_rate=1.0)
-  adam = optax.adamw(1.0, b1=0.9, b2=0.95, weight_decay=0.0)
+  adam = optax.adamw(1.0, b1=0.9, b2=0.999, weight_decay=0.0, nesterov=True)  # muon's defaults
   u, _ = _first_update(tx, grads, params)
   u_adam, _ = _first_update(adam, grads, params)
   lo, hi = band(SPECTRUM.min() / np.sqrt(np.sum(SPECTRUM**2)))

@@ -46,7 +46,8 @@ def test_embedding_unembedding_vectors_never_reach_muon(model):
   grads = jax.tree.map(lambda p: jnp.cos(jnp.arange(p.size, dtype=jnp.float32)).reshape(p.shape),
                        params)
   tx = optim.muon(0.02, adam_learning_rate=1e-3, adam_b1=0.8, adam_b2=0.9, adam_weight_decay=0.1)
-  adam = optax.adamw(1e-3, b1=0.8, b2=0.9, weight_decay=0.1)
+  # AdamW's Nesterov momentum follows Muon's `nesterov` (True), as optax.contrib.muon's.
+  adam = optax.adamw(1e-3, b1=0.8, b2=0.9, weight_decay=0.1, nesterov=True)
   u, _ = jax.jit(tx.update)(grads, tx.init(params), params)
   u_adam, _ = adam.update(grads, adam.init(params), params)
   roles = optim.labels(params)

@@ -155,7 +155,8 @@ def test_adamw_arm_is_optax_adamw(params, direct):
 
 @pytest.mark.parametrize("name,n_heads", [("muon", None), ("muon_per_head", CFG.n_heads)])
 def test_muon_arm_is_optim_muon(params, direct, name, n_heads):
-  ref = optim.muon(LR, shape_scaling="rms", adam_learning_rate=LR, adam_b2=0.95, n_heads=n_heads)
+  ref = optim.muon(LR, shape_scaling="rms", adam_learning_rate=LR, adam_b2=0.95,
+                   adam_nesterov=False, n_heads=n_heads)
   _close(direct(name)[0], _run(ref, params)[0], rtol=1e-5, atol=1e-8)
 
 
@@ -224,7 +225,7 @@ def test_arms_take_a_schedule(params):
   scheduled = _run(O.muon_arm(adam_ratio=0.5)(schedule), params, steps=2)[0]
   first = _run(O.muon_arm(adam_ratio=0.5)(LR), params, steps=1)[0][0]
   _close(scheduled[0], first, rtol=1e-6, atol=1e-10)
-  ref = optim.muon(schedule, shape_scaling="rms", adam_b2=0.95,
+  ref = optim.muon(schedule, shape_scaling="rms", adam_b2=0.95, adam_nesterov=False,
                    adam_learning_rate=optax.linear_schedule(0.5 * LR, 0.25 * LR, 1))
   _close(scheduled, _run(ref, params, steps=2)[0], rtol=1e-5, atol=1e-8)
 
