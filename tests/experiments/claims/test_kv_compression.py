@@ -133,7 +133,7 @@ def test_kv_goals_on_measures_the_goal_arms_as_the_claim_does():
                           exact_windows=2, loss_grid=2, fit_windows=4, fit_steps=3)
   quiet = lambda m: None  # noqa: E731
   want, _ = kv_arms.measure_seed(params, cfg, 0, z, log=quiet)
-  ev = models.windows(0, z.seq_len, z.n_eval, "val")
+  ev = models.windows(0, z.seq_len, z.n_eval, "heldout")  # the claim's evaluation windows
   got = kv_arms.goals_on(params, cfg, 0, z, ev, log=quiet)
   assert set(got) == {a for a, _, _ in kv_arms.GOAL_ARMS}
   for arm in got:
