@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from analysis.inputs import check_choice, check_krylov, check_loss
+from analysis.inputs import check_choice, check_int, check_krylov, check_loss
 from transformer.linalg.lanczos import (
     DEFAULT_TOL,
     SymEigResult,
@@ -397,6 +397,8 @@ def hessian_spectral_density(loss_fn: Loss, params, batch, *, num_probes: int = 
     >>> sd.nodes.shape, round(float(jnp.sum(sd.density) * (sd.grid[1] - sd.grid[0])), 2)
     ((2, 6), 1.0)
   """
+  check_int(num_probes, 1, "num_probes", "analysis.hessian_spectral_density")
+  check_int(krylov_dim, 1, "krylov_dim", "analysis.hessian_spectral_density")
   matvec, theta, _ = hessian_operator(loss_fn, params, batch, wrt=wrt)
   return spectral_density(matvec, theta.size, num_probes=num_probes, krylov_dim=krylov_dim,
                           key=key, dtype=theta.dtype, **kwargs)

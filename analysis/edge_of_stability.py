@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import optax
 
 from analysis.curvature import Loss, PathFilter, _start, hessian_operator, split_params
-from analysis.inputs import check_range
+from analysis.inputs import check_range, check_tol
 from transformer.linalg.lanczos import lanczos_eigh
 
 Optimizer = Literal["sgd", "adam"]
@@ -171,6 +171,9 @@ def sharpness(loss_fn: Loss, params, batch, *, learning_rate, optimizer: Optimiz
     >>> round(float(out.sharpness), 4), float(out.threshold)
     (3.0, 4.0)
   """
+  check_tol(tol, "tol", "analysis.sharpness", allow_none=False, example="1e-3")
+  check_range(b2, "b2", "analysis.sharpness", low=0, high=1, high_open=True, example="0.999")
+  check_range(eps, "eps", "analysis.sharpness", low=0, example="1e-8")
   matvec, theta, _ = hessian_operator(loss_fn, params, batch, wrt=wrt)
   if optimizer == "adam":
     if nu is None:

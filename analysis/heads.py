@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.inputs import check_choice, check_int, check_tol
 from analysis.properties import principal_angles
 from transformer import loss as transformer_loss
 from transformer.config import Config
@@ -90,6 +91,8 @@ def head_ablation(params, cfg: Config, tokens, *, tol: float = 0.01,
     >>> out["rise_LH"].shape, out["loss_removed"].shape
     ((2, 4), (9,))
   """
+  check_tol(tol, "tol", "analysis.head_ablation", allow_none=False, example="0.01")
+  check_int(parallel, 1, "parallel", "analysis.head_ablation")
   tokens = jnp.asarray(tokens)
   if tokens.ndim != 2 or tokens.shape[1] < 2:
     raise ValueError(f"head_ablation: tokens must be (B, T+1) with T >= 1, got {tokens.shape=}")
@@ -152,6 +155,7 @@ def pattern_similarity(weights: jax.Array, valid: jax.Array | None = None, *,
     >>> analysis.pattern_similarity(w).shape
     ()
   """
+  check_choice(center, ("row", "global"), "center", "analysis.pattern_similarity")
   if weights.ndim < 4:
     raise ValueError(f"pattern_similarity: weights must be (..., B, H, T, S), got {weights.ndim=}")
   if center not in ("row", "global"):
@@ -248,6 +252,7 @@ def redundancy_summary(params, cfg: Config, tokens, *, tol: float = 0.01) -> dic
     >>> sorted(redundancy_summary(params, cfg, tokens))[:3]
     ['base_loss', 'max_cos', 'max_cos_k']
   """
+  check_tol(tol, "tol", "analysis.redundancy_summary", allow_none=False, example="0.01")
   if cfg.n_heads < 2:
     raise ValueError(f"redundancy_summary: needs n_heads >= 2, got {cfg.n_heads=}")
   tokens = jnp.asarray(tokens)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from analysis.inputs import check_function, check_krylov, check_range
+from analysis.inputs import check_function, check_int, check_krylov, check_range
 from transformer import Config, Transformer, block_fn
 from transformer.linalg.lanczos import DEFAULT_TOL, EigResult, SVDResult, arnoldi_eig, lanczos_svd
 from transformer.model import param_tree
@@ -60,6 +60,7 @@ def jacobian(f: Callable, x: jax.Array, *, max_bytes: int = DEFAULT_MAX_BYTES) -
     >>> jacobian(f, jax.random.normal(jax.random.key(1), (8, 32))).shape  # (T·d, T·d)
     (256, 256)
   """
+  check_int(max_bytes, 1, "max_bytes", "analysis.jacobian")
   check_function(f, x, "analysis.jacobian")
   need = jacobian_bytes(f, x)
   if need > max_bytes:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from analysis.inputs import check_range
+from analysis.inputs import check_int, check_range
 from analysis.jacobians import jacobian_top_singular_values
 from analysis.spectra import default_rank_tol, factored_singular_values
 from transformer import Config
@@ -134,6 +134,7 @@ def causal_jacobian_spectra(f: Callable, x: jax.Array, *,
     >>> float(out["dist_from_one"]), round(float(out["sigma_max"]), 2)
     (0.0, 4.0)
   """
+  check_int(full_max_size, 0, "full_max_size", "analysis.causal_jacobian_spectra")
   J_TDD = causal_jacobian_blocks(f, x)
   lam_TD = serial.eigvals(J_TDD)
   s_TD = serial.svd(J_TDD, compute_uv=False)

@@ -114,6 +114,14 @@ HYPER = {
     "psd_certificate tol": (lambda: analysis.psd_certificate(W, tol="0"), ["tol='0'"]),
     "stability_threshold lr": (lambda: analysis.stability_threshold("0.1"),
                                ["learning_rate='0.1'"]),
+    "jacobian max_bytes a str": (lambda: analysis.jacobian(F, X, max_bytes="1e6"),
+                                 ["max_bytes='1e6'", "int >= 1"]),
+    "pattern_similarity center": (lambda: analysis.pattern_similarity(
+        jnp.ones((1, 2, 4, 4)) / 4, center="col"), ["center='col'", "'row'"]),
+    "hessian_spectral_density probes": (lambda: analysis.hessian_spectral_density(
+        _loss, {"w": W}, None, num_probes=0), ["num_probes=0"]),
+    "sharpness b2": (lambda: analysis.sharpness(_loss, {"w": W}, None, learning_rate=0.1,
+                                                optimizer="adam", b2=1.0), ["b2=1.0"]),
     "effective_condition rtol": (lambda: analysis.effective_condition(W, rtol=-1.0),
                                  ["rtol=-1.0"]),
 }
