@@ -51,7 +51,8 @@ def committed_lines(root: str = RESULTS_DIR) -> list[str]:
            "per-seed runs):"]
   width = max(len(r["verdict"]) for r in rows)
   for i, r in enumerate(rows, 1):
-    lines.append(f"  {i:2d} {r['id']:<23} {r['verdict']:<{width}}  {_plain(r['key'])}  "
+    holm = "" if r["holm"] == "—" else f"{r['holm']};  "
+    lines.append(f"  {i:2d} {r['id']:<23} {r['verdict']:<{width}}  {holm}{_plain(r['key'])}  "
                  f"({_plain(r['model'])})")
   for r in rows:
     kept = table.load_committed(r["id"], root)

@@ -38,7 +38,7 @@ import sys
 
 from experiments import jsonio
 from experiments.claims import CLAIMS
-from experiments.verdict import cells, rule, stats
+from experiments.verdict import cells, history, multiplicity, rule, stats
 from experiments.verdict.axis_report import axis_text
 from experiments.verdict.folders import RESULTS_DIR, saved_findings
 from experiments.verdict.refit import frozen_claim, refit_results, rendered
@@ -173,45 +173,55 @@ def findings_rows(root: str = RESULTS_DIR) -> list[dict]:
   cell from `replayed` (`"no committed run"` and `—` where there is none). The README's table
   (`findings_lines`) and the opening of `make demo` both show these."""
   rows = []
+  family = multiplicity.kept_family(root, order=list(CLAIMS))
   for claim in CLAIMS.values():
     res = replayed(claim.id, root)
     if res is None:
       rows.append({"id": claim.id, "preface": claim.preface, "verdict": "no committed run",
-                   "key": "—", "model": "—"})
+                   "holm": "—", "key": "—", "model": "—"})
       continue
     reg = res["config"].get("regime") or {}
     model = (f"`{reg['model']}`" + (f", {cells.params_text(reg['params'])} params"
                                     if reg.get("params") else "")) if reg.get("model") else "—"
     rows.append({"id": claim.id, "preface": claim.preface, "verdict": verdict_cell(res, claim),
+                 "holm": multiplicity.holm_text(family[claim.id]),
                  "key": cells.key_number(res, claim), "model": model})
   return rows
 
 
 def findings_lines(root: str = RESULTS_DIR) -> list[str]:
   """The README's table: claim, the preface's sentence, verdict, key number, model."""
-  rows = [[f"`{r['id']}`", r["preface"], r["verdict"], r["key"], r["model"]]
+  rows = [[f"`{r['id']}`", r["preface"], r["verdict"], r["holm"], r["key"], r["model"]]
           for r in findings_rows(root)]
-  header = ["claim", "the preface says", "verdict (registration)", "key number (95% CI)",
-            "registered model"]
+  header = ["claim", "the preface says", "verdict (registration)",
+            f"after Holm (α {multiplicity.ALPHA}, every claim's primaries)",
+            "key number (95% CI)", "registered model"]
   return cells.table(header, rows)[:-1]
 
 
 def table_lines(root: str = RESULTS_DIR) -> list[str]:
   """The wide table of `results/README.md` as markdown lines (no trailing blank line)."""
   rows = []
+  family = multiplicity.kept_family(root, order=list(CLAIMS))
   for i, claim in enumerate(CLAIMS.values(), 1):
     res = replayed(claim.id, root)
     if res is None:
       rows.append([i, claim.topic, f"`{claim.id}`", claim.kind, claim.preface,
-                   "no committed run", "—", "—", "—", "—", "—", "—", cells.anchor_text(claim)])
+                   "no committed run", "—", "—", "—", "—", "—", "—", "—", "—",
+                   cells.anchor_text(claim)])
       continue
     ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
-                 claim.preface, verdict_cell(res, claim), cells.regime_text(res, claim.reads_base),
+                 claim.preface, verdict_cell(res, claim),
+                 history.verdict_path(claim.id, root) or "—",
+                 multiplicity.holm_text(family[claim.id]),
+                 cells.regime_text(res, claim.reads_base),
                  ext, cells.key_number(res, claim), *_axis_cells(res, claim),
                  cells.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict (registration)",
+            "verdict history (kept versions, oldest first)",
+            f"after Holm (α {multiplicity.ALPHA}, every claim's primaries)",
             "registered size: model, params, tokens/param, held-out bits/byte", "extensions",
             "key number (95% CI)", "trend with size", "effect against context T",
             "effect against training tokens", "published anchor"]
