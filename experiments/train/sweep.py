@@ -106,14 +106,14 @@ def choose_strategy(n_runs: int, backend: str | None = None) -> str:
   """The strategy `train_many` uses for `n_runs` runs on `backend` (`strategy="auto"`).
 
   On XLA:CPU, one unbatched program per run, every call in flight at once (`"dispatch"`).
-  `python -m experiments.benchmarks.sweep` (micro-20 and mini-20 at 5 and 20 runs, 3
-  interleaved rounds, 2 shared cores at load 3.5–6.7) measured the CPU time a run-step costs
-  at 41.7, 45.1, 63.9 and 68.5 ms for the vmapped sweep as it was before issue 50, 33.3,
-  38.3, 54.5 and 59.0 ms vmapped with the layer scan unrolled, and 26.0, 22.0, 49.4 and 50.8
-  ms dispatched (sequential: 23.9, 23.8, 49.4, 53.6): a vmapped step pays for batched small
-  matmuls and a working set that outgrows the cache. Wall time on that shared machine moved
-  less (dispatch 1.23×, 0.98×, 1.21×, 1.06× the old sweep's run-steps/s). Elsewhere (GPU,
-  TPU), one vmapped program fills the device: `"vmap"`.
+  `python -m experiments.benchmarks.sweep --sizes micro-20,mini-20 --runs 5,20 --steps 5,20
+  --rounds 3` on 2 quiet CPU cores (load 0.7-1.7; float32 matmul ceiling 211 GFLOP/s) gave
+  dispatch 1.52×, 1.64×, 1.34× and 1.47× the run-steps/s of the vmapped sweep as it was before
+  issue 50 (micro-20 at 5 and 20 runs, mini-20 at 5 and 20; sequential 1.59×, 1.59×, 1.24×,
+  1.33×; vmap with the layer scan unrolled 1.12×, 1.34×, 1.06×, 1.33×), at 29.8, 24.5, 47.1
+  and 47.1 CPU-ms per run-step against 48.7, 45.7, 64.7 and 70.7: a vmapped step pays for
+  batched small matmuls and a working set that outgrows the cache. Elsewhere (GPU, TPU), one
+  vmapped program fills the device: `"vmap"`.
 
   Example:
     >>> from experiments.train.sweep import choose_strategy
