@@ -168,12 +168,18 @@ def verdict_cell(res: dict, claim) -> str:
           + (f" (v{res['version']})" if res.get("version", 1) > 1 else " (v1)"))
 
 
+def _holm_cells(root: str) -> dict[str, str]:
+  """Each kept result's survival under Holm across every claim's primaries (`—`: none kept)."""
+  family = multiplicity.kept_family(root, order=list(CLAIMS), claims=CLAIMS)
+  return {cid: multiplicity.holm_text(family[cid]) if cid in family else "—" for cid in CLAIMS}
+
+
 def findings_rows(root: str = RESULTS_DIR) -> list[dict]:
   """One row per claim, in tour order: `{"id", "preface", "verdict", "key", "model"}`, every
   cell from `replayed` (`"no committed run"` and `—` where there is none). The README's table
   (`findings_lines`) and the opening of `make demo` both show these."""
   rows = []
-  family = multiplicity.kept_family(root, order=list(CLAIMS))
+  holm = _holm_cells(root)
   for claim in CLAIMS.values():
     res = replayed(claim.id, root)
     if res is None:
@@ -184,7 +190,7 @@ def findings_rows(root: str = RESULTS_DIR) -> list[dict]:
     model = (f"`{reg['model']}`" + (f", {cells.params_text(reg['params'])} params"
                                     if reg.get("params") else "")) if reg.get("model") else "—"
     rows.append({"id": claim.id, "preface": claim.preface, "verdict": verdict_cell(res, claim),
-                 "holm": multiplicity.holm_text(family[claim.id]),
+                 "holm": holm[claim.id],
                  "key": cells.key_number(res, claim), "model": model})
   return rows
 
@@ -202,7 +208,7 @@ def findings_lines(root: str = RESULTS_DIR) -> list[str]:
 def table_lines(root: str = RESULTS_DIR) -> list[str]:
   """The wide table of `results/README.md` as markdown lines (no trailing blank line)."""
   rows = []
-  family = multiplicity.kept_family(root, order=list(CLAIMS))
+  holm = _holm_cells(root)
   for i, claim in enumerate(CLAIMS.values(), 1):
     res = replayed(claim.id, root)
     if res is None:
@@ -215,7 +221,7 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
                                                                  else ""),
                  claim.preface, verdict_cell(res, claim),
                  history.verdict_path(claim.id, root) or "—",
-                 multiplicity.holm_text(family[claim.id]),
+                 holm[claim.id],
                  cells.regime_text(res, claim.reads_base),
                  ext, cells.key_number(res, claim), *_axis_cells(res, claim),
                  cells.anchor_text(claim)])

@@ -192,9 +192,11 @@ def holm_family(entries: dict, alpha: float = ALPHA) -> dict[str, dict]:
   return out
 
 
-def kept_family(root: str = RESULTS_DIR, order=None, alpha: float = ALPHA) -> dict[str, dict]:
+def kept_family(root: str = RESULTS_DIR, order=None, alpha: float = ALPHA,
+                claims=None) -> dict[str, dict]:
   """`holm_family` of every kept result under `root`, each read with the thresholds its
-  `claim.json` froze; `order` (e.g. `list(CLAIMS)`) fixes the order, default the folders'.
+  `claim.json` froze (with `claims`, a mapping id -> `Claim`, the registered claim where a
+  folder keeps none); `order` (e.g. `list(CLAIMS)`) fixes the order, default the folders'.
 
   `holm_lines` prints it::
 
@@ -206,7 +208,9 @@ def kept_family(root: str = RESULTS_DIR, order=None, alpha: float = ALPHA) -> di
   for cid in ids:
     folder = os.path.join(root, cid)
     if os.path.exists(os.path.join(folder, "results.json")):
-      claim = Claim.from_dict(jsonio.load_strict(os.path.join(folder, "claim.json")))
+      frozen = os.path.join(folder, "claim.json")
+      claim = (claims[cid] if claims is not None and not os.path.exists(frozen)
+               else Claim.from_dict(jsonio.load_strict(frozen)))
       entries[cid] = (claim, load_results(folder))
   return holm_family(entries, alpha)
 
