@@ -293,7 +293,7 @@ def test_the_checks_catch_what_they_claim_to():
          "experiments.benchmarks.optim": {"experiments.claims.muon"},
          "experiments.lab.arms": {"experiments.claims.lora"},
          "experiments.data.tasks": {"experiments.claims.lora"},
-         "experiments.verdict.runner": {"experiments.claims.muon"},
+         "experiments.verdict.running.runner": {"experiments.claims.muon"},
          "experiments.lab.tuning": {"experiments.commands.table"},
          "experiments.commands.tour": {"experiments.commands.table"},
          "experiments.__main__": {"experiments.commands.tour"},
@@ -306,7 +306,7 @@ def test_the_checks_catch_what_they_claim_to():
   assert any(line.startswith("benchmark experiments.benchmarks.optim imports") for line in lines)
   assert any(line.startswith("experiments.lab.arms imports") for line in lines)
   assert any(line.startswith("experiments.data.tasks imports") for line in lines)
-  assert any(line.startswith("experiments.verdict.runner imports") for line in lines)
+  assert any(line.startswith("experiments.verdict.running.runner imports") for line in lines)
   assert any(line.startswith("experiments.lab.tuning imports experiments.commands.table: "
                              "commands are leaves") for line in lines)
   assert not any(line.startswith(("experiments.commands.tour", "experiments.__main__"))
@@ -362,11 +362,11 @@ def test_doctest_imports_count_for_the_direction_rules_not_for_cycles(tmp_path):
   path.write_text(DOCTESTS)
   known = {"experiments.claims", "experiments.claims.muon", "experiments.lab",
            "experiments.lab.stability", "experiments.jsonio", "experiments", "analysis"}
-  module = "experiments.verdict.results"
+  module = "experiments.verdict.running.results"
   assert imports_of(str(path), module, known) == {"experiments.jsonio"}
   got = imports_of(str(path), module, known, doctests=True)
   assert got == {"experiments.jsonio", "experiments.claims.muon", "experiments.lab.stability",
                  "analysis"}
   assert violations({module: got}) == [
-      "experiments.verdict.results imports experiments.claims.muon: the claims' support must "
-      "not depend on the claims"]
+      "experiments.verdict.running.results imports experiments.claims.muon: the claims' support "
+      "must not depend on the claims"]

@@ -92,7 +92,7 @@ from experiments.claims import (
   sliding_window,
   softmax_kernel,
 )
-from experiments.verdict.claim import Claim
+from experiments.verdict.declare.claim import Claim
 
 
 def not_built(id: str, topic: str, kind: str, preface: str) -> Claim:

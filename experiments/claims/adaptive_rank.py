@@ -48,7 +48,7 @@ from analysis import kv
 from experiments import models
 from experiments.lab import kvcompress
 from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
-from experiments.verdict.stats import spearman
+from experiments.verdict.arithmetic.stats import spearman
 from transformer import latent
 
 GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # ranks measured (those ≤ Dh, and Dh itself)
@@ -236,7 +236,7 @@ def _figure(curves: dict, runs: dict, seeds, ranks, z: AdaptiveRankSizes, run_di
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  from experiments.verdict.stats import mean_ci95
+  from experiments.verdict.arithmetic.stats import mean_ci95
 
   fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(16, 4.4))
   rise = 100 * np.mean(curves["uniform_rise"], axis=0)

@@ -330,7 +330,7 @@ def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str)
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  from experiments.verdict.stats import mean_ci95
+  from experiments.verdict.arithmetic.stats import mean_ci95
 
   def mean(arm, metric, scale=1.0):
     return scale * float(np.mean([runs[arm][s][metric] for s in seeds]))

@@ -313,7 +313,7 @@ def _figure(runs: dict, seeds, rates: dict, z: LoraSizes, run_dir: str) -> str:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  from experiments.verdict.stats import mean_ci95
+  from experiments.verdict.arithmetic.stats import mean_ci95
 
   arms = [a for a in ARMS if a in runs]
   in_arms = [a for a in arms if IN_DOMAIN + "excess_over_full" in runs[a][seeds[0]]]

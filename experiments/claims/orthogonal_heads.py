@@ -58,7 +58,7 @@ from experiments.verdict import (
   TrainedSizes,
   axes,
 )
-from experiments.verdict.stats import mean_ci95
+from experiments.verdict.arithmetic.stats import mean_ci95
 
 TUNING_SEEDS = (100, 101)
 GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # frozen: the grid of every arm (half-decade steps)

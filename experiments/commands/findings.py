@@ -24,8 +24,8 @@ import os
 
 from experiments.commands import table
 from experiments.commands.refit import same
-from experiments.verdict import cells
-from experiments.verdict.folders import RESULTS_DIR
+from experiments.verdict.render import cells
+from experiments.verdict.running.folders import RESULTS_DIR
 
 # Claims that read the committed base models without training, measured again in full by
 # `make demo` (in the tour's own process, at XLA's default optimization, as `claim ID` runs

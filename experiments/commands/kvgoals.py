@@ -39,7 +39,7 @@ import numpy as np
 from experiments import data, jsonio, models
 from experiments.claims import kv_compression as kc
 from experiments.lab import kv_arms
-from experiments.verdict.stats import mean_ci95
+from experiments.verdict.arithmetic.stats import mean_ci95
 
 # (arm, goal: the loss-rise limit in percent of the loss, the ratio it must reach)
 GOALS = {"r8-loss": (1.0, 8), "r16-cal": (1.0, 16), "r32q4-loss": (2.0, 32),

@@ -5,7 +5,7 @@
 
 Each claim's `results/<id>/` is read in the current schema (`schema.load_results`: a version 1
 file becomes version 2, its report's notes and figures lifted into it), refitted by
-`experiments.verdict.refit` (every axis's fit recomputed from the kept rows and findings),
+`experiments.verdict.running.refit` (every axis's fit recomputed from the kept rows and findings),
 and written back with its report made again from the file alone and its axis figures drawn
 again. The verdict and everything else stay as they were; a second run changes nothing.
 
@@ -23,9 +23,9 @@ import sys
 
 from experiments import jsonio
 from experiments.claims import CLAIMS
-from experiments.verdict.folders import RESULTS_DIR
-from experiments.verdict.refit import redraw, refit_results, rendered
-from experiments.verdict.schema import load_results
+from experiments.verdict.running.folders import RESULTS_DIR
+from experiments.verdict.running.refit import redraw, refit_results, rendered
+from experiments.verdict.running.schema import load_results
 
 REL_TOL = 1e-9  # far below the 4 significant digits any table or report shows
 

@@ -10,7 +10,7 @@
 `results/<claim-id>/` holds the latest full run of each claim under the pre-registered
 contract (`claim.json`, `results.json`, `report.md`, figures). Every table row is made from
 `replayed`: the kept run with its verdicts and effects recomputed from its per-seed runs by
-the thresholds its `claim.json` froze, and its axes refitted (`verdict.refit`), so a table
+the thresholds its `claim.json` froze, and its axes refitted (`verdict.running.refit`), so a table
 never shows a number the kept seeds do not give. Two tables, one row per claim of
 `experiments.claims.CLAIMS` in tour order:
 
@@ -38,11 +38,13 @@ import sys
 
 from experiments import jsonio
 from experiments.claims import CLAIMS
-from experiments.verdict import cells, history, multiplicity, rule, stats
-from experiments.verdict.axis_report import axis_text
-from experiments.verdict.folders import RESULTS_DIR, saved_findings
-from experiments.verdict.refit import frozen_claim, refit_results, rendered
-from experiments.verdict.schema import load_results, validate_results
+from experiments.verdict.arithmetic import rule, stats
+from experiments.verdict.render import cells
+from experiments.verdict.render.section import axis_text
+from experiments.verdict.running import history, multiplicity
+from experiments.verdict.running.folders import RESULTS_DIR, saved_findings
+from experiments.verdict.running.refit import frozen_claim, refit_results, rendered
+from experiments.verdict.running.schema import load_results, validate_results
 
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
 
@@ -77,7 +79,7 @@ def replayed(claim_id: str, root: str = RESULTS_DIR) -> dict | None:
   through the functions the runner used (`rule.verdict`, `rule.extension_verdicts`,
   `stats.effect`); each axis's fit comes from `refit.refit_results`. Everything else is the
   kept file's. Equal to the kept file when the machinery has not changed (`refit --check`,
-  `tests/experiments/verdict/test_kept_results.py`).
+  `tests/experiments/verdict/running/test_kept_results.py`).
   """
   res = load_committed(claim_id, root)
   if res is None:
@@ -153,7 +155,7 @@ def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
 def _axis_cells(res: dict, claim) -> list[str]:
   """Scale, context and budget cells. The axes follow the primary effect; where the key number
   shows another threshold (`Claim.key`), each measured cell names the effect it follows."""
-  out = [axis_text(res, name) for name in ("scale", "context", "budget")]
+  out = [axis_text(claim, res, name) for name in ("scale", "context", "budget")]
   primary = claim.primary
   if claim.key and primary is not None and claim.key != primary.name:
     out = [c if c == "—" else f"{primary.name}: {c}" for c in out]

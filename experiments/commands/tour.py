@@ -44,10 +44,9 @@ from concurrent import futures
 from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.commands import findings, table
-from experiments.verdict import cells, report
-from experiments.verdict.axis_report import axis_of
-from experiments.verdict.runner import run_claim
-from experiments.verdict.schema import validate_tour
+from experiments.verdict.render import cells, report
+from experiments.verdict.running.runner import run_claim
+from experiments.verdict.running.schema import validate_tour
 
 
 def _opening(log) -> list[str]:
@@ -396,7 +395,7 @@ def claim_main(argv=None) -> int:
   print(f"{claim.id}: {cells.verdict_label(res, res['verdict'])} ({res['runtime_s']:.1f} s)\n"
         f"  {res['reason']}\n  report: {os.path.join(run_dir, 'report.md')}")
   for name, block in res["axes"].items():
-    print(f"  {axis_of(claim, name).sentence(block)}")
+    print(f"  {claim.axis_of(name).sentence(block)}")
   if args.keep:
     print(f"  kept: {table.keep(run_dir)} (regenerate the README table: "
           "python -m experiments.commands.table)")

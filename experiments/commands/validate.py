@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from experiments.claims import CLAIMS
-from experiments.verdict.schema import validate_runs
+from experiments.verdict.running.schema import validate_runs
 
 
 def main(argv=None) -> int:

@@ -9,7 +9,8 @@ import numpy as np
 
 import transformer
 from experiments import jsonio
-from experiments.verdict import axes, folders
+from experiments.verdict.declare import axes
+from experiments.verdict.running import folders
 
 TINY = transformer.Config(vocab_size=64, d_model=16, n_layers=2, n_heads=2, max_len=32,
                           positions="learned", init_std=0.1)

@@ -9,7 +9,7 @@ import scipy.linalg
 import scipy.stats
 
 from experiments.claims import adaptive_rank
-from experiments.verdict.rule import decide
+from experiments.verdict.arithmetic.rule import decide
 from tests.experiments.claims.rank_helpers import seed_runs
 
 # ----------------------------------------------------------------------------- adaptive-rank

@@ -10,7 +10,8 @@ import pytest
 
 from experiments.claims import CLAIMS, dynamic_sparsity, psd_attention, sliding_window
 from experiments.lab import attention_arms
-from experiments.verdict import Threshold, rule
+from experiments.verdict import Threshold
+from experiments.verdict.arithmetic import rule
 
 IDS = ("psd-attention", "sliding-window", "dynamic-sparsity")
 

@@ -15,7 +15,7 @@ from experiments.claims import condition_lr
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train import sweep
-from experiments.verdict.rule import extension_verdicts, verdict
+from experiments.verdict.arithmetic.rule import extension_verdicts, verdict
 
 CFG = transformer.Config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
 

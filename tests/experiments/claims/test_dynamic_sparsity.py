@@ -13,7 +13,9 @@ from experiments import data as data_lib
 from experiments import models
 from experiments.claims import CLAIMS, dynamic_sparsity
 from experiments.lab import attention_arms, sparsity
-from experiments.verdict import Spec, axes, rule
+from experiments.verdict import Spec
+from experiments.verdict.arithmetic import rule
+from experiments.verdict.declare import axes
 from tests.experiments.claims.attention_helpers import (
   SHAPE,
   TINY,

@@ -11,7 +11,7 @@ import transformer
 from experiments import models
 from experiments.claims import CLAIMS
 from experiments.claims import eigenvalue_constrained as ec
-from experiments.verdict import axes
+from experiments.verdict.declare import axes
 
 
 def test_capped_optimizer_keeps_sigma_max_at_cap():

@@ -10,7 +10,7 @@ from analysis import kv
 from experiments import models
 from experiments.claims import kv_compression
 from experiments.lab import kv_arms, kvcompress
-from experiments.verdict.rule import decide
+from experiments.verdict.arithmetic.rule import decide
 from tests.experiments.claims.rank_helpers import seed_runs
 
 # ----------------------------------------------------------------------------- kv-compression

@@ -13,7 +13,9 @@ from experiments import models
 from experiments.claims import CLAIMS
 from experiments.claims import layernorm_condition as lc
 from experiments.lab import norm_training
-from experiments.verdict import axes, folders, rule
+from experiments.verdict.arithmetic import rule
+from experiments.verdict.declare import axes
+from experiments.verdict.running import folders
 
 # ------------------------------------------------ layernorm-condition: the theorem, float64
 

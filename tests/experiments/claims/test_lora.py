@@ -16,8 +16,10 @@ from experiments.claims import CLAIMS
 from experiments.claims import lora as lora_claim
 from experiments.lab import lora as lora_lab
 from experiments.train import sweep
-from experiments.verdict import Spec, axes, folders
-from experiments.verdict.rule import decide
+from experiments.verdict import Spec
+from experiments.verdict.arithmetic.rule import decide
+from experiments.verdict.declare import axes
+from experiments.verdict.running import folders
 from tests.experiments.claims.rank_helpers import seed_runs
 from transformer import lora
 

@@ -10,7 +10,7 @@ import pytest
 
 from experiments import models
 from experiments.claims import muon
-from experiments.verdict.rule import verdict
+from experiments.verdict.arithmetic.rule import verdict
 from transformer.linalg.polar import newton_schulz
 
 # ------------------------------------------------------------------------------ muon

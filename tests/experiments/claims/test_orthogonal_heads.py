@@ -15,8 +15,8 @@ import transformer
 from experiments import models
 from experiments.claims import orthogonal_heads
 from experiments.lab import heads_training, tuning
-from experiments.verdict.axes import scale_models
-from experiments.verdict.rule import extension_verdicts, verdict
+from experiments.verdict.arithmetic.rule import extension_verdicts, verdict
+from experiments.verdict.declare.axes import scale_models
 from tests.conftest import random_params
 
 # ------------------------------------------------------------------ orthogonal heads

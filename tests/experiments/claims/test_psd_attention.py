@@ -12,7 +12,9 @@ import pytest
 import transformer
 from experiments import models
 from experiments.claims import CLAIMS, psd_attention
-from experiments.verdict import Spec, axes, rule
+from experiments.verdict import Spec
+from experiments.verdict.arithmetic import rule
+from experiments.verdict.declare import axes
 from tests.experiments.claims.attention_helpers import RNG, TINY, count_by_hand
 from transformer.attention import linear_quadratic, rbf_attention, softmax_attention
 

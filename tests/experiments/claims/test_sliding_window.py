@@ -13,7 +13,9 @@ import transformer
 from experiments import models
 from experiments.claims import CLAIMS, sliding_window
 from experiments.lab import attention_arms, receptive
-from experiments.verdict import Spec, axes, rule
+from experiments.verdict import Spec
+from experiments.verdict.arithmetic import rule
+from experiments.verdict.declare import axes
 from tests.experiments.claims.attention_helpers import (
   RNG,
   SHAPE,

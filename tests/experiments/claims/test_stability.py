@@ -7,7 +7,7 @@ import scipy.stats
 
 from experiments.claims import CLAIMS
 from experiments.lab import norm_training
-from experiments.verdict import stats
+from experiments.verdict.arithmetic import stats
 
 
 @pytest.mark.parametrize("claim_id", ["residual-eigenvalues", "eigenvalue-constrained",

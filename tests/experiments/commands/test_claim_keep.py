@@ -4,7 +4,7 @@ import dataclasses
 
 from experiments.claims import CLAIMS
 from experiments.commands import tour
-from experiments.verdict.revision import Revision
+from experiments.verdict.declare.revision import Revision
 
 
 def test_keep_of_a_new_version_on_kept_seeds_stops_before_any_compute(monkeypatch, capsys):

@@ -9,8 +9,8 @@ import pytest
 from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.commands import table
-from experiments.verdict import folders, runner, stats
-from experiments.verdict.axis_report import axis_of
+from experiments.verdict.arithmetic import stats
+from experiments.verdict.running import folders, runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -43,7 +43,7 @@ def test_kept_findings_give_the_committed_scale_and_context():
   checked, committed = [], table.committed_runs()
   for cid, res in committed.items():
     folder, th = os.path.join(folders.RESULTS_DIR, cid), CLAIMS[cid].primary
-    rows = {axis_of(CLAIMS[cid], name).folder(r[axis_of(CLAIMS[cid], name).key]): r
+    rows = {CLAIMS[cid].axis_of(name).folder(r[CLAIMS[cid].axis_of(name).key]): r
             for name, block in res["axes"].items() for r in block["rows"]}
     for rel in folders.saved_findings(folder):
       sub = os.path.dirname(rel)
@@ -173,7 +173,7 @@ def test_the_key_number_is_the_named_threshold_and_a_bad_key_is_refused():
   0/1 divergence count; a `key` naming no threshold stops at registration."""
   import dataclasses
 
-  from experiments.verdict import cells
+  from experiments.verdict.render import cells
 
   c = CLAIMS["eigenvalue-constrained"]
   res = table.load_committed(c.id)

@@ -3,7 +3,8 @@ conftest.py installs the cards)."""
 
 import dataclasses
 
-from experiments.verdict import Claim, Sizes, Threshold, axes
+from experiments.verdict import Claim, Sizes, Threshold
+from experiments.verdict.declare import axes
 
 PARAMS = {"mini": 100_000, "small": 860_000, "base": 2_000_000, "llama-mini": 120_000,
           "llama-base": 2_300_000}

@@ -1,0 +1,1 @@
+"""The verdict's arithmetic: conditions, distributions, censored seeds, statistics, the rule."""

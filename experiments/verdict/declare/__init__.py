@@ -1,0 +1,1 @@
+"""What a claim declares: its thresholds, sizes, revisions, axes, and the frozen `Claim`."""

@@ -1,0 +1,1 @@
+"""What a result reads as: table cells, an axis's section, the report, the figures."""

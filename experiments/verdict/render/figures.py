@@ -1,0 +1,103 @@
+"""The figure of any axis of a claim: `<axis>.png` (`scale.png`, `context.png`, `budget.png`).
+
+`axis_figure` draws the primary effect ± its 95% interval against the axis's quantity on a log
+scale (one line per family), rings the points left out of the trend fit, draws the primary
+threshold's edges, and titles the figure with the trend; the axis (`Axis`) gives the quantity,
+the series, the ticks and the caption (matplotlib, imported when a figure is drawn).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import textwrap
+
+from experiments.verdict.arithmetic.conditions import parse_condition
+from experiments.verdict.arithmetic.stats import fmt
+
+
+def axis_figure(axis, claim, block: dict, run_dir: str, registered=None) -> str:
+  """Draws `run_dir/<axis.name>.png` from an axis block; returns its name.
+
+  Args:
+    axis: the axis (its quantity, series, ticks and caption).
+    claim: the claim; its primary threshold's edges are drawn.
+    block: the axis's block of `results.json`.
+    run_dir: where the figure goes.
+    registered: the registered sizes (the scale axis rings that size's point; the context
+      axis names the models its lengths ran on).
+  """
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  th = claim.primary
+  fig, ax = plt.subplots(figsize=(7.0, 4.4))
+  ring = getattr(registered, "model", None) if axis.key == "model" else None
+  for label, rows, marker in axis.series(block, registered):
+    rs = [{**r, "_x": axis.figure_x(r, block)} for r in rows
+          if r["effect"] is not None and math.isfinite(r["effect"])]  # n/a: no point to draw
+    if not rs:
+      continue
+    line = ax.errorbar([r["_x"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
+                       fmt=f"{marker}-", capsize=3, label=label)
+    _hollow_excluded(ax, rs, "_x", line[0].get_color(), marker)
+    for r in rs if axis.key == "model" else ():
+      ax.annotate(r["model"], (r["_x"], r["effect"]), textcoords="offset points",
+                  xytext=(6, 6), fontsize=7)
+      if r["model"] == ring:
+        ax.plot([r["_x"]], [r["effect"]], "o", ms=13, mfc="none", mec="k",
+                label=f"registered size ({r['model']}): the verdict is read here")
+  _threshold_lines(ax, th)
+  ticks, labels = axis.ticks(block)
+  what = axis.title().split(": the primary effect against ", 1)[-1]
+  name = f"{axis.name}.png"
+  _save_log_x(fig, ax, th, xlabel=axis.xlabel(block),
+              title=f"primary effect vs {what} (bars: 95% CI)\n{axis.caption(block)}",
+              ticks=ticks, tick_labels=labels, path=os.path.join(run_dir, name))
+  return name
+
+
+def _error_bars(rows: list[dict]) -> list[list[float]]:
+  """Matplotlib's `yerr` of rows with `effect` and `ci` (no bar where the interval is null)."""
+  return [[r["effect"] - r["ci"][0] if r["ci"][0] is not None else 0.0 for r in rows],
+          [r["ci"][1] - r["effect"] if r["ci"][1] is not None else 0.0 for r in rows]]
+
+
+def _hollow_excluded(ax, rows: list[dict], x: str, color, marker: str = "o") -> None:
+  """Rings the rows left out of the trend fit (white fill), labelled once."""
+  out = [r for r in rows if r.get("excluded")]
+  if out:
+    ax.plot([r[x] for r in out], [r["effect"] for r in out], marker, ms=9, mfc="white",
+            mec=color, ls="none", label="left out of the trend fit (see the report)")
+
+
+def _threshold_lines(ax, th) -> None:
+  """The primary threshold's edges as dotted lines, one per value, labelled with its margin."""
+  edges: dict[float, list[str]] = {}
+  for label, cond in (("supports", th.supports), ("refutes", th.refutes)):
+    if cond is not None:
+      edges.setdefault(parse_condition(cond)[1], []).append(f"{label} {cond}")
+  for value, labels in edges.items():
+    if math.isfinite(value):
+      margin = f", margin {fmt(th.margin)}" if th.margin is not None else ""
+      ax.axhline(value, color="k", ls=":", lw=1,
+                 label=f"threshold at {fmt(value)} ({'; '.join(labels)}{margin})")
+
+
+def _save_log_x(fig, ax, th, *, xlabel: str, title: str, ticks, tick_labels,
+                path: str) -> None:
+  """Finishes an effect-against-log-x figure (labels, ticks, legend) and writes it to `path`."""
+  import matplotlib.pyplot as plt
+  from matplotlib.ticker import NullFormatter
+
+  unit = f" ({th.unit})" if th.unit else ""
+  ax.set(xscale="log", xlabel=xlabel, ylabel=textwrap.fill(th.name + unit, 45), title=title)
+  ax.set_xticks(ticks, tick_labels)
+  ax.xaxis.set_minor_formatter(NullFormatter())
+  ax.margins(x=0.15, y=0.12)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
