@@ -51,6 +51,7 @@ from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train.sweep import train_many
 from experiments.verdict import Anchor, Claim, Spec, Threshold, TrainedSizes, axes
+from experiments.verdict.render.tuning import edges, grid_panel
 
 TUNING_SEEDS = (100, 101)
 GRID = tuple(float(f"{x:.3g}") for x in np.geomspace(3e-4, 3e-2, 9))  # quarter-decade steps
@@ -182,7 +183,7 @@ def run(spec: Spec) -> dict:
     spec.log(f"  muon: Muon with a {b}-step budget")
     curve[b] = budget_run(cfg, arms["muon"], tuned["muon"]["learning_rate"], seeds, b, z,
                           stats=False)
-  at_edge = float(sum(t["at_edge"] for t in tuned.values()))
+  at_edge = edges(tuned)
   runs: dict = {"adamw": {}, "muon": {}}
   for i, seed in enumerate(seeds):
     target = float(full["adamw"]["val_loss"][i])
@@ -200,81 +201,56 @@ def run(spec: Spec) -> dict:
         steps_to_target=ratio * N if ratio != NOT_REACHED else math.nan,
         budgets_ended_diverged=float(sum(curve[b]["ended_diverged"][i] for b in budgets)),
         **{f"val_loss_budget_{b}": loss for b, loss in zip(budgets, losses, strict=True)})
-  figure = _figure(tuned, runs, seeds, budgets, N, spec.run_dir, z.tune)
   ratio = [runs["muon"][s]["steps_ratio"] for s in seeds]
   mean = lambda a, k: float(np.mean([runs[a][s][k] for s in seeds]))
-  rate_text = lambda t: (f"{t['learning_rate']:g} (loss {t['val_loss'][t['index']]:.4f}; grid "
-                         f"{t['grid'][0]:g} … {t['grid'][-1]:g}, {len(t['grid'])} rates"
-                         f"{', at an edge' if t['at_edge'] else ''})")
   notes = [
-      (f"- Tuned peak rates (lowest final val loss after {N} steps, mean over seeds "
-       f"{list(TUNING_SEEDS)}): "
-       + "; ".join(f"{a} {rate_text(t)}" for a, t in tuned.items()) + "."
-       if z.tune else f"- Peak rate, not tuned (quick): {z.grid[0]:g} for both optimizers."),
-      f"- Muon's steps to AdamW's final loss / N = {N}: per seed "
+      {"tuned": tuned, "read": f"lowest final val loss after {N} steps, mean over seeds "
+                               f"{list(TUNING_SEEDS)}"},
+      f"Muon's steps to AdamW's final loss / N = {N}: per seed "
       f"{[round(r, 3) for r in ratio]} (budgets {budgets}; {NOT_REACHED} = not reached; "
       f"floor {budgets[0] / N:g}).",
-      f"- Final val loss at N = {N}: AdamW {mean('adamw', 'val_loss'):.4f}, Muon "
+      f"Final val loss at N = {N}: AdamW {mean('adamw', 'val_loss'):.4f}, Muon "
       f"{mean('muon', 'val_loss'):.4f}; runs ended diverged: AdamW "
       f"{int(sum(runs['adamw'][s]['ended_diverged'] for s in seeds))}, Muon (every budget) "
       f"{int(sum(runs['muon'][s]['budgets_ended_diverged'] for s in seeds))}; recovered spikes "
       f"at N: AdamW {int(sum(runs['adamw'][s]['spiked'] for s in seeds))}, Muon "
       f"{int(sum(runs['muon'][s]['spiked'] for s in seeds))}.",
-      "- Last update of the hidden matrices (mean over matrices and seeds; by construction, "
+      "Last update of the hidden matrices (mean over matrices and seeds; by construction, "
       "see the theorem): " + "; ".join(
           f"{a}: sv entropy {mean(a, 'update_sv_entropy'):.3f}, "
           f"κ_p90 {mean(a, 'update_cond_p90'):.3g}" for a in arms) + ".",
-      f"- Model: `{z.model}` shape trained from scratch, batches {z.batch_size} × "
+      f"Model: `{z.model}` shape trained from scratch, batches {z.batch_size} × "
       f"{z.seq_len} tokens, N = {N} steps ({z.train_tokens() / models.param_count(z.model):.3g} "
       "tokens per parameter), schedule 10% warm-up then linear decay to 10% of the peak.",
   ]
   return {"setup": {"budgets": budgets, "tuning_seeds": list(TUNING_SEEDS), "tuned": tuned,
                     "model_config": cfg.to_dict()},
-          "runs": runs, "notes": notes, "figures": [figure],
+          "runs": runs, "notes": notes, "figures": [_figure(tuned, runs, seeds, budgets, N)],
           "effects": [("final val loss at N steps: Muon − AdamW", "muon", "adamw", "val_loss"),
                       ("update sv entropy: Muon − AdamW", "muon", "adamw", "update_sv_entropy"),
                       ("update κ_p90: Muon − AdamW", "muon", "adamw", "update_cond_p90")]}
 
 
-def _figure(tuned, runs, seeds, budgets, N, run_dir: str, tuned_on_seeds: bool) -> str:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  colors = {"adamw": "tab:blue", "muon": "tab:orange"}
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-  if tuned_on_seeds:
-    for arm, t in tuned.items():
-      ax1.plot(t["grid"], t["val_loss"], "o-", color=colors[arm], label=f"{arm} (mean of seeds)")
-      ax1.plot([t["learning_rate"]], [t["val_loss"][t["index"]]], "*", ms=14, color=colors[arm],
-               label=f"{arm} chosen: {t['learning_rate']:g}")
-    ax1.set(xscale="log", xlabel="peak learning rate",
-            ylabel=f"final val loss after N = {N} steps (nats)",
-            title=f"tuning on seeds {', '.join(map(str, TUNING_SEEDS))}")
-    ax1.legend(fontsize=8)
-  else:
-    ax1.text(0.5, 0.5, f"quick run: not tuned\n(both at {tuned['muon']['learning_rate']:g})",
-             ha="center", va="center", transform=ax1.transAxes)
-    ax1.set(xticks=[], yticks=[], title="tuning")
-  for k, s in enumerate(seeds if len(seeds) > 1 else ()):
-    ax2.plot(budgets, [runs["muon"][s][f"val_loss_budget_{b}"] for b in budgets], "-",
-             color=colors["muon"], alpha=0.35, lw=1, label="Muon, one seed" if k == 0 else None)
-  ax2.plot(budgets, [np.mean([runs["muon"][s][f"val_loss_budget_{b}"] for s in seeds])
-                     for b in budgets], "o-", color=colors["muon"], lw=2,
-           label="Muon, mean over seeds")
+def _figure(tuned, runs, seeds, budgets, N) -> dict:
+  """`budgets.png`, declared as data (`verdict.render.figures.draw`): the tuning grids, then
+  Muon's final loss against its budget beside AdamW's at `N`."""
+  loss = lambda s: [runs["muon"][s][f"val_loss_budget_{b}"] for b in budgets]
+  lines = [{"x": budgets, "y": loss(s), "style": "-", "color": "tab:orange", "alpha": 0.35,
+            "lw": 1, **({"label": "Muon, one seed"} if k == 0 else {})}
+           for k, s in enumerate(seeds if len(seeds) > 1 else ())]
+  lines.append({"x": budgets, "y": [float(v) for v in np.mean([loss(s) for s in seeds], 0)],
+                "style": "o-", "color": "tab:orange", "lw": 2, "label": "Muon, mean over seeds"})
   target = float(np.mean([runs["adamw"][s]["val_loss"] for s in seeds]))
-  ax2.axhline(target, color=colors["adamw"], ls="--",
-              label=f"AdamW after N = {N} steps (mean)")
-  ax2.axvline((1 - MARGIN) * N, color="k", ls=":",
-              label=f"margin: {1 - MARGIN:g} N = {(1 - MARGIN) * N:g} steps")
-  ax2.set(xlabel="Muon's budget (steps; separate runs)", ylabel="final val loss (nats)",
-          title=f"Muon's loss vs budget, {len(seeds)} seed(s)")
-  ax2.legend(fontsize=8, loc="best")
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/budgets.png", dpi=110)
-  plt.close(fig)
-  return "budgets.png"
+  curve = {"title": f"Muon's loss vs budget, {len(seeds)} seed(s)", "lines": lines,
+           "xlabel": "Muon's budget (steps; separate runs)", "ylabel": "final val loss (nats)",
+           "hlines": [{"y": target, "color": "tab:blue", "style": "--",
+                       "label": f"AdamW after N = {N} steps (mean)"}],
+           "vlines": [{"x": (1 - MARGIN) * N, "color": "k", "style": ":",
+                       "label": f"margin: {1 - MARGIN:g} N = {(1 - MARGIN) * N:g} steps"}],
+           "legend": 8}
+  grid = grid_panel(tuned, title=f"tuning on seeds {', '.join(map(str, TUNING_SEEDS))}",
+                    ylabel=f"final val loss after N = {N} steps (nats)")
+  return {"name": "budgets.png", "size": [11, 4], "panels": [grid, curve]}
 
 
 THEOREM = (

@@ -134,9 +134,9 @@ def run(spec: Spec) -> dict:
        + "; ".join(f"{a} {t['learning_rate']:g} (grid {t['grid'][0]:g} … {t['grid'][-1]:g}"
                    f"{', at an edge' if t['at_edge'] else ''})" for a, t in tuned.items())
        + f". Strength λ = {strength:g} chosen from {list(z.strengths)}: tuned losses "
-       + ", ".join(f"λ {s:g}: " + (f"{t['val_loss'][t['index']]:.4f}" if t else "all diverged")
+       + ", ".join(f"λ {s:g}: " + (f"{t['losses'][t['index']]:.4f}" if t else "all diverged")
                    for s, t in by_strength.items())
-       + f" vs AdamW {tuned['adamw']['val_loss'][tuned['adamw']['index']]:.4f} "
+       + f" vs AdamW {tuned['adamw']['losses'][tuned['adamw']['index']]:.4f} "
        f"(tolerance +{LOSS_MARGIN} nats)."
        if z.tune else f"- Not tuned (quick): every arm at {z.grid[0]:g}, λ = {strength:g}."),
       "- Pattern similarity of the heads (mean over seeds): "
@@ -210,7 +210,7 @@ def _figure(tuned, by_strength, strength, runs, seeds, run_dir: str, z) -> str:
               **{f"orth λ = {s:g}" + (" (chosen)" if s == strength else ""): t
                  for s, t in by_strength.items() if t is not None}}
     for label, t in curves.items():
-      ax.plot(t["grid"], t["val_loss"], "o-", label=label)
+      ax.plot(t["grid"], t["losses"], "o-", label=label)
     ax.set(xscale="log", xlabel="peak learning rate",
            ylabel=f"final val loss after {z.steps} steps (nats)",
            title=f"tuning, mean of seeds {', '.join(map(str, TUNING_SEEDS))}")

@@ -217,7 +217,7 @@ def run(spec: Spec) -> dict:
       f"{z.seq_len} bytes" + (f" ({steps * z.batch_size * z.seq_len / params:.3g} tokens per "
                                f"parameter)" if params else "") + "; tuned rates: " + "; ".join(
           f"{a} {t['learning_rate']:g} (grid {t['grid']}, losses "
-          f"{[round(v, 4) for v in t['val_loss']]}{', AT AN EDGE' if t['at_edge'] else ''})"
+          f"{[round(v, 4) for v in t['losses']]}{', AT AN EDGE' if t['at_edge'] else ''})"
           for a, t in tuned.items()) + ".",
       f"- Unigram entropy of the stdlib bytes: {unigram:.3f} nats; held-out loss, mean over "
       "seeds: " + ", ".join(f"{a} {mean(a, 'val_loss'):.3f}" for a in TRAIN_ARMS) + ".",

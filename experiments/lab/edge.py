@@ -28,15 +28,24 @@ Run = Callable[[list[float]], tuple[Sequence[float], Sequence[bool]]]
 
 @dataclasses.dataclass(frozen=True)
 class Tuned:
-  """A tuned rate and the search that chose it.
+  """A tuned rate and the search that chose it: the one record every tuner returns.
 
   Attributes:
     learning_rate: the chosen rate.
     index: its position in `grid`.
     grid: every rate run, increasing (extensions included).
-    losses: per rate, the loss the choice read (NaN or inf: failed).
+    losses: per rate, the loss the choice read (NaN or inf: failed); `()` when not tuned.
     excluded: per rate, whether it was out of the choice (e.g. ended diverged).
-    at_edge: the chosen rate is the first or last of a grid of two or more.
+    at_edge: the chosen rate is the first or last of a grid of two or more (and, where the
+      caller registers a flatness tolerance, the arm is not flat).
+    losses_by_seed: per rate, each tuning seed's loss (`()` when the tuner reads one number).
+    seeds: the tuning seeds.
+    spiked: per rate, a recovered spike on some seed (`()` when not recorded).
+    flat: the rates in the choice ended within the caller's tolerance (`flat`).
+    extensions: how many rates the edge rule added beyond the first grid.
+
+  `to_dict` is the one shape a claim's `setup` keeps and `experiments.verdict.render.tuning`
+  renders (the tuned-rate note, the grid panel).
   """
 
   learning_rate: float
@@ -45,11 +54,31 @@ class Tuned:
   losses: tuple[float, ...]
   excluded: tuple[bool, ...]
   at_edge: bool
+  losses_by_seed: tuple[tuple[float, ...], ...] = ()
+  seeds: tuple[int, ...] = ()
+  spiked: tuple[bool, ...] = ()
+  flat: bool = False
+  extensions: int = 0
 
   def to_dict(self) -> dict:
-    """JSON-ready fields (tuples become lists)."""
-    return {k: list(v) if isinstance(v, tuple) else v
-            for k, v in dataclasses.asdict(self).items()}
+    """JSON-ready fields (tuples become lists).
+
+    Example:
+      >>> from experiments.lab.edge import untuned
+      >>> untuned(3e-3).to_dict()["grid"]
+      [0.003]
+    """
+    return {k: _lists(v) for k, v in dataclasses.asdict(self).items()}
+
+
+def _lists(v):
+  return [_lists(x) for x in v] if isinstance(v, (tuple, list)) else v
+
+
+def untuned(learning_rate: float) -> Tuned:
+  """The record of an arm run at a fixed rate, without tuning."""
+  lr = float(learning_rate)
+  return Tuned(learning_rate=lr, index=0, grid=(lr,), losses=(), excluded=(), at_edge=False)
 
 
 def choice(losses, excluded) -> int | None:
@@ -140,4 +169,5 @@ def tune(run: Run, grid: Sequence[float], *, extend: int = 1, name: str = "tune"
   return Tuned(learning_rate=order[i], index=i, grid=tuple(order),
                losses=tuple(seen[lr][0] for lr in order),
                excluded=tuple(seen[lr][1] for lr in order),
-               at_edge=len(order) > 1 and i in (0, len(order) - 1))
+               at_edge=len(order) > 1 and i in (0, len(order) - 1),
+               extensions=len(order) - len(rates))

@@ -85,7 +85,7 @@ def choose_strength(tuned_by_strength: dict, adamw_loss: float, margin: float) -
     0.05
   """
   ok = [s for s, t in tuned_by_strength.items()
-        if t is not None and t["val_loss"][t["index"]] <= adamw_loss + margin]
+        if t is not None and t["losses"][t["index"]] <= adamw_loss + margin]
   if ok:
     return max(ok)
   tuned = [s for s, t in tuned_by_strength.items() if t is not None]
@@ -132,7 +132,7 @@ def tune_arms(cfg: transformer.Config, arms: dict, z, *, seeds, margin: float, k
       by_strength[s] = tune(orth_arm(cfg, s))
     except ValueError:  # every rate diverged: this strength cannot be chosen
       by_strength[s] = None
-  adamw_loss = tuned["adamw"]["val_loss"][tuned["adamw"]["index"]]
+  adamw_loss = tuned["adamw"]["losses"][tuned["adamw"]["index"]]
   strength = choose_strength(by_strength, adamw_loss, margin)
   tuned["orth"] = by_strength[strength]
   return tuned, by_strength, strength

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax.numpy as jnp
@@ -243,11 +244,10 @@ def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, step
     **train_kwargs: `data`, `batch_size`, `seq_len`, `eval_batches` of `train_many`.
 
   Returns:
-    `{"learning_rate", "index", "grid"` (the rates run, increasing, extensions included),
-    `"val_loss"` (per rate, mean over seeds), `"val_loss_by_seed"` (per rate, per seed),
-    `"diverged"` (per rate: ended diverged on some seed), `"spiked"` (per rate: a recovered
-    spike on some seed), `"seeds"`, `"at_edge"` (the chosen rate is the grid's first or last
-    while the grid has more than one rate)`}`; raises `ValueError` when every rate diverged.
+    The record `edge.Tuned.to_dict()`: `grid` (the rates run, increasing, extensions
+    included), `losses` (per rate, mean over seeds), `losses_by_seed`, `excluded` (per rate:
+    ended diverged on some seed), `spiked` (per rate: a recovered spike on some seed),
+    `seeds`, `at_edge`, ...; raises `ValueError` when every rate diverged.
 
   Example:
     >>> import transformer
@@ -256,7 +256,7 @@ def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, step
     >>> t = tune_on_seeds(transformer.preset("tiny", d_model=32), adamw_arm(), (3e-3, 3e-2),
     ...                   seeds=(100, 101), steps=8, data="stdlib", batch_size=2,
     ...                   seq_len=8, eval_batches=1)
-    >>> t["learning_rate"] in t["grid"], len(t["val_loss_by_seed"][0])
+    >>> t["learning_rate"] in t["grid"], len(t["losses_by_seed"][0])
     (True, 2)
   """
   from experiments.train.sweep import train_many
@@ -274,11 +274,10 @@ def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, step
     return final.mean(1), ended.any(1)
 
   t = edge.tune(run, grid, extend=extend, name="tune_on_seeds")
-  return {"learning_rate": t.learning_rate, "index": t.index, "grid": list(t.grid),
-          "val_loss": [float(v) for v in t.losses],
-          "val_loss_by_seed": [[float(v) for v in by_rate[lr][0]] for lr in t.grid],
-          "diverged": list(t.excluded), "spiked": [by_rate[lr][1] for lr in t.grid],
-          "seeds": list(seeds), "at_edge": t.at_edge}
+  return dataclasses.replace(
+      t, losses=tuple(float(v) for v in t.losses),
+      losses_by_seed=tuple(tuple(float(v) for v in by_rate[lr][0]) for lr in t.grid),
+      spiked=tuple(by_rate[lr][1] for lr in t.grid), seeds=seeds).to_dict()
 
 
 def untuned(learning_rate: float) -> dict[str, Any]:
@@ -289,6 +288,4 @@ def untuned(learning_rate: float) -> dict[str, Any]:
     >>> untuned(3e-3)["learning_rate"], untuned(3e-3)["at_edge"]
     (0.003, False)
   """
-  return {"learning_rate": float(learning_rate), "index": 0, "grid": [float(learning_rate)],
-          "val_loss": [], "val_loss_by_seed": [], "diverged": [], "spiked": [], "seeds": [],
-          "at_edge": False}
+  return edge.untuned(learning_rate).to_dict()

@@ -17,7 +17,9 @@ claim and its axes by what they hold, not by importing them.
 | `render.cells` | one-line texts: table cells, labels, the markdown table |
 | `render.section` | the section of a report for any axis, and an axis's table cell |
 | `render.report` | a claim's `report.md` (made from `results.json` alone) and the tour's |
-| `render.figures` | the figure of any axis (`scale.png`, `context.png`, `budget.png`, ...) |
+| `render.figures` | any axis's figure (`scale.png`, ...); a figure declared as data (`draw`) |
+| `render.tuning` | a tuning record (old keyed dicts too): tuned-rate note, grid panel, edges |
+| `render.findings` | a run's declared notes and figures rendered: markdown lines, files |
 | `declare.thresholds` | `Threshold`, `Extension`, `Anchor`: what a verdict reads |
 | `declare.sizes` | `Sizes`, `TrainedSizes`, `more_steps`, `Spec`: what a claim runs at |
 | `declare.revision` | `Revision`: why a version was registered (a defect, or a protocol) |

@@ -101,3 +101,62 @@ def _save_log_x(fig, ax, th, *, xlabel: str, title: str, ticks, tick_labels,
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+def draw(figure: dict, run_dir: str) -> str:
+  """Draws a figure a claim declared as data into `run_dir`; returns its file name.
+
+  Args:
+    figure: `{"name": "budgets.png", "size": [w, h], "panels": [panel, ...]}`, the panels side
+      by side. A panel is `{"title", "xlabel", "ylabel", "xscale", "yscale", "legend"` (a
+      font size; absent: no legend)`, "lines": [...], "hlines": [...], "vlines": [...]}`, or
+      `{"title", "text"}` (words in place of a plot). A line is `{"x", "y", "style", "color",
+      "label", "alpha", "lw", "ms", "yerr"}`; an `hline` `{"y", ...}` and a `vline`
+      `{"x", ...}` take `style`, `color`, `lw` and `label` (`tuning.grid_panel` makes the
+      panel of a tuning record).
+    run_dir: where the figure goes.
+
+  Example:
+    >>> import tempfile
+    >>> from experiments.verdict.render.figures import draw
+    >>> line = {"x": [1, 2], "y": [3.0, 2.5], "style": "o-", "label": "loss"}
+    >>> draw({"name": "f.png", "panels": [{"title": "t", "lines": [line], "legend": 8}]},
+    ...      tempfile.mkdtemp())
+    'f.png'
+  """
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  panels = figure["panels"]
+  fig, axes = plt.subplots(1, len(panels), figsize=tuple(figure.get("size", (7.0, 4.4))),
+                           squeeze=False)
+  for ax, panel in zip(axes[0], panels, strict=True):
+    _panel(ax, panel)
+  fig.tight_layout()
+  fig.savefig(os.path.join(run_dir, figure["name"]), dpi=110)
+  plt.close(fig)
+  return figure["name"]
+
+
+def _panel(ax, panel: dict) -> None:
+  """One declared panel on `ax` (see `draw`)."""
+  if "text" in panel:
+    ax.text(0.5, 0.5, panel["text"], ha="center", va="center", transform=ax.transAxes)
+    ax.set(xticks=[], yticks=[], title=panel.get("title", ""))
+    return
+  style = lambda d: {k: d[k] for k in ("color", "alpha", "lw", "ms", "label") if k in d}
+  for line in panel.get("lines", ()):
+    if "yerr" in line:
+      ax.errorbar(line["x"], line["y"], yerr=line["yerr"], fmt=line.get("style", "o-"),
+                  capsize=3, **style(line))
+    else:
+      ax.plot(line["x"], line["y"], line.get("style", "o-"), **style(line))
+  for h in panel.get("hlines", ()):
+    ax.axhline(h["y"], ls=h.get("style", "--"), **style(h))
+  for v in panel.get("vlines", ()):
+    ax.axvline(v["x"], ls=v.get("style", ":"), **style(v))
+  ax.set(**{k: panel[k] for k in ("title", "xlabel", "ylabel", "xscale", "yscale") if k in panel})
+  if "legend" in panel:
+    ax.legend(fontsize=panel["legend"], loc="best")

@@ -30,6 +30,7 @@ from experiments.verdict.declare.claim import Claim
 from experiments.verdict.declare.sizes import Sizes, Spec
 from experiments.verdict.render import report
 from experiments.verdict.render.figures import axis_figure
+from experiments.verdict.render.findings import rendered
 from experiments.verdict.running import folders, history
 from experiments.verdict.running.results import results_of
 from experiments.verdict.running.schema import load_results, validate_results
@@ -37,7 +38,8 @@ from experiments.verdict.running.schema import load_results, validate_results
 
 def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, log,
               saved: str | None = None, reuse: bool = False) -> dict:
-  """`claim.run` at `sizes`; with `saved`, its findings are written there (and reused if equal).
+  """`claim.run` at `sizes`, its declared notes and figures rendered (`render.findings`); with
+  `saved`, its findings are written there (and reused if equal).
 
   A rerun (`reuse`) loads `saved` instead of running when it records the same claim, quick
   flag, seeds and sizes.
@@ -53,6 +55,7 @@ def _run_once(claim: Claim, sizes: Sizes, *, quick: bool, seeds, run_dir: str, l
                        for arm, per in found["runs"].items()}
       return found
   findings = claim.run(Spec(quick=quick, seeds=seeds, run_dir=run_dir, sizes=sizes, log=log))
+  findings = rendered(findings, run_dir)  # the notes and figures it declared, as data
   if "config" in findings:
     raise ValueError(f"claim {claim.id!r}: run() returned a 'config'; the runner writes the "
                      "config from the claim's sizes. Fix: declare what the run reads in its "

@@ -168,8 +168,8 @@ def test_tune_on_seeds_extends_the_grid_past_a_winning_edge(monkeypatch):
   assert calls == [(1e-3, 1e-2, 1e-1), (1.0,), (10.0,)]
   assert t["learning_rate"] == pytest.approx(1.0) and not t["at_edge"]
   assert t["grid"] == pytest.approx([1e-3, 1e-2, 1e-1, 1.0, 10.0])
-  assert t["diverged"] == [False, False, False, False, True]
-  assert t["val_loss"][1] == pytest.approx(2.0 + 0.4 + 0.001 * 100.5)  # mean of both seeds
+  assert t["excluded"] == [False, False, False, False, True] and t["extensions"] == 2
+  assert t["losses"][1] == pytest.approx(2.0 + 0.4 + 0.001 * 100.5)  # mean of both seeds
   # Without extensions the winner is the grid's top edge, and the record says so.
   t, calls = _tune(monkeypatch, bowl, (1e-3, 1e-2, 1e-1), extend=0)
   assert len(calls) == 1 and t["learning_rate"] == pytest.approx(0.1) and t["at_edge"]
@@ -186,15 +186,15 @@ def test_tune_on_seeds_averages_seeds_and_judges_divergence_at_the_end(monkeypat
            (1e-1, 100): 1.0, (1e-1, 101): np.nan}
   t, _ = _tune(monkeypatch, lambda lr, s: table[(lr, s)], (1e-3, 1e-2, 1e-1), extend=0)
   # 1e-1 has the lowest loss on seed 100 but ended diverged on seed 101: never chosen.
-  assert t["learning_rate"] == 1e-2 and t["diverged"] == [False, False, True]
+  assert t["learning_rate"] == 1e-2 and t["excluded"] == [False, False, True]
   # 1e-2 spiked on seed 100 (train_many's flag) yet ended fine: a spike, not a divergence.
   assert t["spiked"] == [False, True, False]
-  assert t["val_loss_by_seed"][1] == [2.1, 2.2] and t["seeds"] == [100, 101]
+  assert t["losses_by_seed"][1] == [2.1, 2.2] and t["seeds"] == [100, 101]
   with pytest.raises(ValueError, match="diverged"):
     _tune(monkeypatch, lambda lr, s: np.nan, (1e-3, 1e-2), extend=0)
 
 
 def test_untuned_record_has_the_tuned_records_keys():
-  assert set(tuning.untuned(1e-3)) == {"learning_rate", "index", "grid", "val_loss",
-                                       "val_loss_by_seed", "diverged", "spiked", "seeds",
-                                       "at_edge"}
+  assert set(tuning.untuned(1e-3)) == {"learning_rate", "index", "grid", "losses",
+                                       "losses_by_seed", "excluded", "spiked", "seeds",
+                                       "at_edge", "flat", "extensions"}

@@ -59,7 +59,7 @@ def test_orthogonal_heads_can_share_one_pattern_so_provably_non_redundant_cannot
 
 
 def test_choose_strength_takes_the_largest_that_is_free():
-  rec = lambda loss: {"val_loss": [9.0, loss], "index": 1}
+  rec = lambda loss: {"losses": [9.0, loss], "index": 1}
   choose = lambda by, adamw: heads_training.choose_strength(by, adamw,
                                                            orthogonal_heads.LOSS_MARGIN)
   assert choose({0.05: rec(2.50), 0.5: rec(2.519), 5.0: rec(2.53)}, 2.50) == 0.5
@@ -81,7 +81,7 @@ def test_tune_arms_tunes_each_arm_and_every_strength_then_chooses(monkeypatch):
     seen.append((key, tuple(grid), seeds, steps, extend))
     if losses[key] is None:
       raise ValueError("every rate diverged")
-    return {"val_loss": [losses[key]], "index": 0, "learning_rate": 1e-3, "at_edge": False}
+    return {"losses": [losses[key]], "index": 0, "learning_rate": 1e-3, "at_edge": False}
 
   monkeypatch.setattr(tuning, "tune_on_seeds", fake_tune)
   monkeypatch.setattr(heads_training, "orth_arm",
