@@ -183,28 +183,24 @@ def run(spec: Spec) -> dict:
                           "rate_at_grid_edge": at_edge[name]}
   mean = {a: {m: np.mean([runs[a][s][m] for s in seeds]) for m in ("val_loss", "steps_frac")}
           for a in arms}
-  rate_text = lambda t: (f"{t['learning_rate']:g} (grid {t['grid'][0]:.3g} … "
-                         f"{t['grid'][-1]:.3g}, {len(t['grid'])} rates"
-                         f"{', at an edge' if t['at_edge'] else ''})")
   notes = [
-      (f"- Tuned peak rates (lowest final val loss after {N} steps, mean over seeds "
-       f"{list(TUNING_SEEDS)}): " if z.tune else
-       f"- Peak rates, not tuned (the first of the grid {list(z.grid)}): ")
-      + "; ".join(f"{a} {rate_text(t)}" for a, t in tuned.items()) + ".",
-      f"- lr-cut factor c = {factor:.4f}: the {factor_from}; fixed before the reported runs.",
-      "- Mean final val loss: " + ", ".join(f"{a} {mean[a]['val_loss']:.4f}" for a in arms)
+      {"tuned": tuned, "read": f"lowest final val loss after {N} steps, mean over seeds "
+                               f"{list(TUNING_SEEDS)}",
+       "fixed": f"not tuned (the first of the grid {list(z.grid)})"},
+      f"lr-cut factor c = {factor:.4f}: the {factor_from}; fixed before the reported runs.",
+      "Mean final val loss: " + ", ".join(f"{a} {mean[a]['val_loss']:.4f}" for a in arms)
       + f"; steps to AdamW's final loss (fraction of N = {N}, curves every {every} steps): "
       + ", ".join(f"{a} {mean[a]['steps_frac']:.3f}" for a in arms) + ".",
-      "- Mean condition multiplier of the hidden weights over training (exact SVD; what the "
+      "Mean condition multiplier of the hidden weights over training (exact SVD; what the "
       "rule would apply): " + ", ".join(
           f"{a} {np.mean([runs[a][s]['mean_multiplier'] for s in seeds]):.3f}" for a in arms)
       + ".",
-      f"- Wall time of the {len(seeds)}-seed reported runs (one vmapped program each, compile "
+      f"Wall time of the {len(seeds)}-seed reported runs (one vmapped program each, compile "
       "and evaluations included, the machine shared): "
       + ", ".join(f"{a} {w:.0f} s" for a, w in wall.items()) + "; the condition and frozen "
       "arms refresh κ̂ by one QR per matrix (LAPACK one matrix at a time on CPU, paid at every "
       "step under vmap, where the refresh's branch is a select).",
-      f"- Model: `{z.model}` shape from scratch, batches {z.batch_size} × {z.seq_len} tokens, "
+      f"Model: `{z.model}` shape from scratch, batches {z.batch_size} × {z.seq_len} tokens, "
       f"N = {N} steps ({z.train_tokens() / models.param_count(z.model):.3g} tokens per "
       "parameter), 10% warm-up then linear decay to 10% of the peak.",
   ]

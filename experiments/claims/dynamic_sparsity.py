@@ -211,15 +211,6 @@ def at_length(sizes: DynamicSparsitySizes, T: int) -> DynamicSparsitySizes:
       recall_probe=max(1, sizes.recall_probe * (sizes.recall_len - 1) // T), text=False)
 
 
-def _rates_note(task: str, r: dict) -> str:
-  """`arm rate of [grid] (at an edge)` for each arm of one task."""
-  def grid(t):
-    return "" if not t else " of [" + ", ".join(f"{g:.3g}" for g in t["grid"]) + "]" + (
-        " (flat)" if t.get("flat") else " (at an edge)" if t.get("at_edge") else "")
-
-  return f"{task}: " + ", ".join(f"{a} {r['lr'][a]:.3g}{grid(r['tuning'][a])}" for a in r["lr"])
-
-
 def run(spec: Spec) -> dict:
   """Recall, then (unless `text` is False) stdlib and the switch; see the module docstring."""
   z = spec.sizes
@@ -244,11 +235,11 @@ def run(spec: Spec) -> dict:
   n = models.param_count(z.model)
   recall_steps = z.recall_train_steps
   notes = [
-      f"- Models: the `{z.model}` shape from scratch ({models.family(shape)}: d "
+      f"Models: the `{z.model}` shape from scratch ({models.family(shape)}: d "
       f"{shape.d_model}, L {shape.n_layers}, H {shape.n_heads} on {shape.n_kv_heads} key/value "
       f"heads, {shape.positions} positions; {n:,} parameters at max_len 256), every arm alike "
       "but for the attention, AdamW at a constant rate.",
-      f"- Recall ({z.recall_pairs} pairs from {z.recall_keys} keys, {z.recall_values} values, "
+      f"Recall ({z.recall_pairs} pairs from {z.recall_keys} keys, {z.recall_values} values, "
       f"{z.recall_queries} queries; {z.recall_len} tokens{filler}; {recall_steps} steps, "
       f"batch {z.recall_batch}: {recall_steps * z.recall_batch * (z.recall_len - 1) / n:.1f} "
       f"tokens read and {recall_steps * z.recall_batch * z.recall_queries / n:.1f} scored "
@@ -262,29 +253,28 @@ def run(spec: Spec) -> dict:
   if txt:
     steps = z.budget_steps()
     notes += [
-        f"- Stdlib at T = {z.seq_len} ({steps} steps, batch {z.batch_size}: "
+        f"Stdlib at T = {z.seq_len} ({steps} steps, batch {z.batch_size}: "
         f"{z.train_tokens() / n:.1f} tokens per parameter): full {mean('full', 'loss'):.4f}, "
         f"moba (blocks of {z.text_block}, top-{TEXT_TOP_K}) {mean('moba', 'loss'):.4f} nats "
         f"per byte, paired cost {mean('moba', 'loss_ratio'):+.2%} of full's loss (margin "
         f"{LOSS_MARGIN:.0%}) at a measured {mean('moba', 'sparsity'):.1%} of causal keys "
         f"skipped ({mean('moba', 'text_keys'):.1f} keys per query of "
         f"{(z.seq_len + 1) / 2:.1f}).",
-        f"- Switching the trained full model to moba without retraining: loss "
+        f"Switching the trained full model to moba without retraining: loss "
         f"{mean('switch', 'full_loss'):.4f} → {mean('switch', 'loss'):.4f} "
         f"({mean('switch', 'switch_ratio'):+.2%}).",
     ]
   else:
-    notes.append("- No stdlib half in this run (a run at another length measures only the "
+    notes.append("No stdlib half in this run (a run at another length measures only the "
                  "primary question).")
-  tuned = len(z.rates) > 1
+  rule = (f"held-out loss on tuning seed {TUNE_SEED}, each arm apart; {list(z.rate_factors)} × "
+          f"the recipe's peak, extended up to {z.extend} step(s) past a winning edge"
+          + (f", an arm spanning < {z.flat_nats:g} nats flat" if z.flat_nats else ""))
+  notes += [{"tuned": r["tuning"], "read": f"{task}: {rule}"}
+            for task, r in (("recall", rec), ("stdlib", txt)) if r]
   edges = rec["at_edge"] + (txt["at_edge"] if txt else [])
-  notes.append((f"- Rates chosen apart per arm on tuning seed {TUNE_SEED} ({list(z.rate_factors)}"
-                f" × the recipe's peak, extended up to {z.extend} step(s) past a winning edge"
-                + (f", an arm spanning < {z.flat_nats:g} nats flat" if z.flat_nats else "")
-                + "; "
-                "held-out loss): " if tuned else "- Not tuned (quick): ")
-               + "; ".join(_rates_note(t, r) for t, r in (("recall", rec), ("stdlib", txt)) if r)
-               + "." + (f" Still at an edge: {', '.join(edges)}." if edges else ""))
+  if edges:
+    notes.append(f"Still at an edge: {', '.join(edges)}.")
   effects = [("recall exact match: moba − local", "moba", "local", "recall_em")]
   if txt:
     effects += [("stdlib: moba − full loss", "moba", "full", "loss"),

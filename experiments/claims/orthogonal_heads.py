@@ -59,6 +59,7 @@ from experiments.verdict import (
   axes,
 )
 from experiments.verdict.arithmetic.stats import mean_ci95
+from experiments.verdict.render.tuning import chosen_loss, grid_panel
 
 TUNING_SEEDS = (100, 101)
 GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # frozen: the grid of every arm (half-decade steps)
@@ -126,29 +127,26 @@ def run(spec: Spec) -> dict:
   spec.log(f"  orthogonal-heads: λ = {strength:g}; rates "
            + ", ".join(f"{a} {t['learning_rate']:g}" for a, t in tuned.items()))
   runs = heads.train_arms(cfg, arms, tuned, z, seeds=seeds, kw=kw, log=spec.log)
-  figure = _figure(tuned, by_strength, strength, runs, seeds, spec.run_dir, z)
   mean = lambda a, k: float(np.mean([runs[a][s][k] for s in seeds]))
   arms_text = lambda k, f: ", ".join(f"{a} {mean(a, k):{f}}" for a in runs)
   notes = [
-      (f"- Tuned on seeds {list(TUNING_SEEDS)} ({N} steps; mean final val loss): "
-       + "; ".join(f"{a} {t['learning_rate']:g} (grid {t['grid'][0]:g} … {t['grid'][-1]:g}"
-                   f"{', at an edge' if t['at_edge'] else ''})" for a, t in tuned.items())
-       + f". Strength λ = {strength:g} chosen from {list(z.strengths)}: tuned losses "
-       + ", ".join(f"λ {s:g}: " + (f"{t['losses'][t['index']]:.4f}" if t else "all diverged")
+      {"tuned": tuned, "read": f"lowest final val loss after {N} steps, mean over seeds "
+                               f"{list(TUNING_SEEDS)}"},
+      (f"Strength λ = {strength:g} chosen from {list(z.strengths)}: tuned losses "
+       + ", ".join(f"λ {s:g}: " + (f"{chosen_loss(t):.4f}" if t else "all diverged")
                    for s, t in by_strength.items())
-       + f" vs AdamW {tuned['adamw']['losses'][tuned['adamw']['index']]:.4f} "
-       f"(tolerance +{LOSS_MARGIN} nats)."
-       if z.tune else f"- Not tuned (quick): every arm at {z.grid[0]:g}, λ = {strength:g}."),
-      "- Pattern similarity of the heads (mean over seeds): "
+       + f" vs AdamW {chosen_loss(tuned['adamw']):.4f} (tolerance +{LOSS_MARGIN} nats)."
+       if z.tune else f"Not tuned (quick): λ = {strength:g}."),
+      "Pattern similarity of the heads (mean over seeds): "
       f"{arms_text('pattern_similarity', '.3f')}.",
-      "- Largest principal cosine between two heads' subspaces (mean over layers and seeds): "
+      "Largest principal cosine between two heads' subspaces (mean over layers and seeds): "
       f"W_Q {arms_text('max_cos', '.3f')}; W_K {arms_text('max_cos_k', '.3f')}; W_V "
       f"{arms_text('max_cos_v', '.3f')}; W_O rows {arms_text('max_cos_o', '.3f')}"
       + (f" (W_K, W_V: between the {K} key/value heads)." if K < H else "."),
-      f"- Heads prunable at a 1% loss rise, of {cfg.n_layers * H} (mean): "
+      f"Heads prunable at a 1% loss rise, of {cfg.n_layers * H} (mean): "
       f"{arms_text('n_prunable', '.1f')}; final val loss: {arms_text('val_loss', '.4f')}; "
       f"recovered spikes: {arms_text('spiked', '.0f')}.",
-      f"- Model: `{z.model}` shape ({models.family(cfg)}) with {H} heads of width "
+      f"Model: `{z.model}` shape ({models.family(cfg)}) with {H} heads of width "
       f"{cfg.d_head}" + (f" on {K} key/value heads (query head h reads h // {H // K})"
                          if K < H else "")
       + f", {cfg.n_layers} layers, from scratch, batches {z.batch_size} × {z.seq_len} tokens, "
@@ -160,69 +158,53 @@ def run(spec: Spec) -> dict:
                     "tuning_seeds": list(TUNING_SEEDS), "tuned": tuned,
                     "tuned_by_strength": {str(s): t for s, t in by_strength.items()},
                     "model_config": cfg.to_dict()},
-          "runs": runs, "notes": notes, "figures": [figure],
+          "runs": runs, "notes": notes,
+          "figures": [_figure(tuned, by_strength, strength, runs, seeds, z)],
           "effects": [("largest principal cosine, W_O rows: orth − AdamW", "orth", "adamw",
                        "max_cos_o"),
                       ("largest principal cosine, W_Q: muon-per-head − AdamW", "muon-per-head",
                        "adamw", "max_cos")]}
 
 
-def _figure(tuned, by_strength, strength, runs, seeds, run_dir: str, z) -> str:
-  import matplotlib
+def _figure(tuned, by_strength, strength, runs, seeds, z) -> dict:
+  """`heads.png`, declared as data: the pattern similarity's paired difference from AdamW,
+  the heads' largest principal cosine per arm, and the tuning grids (every strength's)."""
 
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-
-  def dots(ax, k, values, first):
-    if len(values) > 1:  # one seed: the mean is the only point
-      ax.plot([k] * len(values), values, "o", alpha=0.6, color="tab:gray",
-              label="one seed" if first else None)
+  def dots(k, values, first):
     m, ci = mean_ci95(values)
-    err = None if ci is None else [[m - ci[0]], [ci[1] - m]]
-    ax.errorbar([k], [m], yerr=err, fmt="D", ms=8, color="tab:red", capsize=4,
-                label=("mean, 95% CI" if ci is not None else "mean") if first else None)
+    mean = {"x": [k], "y": [m], "style": "D", "ms": 8, "color": "tab:red", "capsize": 4,
+            "yerr": [[m - ci[0]], [ci[1] - m]] if ci is not None else [[0.0], [0.0]],
+            **({"label": "mean, 95% CI" if ci is not None else "mean"} if first else {})}
+    seed = {"x": [k] * len(values), "y": values, "style": "o", "alpha": 0.6,
+            "color": "tab:gray", **({"label": "one seed"} if first else {})}
+    return [seed, mean] if len(values) > 1 else [mean]  # one seed: the mean is the only point
 
   compare = ("orth", "muon-per-head")
-  ax = axes[0]
-  for k, arm in enumerate(compare):
-    dots(ax, k, [runs[arm][s]["pattern_similarity"] - runs["adamw"][s]["pattern_similarity"]
-                 for s in seeds], k == 0)
-  ax.axhline(0, color="k", lw=0.8)
-  ax.axhline(-PATTERN_MARGIN, color="tab:green", ls="--",
-             label=f"margin: −{PATTERN_MARGIN} (supported below)")
-  ax.set(xticks=range(len(compare)), xticklabels=[f"{a} − AdamW" for a in compare],
-         xlim=(-0.5, len(compare) - 0.5), ylabel="Δ pattern similarity (correlation)",
-         title="heads' attention-pattern similarity vs AdamW")
-  ax.legend(fontsize=8)
-  ax = axes[1]
+  diff = lambda arm: [runs[arm][s]["pattern_similarity"] - runs["adamw"][s]["pattern_similarity"]
+                      for s in seeds]
+  similarity = {
+      "lines": [d for k, arm in enumerate(compare) for d in dots(k, diff(arm), k == 0)],
+      "hlines": [{"y": 0, "color": "k", "lw": 0.8, "style": "-"},
+                 {"y": -PATTERN_MARGIN, "color": "tab:green", "style": "--",
+                  "label": f"margin: −{PATTERN_MARGIN} (supported below)"}],
+      "xticks": list(range(len(compare))), "xticklabels": [f"{a} − AdamW" for a in compare],
+      "xlim": [-0.5, len(compare) - 0.5], "ylabel": "Δ pattern similarity (correlation)",
+      "title": "heads' attention-pattern similarity vs AdamW", "legend": 8}
   names = list(runs)
-  for k, arm in enumerate(names):
-    dots(ax, k, [runs[arm][s]["max_cos"] for s in seeds], k == 0)
-  ax.set(xticks=range(len(names)), xticklabels=names, xlim=(-0.5, len(names) - 0.5),
-         ylim=(0, 1.02), ylabel="largest principal cosine, W_Q heads",
-         title="how orthogonal the heads are (0 = orthogonal)")
-  ax.legend(fontsize=8, loc="lower left")
-  ax = axes[2]
-  if z.tune:
-    curves = {"adamw": tuned["adamw"], "muon-per-head": tuned["muon-per-head"],
-              **{f"orth λ = {s:g}" + (" (chosen)" if s == strength else ""): t
-                 for s, t in by_strength.items() if t is not None}}
-    for label, t in curves.items():
-      ax.plot(t["grid"], t["losses"], "o-", label=label)
-    ax.set(xscale="log", xlabel="peak learning rate",
-           ylabel=f"final val loss after {z.steps} steps (nats)",
-           title=f"tuning, mean of seeds {', '.join(map(str, TUNING_SEEDS))}")
-    ax.legend(fontsize=8)
-  else:
-    ax.text(0.5, 0.5, f"quick run: not tuned\n(every arm at {z.grid[0]:g}, λ = {strength:g})",
-            ha="center", va="center", transform=ax.transAxes)
-    ax.set(xticks=[], yticks=[], title="tuning")
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/heads.png", dpi=110)
-  plt.close(fig)
-  return "heads.png"
+  cosines = {
+      "lines": [d for k, arm in enumerate(names)
+                for d in dots(k, [runs[arm][s]["max_cos"] for s in seeds], k == 0)],
+      "xticks": list(range(len(names))), "xticklabels": names,
+      "xlim": [-0.5, len(names) - 0.5], "ylim": [0, 1.02],
+      "ylabel": "largest principal cosine, W_Q heads",
+      "title": "how orthogonal the heads are (0 = orthogonal)", "legend": 8,
+      "legend_loc": "lower left"}
+  curves = {**tuned, **{f"orth λ = {s:g}" + (" (chosen)" if s == strength else ""): t
+                        for s, t in by_strength.items() if t is not None}}
+  curves.pop("orth", None)
+  grid = grid_panel(curves, title=f"tuning, mean of seeds {', '.join(map(str, TUNING_SEEDS))}",
+                    ylabel=f"final val loss after {z.steps} steps (nats)")
+  return {"name": "heads.png", "size": [15, 4.2], "panels": [similarity, cosines, grid]}
 
 
 THEOREM = (

@@ -173,12 +173,11 @@ def run(spec: Spec) -> dict:
     rate[arm] = tune_rate(arm_config(z.model, arm), tuning_seeds=(TUNE_SEED,), grid=z.rates,
                           extend=z.extend, data="stdlib", steps=steps, batch_size=batch_size,
                           seq_len=seq_len)
-  chosen = choose({a: (min(rate[a]["tuning"]["val_loss"]) if rate[a]["tuning"] else None)
-                   for a in TIED})
-  at_edge = [a for a, r in rate.items() if r["tuning"] and r["tuning"].get("at_edge")]
+  chosen = choose({a: (min(rate[a]["losses"]) if rate[a]["losses"] else None) for a in TIED})
+  at_edge = [a for a, r in rate.items() if r["at_edge"]]
   runs: dict = {}
   for arm in ("softmax", chosen):
-    cfg, lr = arm_config(z.model, arm), rate[arm]["lr"]
+    cfg, lr = arm_config(z.model, arm), rate[arm]["learning_rate"]
     spec.log(f"  psd-attention: {arm}: stdlib at {lr:g}")
     text = train_arm(cfg, spec.seeds, data="stdlib", steps=steps, batch_size=batch_size,
                      seq_len=seq_len, learning_rates=(lr,))
@@ -198,40 +197,35 @@ def run(spec: Spec) -> dict:
   def mean(arm, k):
     return float(np.mean([runs[arm][s][k] for s in spec.seeds]))
 
-  tuning_loss = {a: min(r["tuning"]["val_loss"]) for a, r in rate.items() if r["tuning"]}
+  tuning_loss = {a: min(r["losses"]) for a, r in rate.items() if r["losses"]}
   why = (f"lowest stdlib loss on tuning seed {TUNE_SEED} at its tuned rate: " + ", ".join(
       f"{a} {tuning_loss[a]:.4f}" for a in TIED) if tuned
       else "not tuned (quick): the direct tied form of softmax")
   notes = [
-      f"- Chosen guaranteed-PSD variant (arm `{CHOSEN}`): **{chosen}** ({why}).",
-      f"- Its cost, mean over seeds: stdlib loss {mean(CHOSEN, 'loss'):.4f} vs softmax "
+      f"Chosen guaranteed-PSD variant (arm `{CHOSEN}`): **{chosen}** ({why}).",
+      f"Its cost, mean over seeds: stdlib loss {mean(CHOSEN, 'loss'):.4f} vs softmax "
       f"{mean('softmax', 'loss'):.4f} nats/byte, {mean(CHOSEN, 'loss_ratio'):+.2%} of "
       f"softmax's loss (margin {LOSS_MARGIN:.0%}); copy exact match "
       f"{mean(CHOSEN, 'exact_match'):.2f} vs {mean('softmax', 'exact_match'):.2f} "
       f"(margin {EM_MARGIN * 100:.0f} points).",
-      ("- On the tuning seed alone (one seed, not a verdict), every variant's stdlib loss "
+      ("On the tuning seed alone (one seed, not a verdict), every variant's stdlib loss "
        "against softmax's " + f"{tuning_loss['softmax']:.4f}: " + ", ".join(
            f"{a} {tuning_loss[a] / tuning_loss['softmax'] - 1:+.2%}" for a in TIED) + "."
-       if tuned else "- Quick: no tuning run, so no variant but the chosen one is trained."),
-      (f"- Rates chosen on tuning seed {TUNE_SEED} from {[float(f'{r:.3g}') for r in z.rates]} "
-       f"({list(z.rate_factors)} × the recipe's {models.RECIPES[z.model].learning_rate:g}; "
-       f"extended up to {z.extend} step past a winning edge; stdlib validation loss, the same "
-       "rate on copy): " + "; ".join(
-           f"{a} {r['lr']:.3g} of {[float(f'{g:.3g}') for g in r['tuning']['grid']]}"
-           + (" (at an edge)" if r["tuning"].get("at_edge") else "")
-           for a, r in rate.items()) + "."
-       + (f" Still at an edge: {', '.join(at_edge)}, so the control fails." if at_edge else "")
-       if tuned else "- Not tuned (quick), every arm at: " + ", ".join(
-           f"{a} {r['lr']:g}" for a, r in rate.items()) + "."),
-      f"- Models: the `{z.model}` shape from scratch (d {base.d_model}, L {base.n_layers}, "
+       if tuned else "Quick: no tuning run, so no variant but the chosen one is trained."),
+      {"tuned": rate, "read": f"stdlib validation loss on tuning seed {TUNE_SEED}, the same "
+                              f"rate on copy; {list(z.rate_factors)} × the recipe's "
+                              f"{models.RECIPES[z.model].learning_rate:g}, extended up to "
+                              f"{z.extend} step past a winning edge"},
+      *([f"Still at an edge: {', '.join(at_edge)}, so the control fails."] if at_edge else []),
+      f"Models: the `{z.model}` shape from scratch (d {base.d_model}, L {base.n_layers}, "
       f"H {base.n_heads}, {models.param_count(z.model):,} parameters untied); stdlib: {steps} "
       f"AdamW steps, batch {batch_size} windows of {seq_len} tokens "
       f"({steps * batch_size * seq_len / models.param_count(z.model):.1f} tokens per "
       f"parameter); copy (16 symbols then their copy): {z.copy_steps} steps of {batch_size}.",
   ]
   return {"setup": {"arms": {a: dict(o) for a, o in ARMS.items()}, "chosen": chosen,
-                    "chosen_lr": {a: r["lr"] for a, r in rate.items()},
-                    "tuning": {a: r["tuning"] for a, r in rate.items()},
+                    "chosen_lr": {a: r["learning_rate"] for a, r in rate.items()},
+                    "tuning": rate,
                     "tune_seed": TUNE_SEED, "model_config": base.to_dict()},
           "runs": runs, "notes": notes,
           "effects": [(f"{CHOSEN} − softmax: stdlib loss", CHOSEN, "softmax", "loss"),

@@ -52,6 +52,7 @@ from experiments.lab import optimizers as O
 from experiments.lab import stability, tuning
 from experiments.train.sweep import train_many
 from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes
+from experiments.verdict.render.tuning import edges
 
 SWEEP_ARMS = {**stability.ARMS,
               "pre-unscaled": dict(norm_position="pre", residual=True, init_residual_scale=False)}
@@ -205,37 +206,34 @@ def run(spec: Spec) -> dict:
     tuned[arm], trained = train_arm(cfg, z, steps, spec.seeds, tokens_T, spec.log)
     for seed, m in trained.items():
       runs[arm][seed].update(m, gap_to_unigram=m["val_loss"] - unigram)
-  edges = float(sum(t["at_edge"] for t in tuned.values()))
   for arm in TRAIN_ARMS:
     for seed in spec.seeds:
-      runs[arm][seed]["rates_at_grid_edge"] = edges
-  figure = _figure(sweeps[spec.seeds[0]], spec.run_dir)
+      runs[arm][seed]["rates_at_grid_edge"] = edges(tuned)
   mean = lambda arm, m: float(np.mean([runs[arm][s][m] for s in spec.seeds]))
   params = models.param_count(z.model) if z.train_layers == 128 else None
   notes = [
-      f"- Trained: {z.train_layers} layers, D = {width}, {steps} steps of {z.batch_size} × "
+      f"Trained: {z.train_layers} layers, D = {width}, {steps} steps of {z.batch_size} × "
       f"{z.seq_len} bytes" + (f" ({steps * z.batch_size * z.seq_len / params:.3g} tokens per "
-                               f"parameter)" if params else "") + "; tuned rates: " + "; ".join(
-          f"{a} {t['learning_rate']:g} (grid {t['grid']}, losses "
-          f"{[round(v, 4) for v in t['losses']]}{', AT AN EDGE' if t['at_edge'] else ''})"
-          for a, t in tuned.items()) + ".",
-      f"- Unigram entropy of the stdlib bytes: {unigram:.3f} nats; held-out loss, mean over "
+                               f"parameter)" if params else "") + ".",
+      {"tuned": tuned, "read": f"lowest final val loss after {steps} steps on seeds "
+                               f"{list(TUNING_SEEDS)}"},
+      f"Unigram entropy of the stdlib bytes: {unigram:.3f} nats; held-out loss, mean over "
       "seeds: " + ", ".join(f"{a} {mean(a, 'val_loss'):.3f}" for a in TRAIN_ARMS) + ".",
-      "- Trained models, max_l / median_l / min_l of max |λ(J_l) − 1|, mean over seeds: "
+      "Trained models, max_l / median_l / min_l of max |λ(J_l) − 1|, mean over seeds: "
       + "; ".join(f"{a}: {mean(a, 'trained_max_dist'):.3g} / {mean(a, 'trained_median_dist'):.3g}"
                   f" / {mean(a, 'trained_min_dist'):.3g}, end-to-end σ_max "
                   f"{mean(a, 'trained_e2e_sigma'):.3g}" for a in TRAIN_ARMS) + ".",
-      "- At init, max_l |λ − 1| per depth, mean over seeds: " + "; ".join(
+      "At init, max_l |λ − 1| per depth, mean over seeds: " + "; ".join(
           f"{arm}: " + ", ".join(f"L{L} {mean(arm, f'dist_L{L}'):.3g}" for L in z.depths)
           for arm in SWEEP_ARMS) + ".",
-      "- At init, end-to-end σ_max per depth, mean over seeds: " + "; ".join(
+      "At init, end-to-end σ_max per depth, mean over seeds: " + "; ".join(
           f"{arm}: " + ", ".join(f"L{L} {mean(arm, f'e2e_sigma_L{L}'):.3g}" for L in z.depths)
           for arm in SWEEP_ARMS) + ".",
   ]
   return {"setup": {"model_config": base.replace(n_layers=z.train_layers).to_dict(),
                     "unigram_entropy": unigram, "tuned": tuned, "steps": steps,
                     "tuning_seeds": list(TUNING_SEEDS)},
-          "runs": runs, "figures": [figure], "notes": notes,
+          "runs": runs, "figures": [_figure(sweeps[spec.seeds[0]])], "notes": notes,
           "effects": [("trained: held-out loss, no residual − pre", "pre-no-residual", "pre",
                        "val_loss"),
                       ("trained: max_l |λ − 1|, no residual − pre", "pre-no-residual", "pre",
@@ -244,26 +242,17 @@ def run(spec: Spec) -> dict:
                        "e2e_growth")]}
 
 
-def _figure(sweep: dict, run_dir: str) -> str:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-  for arm, rows in sweep.items():
-    depths = sorted(rows)
-    ax1.plot(depths, [rows[L]["max_dist_from_one"] for L in depths], "o-", label=arm)
-    ax2.plot(depths, [rows[L]["e2e_sigma_max"] for L in depths], "o-", label=arm)
-  ax1.set(xscale="log", yscale="log", xlabel="layers L", ylabel="max_l |λ(J_l) − 1|",
-          title="eigenvalues of each block's Jacobian")
-  ax2.set(xscale="log", yscale="log", xlabel="layers L", ylabel="σ_max(J_{L−1}⋯J_0)",
-          title="end-to-end Jacobian")
-  ax1.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/depth.png", dpi=110)
-  plt.close(fig)
-  return "depth.png"
+def _figure(sweep: dict) -> dict:
+  """`depth.png`, declared as data: each block's eigenvalues and the end-to-end Jacobian
+  against depth, at initialisation (one seed)."""
+  lines = lambda key: [{"x": sorted(rows), "y": [float(rows[L][key]) for L in sorted(rows)],
+                        "style": "o-", "label": arm} for arm, rows in sweep.items()]
+  log = {"xscale": "log", "yscale": "log", "xlabel": "layers L"}
+  return {"name": "depth.png", "size": [10, 3.6], "panels": [
+      {**log, "ylabel": "max_l |λ(J_l) − 1|", "title": "eigenvalues of each block's Jacobian",
+       "lines": lines("max_dist_from_one"), "legend": 7},
+      {**log, "ylabel": "σ_max(J_{L−1}⋯J_0)", "title": "end-to-end Jacobian",
+       "lines": lines("e2e_sigma_max")}]}
 
 
 CLAIM = Claim(

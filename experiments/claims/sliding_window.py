@@ -156,48 +156,33 @@ def _t(x) -> str:
   return "never on the grid" if x is None else f"{x:.0f}"
 
 
-def _figure(tm: dict, run_dir: str, heads: int, d_head: int) -> str:
-  """`timing.png`: forward + backward time of one attention layer against T, log-log."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
-
+def _figure(tm: dict, heads: int, d_head: int) -> dict:
+  """`timing.png`, declared as data: forward + backward time of one attention layer against T,
+  log-log."""
   ts = tm["T"]
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for name, label, marker in (("softmax", "full causal softmax", "o"),
-                              ("local", f"sliding window (w = {WINDOW})", "s")):
-    ax.plot(ts, np.asarray(tm[name]["bwd"]) * 1e3, marker=marker,
-            label=f"{label}: log-log slope {tm[name]['slope_bwd']:.2f}"
-            if tm[name]["slope_bwd"] is not None else label)
+  lines = [{"x": ts, "y": [x * 1e3 for x in tm[name]["bwd"]], "style": f"{marker}-",
+            "label": f"{label}: log-log slope {tm[name]['slope_bwd']:.2f}"
+            if tm[name]["slope_bwd"] is not None else label}
+           for name, label, marker in (("softmax", "full causal softmax", "o"),
+                                       ("local", f"sliding window (w = {WINDOW})", "s"))]
   cross = tm["local"]["crossover_bwd"]
-  if cross is not None and cross > ts[0]:
-    ax.axvline(cross, color="grey", ls=":", label=f"crossover T = {cross:.0f}")
-  ax.set_xscale("log", base=2)
-  ax.set_yscale("log")
-  ax.set_xticks(ts, [str(t) for t in ts])
-  ax.xaxis.set_minor_formatter(NullFormatter())
-  ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-  ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-  ax.yaxis.set_minor_formatter(NullFormatter())
-  ax.set(xlabel="sequence length T (tokens)", ylabel="forward + backward time (ms)",
-         title=f"one attention layer ({heads} heads × {d_head}, blocks of 16, batch 1)\n"
-               f"{jax.default_backend()}, shared machine: times are indicative")
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/timing.png", dpi=110)
-  plt.close(fig)
-  return "timing.png"
+  return {"name": "timing.png", "size": [6, 4], "panels": [{
+      "lines": lines, "xbase": 2, "ylog_ticks": True, "xticks": ts,
+      "xticklabels": [str(t) for t in ts],
+      "vlines": [{"x": cross, "color": "grey", "style": ":", "label": f"crossover T = {cross:.0f}"}]
+      if cross is not None and cross > ts[0] else [],
+      "xlabel": "sequence length T (tokens)", "ylabel": "forward + backward time (ms)",
+      "title": f"one attention layer ({heads} heads × {d_head}, blocks of 16, batch 1)\n"
+               f"{jax.default_backend()}, shared machine: times are indicative", "legend": 8}]}
 
 
 def _timing_note(tm: dict | None, heads: int, d_head: int) -> str:
   """The notes' line on the timing sweep (`tm`: `timing`'s dict; None: no sweep at this run)."""
   if tm is None:
-    return ("- No timing sweep in this run (a run at another length: the registered run times "
+    return ("No timing sweep in this run (a run at another length: the registered run times "
             "one attention layer once).")
   loc = tm["local"]
-  return (f"- One attention layer ({heads} heads × {d_head}, blocks of 16), T = {tm['T']}: "
+  return (f"One attention layer ({heads} heads × {d_head}, blocks of 16), T = {tm['T']}: "
           "fwd+bwd ms softmax " + "/".join(f"{x * 1e3:.2f}" for x in tm["softmax"]["bwd"])
           + ", local " + "/".join(f"{x * 1e3:.2f}" for x in loc["bwd"])
           + (f"; log-log slope softmax {tm['softmax']['slope_bwd']:.2f}, local "
@@ -226,11 +211,11 @@ def run(spec: Spec) -> dict:
     spec.log(f"  sliding-window: {arm}: stdlib T={seq_len}, {steps} steps"
              + (f", rate tuned on seed {TUNE_SEED}" if tuned else ""))
     rate = tune_rate(cfg, tuning_seeds=(TUNE_SEED,), grid=z.rates, extend=z.extend, **data)
-    trained[arm] = {**train_arm(cfg, spec.seeds, learning_rates=(rate["lr"],), **data),
-                    "tuning": rate["tuning"]}
+    trained[arm] = {**train_arm(cfg, spec.seeds, learning_rates=(rate["learning_rate"],),
+                                **data), "tuning": rate}
     runs[arm] = {s: {"loss": m["loss"], "diverged": m["diverged"]}
                  for s, m in trained[arm]["per_seed"].items()}
-  at_edge = [a for a, t in trained.items() if t["tuning"] and t["tuning"].get("at_edge")]
+  at_edge = [a for a, t in trained.items() if t["tuning"]["at_edge"]]
   for s in spec.seeds:
     runs["local"][s]["loss_ratio"] = runs["local"][s]["loss"] / runs["full"][s]["loss"] - 1
     runs["local"][s]["rates_at_edge"] = float(len(at_edge))
@@ -244,46 +229,42 @@ def run(spec: Spec) -> dict:
   if z.timing_seq_lens:
     spec.log("  sliding-window: timing softmax vs local")
     tm = timing(z.timing_seq_lens, z.timing_rounds, heads=shape.n_heads, d_head=shape.d_head)
-    figures.append(_figure(tm, spec.run_dir, shape.n_heads, shape.d_head))
+    figures.append(_figure(tm, shape.n_heads, shape.d_head))
   first = spec.seeds[0]
 
   def mean(arm, k):
     return float(np.mean([runs[arm][s][k] for s in spec.seeds]))
 
   skipped = 1 - WINDOW / seq_len
-  rates = ", ".join(f"{a} {t['lr']:.3g}" for a, t in trained.items())
   params = models.param_count(z.model)
   notes = [
-      f"- Models: the `{z.model}` shape from scratch ({models.family(shape)}: d "
+      f"Models: the `{z.model}` shape from scratch ({models.family(shape)}: d "
       f"{shape.d_model}, L {shape.n_layers}, H {shape.n_heads} on {shape.n_kv_heads} key/value "
       f"heads, {shape.positions} positions; {params:,} parameters at max_len 256), both arms "
       f"alike but for the attention: {steps} AdamW steps of {z.batch_size} × {seq_len} tokens, "
       f"{steps * z.batch_size * seq_len / params:.1f} tokens per parameter.",
-      f"- Loss at T = {seq_len} ({steps} steps, batch {z.batch_size}): full "
+      f"Loss at T = {seq_len} ({steps} steps, batch {z.batch_size}): full "
       f"{mean('full', 'loss'):.4f}, local (w = {WINDOW}) {mean('local', 'loss'):.4f} nats; "
       f"paired cost {mean('local', 'loss_ratio'):+.2%} of full attention's loss (margin "
       f"{LOSS_MARGIN:.0%}). The last query skips {skipped:.0%} of its causal keys.",
-      f"- Trained full-attention heads: {mean('full', 'local_mass'):.1%} of their attention "
+      f"Trained full-attention heads: {mean('full', 'local_mass'):.1%} of their attention "
       f"mass lies within the last {WINDOW} keys (mean over heads, layers, rows); "
       f"{mean('full', 'heads_mostly_local'):.0%} of heads put more than half there; the least "
       f"local head {mean('full', 'local_mass_min_head'):.1%}.",
-      f"- Receptive field of the trained local model by gradient (seed {first}): reach "
+      f"Receptive field of the trained local model by gradient (seed {first}): reach "
       f"{runs['local'][first]['reach']:.0f} = L(w−1) = {runs['local'][first]['expected']:.0f}; "
       f"exact in {int(sum(runs['local'][s]['rf_exact'] for s in spec.seeds))}/"
       f"{len(spec.seeds)} seeds.",
       _timing_note(tm, shape.n_heads, shape.d_head),
-      (f"- Rates chosen on tuning seed {TUNE_SEED} ({list(z.rate_factors)} × the recipe's "
-       f"{models.RECIPES[z.model].learning_rate:g}, extended up to {z.extend} step past a "
-       f"winning edge): {rates}; " + "; ".join(
-           f"{a} of {[float(f'{g:.3g}') for g in t['tuning']['grid']]}, losses "
-           + ", ".join(f"{v:.4f}" for v in t["tuning"]["val_loss"])
-           + (" (at an edge)" if t["tuning"].get("at_edge") else "")
-           for a, t in trained.items()) + "."
-       + (f" Still at an edge: {', '.join(at_edge)}, so the control fails." if at_edge else "")
-       if tuned else f"- Not tuned (quick): every arm at {rates}."),
+      {"tuned": {a: t["tuning"] for a, t in trained.items()},
+       "read": f"stdlib loss on tuning seed {TUNE_SEED}; {list(z.rate_factors)} × the recipe's "
+               f"{models.RECIPES[z.model].learning_rate:g}, extended up to {z.extend} step past "
+               "a winning edge"},
   ]
+  if at_edge:
+    notes.append(f"Still at an edge: {', '.join(at_edge)}, so the control fails.")
   return {"setup": {"window": WINDOW, "tune_seed": TUNE_SEED,
-                    "chosen_lr": {a: t["lr"] for a, t in trained.items()},
+                    "chosen_lr": {a: t["tuning"]["learning_rate"] for a, t in trained.items()},
                     "tuning": {a: t["tuning"] for a, t in trained.items()},
                     "timing": tm, "model_config": arms["local"].to_dict()},
           "runs": runs, "notes": notes, "figures": figures,

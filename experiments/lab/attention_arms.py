@@ -12,6 +12,7 @@ a margin").
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -166,45 +167,45 @@ def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, extend: int = 0,
               **train_kwargs) -> dict:
   """An arm's rate chosen on `tuning_seeds` over `grid` (`train_arm`'s rule); nothing reported.
 
-  With one rate in `grid` (quick runs) nothing is trained and that rate is returned. With
-  `extend > 0` (opt-in; the edge rule of issue 38) a best rate at an edge of the geometric
-  `grid` runs one more rate a step of its ratio beyond that edge
-  (`experiments.lab.edge.tune`), up to `extend` times, and the record says whether
-  the rate chosen still sits at an edge (`at_edge`: the claim's control then fails).
+  The lowest mean final loss over the tuning seeds among rates that did not end diverged on
+  any seed wins (`experiments.lab.edge.tune`). With one rate in `grid` (quick runs) nothing
+  is trained and that rate is returned. With `extend > 0` (the edge rule of issue 38) a best
+  rate at an edge of the geometric `grid` runs one more rate a step of its ratio beyond that
+  edge, up to `extend` times; the record says whether the rate chosen still sits at an edge
+  (`at_edge`: the claim's control then fails).
 
   Returns:
-    `{"lr": the rate, "tuning": None when not tuned, else {"seeds", "grid" (the rates run,
-    increasing), "val_loss": mean final loss per rate over the tuning seeds}}`; with `extend`,
-    `"tuning"` also holds `"diverged"` (per rate: ended diverged on some seed) and `"at_edge"`.
+    The one tuning record, `edge.Tuned.to_dict()`: `learning_rate`, `grid` (the rates run,
+    increasing), `losses` (mean final loss per rate over the tuning seeds), `losses_by_seed`,
+    `excluded` (per rate: ended diverged on some seed), `seeds`, `at_edge`, ...; for a grid of
+    one rate, the record of a fixed rate (`edge.untuned`: no `losses`).
 
   Example:
     >>> from experiments.lab.attention_arms import base_config, tune_rate
     >>> t = tune_rate(base_config(d_model=16), tuning_seeds=(100,), grid=(1e-4, 2e-4), extend=1,
     ...               data="stdlib", steps=2, batch_size=2, seq_len=8)
-    >>> t["tuning"]["grid"], t["tuning"]["at_edge"]  # 2e-4 won, so 4e-4 ran and won too
+    >>> t["grid"], t["at_edge"]  # 2e-4 won, so 4e-4 ran and won too
     ([0.0001, 0.0002, 0.0004], True)
   """
   grid = tuple(grid)
   if len(grid) == 1:
-    return {"lr": grid[0], "tuning": None}
+    return edge.untuned(grid[0]).to_dict()
   if not tuning_seeds:
     raise ValueError(f"tune_rate: a grid {grid} needs tuning seeds. Fix: pass e.g. "
                      "tuning_seeds=(100,), or a grid of one rate.")
   kw = {k: v for k, v in train_kwargs.items() if k not in ("exact_match", "em_batches")}
   seeds = tuple(tuning_seeds)
-  if not extend:
-    t = train_arm(cfg, seeds, learning_rates=grid, **kw)
-    return {"lr": t["lr"], "tuning": {"seeds": list(seeds), "grid": list(grid),
-                                      "val_loss": [float(np.mean(r)) for r in t["val_loss_grid"]]}}
+  by_rate: dict[float, np.ndarray] = {}
 
   def run(rates):
     val = np.asarray(train_arm(cfg, seeds, learning_rates=tuple(rates), **kw)["val_loss_grid"])
+    by_rate.update(zip(rates, val, strict=True))
     return val.mean(1), ended_diverged(val, cfg.vocab_size).any(1)
 
   t = edge.tune(run, grid, extend=extend, name="tune_rate")
-  return {"lr": t.learning_rate, "tuning": {
-      "seeds": list(seeds), "grid": list(t.grid), "val_loss": [float(v) for v in t.losses],
-      "diverged": list(t.excluded), "at_edge": t.at_edge}}
+  return dataclasses.replace(
+      t, losses=tuple(float(v) for v in t.losses), seeds=seeds,
+      losses_by_seed=tuple(tuple(float(v) for v in by_rate[lr]) for lr in t.grid)).to_dict()
 
 
 def tuned_arm(cfg: transformer.Config, seeds, *, tuning_seeds, grid, **train_kwargs) -> dict:
@@ -219,12 +220,12 @@ def tuned_arm(cfg: transformer.Config, seeds, *, tuning_seeds, grid, **train_kwa
       `train_arm`.
 
   Returns:
-    `train_arm`'s dict for `seeds` at the chosen rate, plus `tune_rate`'s `"tuning"`.
+    `train_arm`'s dict for `seeds` at the chosen rate, plus `tune_rate`'s record (`"tuning"`).
   """
   overlap = set(seeds) & set(tuning_seeds)
   if overlap:
     raise ValueError(f"tuned_arm: seeds {sorted(overlap)} both tune and report. Fix: tune on "
                      "seeds that are never reported (e.g. 100).")
   rate = tune_rate(cfg, tuning_seeds=tuning_seeds, grid=grid, **train_kwargs)
-  out = train_arm(cfg, tuple(seeds), learning_rates=(rate["lr"],), **train_kwargs)
-  return {**out, "tuning": rate["tuning"]}
+  out = train_arm(cfg, tuple(seeds), learning_rates=(rate["learning_rate"],), **train_kwargs)
+  return {**out, "tuning": rate}

@@ -36,8 +36,7 @@ class Tuned:
     grid: every rate run, increasing (extensions included).
     losses: per rate, the loss the choice read (NaN or inf: failed); `()` when not tuned.
     excluded: per rate, whether it was out of the choice (e.g. ended diverged).
-    at_edge: the chosen rate is the first or last of a grid of two or more (and, where the
-      caller registers a flatness tolerance, the arm is not flat).
+    at_edge: the chosen rate is the first or last of a grid of two or more.
     losses_by_seed: per rate, each tuning seed's loss (`()` when the tuner reads one number).
     seeds: the tuning seeds.
     spiked: per rate, a recovered spike on some seed (`()` when not recorded).

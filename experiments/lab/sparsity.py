@@ -99,15 +99,14 @@ def tune_and_train(cfgs: dict, z, seeds, *, tune_seed: int, log, task: str, **kw
   for arm, cfg in cfgs.items():
     if len(z.rates) > 1:
       log(f"  dynamic-sparsity: {arm}: {task}, tuning on seed {tune_seed}")
-    r = tune_rate(cfg, tuning_seeds=(tune_seed,), grid=z.rates, extend=z.extend, **tune)
-    log(f"  dynamic-sparsity: {arm}: {task} at {r['lr']:g}")
-    out["trained"][arm] = train_arm(cfg, seeds, learning_rates=(r["lr"],), **kw)
-    out["lr"][arm], out["tuning"][arm] = r["lr"], r["tuning"]
-    t = r["tuning"]
-    if t and "at_edge" in t:  # a flat arm (`z.flat_nats`) is not counted at an edge
-      t["flat"] = edge.flat(t["val_loss"], t["diverged"], z.flat_nats)
+    t = tune_rate(cfg, tuning_seeds=(tune_seed,), grid=z.rates, extend=z.extend, **tune)
+    log(f"  dynamic-sparsity: {arm}: {task} at {t['learning_rate']:g}")
+    out["trained"][arm] = train_arm(cfg, seeds, learning_rates=(t["learning_rate"],), **kw)
+    if t["losses"]:  # a flat arm (`z.flat_nats`) is not counted at an edge
+      t["flat"] = edge.flat(t["losses"], t["excluded"], z.flat_nats)
       if t["at_edge"] and not t["flat"]:
         out["at_edge"].append(f"{task} {arm}")
+    out["lr"][arm], out["tuning"][arm] = t["learning_rate"], t
   return out
 
 

@@ -108,12 +108,14 @@ def draw(figure: dict, run_dir: str) -> str:
 
   Args:
     figure: `{"name": "budgets.png", "size": [w, h], "panels": [panel, ...]}`, the panels side
-      by side. A panel is `{"title", "xlabel", "ylabel", "xscale", "yscale", "legend"` (a
-      font size; absent: no legend)`, "lines": [...], "hlines": [...], "vlines": [...]}`, or
-      `{"title", "text"}` (words in place of a plot). A line is `{"x", "y", "style", "color",
-      "label", "alpha", "lw", "ms", "yerr"}`; an `hline` `{"y", ...}` and a `vline`
-      `{"x", ...}` take `style`, `color`, `lw` and `label` (`tuning.grid_panel` makes the
-      panel of a tuning record).
+      by side. A panel is `{"title", "xlabel", "ylabel", "xscale", "yscale", "xbase"` (the log
+      base of x)`, "ylog_ticks"` (a log y labelled at 1, 2, 5 × 10^k)`, "xlim", "ylim",
+      "xticks", "xticklabels", "legend"` (a font size; absent: no legend)`, "legend_loc",
+      "lines": [...], "hlines": [...], "vlines": [...]}`, or `{"title", "text"}` (words in
+      place of a plot). A line is `{"x", "y", "style", "color", "label", "alpha", "lw", "ms"}`,
+      with `"yerr"` (and `"capsize"`) drawn with error bars; an `hline` `{"y", ...}` and a
+      `vline` `{"x", ...}` take `style`, `color`, `lw` and `label` (`tuning.grid_panel` makes
+      the panel of a tuning record).
     run_dir: where the figure goes.
 
   Example:
@@ -142,6 +144,8 @@ def draw(figure: dict, run_dir: str) -> str:
 
 def _panel(ax, panel: dict) -> None:
   """One declared panel on `ax` (see `draw`)."""
+  from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
   if "text" in panel:
     ax.text(0.5, 0.5, panel["text"], ha="center", va="center", transform=ax.transAxes)
     ax.set(xticks=[], yticks=[], title=panel.get("title", ""))
@@ -150,13 +154,23 @@ def _panel(ax, panel: dict) -> None:
   for line in panel.get("lines", ()):
     if "yerr" in line:
       ax.errorbar(line["x"], line["y"], yerr=line["yerr"], fmt=line.get("style", "o-"),
-                  capsize=3, **style(line))
+                  capsize=line.get("capsize", 3), **style(line))
     else:
       ax.plot(line["x"], line["y"], line.get("style", "o-"), **style(line))
   for h in panel.get("hlines", ()):
     ax.axhline(h["y"], ls=h.get("style", "--"), **style(h))
   for v in panel.get("vlines", ()):
     ax.axvline(v["x"], ls=v.get("style", ":"), **style(v))
-  ax.set(**{k: panel[k] for k in ("title", "xlabel", "ylabel", "xscale", "yscale") if k in panel})
+  if "xbase" in panel:
+    ax.set_xscale("log", base=panel["xbase"])
+  ax.set(**{k: panel[k] for k in ("title", "xlabel", "ylabel", "xscale", "yscale", "xticks",
+                                   "xticklabels", "xlim", "ylim") if k in panel})
+  if "xticks" in panel:
+    ax.xaxis.set_minor_formatter(NullFormatter())
+  if panel.get("ylog_ticks"):
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
   if "legend" in panel:
-    ax.legend(fontsize=panel["legend"], loc="best")
+    ax.legend(fontsize=panel["legend"], loc=panel.get("legend_loc", "best"))

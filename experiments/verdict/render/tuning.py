@@ -81,8 +81,9 @@ def tuned_note(records: dict, *, read: str, fixed: str = "not tuned (quick)") ->
 
 
 def edges(records: dict) -> float:
-  """How many of the records' chosen rates sit at an edge (the edge control's number)."""
-  return float(sum(record(t)["at_edge"] for t in records.values()))
+  """How many of the records' chosen rates sit at an edge of their grid, a flat arm's (whose
+  best rate's place is noise) left out: the edge control's number."""
+  return float(sum(record(t)["at_edge"] and not record(t)["flat"] for t in records.values()))
 
 
 def grid_panel(records: dict, *, title: str, ylabel: str, fixed: str = "not tuned") -> dict:

@@ -76,13 +76,14 @@ def test_tuned_arm_chooses_on_tuning_seeds_and_reports_at_one_rate(monkeypatch):
             "lr": learning_rates[best], "params": {}, "val_loss_grid": grid}
 
   monkeypatch.setattr(attention_arms, "train_arm", fake)
-  out = attention_arms.tuned_arm(None, (0, 1), tuning_seeds=(100,), grid=(1e-3, 3e-3),
+  cfg = types.SimpleNamespace(vocab_size=256)  # ln V: where a run ended diverged
+  out = attention_arms.tuned_arm(cfg, (0, 1), tuning_seeds=(100,), grid=(1e-3, 3e-3),
                                  data="x", steps=1, batch_size=1, seq_len=1)
   assert calls == [((100,), (1e-3, 3e-3)), ((0, 1), (3e-3,))]
-  assert out["lr"] == 3e-3 and out["tuning"]["val_loss"] == [2.5, 2.0]
+  assert out["lr"] == 3e-3 and out["tuning"]["losses"] == [2.5, 2.0]
   calls.clear()
   assert attention_arms.tuned_arm(None, (0,), tuning_seeds=(100,), grid=(3e-3,), data="x",
-                                  steps=1, batch_size=1, seq_len=1)["tuning"] is None
+                                  steps=1, batch_size=1, seq_len=1)["tuning"]["losses"] == []
   assert calls == [((0,), (3e-3,))]
   with pytest.raises(ValueError, match="both tune and report"):
     attention_arms.tuned_arm(None, (0, 100), tuning_seeds=(100,), grid=(1e-3, 3e-3))
@@ -90,8 +91,8 @@ def test_tuned_arm_chooses_on_tuning_seeds_and_reports_at_one_rate(monkeypatch):
 
 def test_tune_rate_extends_a_winning_edge_once_only_when_asked(monkeypatch):
   """The edge rule (opt-in): a best rate at the top runs one rate a step beyond it, once; a
-  rate still at the edge is flagged; a rate that ended diverged never wins; extend=0 keeps the
-  record every other claim reads."""
+  rate still at the edge is flagged; a rate that ended diverged never wins; extend=0 runs the
+  grid alone."""
   calls = []
 
   def fake(cfg, seeds, *, learning_rates, **kw):
@@ -104,16 +105,16 @@ def test_tune_rate_extends_a_winning_edge_once_only_when_asked(monkeypatch):
   cfg = types.SimpleNamespace(vocab_size=256)
   kw = dict(tuning_seeds=(100,), data="x", steps=1, batch_size=1, seq_len=1)
   plain = attention_arms.tune_rate(cfg, grid=(1e-3, 2e-3, 4e-3, 8e-3), **kw)
-  assert calls == [(1e-3, 2e-3, 4e-3, 8e-3)] and plain["lr"] == 8e-3
-  assert set(plain["tuning"]) == {"seeds", "grid", "val_loss"}  # unchanged without extend
+  assert calls == [(1e-3, 2e-3, 4e-3, 8e-3)] and plain["learning_rate"] == 8e-3
+  assert plain["at_edge"] and plain["extensions"] == 0  # no extension without extend
   calls.clear()
   once = attention_arms.tune_rate(cfg, grid=(1e-3, 2e-3, 4e-3, 8e-3), extend=1, **kw)
   assert calls == [(1e-3, 2e-3, 4e-3, 8e-3), (1.6e-2,)]
-  assert once["lr"] == pytest.approx(1.6e-2) and once["tuning"]["at_edge"]
-  assert once["tuning"]["grid"] == pytest.approx([1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2])
+  assert once["learning_rate"] == pytest.approx(1.6e-2) and once["at_edge"]
+  assert once["grid"] == pytest.approx([1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2])
   inside = attention_arms.tune_rate(cfg, grid=(4e-3, 8e-3, 1.6e-2, 3.2e-2), extend=1, **kw)
-  assert inside["lr"] == pytest.approx(1.6e-2) and not inside["tuning"]["at_edge"]
-  assert inside["tuning"]["diverged"] == [False, False, False, True]
+  assert inside["learning_rate"] == pytest.approx(1.6e-2) and not inside["at_edge"]
+  assert inside["excluded"] == [False, False, False, True]
   with pytest.raises(ValueError, match="increasing"):
     attention_arms.tune_rate(cfg, grid=(8e-3, 4e-3), extend=1, **kw)
 

@@ -63,9 +63,9 @@ def test_dynamic_sparsity_counts_a_flat_arm_at_no_edge(monkeypatch):
   def fake_tune(cfg, *, tuning_seeds, grid, extend, **kw):
     val = losses[cfg.attention if cfg.attention != "softmax" else "full"]
     i = int(np.argmin(val))
-    return {"lr": grid[i], "tuning": {"seeds": list(tuning_seeds), "grid": list(grid),
-                                      "val_loss": val, "diverged": [False] * 4,
-                                      "at_edge": i in (0, len(val) - 1)}}
+    return {"learning_rate": grid[i], "index": i, "seeds": list(tuning_seeds),
+            "grid": list(grid), "losses": val, "excluded": [False] * 4,
+            "at_edge": i in (0, len(val) - 1), "flat": False}
 
   monkeypatch.setattr(sparsity, "tune_rate", fake_tune)
   monkeypatch.setattr(sparsity, "train_arm", lambda cfg, seeds, **kw: {"lr": 0.0})
@@ -223,8 +223,9 @@ def test_dynamic_sparsity_run_trains_every_arm_at_the_size_it_is_given(monkeypat
     seen.append(("tune " + task, cfg, tuple(grid), steps, seq_len))
     lr = grid[-1] if cfg.attention == "local" else grid[1]  # local's stays at the top edge
     val = [2.5, 2.4, 2.3, 2.2]  # not flat: an edge counts
-    return {"lr": lr, "tuning": {"seeds": [100], "grid": list(grid), "val_loss": val,
-                                 "diverged": [False] * 4, "at_edge": lr == grid[-1]}}
+    return {"learning_rate": lr, "index": list(grid).index(lr), "seeds": [100],
+            "grid": list(grid), "losses": val, "excluded": [False] * 4,
+            "at_edge": lr == grid[-1], "flat": False}
 
   monkeypatch.setattr(sparsity, "train_arm", fake_train)
   monkeypatch.setattr(sparsity, "tune_rate", fake_tune)
@@ -257,7 +258,7 @@ def test_dynamic_sparsity_run_trains_every_arm_at_the_size_it_is_given(monkeypat
     assert (moba["recall_rates_at_edge"], moba["text_rates_at_edge"]) == (1.0, 0.0)
   assert out["setup"]["model_config"] == rec["full"].to_dict()
   assert out["setup"]["model_config"]["positions"] == "rope"
-  assert out["notes"][0].startswith("- Models: the `llama-micro-20` shape from scratch (llama: d "
+  assert out["notes"][0].startswith("Models: the `llama-micro-20` shape from scratch (llama: d "
                                     "32, L 2, H 4 on 2 key/value heads, rope positions;")
   assert "20.0 tokens read and 5.0 scored answers per parameter" in out["notes"][1]
   assert "Still at an edge: recall local." in out["notes"][-1]

@@ -165,8 +165,8 @@ def test_psd_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path)
     assert kw["grid"] == pytest.approx((7.5e-4, 1.5e-3, 3e-3, 6e-3))
     loss = {("softmax", False): 2.0, ("softmax", True): 2.3, ("rbf", True): 2.1,
             ("linear", True): 2.2}[cfg.attention, cfg.qk_tied]
-    return {"lr": 1e-3, "tuning": {"seeds": [100], "grid": list(kw["grid"]), "val_loss": [loss],
-                                   "at_edge": cfg.attention == "linear"}}
+    return {"learning_rate": 1e-3, "index": 0, "seeds": [100], "grid": list(kw["grid"]),
+            "losses": [loss], "at_edge": cfg.attention == "linear"}
 
   def fake_train(cfg, seeds, *, data, **kw):
     assert kw["steps"] == (1298 if data == "stdlib" else psd_attention.COPY_STEPS)

@@ -212,8 +212,9 @@ def test_sliding_window_run_trains_both_arms_at_the_size_it_is_given(monkeypatch
     assert tuning_seeds == (100,) and extend == 1
     seen.append(("tune", cfg, tuple(grid), steps, batch_size, seq_len))
     lr = grid[-1] if cfg.attention == "local" else grid[1]  # local's stays at the top edge
-    return {"lr": lr, "tuning": {"seeds": [100], "grid": list(grid), "val_loss": [2.2] * 4,
-                                 "diverged": [False] * 4, "at_edge": lr == grid[-1]}}
+    return {"learning_rate": lr, "index": list(grid).index(lr), "seeds": [100],
+            "grid": list(grid), "losses": [2.2] * 4, "excluded": [False] * 4,
+            "at_edge": lr == grid[-1]}
 
   def fake_train(cfg, seeds, *, learning_rates, data, steps, batch_size, seq_len):
     seen.append((data, cfg, tuple(seeds), tuple(learning_rates), steps))
@@ -248,7 +249,7 @@ def test_sliding_window_run_trains_both_arms_at_the_size_it_is_given(monkeypatch
   assert local["loss_ratio"] == pytest.approx(0.05) and local["rates_at_edge"] == 1.0
   assert 0.0 < full["local_mass"] < 1.0
   assert out["setup"]["model_config"] == want["local"].to_dict()
-  assert out["notes"][0].startswith("- Models: the `llama-micro-20` shape from scratch (llama: "
+  assert out["notes"][0].startswith("Models: the `llama-micro-20` shape from scratch (llama: "
                                     "d 32, L 2, H 4 on 2 key/value heads, rope positions; "
                                     "41,120 parameters")
   assert f"{steps} AdamW steps of 8 × 256 tokens, 20.0 tokens per parameter" in out["notes"][0]
