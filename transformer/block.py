@@ -19,6 +19,7 @@ from jax.ad_checkpoint import checkpoint_name
 from transformer.attention import ATTENTION, attention_options, rope
 from transformer.config import Config
 from transformer.kvhook import KVHook, KVInputs, dense_kv, stacked_kv
+from transformer.layout import matmul
 
 ACTIVATION_FNS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),
@@ -37,7 +38,7 @@ def _project(module: nn.Module, name: str, x, d_out: int, std: float):
   cfg = module.cfg
   w = module.param(f"w_{name}", nn.initializers.normal(std), (x.shape[-1], d_out),
                    cfg.jnp_param_dtype)
-  y = checkpoint_name(x @ w.astype(cfg.jnp_dtype), f"w_{name}")
+  y = checkpoint_name(matmul(x, w.astype(cfg.jnp_dtype)), f"w_{name}")
   if cfg.use_bias:
     b = module.param(f"b_{name}", nn.initializers.zeros, (d_out,), cfg.jnp_param_dtype)
     y = y + _lead(b.astype(cfg.jnp_dtype), y.ndim)
@@ -60,7 +61,7 @@ def _project_side_by_side(module: nn.Module, widths: dict[str, int], x, std: flo
     if cfg.use_bias:
       bs.append(module.param(f"b_{name}", nn.initializers.zeros, (width,), cfg.jnp_param_dtype))
   w = jnp.concatenate(ws, axis=1).astype(cfg.jnp_dtype)
-  y = checkpoint_name(x @ w, "w_" + "".join(widths))
+  y = checkpoint_name(matmul(x, w), "w_" + "".join(widths))
   if cfg.use_bias:
     y = y + _lead(jnp.concatenate(bs).astype(cfg.jnp_dtype), y.ndim)
   ends = list(itertools.accumulate(widths.values()))

@@ -40,6 +40,7 @@ from transformer.block import (
 )
 from transformer.config import Config
 from transformer.kvhook import KVCache, KVHook, KVInputs, dense_kv, stacked_kv
+from transformer.layout import matmul
 
 __all__ = ["ACTIVATION_FNS", "Attention", "Block", "Embed", "FeedForward", "KVCache", "KVHook",
            "KVInputs", "Norm", "SAVED_FOR_BACKWARD", "ScanBlock", "Transformer", "Unembed",
@@ -74,7 +75,7 @@ class Embed(nn.Module):
     return jnp.take(self.embedding, ids, axis=0).astype(self.cfg.jnp_dtype)
 
   def attend(self, h_BTD):
-    return h_BTD @ self.embedding.T.astype(self.cfg.jnp_dtype)
+    return matmul(h_BTD, self.embedding.T.astype(self.cfg.jnp_dtype))
 
 
 def _context(cfg: Config, B: int, T: int, *, positions=None, padding_mask=None, offset=0,
