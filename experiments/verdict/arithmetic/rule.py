@@ -13,7 +13,10 @@ such as `">= 0.9"` holds only when the whole interval satisfies it (`stats.evalu
   deciding bound undetermined: `censoring.censoring_reason`).
 
 `verdict` applies it to the primary thresholds (the headline), `extension_verdicts` to each
-extension (beneath it, never changing it), `reading` to one axis point's runs. With one seed
+extension (beneath it, never changing it), `reading` to one axis point's runs. A claim that
+splits its sentence into clauses (`Claim.clauses`) is decided clause by clause
+(`clause_verdicts`, each on its own thresholds and the controls they need), and its headline is
+their conjunction (`declare.clause.conjunction`). With one seed
 the interval is the single value, and the verdict is labelled "indicative (quick)".
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from experiments.verdict.arithmetic.censoring import censoring_reason
 from experiments.verdict.arithmetic.stats import evaluate, fmt, holds
+from experiments.verdict.declare.clause import conjunction, settled_label
 
 VERDICTS = ("supported", "refuted", "inconclusive", "not built")
 INDICATIVE = "indicative (quick)"
@@ -80,10 +84,40 @@ def decide(thresholds, runs: dict, seeds) -> tuple[str, str, list[dict]]:
 
 
 def verdict(claim, runs: dict, seeds, *, indicative: bool) -> tuple[str, str, list]:
-  """The primary verdict (the headline) from the frozen thresholds: `(verdict, reason, evals)`."""
+  """The primary verdict (the headline) from the frozen thresholds: `(verdict, reason, evals)`.
+
+  With clauses, the headline is their conjunction and the reason gives each clause's verdict
+  and why; `evals` are every primary threshold's, as without."""
   v, why, evals = decide(claim.thresholds, runs, seeds)
   prefix = f"{INDICATIVE}: " if indicative else ""
+  if claim.clauses:
+    parts = clause_verdicts(claim, runs, seeds, indicative=False)
+    v = conjunction([c["verdict"] for c in parts])
+    why = "the conjunction of its clauses: " + " | ".join(
+        f"clause {i} ({c['text']}): {settled_label(c['verdict'], c['proof'])}: {c['reason']}"
+        for i, c in enumerate(parts, 1))
   return v, prefix + why, evals
+
+
+def clause_group(claim, clause) -> tuple:
+  """The thresholds that decide `clause`: the primaries it names and the controls they need."""
+  named = [th for th in claim.thresholds if th.name in clause.thresholds]
+  controls = {t.name for t in claim.thresholds if t.control}
+  needed = set().union(*(set(th.needs) if th.needs is not None else controls for th in named))
+  return tuple(th for th in claim.thresholds if th in named or (th.control and th.name in needed))
+
+
+def clause_verdicts(claim, runs: dict, seeds, *, indicative: bool) -> list[dict]:
+  """Each clause's `{"text", "thresholds", "proof", "verdict", "reason"}` by `decide`; `proof`
+  is whether mathematics settles it (its thresholds verify the argument exactly). Empty for a
+  claim that declares no clauses."""
+  prefix = f"{INDICATIVE}: " if indicative else ""
+  out = []
+  for clause in claim.clauses:
+    v, why, _ = decide(clause_group(claim, clause), runs, seeds)
+    out.append({"text": clause.text, "thresholds": list(clause.thresholds),
+                "proof": clause.proof is not None, "verdict": v, "reason": prefix + why})
+  return out
 
 
 def extension_verdicts(claim, runs: dict, seeds, *, indicative: bool) -> list[dict]:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from experiments.verdict.declare.axis import Axis
+from experiments.verdict.declare.clause import Clause, check_clauses
 from experiments.verdict.declare.revision import Revision, check_revisions, revision_from_json
 from experiments.verdict.declare.sizes import Sizes, Spec
 from experiments.verdict.declare.thresholds import Anchor, Extension, Threshold
@@ -79,6 +80,10 @@ class Claim:
       then carry that model's tokens per parameter and held-out bits per byte.
     key: the name of the threshold whose effect the verdict table shows as the key number
       (a display choice, not frozen in `claim.json`); None: the first effect.
+    clauses: the preface's sentence split into its clauses (`declare.clause.Clause`), each
+      decided by the primary thresholds it names; the headline is their conjunction. Every
+      primary threshold decides exactly one clause. Empty: one clause, the whole sentence,
+      decided by every primary threshold (claims registered before clauses existed).
   """
 
   id: str
@@ -103,9 +108,12 @@ class Claim:
   reads_base: bool = False
   axes: tuple[Axis, ...] = ()
   key: str | None = None
+  clauses: tuple[Clause, ...] = ()
 
   def __post_init__(self):
     check_revisions(self.id, self.version, self.revisions)
+    object.__setattr__(self, "clauses", tuple(self.clauses))
+    check_clauses(self.id, self.clauses, self.thresholds)
     if self.key is not None and self.key not in {t.name for t in self.thresholds}:
       raise ValueError(f"Claim {self.id!r}: key={self.key!r} names no threshold. Fix: one of "
                        f"{[t.name for t in self.thresholds]}, or None (the first).")
@@ -189,6 +197,7 @@ class Claim:
                anchors=tuple(Anchor(**a) for a in d["anchors"]), trains=d["trains"],
                version=d.get("version", 1),
                revisions=tuple(revision_from_json(r) for r in d.get("revisions", ())),
+               clauses=tuple(Clause.from_dict(c) for c in d.get("clauses", ())),
                axes=tuple(axes))
 
   def sizes(self, quick: bool) -> Sizes:
@@ -227,6 +236,8 @@ class Claim:
       if axis.values:
         for key, value in axis.to_dict().items():
           d[key] = {**d[key], **value} if key in d else value
+    if self.clauses:
+      d["clauses"] = [c.to_dict() for c in self.clauses]
     if self.version > 1:
       d["version"] = self.version
       d["revisions"] = [r.to_dict() if isinstance(r, Revision) else r for r in self.revisions]

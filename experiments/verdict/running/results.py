@@ -9,7 +9,7 @@ parameters, tokens per parameter and held-out bits per byte).
 from __future__ import annotations
 
 from experiments import jsonio
-from experiments.verdict.arithmetic.rule import extension_verdicts, verdict
+from experiments.verdict.arithmetic.rule import clause_verdicts, extension_verdicts, verdict
 from experiments.verdict.arithmetic.stats import arm_summary, effect
 from experiments.verdict.declare.axes import model_card, run_bits, trained_params
 from experiments.verdict.declare.claim import Claim
@@ -45,6 +45,8 @@ def results_of(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict
                  **({"budget": spent} if (spent := budget(sizes, trained_params(sizes))) else {})},
       "arms": {arm: arm_summary(per_seed) for arm, per_seed in runs.items()},
       "effects": effects, "verdict": v, "reason": reason,
+      **({"clauses": clause_verdicts(claim, runs, seeds, indicative=indicative)}
+         if claim.clauses else {}),
       "thresholds": [th.to_dict() for th in claim.thresholds], "extensions": extensions,
       "axes": dict(axes or {}),
       "anchors": [a.to_dict() for a in claim.anchors], "runtime_s": runtime,

@@ -25,11 +25,13 @@ RESULT_KEYS = ("claim", "schema", "quick", "seeds", "tuning_seeds", "config", "a
 # `corpus_sha256` (the pinned `stdlib` archive the run read, `experiments.data.pinned`) and
 # `split` (the split its primary's metrics were read on): results kept before the pinned corpus
 # (2026-12-07) lack them, so they are optional in a kept file and required in a new one
-# (`validate_results(..., new=True)`, which also requires `env.python`)
-OPTIONAL_RESULT_KEYS = ("version", "notes", "figures", "corpus_sha256", "split")
+# (`validate_results(..., new=True)`, which also requires `env.python`); `clauses`, each clause's
+# verdict, for a claim that splits its sentence (`Claim.clauses`)
+OPTIONAL_RESULT_KEYS = ("version", "notes", "figures", "corpus_sha256", "split", "clauses")
 NEW_RESULT_KEYS = ("corpus_sha256", "split")
 SPLITS = ("train", "val", "test")
 EXTENSION_KEYS = ("name", "verdict", "reason", "thresholds")
+CLAUSE_KEYS = ("text", "thresholds", "proof", "verdict", "reason")
 BUDGET_KEYS = ("train_tokens", "params", "tokens_per_param")
 TRENDS = ("grows", "shrinks", "no trend", "not measured", "families disagree")
 # an axis block: its rows and fit (`axis.Axis.block`), `model` (the budget axis), `added`
@@ -270,6 +272,10 @@ def validate_results(obj: dict, claim_ids: Sequence[str] | None = None, *,
   _need(isinstance(obj["reason"], str) and obj["reason"], "reason", "must be a non-empty string")
   _need(isinstance(obj["thresholds"], list), "thresholds", "must be a list")
   _need(isinstance(obj["extensions"], list), "extensions", "must be a list")
+  for i, c in enumerate(obj.get("clauses", ())):
+    _keys(c, CLAUSE_KEYS, f"clauses[{i}]")
+    _need(c["verdict"] in VERDICTS, f"clauses[{i}].verdict", f"must be one of {VERDICTS}")
+    _need(isinstance(c["proof"], bool), f"clauses[{i}].proof", "must be true or false")
   for i, e in enumerate(obj["extensions"]):
     _keys(e, EXTENSION_KEYS, f"extensions[{i}]")
     _need(isinstance(e["name"], str) and e["name"], f"extensions[{i}].name", "must be a string")
