@@ -26,18 +26,18 @@ def windows(seed: int, seq_len: int, n: int, split: str, step: int = 10_000) -> 
   return data.text_source("stdlib", seq_len).batch(seed, step, n, split).tokens
 
 
-def val_tokens(seq_len: int, batch_size: int, seed: int) -> np.ndarray:
+def val_tokens(seq_len: int, batch_size: int, seed: int, split: str = "heldout") -> np.ndarray:
   """`(B, seq_len)` token ids: held-out windows of the stdlib corpus (pure in `seed`).
 
-  They are `heldout` windows (the `val` and `test` files together, drawn as `val` was before
-  the pinned corpus cut a test split out of it), so every claim registered before that cut
-  measures the very windows it was registered on; a version registered after it reads its
-  verdict on `test` instead.
+  By default they are `heldout` windows (the `val` and `test` files together, drawn as `val`
+  was before the pinned corpus cut a test split out of it), so every claim registered before
+  that cut measures the very windows it was registered on; a version registered after it
+  reads its verdict on `split="test"` instead.
   """
   from experiments import data
 
   src = data.text_source("stdlib", seq_len)
-  return src.batch(seed, 0, batch_size, "heldout").tokens[:, :-1]
+  return src.batch(seed, 0, batch_size, split).tokens[:, :-1]
 
 
 @functools.lru_cache(maxsize=8)

@@ -135,7 +135,7 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
                aux_loss: Callable | None = None, eval_every: int,
                callback: Callable | None = None, init_fn: Callable | None = None,
                eval_batches: int = 4, strategy: Strategy = "auto",
-               scan_unroll: int | None = None) -> ManyResult:
+               scan_unroll: int | None = None, eval_split: str = "val") -> ManyResult:
   """Trains `len(learning_rates) × len(seeds)` models, each a pure function of its seed and rate.
 
   .. math:: \\theta^{(\\eta, s)}_{k+1} = \\theta^{(\\eta, s)}_k
@@ -173,6 +173,9 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
       accelerator).
     scan_unroll: layers per iteration of the model's layer scan (`Transformer.scan_unroll`;
       the same values); default: every layer of a model of at most `UNROLL_LAYERS`, else 1.
+    eval_split: the split the validation batches come from: `"val"` (every tuning run and
+      choice) or `"test"` (a registered verdict's reported runs only; drawn inside
+      `experiments.data.no_test`, as every tuner runs, it raises).
 
   Returns:
     A `ManyResult`.
@@ -190,6 +193,9 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     raise ValueError(f"train_many: {steps=} and {eval_every=} must be positive.")
   if not seeds:
     raise ValueError("train_many: seeds is empty. Fix: pass e.g. seeds=(0, 1, 2).")
+  if eval_split not in ("val", "test"):
+    raise ValueError(f"train_many: eval_split={eval_split!r} is unknown. Fix: 'val' (tuning "
+                     "and choices) or 'test' (a registered verdict's reported runs).")
   if strategy not in ("auto",) + STRATEGIES:
     raise ValueError(f"train_many: strategy={strategy!r} is unknown. Fix: one of "
                      f"{('auto',) + STRATEGIES}.")
@@ -290,7 +296,7 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     return state[0] if strategy == "vmap" else _stack([t for t, _ in state], grid)
 
   if eval_batches:
-    val_tokens, val_weights = _batches(src, seeds, range(eval_batches), batch_size, "val")
+    val_tokens, val_weights = _batches(src, seeds, range(eval_batches), batch_size, eval_split)
   ends = list(range(eval_every, steps + 1, eval_every))
   if not ends or ends[-1] != steps:
     ends.append(steps)

@@ -8,6 +8,7 @@ an entry whose gradient is at rounding level gets an AdamW step of `lr · sign(n
 last-bit difference in such a gradient moves it by up to the rate while no loss moves.
 """
 
+import jax
 import numpy as np
 import pytest
 
@@ -51,3 +52,28 @@ def test_auto_is_the_measured_choice_and_a_bad_strategy_names_the_fix():
   assert sweep.choose_strategy(5, "gpu") == "vmap"
   with pytest.raises(ValueError, match=r"strategy='threads' is unknown\. Fix: one of"):
     _train(SIZES["d16-L1"], "threads")
+
+
+def test_eval_split_reads_test_windows_and_is_refused_while_tuning():
+  """`eval_split="test"` validates on test windows (same training losses, another validation
+  loss, equal to the model's own loss on those windows); inside `no_test` it raises."""
+  from experiments import data
+  from experiments.data.batch import no_test
+
+  cfg = SIZES["d16-L1"]
+  kw = dict(seeds=(0,), learning_rates=(3e-3,), steps=3, data="stdlib", batch_size=4,
+            seq_len=32, eval_every=3, eval_batches=1)
+  make_tx = tuning.on_budget(optimizers.adamw_arm(), 3)
+  val = sweep.train_many(cfg, make_tx, **kw)
+  test = sweep.train_many(cfg, make_tx, eval_split="test", **kw)
+  _close(test.loss, val.loss, "training loss does not depend on the validation split")
+  assert abs(float(test.val_loss[0, 0, -1]) - float(val.val_loss[0, 0, -1])) > 1e-4
+  batch = data.text_source("stdlib", 32).batch(0, 0, 4, "test")
+  params = jax.tree.map(lambda x: x[0, 0], test.params)
+  logits = transformer.Transformer(cfg).apply({"params": params}, batch.tokens[:, :-1])
+  want = transformer.next_token_loss(logits, batch.tokens, batch.weights)
+  np.testing.assert_allclose(test.val_loss[0, 0, -1], want, rtol=1e-5, err_msg= "the test loss is the model's loss on test windows")
+  with no_test("a tuner"), pytest.raises(ValueError, match="test"):
+    sweep.train_many(cfg, make_tx, eval_split="test", **kw)
+  with pytest.raises(ValueError, match="eval_split='heldout'"):
+    sweep.train_many(cfg, make_tx, eval_split="heldout", **kw)
