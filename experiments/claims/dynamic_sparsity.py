@@ -270,7 +270,7 @@ def run(spec: Spec) -> dict:
   rule = (f"held-out loss on tuning seed {TUNE_SEED}, each arm apart; {list(z.rate_factors)} × "
           f"the recipe's peak, extended up to {z.extend} step(s) past a winning edge"
           + (f", an arm spanning < {z.flat_nats:g} nats flat" if z.flat_nats else ""))
-  notes += [{"tuned": r["tuning"], "read": f"{task}: {rule}"}
+  notes += [{"tuned": r["tuning"], "read": f"{task}: {rule}", "fixed": f"{task}, not tuned (quick)"}
             for task, r in (("recall", rec), ("stdlib", txt)) if r]
   edges = rec["at_edge"] + (txt["at_edge"] if txt else [])
   if edges:

@@ -40,14 +40,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 
 import numpy as np
 
 from experiments import models
 from experiments.lab import cap_training as ct
+from experiments.lab import edge
 from experiments.lab.norm_training import stress_rate
 from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
+from experiments.verdict.render.cells import spread
+from experiments.verdict.render.figures import median_band
 
 CAP = 1.0
 ARMS: dict[str, tuple[str, ...] | None] = {"adamw": None, "cap-hidden": ct.HIDDEN}
@@ -138,9 +140,9 @@ def run(spec: Spec) -> dict:
       spec.log(f"  eigenvalue-constrained: tuning {arm} on {list(z.grid)} (seed {TUNE_SEED}, "
                f"{steps} steps)")
       tuned[arm] = ct.tune_arm(cfg, make[arm], z.grid, seed=TUNE_SEED, extend=z.extend, **kw)
-    stress, found = stress_rate(tuned["adamw"]["grid"], tuned["adamw"]["ended_diverged"])
+    stress, found = stress_rate(tuned["adamw"]["grid"], tuned["adamw"]["excluded"])
   else:
-    tuned = {arm: {"learning_rate": z.grid[0], "at_edge": False} for arm in ARMS}
+    tuned = {arm: edge.untuned(z.grid[0]).to_dict() for arm in ARMS}
     stress, found = z.grid[-1], False
   tracks, runs = {}, {}
   for arm in ARMS:
@@ -162,111 +164,85 @@ def run(spec: Spec) -> dict:
       m["stress_loss_rel_tuned"] = (m["end_loss_stress"] - m["end_loss_tuned"]) / m[
           "end_loss_tuned"]
       m["cert_ratio_all_runs"] = float(cert)
-  figure = _figure(tracks, tuned, stress, spec.run_dir, V)
   return {"setup": {"model_config": cfg.to_dict(), "arms": {a: list(n) if n else None
                                                             for a, n in ARMS.items()},
                     "cap": CAP, "tune_seed": TUNE_SEED, "tuned": tuned, "stress_rate": stress,
                     "stress_rate_from_divergence": found},
-          "runs": runs, "figures": [figure],
+          "runs": runs, "figures": [_figure(tracks, tuned, stress, V)],
           "notes": _notes(runs, tuned, stress, found, spec.seeds, z, cfg),
           "effects": [("end loss at the stress rate: adamw − cap-hidden", "adamw", "cap-hidden",
                        "end_loss_stress")]}
 
 
-def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list[str]:
-  values = lambda arm, key: np.array([runs[arm][s][key] for s in seeds], np.float64)
-
-  def span(arm, key):
-    x = values(arm, key)
-    return f"{np.nanmean(x):.4g} [{np.nanmin(x):.4g}, {np.nanmax(x):.4g}]"
-
+def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list:
+  values = lambda arm, key: [runs[arm][s][key] for s in seeds]
+  span = lambda arm, key: spread(values(arm, key))
   total = lambda arm, key: int(np.nansum(values(arm, key)))
-  if z.tune:
-    rates = (f"- Tuned peak rates (grid {list(z.grid)}, extended a step beyond an edge that won, "
-             f"at most {z.extend}×; seed {TUNE_SEED}, {z.budget_steps()} steps; lowest final "
-             "loss among runs that did not end diverged): " + ", ".join(
-                 f"{a} {tuned[a]['learning_rate']:g}"
-                 + (" (still at an edge: its control fails)" if tuned[a]["at_edge"] else "")
-                 for a in ARMS)
-             + ". Tuning-seed final losses per rate run (ended diverged marked *): " + "; ".join(
-                 f"{a}: " + ", ".join(f"{g:g} {v:.3f}{'*' if d else ''}" for g, v, d in zip(
-                     tuned[a]["grid"], tuned[a]["val_loss"], tuned[a]["ended_diverged"],
-                     strict=True)) for a in ARMS) + ".")
-    why = ("the smallest rate run at which `adamw` ended diverged on the tuning seed" if found
-           else "no rate run made `adamw` end diverged on the tuning seed, so the largest (the "
-           "registered rule; the stress thresholds are read there all the same)")
-  else:
-    rates = (f"- Not tuned (quick): every arm at {z.grid[0]:g}, the first rate of the grid; the "
-             "verdict is indicative only.")
-    why = "fixed (quick), the last rate of the grid"
+  why = ("fixed (quick), the last rate of the grid" if not z.tune else
+         "the smallest rate run at which `adamw` ended diverged on the tuning seed" if found
+         else "no rate run made `adamw` end diverged on the tuning seed, so the largest (the "
+         "registered rule; the stress thresholds are read there all the same)")
   return [
-      rates,
-      f"- Stress rate {stress:g}: {why}.",
-      f"- End loss (nats; ended diverged = ln V = {math.log(cfg.vocab_size):.3f}), mean [min, "
+      {"tuned": tuned, "per_rate": True,
+       "read": f"lowest final loss on seed {TUNE_SEED} after {z.budget_steps()} steps among runs "
+               f"that did not end diverged; grid {list(z.grid)}, extended a step beyond an edge "
+               f"that won, at most {z.extend}×"},
+      f"Stress rate {stress:g}: {why}.",
+      f"End loss (nats; ended diverged = ln V = {math.log(cfg.vocab_size):.3f}), mean [min, "
       "max] over seeds: at the tuned rates " + "; ".join(
           f"{a} {span(a, 'end_loss_tuned')}" for a in ARMS) + "; at the stress rate " + "; ".join(
           f"{a} {span(a, 'end_loss_stress')}" for a in ARMS) + ".",
-      f"- Runs that ended diverged (of {len(seeds)} seeds), tuned / stress: " + ", ".join(
+      f"Runs that ended diverged (of {len(seeds)} seeds), tuned / stress: " + ", ".join(
           f"{a} {total(a, 'diverged_tuned')} / {total(a, 'diverged_stress')}" for a in ARMS)
       + "; flagged by a spike but recovered: " + ", ".join(
           f"{a} {total(a, 'spiked_tuned')} / {total(a, 'spiked_stress')}" for a in ARMS) + ".",
-      "- Largest σ_max of the hidden matrices at the end, mean [min, max], tuned / stress: "
+      "Largest σ_max of the hidden matrices at the end, mean [min, max], tuned / stress: "
       + "; ".join(f"{a} {span(a, 'sigma_max_tuned')} / {span(a, 'sigma_max_stress')}"
                   for a in ARMS) + f" (cap {CAP:g}; inf: non-finite weights).",
-      "- Logit certificate, largest measured / certified logit over evaluations, layers and "
+      "Logit certificate, largest measured / certified logit over evaluations, layers and "
       "heads (finite runs), tuned / stress: " + "; ".join(
           f"{a} {span(a, 'cert_ratio_tuned')} / {span(a, 'cert_ratio_stress')}" for a in ARMS)
       + ".",
-      f"- Model: the `{z.model}` shape from scratch, D = {cfg.d_model}, L = {cfg.n_layers}, "
+      f"Model: the `{z.model}` shape from scratch, D = {cfg.d_model}, L = {cfg.n_layers}, "
       f"H = {cfg.n_heads}, T = {z.seq_len}, B = {z.batch_size}, {z.budget_steps()} steps: "
       f"{z.train_tokens():,} tokens, {z.train_tokens() / models.param_count(z.model):.1f} per "
       f"parameter; cap σ_max ≤ {CAP:g} by exact SVD after each step.",
   ]
 
 
-def _figure(tracks: dict, tuned: dict, stress: float, run_dir: str, vocab_size: int) -> str:
-  """Tuning-seed loss against the rate, and the validation loss over training at the stress
-  and the tuned rates (median over seeds, band min–max), one colour per arm."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+def _figure(tracks: dict, tuned: dict, stress: float, vocab_size: int) -> dict:
+  """`rates.png`, declared as data: the tuning-seed loss against the rate, and the validation
+  loss over training at the stress and the tuned rates (median over seeds, band min–max), one
+  colour per arm."""
   colors = {"adamw": "C3", "cap-hidden": "C0"}
   ln_v = math.log(vocab_size)
-  for arm, tr in tracks.items():
-    t = tuned[arm]
-    if "grid" in t:
-      lrs, val = np.asarray(t["grid"]), np.asarray(t["val_loss"], np.float64)
-      bad = np.asarray(t["ended_diverged"], bool)
-      axes[0].plot(lrs, np.where(bad, ln_v, val), "o-", color=colors[arm], label=arm)
-      axes[0].plot(lrs[bad], np.full(bad.sum(), ln_v), "x", color=colors[arm], ms=10)
-    for ax, tag in zip(axes[1:], ("stress", "tuned"), strict=True):
-      i = tr["index"][tag]
-      v = np.where(np.isfinite(tr["val_RSE"][i]), tr["val_RSE"][i], np.nan)
-      rate = stress if tag == "stress" else t["learning_rate"]
-      with warnings.catch_warnings():  # every seed non-finite at a reading: a gap, drawn so
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lo, mid, hi = np.nanmin(v, 0), np.nanmedian(v, 0), np.nanmax(v, 0)
-      ax.plot(tr["steps_E"], mid, "o-", color=colors[arm], label=f"{arm} (η = {rate:g})")
-      ax.fill_between(tr["steps_E"], lo, hi, color=colors[arm], alpha=0.15)
-  if "grid" not in tuned["adamw"]:
-    axes[0].text(0.5, 0.5, "not tuned (quick)", ha="center", transform=axes[0].transAxes)
-  axes[0].axvline(stress, color="k", ls="--", lw=1, label=f"stress rate {stress:g}")
-  axes[0].set(xscale="log", xlabel="peak learning rate (log scale)",
-              ylabel="final validation loss (nats; ended diverged = ln V, x)",
-              title=f"tuning seed {TUNE_SEED}: loss vs rate")
-  for ax, what in zip(axes[1:], ("at the stress rate", "at each arm's tuned rate"), strict=True):
-    ax.axhline(ln_v, color="k", ls=":", lw=1.5, label=f"ln V = {ln_v:.2f} (initial loss)")
-    ax.set(ylim=(0, 1.5 * ln_v), xlabel="training step", ylabel="validation loss (nats)",
-           title=f"validation loss {what}\n(median over seeds, band min–max; axis cut)")
-  for ax in axes:
-    ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/rates.png", dpi=110)
-  plt.close(fig)
-  return "rates.png"
+  lines = []
+  for arm, t in tuned.items():
+    if t["losses"]:
+      bad = t["excluded"]
+      lines += [{"x": t["grid"], "y": [ln_v if b else v for v, b in zip(t["losses"], bad,
+                                                                         strict=True)],
+                 "style": "o-", "color": colors[arm], "label": arm},
+                {"x": [g for g, b in zip(t["grid"], bad, strict=True) if b],
+                 "y": [ln_v] * sum(bad), "style": "x", "color": colors[arm], "ms": 10}]
+  rates = {"lines": lines, "xscale": "log", "xlabel": "peak learning rate (log scale)",
+           "vlines": [{"x": stress, "color": "k", "style": "--", "lw": 1,
+                       "label": f"stress rate {stress:g}"}],
+           "ylabel": "final validation loss (nats; ended diverged = ln V, x)",
+           "title": f"tuning seed {TUNE_SEED}: loss vs rate", "legend": 8,
+           **({} if lines else {"note": "not tuned (quick)"})}
+  panels = [rates]
+  for tag, what in (("stress", "at the stress rate"), ("tuned", "at each arm's tuned rate")):
+    rate = lambda arm, tag=tag: stress if tag == "stress" else tuned[arm]["learning_rate"]
+    drawn = [median_band(tr["steps_E"], tr["val_RSE"][tr["index"][tag]], color=colors[arm],
+                         label=f"{arm} (η = {rate(arm):g})") for arm, tr in tracks.items()]
+    panels.append({"lines": [line for line, _ in drawn], "bands": [band for _, band in drawn],
+                   "hlines": [{"y": ln_v, "color": "k", "style": ":", "lw": 1.5,
+                               "label": f"ln V = {ln_v:.2f} (initial loss)"}],
+                   "ylim": [0, 1.5 * ln_v], "xlabel": "training step",
+                   "ylabel": "validation loss (nats)", "legend": 8,
+                   "title": f"validation loss {what}\n(median over seeds, band min–max; axis cut)"})
+  return {"name": "rates.png", "size": [15, 4.6], "panels": panels}
 
 
 def _edge_control(arm: str) -> Threshold:

@@ -48,9 +48,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import models
-from experiments.lab import norm_training
+from experiments.lab import edge, norm_training
 from experiments.lab.norm_training import NORMED, kappa_ceiling
 from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
+from experiments.verdict.render.cells import spread
+from experiments.verdict.render.figures import median_band
 
 NORMS = ("layernorm", "rmsnorm", "none")
 U_BF16 = float(jnp.finfo(jnp.bfloat16).eps) / 2  # unit roundoff 2⁻⁸
@@ -160,10 +162,9 @@ def run(spec: Spec) -> dict:
                f"{z.steps} steps)")
       tuned[norm] = norm_training.tune_arm(base.replace(norm=norm), z.grid, seed=TUNE_SEED,
                                            extend=z.extend, **kw)
-    stress, found = norm_training.stress_rate(tuned["none"]["grid"],
-                                              tuned["none"]["ended_diverged"])
+    stress, found = norm_training.stress_rate(tuned["none"]["grid"], tuned["none"]["excluded"])
   else:
-    tuned = {norm: {"learning_rate": z.grid[0], "at_edge": False} for norm in NORMS}
+    tuned = {norm: edge.untuned(z.grid[0]).to_dict() for norm in NORMS}
     stress, found = z.grid[-1], False
   tracks, runs = {}, {}
   for norm in NORMS:
@@ -176,12 +177,13 @@ def run(spec: Spec) -> dict:
                          "learning_rate": rates[0], "stress_rate": stress,
                          "edge_lr": float(tuned[norm]["at_edge"])}
                   for j, seed in enumerate(spec.seeds)}
-  figure = _figure(tracks, tuned, stress, spec.run_dir, V,
-                   kappa_ceiling(z.batch_size * z.seq_len, base.d_model), z.eval_every)
   return {"setup": {"model_config": base.to_dict(), "norms": list(NORMS), "center": True,
                     "kappa_bound": KAPPA_BOUND, "tune_seed": TUNE_SEED, "tuned": tuned,
                     "stress_rate": stress, "stress_rate_from_divergence": found},
-          "runs": runs, "figures": [figure],
+          "runs": runs,
+          "figures": [_figure(tracks, tuned, stress, V,
+                              kappa_ceiling(z.batch_size * z.seq_len, base.d_model),
+                              z.eval_every)],
           "notes": _notes(runs, tuned, stress, found, spec.seeds, z, base),
           "effects": [("log10 κ_max at the stress rate: none − layernorm", "none", "layernorm",
                        "log10_kappa_stress"),
@@ -189,60 +191,46 @@ def run(spec: Spec) -> dict:
                        "end_loss_tuned")]}
 
 
-def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list[str]:
+def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list:
   values = lambda arm, key: np.array([runs[arm][s][key] for s in seeds], np.float64)
-  def span(arm, key):
-    x = values(arm, key)
-    return f"{np.nanmean(x):.4g} [{np.nanmin(x):.4g}, {np.nanmax(x):.4g}]"
-
+  span = lambda arm, key: spread(values(arm, key))
   total = lambda arm, key: int(np.nansum(values(arm, key)))
-  if z.tune:
-    rates = (f"- Tuned peak rates (grid {list(z.grid)}, extended a step beyond an edge that won, "
-             f"at most {z.extend}×; seed {TUNE_SEED}, {z.steps} steps; lowest final loss among "
-             "runs that did not end diverged): " + ", ".join(
-                 f"{n} {tuned[n]['learning_rate']:g}"
-                 + (" (still at an edge: its control fails)" if tuned[n]["at_edge"] else "")
-                 for n in NORMS)
-             + ". Tuning-seed final losses per rate run: " + "; ".join(
-                 f"{n}: " + ", ".join(f"{g:g} {v:.3f}" for g, v in zip(
-                     tuned[n]["grid"], tuned[n]["val_loss"], strict=True)) for n in NORMS)
-             + ".")
-    why = ("the smallest rate run at which `none` ended diverged on the tuning seed" if found
-           else "no rate run made `none` end diverged on the tuning seed, so the largest "
-           "(the registered rule; the stress thresholds are read there all the same)")
-  else:
-    rates = (f"- Not tuned (quick): every arm at {z.grid[0]:g}, the first rate of the grid; the "
-             "verdict is indicative only.")
-    why = "fixed (quick), the last rate of the grid"
+  why = ("fixed (quick), the last rate of the grid" if not z.tune else
+         "the smallest rate run at which `none` ended diverged on the tuning seed" if found
+         else "no rate run made `none` end diverged on the tuning seed, so the largest "
+         "(the registered rule; the stress thresholds are read there all the same)")
   return [
-      rates,
-      f"- Stress rate {stress:g}: {why}.",
-      f"- Largest κ_eff of the normalized inputs (attn_in, ffn_in; over layers and every "
+      {"tuned": tuned, "per_rate": True,
+       "read": f"lowest final loss on seed {TUNE_SEED} after {z.steps} steps among runs that did "
+               f"not end diverged; grid {list(z.grid)}, extended a step beyond an edge that "
+               f"won, at most {z.extend}×"},
+      f"Stress rate {stress:g}: {why}.",
+      f"Largest κ_eff of the normalized inputs (attn_in, ffn_in; over layers and every "
       f"{z.eval_every} steps), mean [min, max] over seeds, against the bound K = 1/u_bf16 = "
       f"{KAPPA_BOUND:.0f}: at the tuned rates " + "; ".join(
           f"{n} {span(n, 'kappa_tuned')}" for n in NORMS) + "; at the stress rate " + "; ".join(
           f"{n} {span(n, 'kappa_stress')}" for n in NORMS) + ".",
-      "- Per input at the tuned rates (mean over seeds): " + "; ".join(
+      "Per input at the tuned rates (mean over seeds): " + "; ".join(
           f"{n}: " + ", ".join(f"{i} {np.nanmean(values(n, f'{i}/kappa_tuned')):.4g}"
                                for i in NORMED) for n in NORMS)
       + "; at the last evaluation: " + ", ".join(
           f"{n} {np.nanmean(values(n, 'kappa_tuned_final')):.4g}" for n in NORMS) + ".",
-      f"- End loss (nats; ended diverged = ln V = {math.log(cfg.vocab_size):.3f}), mean [min, "
+      f"End loss (nats; ended diverged = ln V = {math.log(cfg.vocab_size):.3f}), mean [min, "
       "max]: at the tuned rates " + "; ".join(f"{n} {span(n, 'end_loss_tuned')}" for n in NORMS)
       + "; at the stress rate " + "; ".join(f"{n} {span(n, 'end_loss_stress')}" for n in NORMS)
       + ".",
-      f"- Runs that ended diverged (of {len(seeds)} seeds), tuned / stress: " + ", ".join(
+      f"Runs that ended diverged (of {len(seeds)} seeds), tuned / stress: " + ", ".join(
           f"{n} {total(n, 'diverged_tuned')} / {total(n, 'diverged_stress')}" for n in NORMS)
       + "; spiked but recovered: " + ", ".join(
           f"{n} {total(n, 'spiked_tuned')} / {total(n, 'spiked_stress')}" for n in NORMS) + ".",
-      "- Zero singular values dropped from κ_eff (largest over inputs, layers, evaluations), "
+      "Zero singular values dropped from κ_eff (largest over inputs, layers, evaluations), "
       "tuned / stress rate: " + ", ".join(
           f"{n} {np.nanmax(values(n, 'n_dropped_tuned')):.0f} / "
           f"{np.nanmax(values(n, 'n_dropped_stress')):.0f}" for n in NORMS)
       + ". LayerNorm has one structural zero (its all-ones direction, `(X ⊙ 1/scale)·1 = 0`); "
       f"more means the input lost rank in float32, where κ_eff reads at most its ceiling "
       f"1/(max(N, D)·eps₃₂) = {kappa_ceiling(z.batch_size * z.seq_len, cfg.d_model):.0f}.",
-      f"- Model: the `{z.model}` shape from scratch, D = {cfg.d_model}, L = {cfg.n_layers}, "
+      f"Model: the `{z.model}` shape from scratch, D = {cfg.d_model}, L = {cfg.n_layers}, "
       f"H = {cfg.n_heads}, T = {z.seq_len}, B = {z.batch_size} (κ_eff read on "
       f"{z.batch_size * z.seq_len} rows of one validation batch), {z.steps} steps: "
       f"{z.train_tokens():,} tokens, {z.tokens_per_param:g} per parameter of the LayerNorm "
@@ -250,61 +238,47 @@ def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list[str]:
   ]
 
 
-def _figure(tracks: dict, tuned: dict, stress: float, run_dir: str, vocab_size: int,
-            ceiling: float, eval_every: int) -> str:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  from matplotlib import ticker
-
-  fig, axes = plt.subplots(1, 3, figsize=(15, 5.4))
+def _figure(tracks: dict, tuned: dict, stress: float, vocab_size: int, ceiling: float,
+            eval_every: int) -> dict:
+  """`kappa.png`, declared as data: `κ_eff` of the normalized inputs at the tuned and at the
+  stress rates, and the validation loss at the stress rate (median over seeds, band min–max)."""
   colors = dict(zip(NORMS, ("C0", "C1", "C3"), strict=True))
   ln_v = math.log(vocab_size)
-  for norm, tr in tracks.items():
-    steps = tr["steps_E"]
-    for ax, i in zip(axes[:2], (0, 1), strict=True):
+  log = {"yscale": "log", "ylog_ticks": True, "xlabel": "training step", "legend_below": 2}
+  panels = []
+  for i, title in ((0, "at each arm's tuned rate"), (1, f"at the stress rate η = {stress:g}")):
+    drawn = []
+    for norm, tr in tracks.items():
       k_ES = np.nanmax(np.stack([np.nanmax(tr["kappa_ERSL"][n][:, i], -1) for n in NORMED]), 0)
       rate = tuned[norm]["learning_rate"] if i == 0 else stress
-      ax.plot(steps, np.nanmedian(k_ES, 1), "o-", color=colors[norm],
-              label=f"{norm} (η = {rate:g})")
-      ax.fill_between(steps, np.nanmin(k_ES, 1), np.nanmax(k_ES, 1), color=colors[norm],
-                      alpha=0.15)
-    val = np.where(np.isfinite(tr["val_RSE"][1]), tr["val_RSE"][1], np.nan)
-    axes[2].plot(steps, np.nanmedian(val, 0), "o-", color=colors[norm], label=norm)
-    axes[2].fill_between(steps, np.nanmin(val, 0), np.nanmax(val, 0), color=colors[norm],
-                         alpha=0.15)
-  n_seeds = next(iter(tracks.values()))["final_RS"].shape[1]
-  band = f"median over {n_seeds} seeds, band min–max" if n_seeds > 1 else "one seed"
-  plain = ticker.FuncFormatter(lambda v, _: f"{v:g}")
-  for ax, title in zip(axes[:2], ("at each arm's tuned rate", f"at the stress rate η = {stress:g}"),
-                       strict=True):
-    ax.axhline(KAPPA_BOUND, color="k", ls="--", lw=1,
-               label=f"bound K = 1/u_bf16 = {KAPPA_BOUND:.0f}")
-    if ax.get_ylim()[1] > ceiling / 10:  # only where readings come near it
-      ax.axhline(ceiling, color="0.5", ls=":", lw=1.5,
-                 label=f"float32 ceiling of κ_eff = {ceiling:.0f}")
-    ax.set(yscale="log", xlabel="training step",
-           ylabel="κ_eff = σ₁/σ_k (max over attn_in, ffn_in, layers)",
-           title=f"κ_eff of the normalized inputs\n{title}")
-  axes[2].axhline(ln_v, color="k", ls=":", lw=1.5, label=f"ln V = {ln_v:.2f} (initial loss)")
+      drawn.append(median_band(tr["steps_E"], k_ES.T, color=colors[norm],
+                               label=f"{norm} (η = {rate:g})"))
+    top = max([np.nanmax(band["hi"]) for _, band in drawn if np.isfinite(band["hi"]).any()]
+              + [KAPPA_BOUND])
+    near = top > ceiling / 10  # the ceiling is drawn only where readings come near it
+    panels.append({**log, "lines": [line for line, _ in drawn],
+                   "bands": [band for _, band in drawn],
+                   "hlines": [{"y": KAPPA_BOUND, "color": "k", "style": "--", "lw": 1,
+                               "label": f"bound K = 1/u_bf16 = {KAPPA_BOUND:.0f}"}]
+                   + ([{"y": ceiling, "color": "0.5", "style": ":", "lw": 1.5,
+                        "label": f"float32 ceiling of κ_eff = {ceiling:.0f}"}] if near else []),
+                   "ylabel": "κ_eff = σ₁/σ_k (max over attn_in, ffn_in, layers)",
+                   "title": f"κ_eff of the normalized inputs\n{title}"})
+  drawn = [median_band(tr["steps_E"], tr["val_RSE"][1], color=colors[norm], label=norm)
+           for norm, tr in tracks.items()]
   top = 5 * ln_v  # a diverging run's early losses (hundreds of nats) would flatten the rest
   low = min([2.0] + [0.9 * np.nanmin(tr["val_RSE"][1]) for tr in tracks.values()])
-  axes[2].set(yscale="log", ylim=(low, top), xlabel="training step",
-              ylabel="validation loss (nats, log scale)",
-              title=f"validation loss at the stress rate η = {stress:g}\n"
-                    f"(axis cut at {top:.0f} nats)")
-  for ax in axes:
-    ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
-  fig.suptitle(f"layernorm-condition: {band}, read every {eval_every} steps on one "
-               "validation batch", fontsize=10)
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/kappa.png", dpi=110)
-  plt.close(fig)
-  return "kappa.png"
+  panels.append({**log, "lines": [line for line, _ in drawn], "bands": [b for _, b in drawn],
+                 "hlines": [{"y": ln_v, "color": "k", "style": ":", "lw": 1.5,
+                             "label": f"ln V = {ln_v:.2f} (initial loss)"}],
+                 "ylim": [float(low), top], "ylabel": "validation loss (nats, log scale)",
+                 "title": f"validation loss at the stress rate η = {stress:g}\n"
+                          f"(axis cut at {top:.0f} nats)"})
+  n_seeds = next(iter(tracks.values()))["final_RS"].shape[1]
+  band = f"median over {n_seeds} seeds, band min–max" if n_seeds > 1 else "one seed"
+  return {"name": "kappa.png", "size": [15, 5.4], "panels": panels, "suptitle_size": 10,
+          "suptitle": f"layernorm-condition: {band}, read every {eval_every} steps on one "
+                      "validation batch"}
 
 
 def _edge_control(arm: str) -> Threshold:

@@ -72,8 +72,9 @@ def tune_arm(cfg, make_tx, grid, *, seed: int, steps: int, batch_size: int, seq_
   step of the grid's ratio beyond that edge is run too, at most `extend` times.
 
   Returns:
-    `{"learning_rate", "grid"` (the rates run, increasing), `"val_loss", "ended_diverged",
-    "spiked"` (per rate), `"at_edge"}`; raises `ValueError` when every rate ended diverged.
+    The one tuning record, `edge.Tuned.to_dict()` (`grid`: the rates run, increasing;
+    `losses`, `excluded`: ended diverged, `spiked`, per rate; `at_edge`, ...); raises
+    `ValueError` when every rate ended diverged.
 
   Example:
     >>> import transformer
@@ -93,11 +94,8 @@ def tune_arm(cfg, make_tx, grid, *, seed: int, steps: int, batch_size: int, seq_
     flagged.update({lr: bool(r.diverged[k, 0]) for k, lr in enumerate(rates)})
     return val, ended_diverged(val, cfg.vocab_size)
 
-  t = edge.tune(run, grid, extend=extend, name="cap_training.tune_arm")
-  return {"learning_rate": t.learning_rate, "grid": list(t.grid),
-          "val_loss": [float(v) for v in t.losses], "ended_diverged": list(t.excluded),
-          "spiked": [flagged[g] and not b for g, b in zip(t.grid, t.excluded, strict=True)],
-          "at_edge": t.at_edge}
+  return edge.on_one_seed(edge.tune(run, grid, extend=extend, name="cap_training.tune_arm"),
+                          seed, flagged)
 
 
 def sigma_max_hidden(params, names=HIDDEN) -> np.ndarray:

@@ -170,3 +170,19 @@ def tune(run: Run, grid: Sequence[float], *, extend: int = 1, name: str = "tune"
                excluded=tuple(seen[lr][1] for lr in order),
                at_edge=len(order) > 1 and i in (0, len(order) - 1),
                extensions=len(order) - len(rates))
+
+
+def on_one_seed(t: Tuned, seed: int, flagged: dict) -> dict:
+  """The record of a search on one tuning seed: `t` with its seed, its losses as floats, and
+  `spiked` (a rate `flagged` by a spike that did not end diverged), as `to_dict()`.
+
+  Example:
+    >>> from experiments.lab.edge import on_one_seed, tune
+    >>> t = tune(lambda r: ([1.0 / x for x in r], [False] * len(r)), (1.0, 2.0), extend=0)
+    >>> on_one_seed(t, 100, {1.0: True, 2.0: True})["spiked"]
+    [True, True]
+  """
+  return dataclasses.replace(
+      t, losses=tuple(float(v) for v in t.losses), seeds=(int(seed),),
+      spiked=tuple(flagged[g] and not b for g, b in zip(t.grid, t.excluded, strict=True))
+  ).to_dict()

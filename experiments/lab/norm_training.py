@@ -128,9 +128,10 @@ def tune_arm(cfg, grid, *, seed: int, steps: int, batch_size: int, seq_len: int,
   the tuning runs use that optimizer, as the reported runs do.
 
   Returns:
-    `{"learning_rate", "index", "grid"` (the rates run, increasing, extensions included),
-    `"val_loss", "ended_diverged", "spiked"` (per rate), `"at_edge"` (the tuned rate is the
-    first or last of that grid)`}`; raises `ValueError` when every rate ended diverged.
+    The one tuning record, `edge.Tuned.to_dict()` (`grid`: the rates run, increasing,
+    extensions included; `losses`, `excluded`: ended diverged, `spiked`, per rate; `at_edge`:
+    the tuned rate is the first or last of that grid, ...); raises `ValueError` when every
+    rate ended diverged.
 
   Example:
     >>> import transformer
@@ -154,11 +155,7 @@ def tune_arm(cfg, grid, *, seed: int, steps: int, batch_size: int, seq_len: int,
     flagged.update({lr: bool(r.diverged[k, 0]) for k, lr in enumerate(rates)})
     return val, ended_diverged(val, cfg.vocab_size)
 
-  t = edge.tune(run, grid, extend=extend, name="tune_arm")
-  return {"learning_rate": t.learning_rate, "index": t.index, "grid": list(t.grid),
-          "val_loss": [float(v) for v in t.losses], "ended_diverged": list(t.excluded),
-          "spiked": [flagged[g] and not b for g, b in zip(t.grid, t.excluded, strict=True)],
-          "at_edge": t.at_edge}
+  return edge.on_one_seed(edge.tune(run, grid, extend=extend, name="tune_arm"), seed, flagged)
 
 
 def track(cfg, seeds, learning_rates, *, steps: int, batch_size: int, seq_len: int,

@@ -8,6 +8,8 @@ writes the markdown table itself.
 
 from __future__ import annotations
 
+import numpy as np
+
 from experiments.verdict.arithmetic.rule import INDICATIVE
 from experiments.verdict.arithmetic.stats import fmt
 
@@ -134,3 +136,15 @@ def reading_text(row: dict) -> str:
 def fit_cell(row: dict) -> str:
   """Whether a row entered its axis's trend fit: `yes`, or `no: <why>`."""
   return f"no: {row['excluded']}" if row.get("excluded") else "yes"
+
+
+def spread(values) -> str:
+  """`mean [min, max]` of `values` to 4 significant digits, NaN left out.
+
+  Example:
+    >>> from experiments.verdict.render.cells import spread
+    >>> spread([1.0, 2.0, float("nan"), 4.5])
+    '2.5 [1, 4.5]'
+  """
+  x = np.asarray(values, np.float64)
+  return f"{np.nanmean(x):.4g} [{np.nanmin(x):.4g}, {np.nanmax(x):.4g}]"

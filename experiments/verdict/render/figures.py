@@ -111,11 +111,16 @@ def draw(figure: dict, run_dir: str) -> str:
       by side. A panel is `{"title", "xlabel", "ylabel", "xscale", "yscale", "xbase"` (the log
       base of x)`, "ylog_ticks"` (a log y labelled at 1, 2, 5 × 10^k)`, "xlim", "ylim",
       "xticks", "xticklabels", "legend"` (a font size; absent: no legend)`, "legend_loc",
-      "lines": [...], "hlines": [...], "vlines": [...]}`, or `{"title", "text"}` (words in
-      place of a plot). A line is `{"x", "y", "style", "color", "label", "alpha", "lw", "ms"}`,
-      with `"yerr"` (and `"capsize"`) drawn with error bars; an `hline` `{"y", ...}` and a
-      `vline` `{"x", ...}` take `style`, `color`, `lw` and `label` (`tuning.grid_panel` makes
-      the panel of a tuning record).
+      "legend_below"` (the legend under the axes, in that many columns)`, "note"` (words over
+      the plot)`, "lines": [...], "bars": [...], "bands": [...], "hlines": [...], "vlines":
+      [...]}`, or
+      `{"title", "text"}` (words in place of a plot). A line is `{"x", "y", "style", "color",
+      "label", "alpha", "lw", "ms"}`, with `"yerr"` (and `"capsize"`) drawn with error bars; a
+      band `{"x", "lo", "hi", "color", "alpha"}` is shaded between; bars `{"x", "y", "width",
+      "yerr", "capsize", "color", "label"}` stand side by side; an `hline` `{"y", ...}` and
+      a `vline` `{"x", ...}` take `style`, `color`, `lw` and `label` (`tuning.grid_panel` makes
+      the panel of a tuning record, `median_band` a line and its band). A `"suptitle"` (with
+      `"suptitle_size"`) titles the whole figure; `"width_ratios"` sizes the panels.
     run_dir: where the figure goes.
 
   Example:
@@ -133,9 +138,12 @@ def draw(figure: dict, run_dir: str) -> str:
 
   panels = figure["panels"]
   fig, axes = plt.subplots(1, len(panels), figsize=tuple(figure.get("size", (7.0, 4.4))),
-                           squeeze=False)
+                           squeeze=False,
+                           gridspec_kw={"width_ratios": figure.get("width_ratios")})
   for ax, panel in zip(axes[0], panels, strict=True):
     _panel(ax, panel)
+  if "suptitle" in figure:
+    fig.suptitle(figure["suptitle"], fontsize=figure.get("suptitle_size"))
   fig.tight_layout()
   fig.savefig(os.path.join(run_dir, figure["name"]), dpi=110)
   plt.close(fig)
@@ -157,6 +165,13 @@ def _panel(ax, panel: dict) -> None:
                   capsize=line.get("capsize", 3), **style(line))
     else:
       ax.plot(line["x"], line["y"], line.get("style", "o-"), **style(line))
+  for b in panel.get("bars", ()):
+    ax.bar(b["x"], b["y"], b.get("width", 0.8), yerr=b.get("yerr"), capsize=b.get("capsize", 0),
+           **style(b))
+  for b in panel.get("bands", ()):
+    ax.fill_between(b["x"], b["lo"], b["hi"], color=b.get("color"), alpha=b.get("alpha", 0.15))
+  if "note" in panel:
+    ax.text(0.5, 0.5, panel["note"], ha="center", transform=ax.transAxes)
   for h in panel.get("hlines", ()):
     ax.axhline(h["y"], ls=h.get("style", "--"), **style(h))
   for v in panel.get("vlines", ()):
@@ -172,5 +187,32 @@ def _panel(ax, panel: dict) -> None:
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
     ax.yaxis.set_minor_formatter(NullFormatter())
-  if "legend" in panel:
+  if "legend_below" in panel:
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14),
+              ncol=panel["legend_below"])
+  elif "legend" in panel:
     ax.legend(fontsize=panel["legend"], loc=panel.get("legend_loc", "best"))
+
+
+def median_band(x, values_SX, *, color: str, label: str) -> tuple[dict, dict]:
+  """A line of the median over seeds (rows of `values_SX`, non-finite left out) and its band
+  from the smallest to the largest seed: `(line, band)` of a declared panel (`draw`).
+
+  Example:
+    >>> from experiments.verdict.render.figures import median_band
+    >>> line, band = median_band([0, 1], [[1.0, 2.0], [3.0, float("inf")]], color="C0", label="a")
+    >>> line["y"], band["hi"]
+    ([2.0, 2.0], [3.0, 2.0])
+  """
+  import warnings
+
+  import numpy as np
+
+  v = np.asarray(values_SX, np.float64)
+  v = np.where(np.isfinite(v), v, np.nan)
+  with warnings.catch_warnings():  # every seed non-finite at a reading: a gap, drawn so
+    warnings.simplefilter("ignore", RuntimeWarning)
+    lo, mid, hi = np.nanmin(v, 0), np.nanmedian(v, 0), np.nanmax(v, 0)
+  x = [float(t) for t in x]
+  return ({"x": x, "y": mid.tolist(), "style": "o-", "color": color, "label": label},
+          {"x": x, "lo": lo.tolist(), "hi": hi.tolist(), "color": color, "alpha": 0.15})

@@ -23,7 +23,7 @@ def note(item) -> str:
   """One note item as a markdown line."""
   if isinstance(item, dict):
     return tuning.tuned_note(item["tuned"], read=item["read"],
-                             **({"fixed": item["fixed"]} if "fixed" in item else {}))
+                             **{k: item[k] for k in ("fixed", "per_rate") if k in item})
   if item == "" or item.startswith(("- ", "| ")):
     return item
   return f"- {item}"

@@ -59,7 +59,8 @@ def rate_text(t: dict, *, loss: bool = True) -> str:
   return f"{r['learning_rate']:g} ({read}{where}{at})"
 
 
-def tuned_note(records: dict, *, read: str, fixed: str = "not tuned (quick)") -> str:
+def tuned_note(records: dict, *, read: str, fixed: str = "not tuned (quick)",
+               per_rate: bool = False) -> str:
   """The tuned-rate note of a run: each arm's rate and its search, in one markdown line.
 
   Args:
@@ -67,6 +68,7 @@ def tuned_note(records: dict, *, read: str, fixed: str = "not tuned (quick)") ->
     read: what the choice read, e.g. `lowest final val loss after 120 steps, mean over seeds
       [100, 101]`.
     fixed: how a run with no search says so.
+    per_rate: also list every rate run with its loss (`*`: out of the choice, ended diverged).
 
   Example:
     >>> from experiments.verdict.render.tuning import tuned_note
@@ -76,8 +78,19 @@ def tuned_note(records: dict, *, read: str, fixed: str = "not tuned (quick)") ->
   if not any(tuned(t) for t in records.values()):
     return (f"- Peak rates, {fixed}: "
             + "; ".join(f"{a} {record(t)['learning_rate']:g}" for a, t in records.items()) + ".")
-  return (f"- Tuned peak rates ({read}): "
-          + "; ".join(f"{a} {rate_text(t)}" for a, t in records.items()) + ".")
+  out = (f"- Tuned peak rates ({read}): "
+         + "; ".join(f"{a} {rate_text(t)}" for a, t in records.items()) + ".")
+  if per_rate:
+    out += (" Tuning-seed losses per rate run (* out of the choice: ended diverged): "
+            + "; ".join(f"{a}: {losses_text(t)}" for a, t in records.items()) + ".")
+  return out
+
+
+def losses_text(t: dict) -> str:
+  """`0.001 3.211, 0.01 2.904*`: every rate of a search with its loss (`*`: excluded)."""
+  r = record(t)
+  return ", ".join(f"{g:g} {v:.3f}{'*' if x else ''}"
+                   for g, v, x in zip(r["grid"], r["losses"], r["excluded"], strict=True))
 
 
 def edges(records: dict) -> float:
@@ -101,7 +114,8 @@ def grid_panel(records: dict, *, title: str, ylabel: str, fixed: str = "not tune
   lines = []
   for (arm, t), color in zip(records.items(), COLORS, strict=False):
     r = record(t)
-    lines += [{"x": r["grid"], "y": r["losses"], "style": "o-", "color": color,
+    y = [v if math.isfinite(v) else math.nan for v in r["losses"]]
+    lines += [{"x": r["grid"], "y": y, "style": "o-", "color": color,
                "label": f"{arm} (mean of seeds)" if len(r["seeds"]) > 1 else arm},
               {"x": [r["learning_rate"]], "y": [chosen_loss(r)], "style": "*", "ms": 14,
                "color": color, "label": f"{arm} chosen: {r['learning_rate']:g}"}]

@@ -78,7 +78,7 @@ def test_eigenvalue_constrained_run_reads_tuned_and_stress_rates_from_the_tuning
     tuned_calls.append(seed)
     bad = [lr >= 1.0 for lr in grid] if not tuned_calls[1:] else [False] * len(grid)
     return {"learning_rate": grid[2] if len(tuned_calls) == 1 else grid[3], "grid": list(grid),
-            "val_loss": [2.0] * len(grid), "ended_diverged": bad, "spiked": [False] * len(grid),
+            "losses": [2.0] * len(grid), "excluded": bad, "spiked": [False] * len(grid),
             "at_edge": False}
 
   def fake_track(cfg, make_tx, seeds, rates, **kw):

@@ -2,6 +2,7 @@
 the frozen thresholds on synthetic runs, and the input conditions it measures against numpy."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ from experiments.claims import layernorm_condition as lc
 from experiments.lab import norm_training
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
+from experiments.verdict.render import findings
 from experiments.verdict.running import folders
 
 # ------------------------------------------------ layernorm-condition: the theorem, float64
@@ -202,7 +204,7 @@ def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
     grid = (*grid, 1.0) if cfg.norm == "none" else grid  # an extension beyond the top
     diverged = [cfg.norm == "none" and lr >= 1.0 for lr in grid]
     return {"learning_rate": grid[1], "index": 1, "grid": list(grid),
-            "val_loss": [2.5] * len(grid), "ended_diverged": diverged,
+            "losses": [2.5] * len(grid), "excluded": diverged,
             "spiked": [False] * len(grid), "at_edge": cfg.norm == "rmsnorm"}
 
   def fake_track(cfg, seeds, rates, **kw):
@@ -217,7 +219,6 @@ def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
 
   monkeypatch.setattr(norm_training, "tune_arm", fake_tune)
   monkeypatch.setattr(norm_training, "track", fake_track)
-  monkeypatch.setattr(lc, "_figure", lambda *a, **k: "kappa.png")
   z = dataclasses.replace(lc.FULL, model="mini-20")
   out = lc.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
                     log=lambda *_: None))
@@ -230,7 +231,9 @@ def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
   assert [out["runs"][n][0]["edge_lr"] for n in lc.NORMS] == [0.0, 1.0, 0.0]
   assert out["setup"]["model_config"]["d_model"] == 64
   assert "the `mini-20` shape from scratch, D = 64, L = 2, H = 4" in out["notes"][-1]
-  assert "rmsnorm 0.003 (still at an edge: its control fails)" in out["notes"][0]
+  note = findings.note(out["notes"][0])  # the tuned-rate note, rendered from the records
+  assert re.search(r"; rmsnorm 0\.003 \(loss 2\.5000; grid [^)]*, at an edge\)", note), note
+  assert out["figures"][0]["name"] == "kappa.png"  # declared as data, drawn by the runner
 
 
 def test_tune_arm_extends_a_winning_edge_once(monkeypatch):
