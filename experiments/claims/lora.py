@@ -49,6 +49,8 @@ from experiments import data, models
 from experiments.lab import lora as lab
 from experiments.lab.lora import ARMS
 from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
+from experiments.verdict.arithmetic.stats import mean_ci95
+from experiments.verdict.render.tuning import grid_panel
 
 GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # frozen: every arm's peak rate is chosen on it
 TUNE_SEED = 100
@@ -143,7 +145,6 @@ def run(spec: Spec) -> dict:
     r4 = runs["lora-qv-r4"][seed]
     r4["in_domain_minus_new_text_excess"] = (r4[IN_DOMAIN + "excess_over_full"]
                                              - r4["excess_over_full"])
-  figure = _figure(runs, seeds, rates, z, spec.run_dir)
 
   def mean(arm, metric):
     return float(np.mean([runs[arm][s][metric] for s in seeds]))
@@ -155,44 +156,41 @@ def run(spec: Spec) -> dict:
   in_bytes = {k: len(v) for k, v in zip(("fine-tune", "tune", "test"), in_text, strict=True)}
   ind = IN_DOMAIN
   notes = [
-      f"- Text: {len(files)} files idlelib/*.txt ({', '.join(os.path.basename(f) for f in files)})"
+      f"Text: {len(files)} files idlelib/*.txt ({', '.join(os.path.basename(f) for f in files)})"
       ", not in the `.py` training corpus; 80/10/10% fine-tune/tune/test.",
-      (f"- Rates chosen on seed {TUNE_SEED} (its own `{z.model}` base model) from the frozen "
-       f"grid {list(GRID)} by the tuning-text loss: " if z.tune else
-       f"- Quick run: no tuning; every arm at the fixed rate {z.fixed_rate:g}: ")
-      + ", ".join(f"{a} {rates[a]['learning_rate']:g}"
-                  + (" (grid edge)" if rates[a]["edge"] else "") for a in ("full", *arms))
-      + ".",
-      f"- Base test loss {mean('base', 'test_loss'):.4f} nats/byte; " + ", ".join(
+      {"tuned": {a: rates[a] for a in ("full", *arms)},
+       "read": f"lowest tuning-text loss on seed {TUNE_SEED}, its own `{z.model}` base model; "
+               f"the frozen grid {list(GRID)}", "fixed": "not tuned (quick), the fixed rate"},
+      f"Base test loss {mean('base', 'test_loss'):.4f} nats/byte; " + ", ".join(
           f"{a} {mean(a, 'test_loss'):.4f}" for a in ("full", *arms))
       + f"; {z.steps} steps of {z.batch_size} × {z.seq_len} tokens.",
-      "- Test loss above full fine-tuning: " + ", ".join(
+      "Test loss above full fine-tuning: " + ", ".join(
           f"{a} {mean(a, 'excess_over_full'):+.2%}" for a in arms)
       + "; trained parameters as a fraction of the hidden matrices': " + ", ".join(
           f"{a} {frac[a]:.2%}" for a in ("full", *arms)) + ".",
-      "- Recovery of full fine-tuning's gain (reported, not a threshold): " + ", ".join(
+      "Recovery of full fine-tuning's gain (reported, not a threshold): " + ", ".join(
           f"{a} {mean(a, 'gain') / mean('full', 'gain'):.1%}" for a in arms) + ".",
-      f"- Full fine-tuning's ΔW: stable rank {mean('full', 'dW_stable_rank_frac'):.3f} of "
+      f"Full fine-tuning's ΔW: stable rank {mean('full', 'dW_stable_rank_frac'):.3f} of "
       f"min(D_in, D_out) on average (max {mean('full', 'dW_stable_rank_frac_max'):.3f}); "
       f"top-4 directions hold {mean('full', 'dW_top4_energy'):.1%} of its energy.",
-      "- Top-4 subspace overlap (mean cos² of principal angles) of LoRA r4 with full "
+      "Top-4 subspace overlap (mean cos² of principal angles) of LoRA r4 with full "
       "fine-tuning: " + ", ".join(
           f"{n} {side} {mean('lora-qv-r4', f'overlap_{n}_{side}'):.3f}"
           for n in ("w_q", "w_v") for side in ("in", "out"))
       + f" (random: {mean('lora-qv-r4', 'overlap_random'):.3f}).",
-      "- Reported runs that ended diverged (test loss non-finite or above the base's) / "
+      "Reported runs that ended diverged (test loss non-finite or above the base's) / "
       "spiked (flagged by `train_many`, ended below): " + ", ".join(
           f"{a} {int(sum(runs[a][s]['diverged'] for s in seeds))}/"
           f"{int(sum(runs[a][s]['spiked'] for s in seeds))} of {len(seeds)}"
           for a in ("full", *arms)) + ".",
-      "- In-domain adaptation (extension): the shared models' held-out stdlib `.py` files, "
+      "In-domain adaptation (extension): the shared models' held-out stdlib `.py` files, "
       "split by file: " + ", ".join(
           f"{k} {len(in_files[k])} files ({in_bytes[k]:,} bytes)" for k in in_bytes)
-      + "; rates: " + ", ".join(
-          f"{a} {in_rates[a]['learning_rate']:g}" + (" (grid edge)" if in_rates[a]["edge"]
-                                                       else "") for a in ("full", *in_arms))
       + ".",
-      f"- In-domain: base test loss {mean('base', ind + 'test_loss'):.4f} nats/byte; "
+      {"tuned": {a: in_rates[a] for a in ("full", *in_arms)},
+       "read": "in-domain, the same rule on its tuning files",
+       "fixed": "in-domain, not tuned (quick)"},
+      f"In-domain: base test loss {mean('base', ind + 'test_loss'):.4f} nats/byte; "
       + ", ".join(f"{a} {mean(a, ind + 'test_loss'):.4f}" for a in ("full", *in_arms))
       + "; test loss above full fine-tuning: " + ", ".join(
           f"{a} {mean(a, ind + 'excess_over_full'):+.2%} (new text: "
@@ -201,7 +199,7 @@ def run(spec: Spec) -> dict:
           f"{a} {mean(a, ind + 'gain') / mean('full', ind + 'gain'):.1%}" for a in in_arms)
       + f"; full FT's ΔW stable rank {mean('full', ind + 'dW_stable_rank_frac'):.3f} of "
       f"min(D_in, D_out) (new text: {mean('full', 'dW_stable_rank_frac'):.3f}).",
-      "- In-domain runs that ended diverged / spiked: " + ", ".join(
+      "In-domain runs that ended diverged / spiked: " + ", ".join(
           f"{a} {int(sum(runs[a][s][ind + 'diverged'] for s in seeds))}/"
           f"{int(sum(runs[a][s][ind + 'spiked'] for s in seeds))} of {len(seeds)}"
           for a in ("full", *in_arms)) + ".",
@@ -212,7 +210,7 @@ def run(spec: Spec) -> dict:
                                             for k, v in in_files.items()},
                                   "bytes": in_bytes, "rates": in_rates},
                     "trainable_fraction": frac, "model_config": cfg.to_dict()},
-          "runs": runs, "figures": [figure], "notes": notes,
+          "runs": runs, "figures": [_figure(runs, seeds, rates, z)], "notes": notes,
           "effects": [("gain, full fine-tuning", "full", None, "gain"),
                       *([("LoRA r16 on W_Q, W_V − full fine-tuning (test loss)",
                           "lora-qv-r16", None, "excess_over_full")]
@@ -307,70 +305,54 @@ CLAIM = Claim(
 )
 
 
-def _figure(runs: dict, seeds, rates: dict, z: LoraSizes, run_dir: str) -> str:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  from experiments.verdict.arithmetic.stats import mean_ci95
-
+def _figure(runs: dict, seeds, rates: dict, z: LoraSizes) -> dict:
+  """`lora.png`, declared as data: each arm's test loss above full fine-tuning (new text and
+  in-domain, 95% intervals), then the rate tuning (quick: each arm's gain at the fixed rate)."""
   arms = [a for a in ARMS if a in runs]
   in_arms = [a for a in arms if IN_DOMAIN + "excess_over_full" in runs[a][seeds[0]]]
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2),
-                                 gridspec_kw={"width_ratios": (1, 1.2)})
   width = 0.38 if in_arms else 0.6
-  for metric, group, shift, color, label in (
-      ("excess_over_full", arms, -width / 2 if in_arms else 0.0, "C0",
-       "new text: IDLE's English docs (primary)"),
-      (IN_DOMAIN + "excess_over_full", in_arms, width / 2, "C1",
-       "in-domain: held-out stdlib .py files")):
-    if not group:
-      continue
-    stats = [mean_ci95([100 * runs[a][s][metric] for s in seeds]) for a in group]
-    y = np.array([m for m, _ in stats])
-    err = np.array([[m - ci[0], ci[1] - m] if ci else [0.0, 0.0] for m, ci in stats]).T
-    ax1.bar([arms.index(a) + shift for a in group], y, width, yerr=err, capsize=4, color=color,
-            label=label)
-  ax1.axhline(100 * MARGIN, color="k", ls=":", label=f"margin {100 * MARGIN:g}%")
-  ax1.axhline(0, color="0.5", lw=0.8)
-  ax1.set_xticks(range(len(arms)), arms)
-  ax1.set(ylabel="test loss above full fine-tuning (%)",
-          title=f"LoRA vs full fine-tuning ({len(seeds)} seed(s); bars: 95% CI)")
-  ax1.legend(fontsize=7)
+  shifts = (-width / 2 if in_arms else 0.0, width / 2)
+
+  def bars(metric, group, names, shift, color, label, scale=1.0):
+    stats = [mean_ci95([scale * runs[a][s][metric] for s in seeds]) for a in group]
+    err = [[m - ci[0] if ci else 0.0 for m, ci in stats], [ci[1] - m if ci else 0.0
+                                                            for m, ci in stats]]
+    return {"x": [names.index(a) + shift for a in group], "y": [m for m, _ in stats],
+            "width": width, "color": color, "label": label,
+            **({"yerr": err, "capsize": 4} if scale != 1.0 else {})}
+
+  excess = {
+      "bars": [bars(m, g, arms, sh, c, lb, 100.0) for m, g, sh, c, lb in (
+          ("excess_over_full", arms, shifts[0], "C0", "new text: IDLE's English docs (primary)"),
+          (IN_DOMAIN + "excess_over_full", in_arms, shifts[1], "C1",
+           "in-domain: held-out stdlib .py files")) if g],
+      "hlines": [{"y": 100 * MARGIN, "color": "k", "style": ":",
+                  "label": f"margin {100 * MARGIN:g}%"},
+                 {"y": 0, "color": "0.5", "lw": 0.8, "style": "-"}],
+      "xticks": list(range(len(arms))), "xticklabels": arms,
+      "ylabel": "test loss above full fine-tuning (%)", "legend": 7,
+      "title": f"LoRA vs full fine-tuning ({len(seeds)} seed(s); bars: 95% CI)"}
   if z.tune:
-    for k, arm in enumerate(("full", *arms)):
-      t = rates[arm]
-      val = np.asarray(t["val_loss"], np.float64)
-      ax2.plot(t.get("grid", GRID), np.where(np.isfinite(val), val, np.nan), marker="o",
-               color=f"C{k + 3}", label=arm)
-      ax2.plot(t["learning_rate"], val[t["index"]], marker="*", ms=14, color=f"C{k + 3}")
+    tuned = {a: rates[a] for a in ("full", *arms)}
     base_tune = rates["full"]["base_tune_loss"]
-    ax2.axhline(base_tune, color="k", ls="--", label="base model (above: ended diverged)")
-    low = min(min(v for v in rates[a]["val_loss"] if np.isfinite(v)) for a in ("full", *arms))
-    ax2.set_ylim(low - 0.02, base_tune + (base_tune - low) + 0.02)  # far-diverged rates clip
-    ax2.set(xscale="log", xlabel="peak learning rate (log scale; ★ chosen)",
-            ylabel="tuning-text loss (nats/byte)",
-            title=f"rate tuning on seed {TUNE_SEED}, new text ({z.steps} steps)")
-    ax2.set_xticks(GRID, [f"{g:g}" for g in GRID])
-    ax2.minorticks_off()
-    ax2.legend(fontsize=7)
+    low = min(min(v for v in t["losses"] if np.isfinite(v)) for t in tuned.values())
+    tuning = {**grid_panel(tuned, title=f"rate tuning on seed {TUNE_SEED}, new text "
+                                        f"({z.steps} steps)",
+                           ylabel="tuning-text loss (nats/byte)"),
+              "hlines": [{"y": base_tune, "color": "k", "style": "--",
+                          "label": "base model (above: ended diverged)"}],
+              "ylim": [low - 0.02, base_tune + (base_tune - low) + 0.02],  # far-diverged clip
+              "xlabel": "peak learning rate (log scale; ★ chosen)", "xticks": list(GRID),
+              "xticklabels": [f"{g:g}" for g in GRID], "legend": 7}
   else:
     names = ["full", *arms]
-    in_names = ["full", *in_arms] if in_arms else []
-    for metric, group, shift, color, label in (
-        ("gain", names, -width / 2 if in_arms else 0.0, "C0", "new text"),
-        (IN_DOMAIN + "gain", in_names, width / 2, "C1", "in-domain")):
-      if group:
-        ax2.bar([names.index(a) + shift for a in group],
-                [np.mean([runs[a][s][metric] for s in seeds]) for a in group], width,
-                color=color, label=label)
-    ax2.axhline(0, color="0.5", lw=0.8)
-    ax2.set_xticks(range(len(names)), names)
-    ax2.legend(fontsize=7)
-    ax2.set(ylabel="test loss drop from the base model (nats/byte)",
-            title=f"no tuning: every arm at lr {z.fixed_rate:g} (quick)")
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/lora.png", dpi=110)
-  plt.close(fig)
-  return "lora.png"
+    tuning = {"bars": [bars(m, g, names, sh, c, lb) for m, g, sh, c, lb in (
+                  ("gain", names, shifts[0], "C0", "new text"),
+                  (IN_DOMAIN + "gain", ["full", *in_arms] if in_arms else [], shifts[1], "C1",
+                   "in-domain")) if g],
+              "hlines": [{"y": 0, "color": "0.5", "lw": 0.8, "style": "-"}],
+              "xticks": list(range(len(names))), "xticklabels": names, "legend": 7,
+              "ylabel": "test loss drop from the base model (nats/byte)",
+              "title": f"no tuning: every arm at lr {z.fixed_rate:g} (quick)"}
+  return {"name": "lora.png", "size": [11, 4.2], "width_ratios": [1, 1.2],
+          "panels": [excess, tuning]}

@@ -244,8 +244,11 @@ def tune_rates(base, cfg, arms, z, log, text=None, *, grid, tune_seed: int) -> d
 
   The registered edge rule: when an arm's best rate is the first or last of its grid, the grid
   is extended by one step of its ratio beyond that edge and the new rate run, up to
-  `z.extend` times (`getattr`, 0 when the sizes have no `extend`); `edge` is whether the best
-  rate still sits at an edge of the extended grid (the claim's control then fails).
+  `z.extend` times (`getattr`, 0 when the sizes have no `extend`); `at_edge` is whether the
+  best rate still sits at an edge of the extended grid (the claim's control then fails).
+  Each arm's record is the one tuning record (`edge.Tuned.to_dict()`, a non-finite loss out of
+  the choice) with the base model's own tuning-text loss, `base_tune_loss`: a rate whose loss
+  ends above it lost more than it learned.
 
   The loss is `text_loss` on the tuning part, the same measure as the reported test loss. A run
   *ended diverged* when that loss is non-finite or above the base model's own (fine-tuning
@@ -256,7 +259,7 @@ def tune_rates(base, cfg, arms, z, log, text=None, *, grid, tune_seed: int) -> d
   primary's).
   """
   if not z.tune:
-    return {arm: {"learning_rate": z.fixed_rate, "index": None, "edge": False} for arm in arms}
+    return {arm: edge.untuned(z.fixed_rate).to_dict() for arm in arms}
   ft, tune, _ = held_out_text()[:3] if text is None else text
   src = data.TextSource(data.Corpus(ft, tune, (), ()), z.seq_len)
   base_tune = text_loss(base, cfg, tune, z.seq_len)
@@ -278,15 +281,9 @@ def tune_rates(base, cfg, arms, z, log, text=None, *, grid, tune_seed: int) -> d
       return val, [not np.isfinite(v) for v in val]
 
     t = edge.tune(run_arm, grid, extend=getattr(z, "extend", 0), name="tune_rates")
-    rates, val, lr = list(t.grid), np.array(t.losses), t.learning_rate
-    ended = ~np.isfinite(val) | (val > base_tune)
-    out[arm] = {"learning_rate": lr, "index": t.index, "edge": t.at_edge,
-                "grid": [float(g) for g in rates],
-                "val_loss": [float(v) for v in val], "diverged": [bool(d) for d in ended],
-                "spiked": [bool(flagged[g] and not e) for g, e in zip(rates, ended, strict=True)],
-                "base_tune_loss": base_tune}
-    log(f"    tuned {arm} (seed {tune_seed}): lr {lr:g}, tuning-text loss "
-        + ", ".join(f"{g:g}: {v:.4f}" for g, v in zip(rates, val, strict=True))
+    out[arm] = {**edge.on_one_seed(t, tune_seed, flagged), "base_tune_loss": base_tune}
+    log(f"    tuned {arm} (seed {tune_seed}): lr {t.learning_rate:g}, tuning-text loss "
+        + ", ".join(f"{g:g}: {v:.4f}" for g, v in zip(t.grid, t.losses, strict=True))
         + f" (base {base_tune:.4f})")
   return out
 
@@ -315,7 +312,7 @@ def measure(bases, cfg, seeds, rates: dict, z, log, text=None, arms=None) -> dic
       loss = text_loss(params, cfg, test, z.seq_len)
       ended = not np.isfinite(loss) or loss > base_test[j]
       runs[arm][seed] = {"test_loss": loss, "gain": base_test[j] - loss, "learning_rate": lr,
-                         "edge_lr": float(rates[arm]["edge"]), "diverged": float(ended),
+                         "edge_lr": float(rates[arm]["at_edge"]), "diverged": float(ended),
                          "spiked": float(bool(r.diverged[0, j]) and not ended)}
     log(f"    {arm} at lr {lr:g}: test loss " + ", ".join(
         f"{runs[arm][s]['test_loss']:.4f}" for s in seeds))

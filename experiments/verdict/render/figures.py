@@ -116,7 +116,8 @@ def draw(figure: dict, run_dir: str) -> str:
       [...]}`, or
       `{"title", "text"}` (words in place of a plot). A line is `{"x", "y", "style", "color",
       "label", "alpha", "lw", "ms"}`, with `"yerr"` (and `"capsize"`) drawn with error bars; a
-      band `{"x", "lo", "hi", "color", "alpha"}` is shaded between; bars `{"x", "y", "width",
+      band `{"x", "lo", "hi", "color", "alpha"}` is shaded between; an annotation `{"text",
+      "xy", "offset", "ha"}` labels a point (on a white box); bars `{"x", "y", "width",
       "yerr", "capsize", "color", "label"}` stand side by side; an `hline` `{"y", ...}` and
       a `vline` `{"x", ...}` take `style`, `color`, `lw` and `label` (`tuning.grid_panel` makes
       the panel of a tuning record, `median_band` a line and its band). A `"suptitle"` (with
@@ -168,6 +169,10 @@ def _panel(ax, panel: dict) -> None:
   for b in panel.get("bars", ()):
     ax.bar(b["x"], b["y"], b.get("width", 0.8), yerr=b.get("yerr"), capsize=b.get("capsize", 0),
            **style(b))
+  for a in panel.get("annotations", ()):
+    ax.annotate(a["text"], tuple(a["xy"]), textcoords="offset points",
+                xytext=tuple(a.get("offset", (6, 0))), ha=a.get("ha", "left"), va="center",
+                fontsize=7, bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.3})
   for b in panel.get("bands", ()):
     ax.fill_between(b["x"], b["lo"], b["hi"], color=b.get("color"), alpha=b.get("alpha", 0.15))
   if "note" in panel:

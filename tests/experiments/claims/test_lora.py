@@ -288,6 +288,6 @@ def test_tune_rates_extends_a_grid_edge_once_by_one_step(monkeypatch, best, chos
   base = np.float64(0.0)  # the base model's tuning loss: 10, above every run
   out = lora_lab.tune_rates(base, None, ("full",), z, lambda *_: None, (b"", b"", b""),
                             grid=(1e-3, 1e-2, 1e-1), tune_seed=100)["full"]
-  assert out["learning_rate"] == pytest.approx(chosen) and out["edge"] is edge
+  assert out["learning_rate"] == pytest.approx(chosen) and out["at_edge"] is edge
   assert len(runs) == (1 if best == 0.01 else 2) and len(runs[-1]) in (1, 3)
-  assert out["grid"] == sorted(out["grid"]) and len(out["grid"]) == len(out["val_loss"])
+  assert out["grid"] == sorted(out["grid"]) and len(out["grid"]) == len(out["losses"])
