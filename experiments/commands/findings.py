@@ -52,7 +52,8 @@ def committed_lines(root: str = RESULTS_DIR) -> list[str]:
   width = max(len(r["verdict"]) for r in rows)
   for i, r in enumerate(rows, 1):
     holm = "" if r["holm"] == "—" else f"{r['holm']};  "
-    lines.append(f"  {i:2d} {r['id']:<23} {r['verdict']:<{width}}  {holm}{_plain(r['key'])}  "
+    rep = "" if r["replicates"] == "—" else f"replicates v-1: {r['replicates']};  "
+    lines.append(f"  {i:2d} {r['id']:<23} {r['verdict']:<{width}}  {holm}{rep}{_plain(r['key'])}  "
                  f"({_plain(r['model'])})")
   for r in rows:
     kept = table.load_committed(r["id"], root)

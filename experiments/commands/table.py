@@ -41,7 +41,10 @@ from experiments.claims import CLAIMS
 from experiments.verdict.arithmetic import rule, stats
 from experiments.verdict.render import cells
 from experiments.verdict.render.section import axis_text
+from experiments.verdict.declare.clause import settled_label
 from experiments.verdict.running import history, multiplicity
+
+CIRCLED = "①②③④⑤⑥⑦⑧⑨"  # clause numbers in a verdict cell
 from experiments.verdict.running.folders import RESULTS_DIR, saved_findings
 from experiments.verdict.running.refit import frozen_claim, refit_results, rendered
 from experiments.verdict.running.schema import load_results, validate_results
@@ -164,10 +167,15 @@ def _axis_cells(res: dict, claim) -> list[str]:
 
 def verdict_cell(res: dict, claim) -> str:
   """The primary verdict with its registration, e.g. `refuted (v2)` (`(addendum seeds)` when
-  the run's seeds are not the registered ones)."""
+  the run's seeds are not the registered ones), then each clause's verdict where the sentence
+  is split (`refuted (v4): ① supported (proof, verified exactly); ② refuted`)."""
   registered = res["seeds"] == list(claim.seeds)
-  return (res["verdict"] + ("" if registered else " (addendum seeds)")
+  text = (res["verdict"] + ("" if registered else " (addendum seeds)")
           + (f" (v{res['version']})" if res.get("version", 1) > 1 else " (v1)"))
+  if res.get("clauses"):
+    text += ": " + "; ".join(f"{CIRCLED[i]} {c['text']}: {settled_label(c['verdict'], c['proof'])}"
+                             for i, c in enumerate(res["clauses"]))
+  return text
 
 
 def _holm_cells(root: str) -> dict[str, str]:
@@ -186,24 +194,25 @@ def findings_rows(root: str = RESULTS_DIR) -> list[dict]:
     res = replayed(claim.id, root)
     if res is None:
       rows.append({"id": claim.id, "preface": claim.preface, "verdict": "no committed run",
-                   "holm": "—", "key": "—", "model": "—"})
+                   "holm": "—", "replicates": "—", "key": "—", "model": "—"})
       continue
     reg = res["config"].get("regime") or {}
     model = (f"`{reg['model']}`" + (f", {cells.params_text(reg['params'])} params"
                                     if reg.get("params") else "")) if reg.get("model") else "—"
     rows.append({"id": claim.id, "preface": claim.preface, "verdict": verdict_cell(res, claim),
-                 "holm": holm[claim.id],
+                 "holm": holm[claim.id], "replicates": history.replication(claim.id, root),
                  "key": cells.key_number(res, claim), "model": model})
   return rows
 
 
 def findings_lines(root: str = RESULTS_DIR) -> list[str]:
   """The README's table: claim, the preface's sentence, verdict, key number, model."""
-  rows = [[f"`{r['id']}`", r["preface"], r["verdict"], r["holm"], r["key"], r["model"]]
-          for r in findings_rows(root)]
-  header = ["claim", "the preface says", "verdict (registration)",
+  rows = [[f"`{r['id']}`", r["preface"], r["verdict"], r["holm"], r["replicates"], r["key"],
+           r["model"]] for r in findings_rows(root)]
+  header = ["claim", "the preface says", "verdict (registration): clauses",
             f"after Holm (α {multiplicity.ALPHA}, every claim's primaries)",
-            "key number (95% CI)", "registered model"]
+            "replicates the previous version (fresh seeds)", "key number (95% CI)",
+            "registered model"]
   return cells.table(header, rows)[:-1]
 
 
@@ -215,7 +224,7 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     res = replayed(claim.id, root)
     if res is None:
       rows.append([i, claim.topic, f"`{claim.id}`", claim.kind, claim.preface,
-                   "no committed run", "—", "—", "—", "—", "—", "—", "—", "—",
+                   "no committed run", "—", "—", "—", "—", "—", "—", "—", "—", "—",
                    cells.anchor_text(claim)])
       continue
     ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
@@ -223,12 +232,13 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
                                                                  else ""),
                  claim.preface, verdict_cell(res, claim),
                  history.verdict_path(claim.id, root) or "—",
-                 holm[claim.id],
+                 history.replication(claim.id, root), holm[claim.id],
                  cells.regime_text(res, claim.reads_base),
                  ext, cells.key_number(res, claim), *_axis_cells(res, claim),
                  cells.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict (registration)",
             "verdict history (kept versions, oldest first)",
+            "replicates the previous version (fresh seeds)",
             f"after Holm (α {multiplicity.ALPHA}, every claim's primaries)",
             "registered size: model, params, tokens/param, held-out bits/byte", "extensions",
             "key number (95% CI)", "trend with size", "effect against context T",

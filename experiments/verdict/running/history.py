@@ -156,6 +156,36 @@ def verdict_path(claim_id: str, root: str = RESULTS_DIR) -> str:
   return " → ".join(f"v{e['version']} {e['verdict']}" for e in kept(claim_id, root))
 
 
+def replication(claim_id: str, root: str = RESULTS_DIR) -> str:
+  """Whether the current kept version replicates the previous one, for a table cell.
+
+  `yes` or `no (v2 refuted → v3 inconclusive)` when the current version ran on seeds and
+  tuning seeds no earlier kept version used (a confirmation); `not confirmed (seeds reused)`
+  when it shares seeds with an earlier version (kept before the fresh-seeds rule); `—` with one
+  version or none.
+
+  Example:
+    >>> import json, os, tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> old = {"version": 1, "seeds": [0], "tuning_seeds": [9], "verdict": "refuted"}
+    >>> new = {"version": 2, "seeds": [10], "tuning_seeds": [19], "verdict": "refuted"}
+    >>> _ = open(os.path.join(root, HISTORY), "w").write(json.dumps({"c": [old, new]}))
+    >>> replication("c", root)
+    'yes'
+  """
+  versions = kept(claim_id, root)
+  if len(versions) < 2:
+    return "—"
+  now, before = versions[-1], versions[:-1]
+  used = set().union(*(set(e["seeds"]) | set(e["tuning_seeds"]) for e in before))
+  if used & (set(now["seeds"]) | set(now["tuning_seeds"])):
+    return "not confirmed (seeds reused)"
+  prev = before[-1]
+  if prev["verdict"] == now["verdict"]:
+    return "yes"
+  return f"no (v{prev['version']} {prev['verdict']} → v{now['version']} {now['verdict']})"
+
+
 def revision_lines(claim, root: str = RESULTS_DIR) -> list[str]:
   """Markdown lines: each kept version's verdict and seeds, and why each later one was registered
   (`claim.revisions`: a `Revision`, or the line of a version registered before it)."""

@@ -12,7 +12,8 @@ VERDICT_WORDS = re.compile(r"\b(supported|refuted|inconclusive)\b", re.IGNORECAS
 
 
 def _readme_rows() -> dict[str, list[str]]:
-  """README's findings table: `{claim id: [sentence, verdict, Holm, key number, model]}`."""
+  """README's findings table: `{claim id: [sentence, verdict, Holm, replicates, key number,
+  model]}`."""
   with open(os.path.join(ROOT, "README.md")) as f:
     lines = table.readme_table(f.read())
   rows = {}
@@ -26,10 +27,11 @@ def test_the_demo_opens_with_every_committed_verdict_as_the_readme_has_it():
   rows = _readme_rows()
   assert list(rows) == list(CLAIMS)
   lines = findings.committed_lines()
-  for cid, (_, verdict, holm, key, model) in rows.items():
+  for cid, (_, verdict, holm, replicates, key, model) in rows.items():
     line = next(x for x in lines if re.match(rf"\s+\d+ {re.escape(cid)} ", x))
     assert f" {verdict} " in line and key.replace("`", "") in line, (cid, line)
     assert holm == "—" or f"  {holm};" in line, (cid, line)
+    assert replicates == "—" or f"replicates v-1: {replicates};" in line, (cid, line)
     assert f"({model.replace('`', '')})" in line
     kept = table.load_committed(cid)
     assert verdict.split(" ")[0] == kept["verdict"]  # the results/ file, not only the README

@@ -183,3 +183,14 @@ def test_the_key_number_is_the_named_threshold_and_a_bad_key_is_refused():
                                       f"[{stats.fmt(gap['ci95'][0])}, {stats.fmt(gap['ci95'][1])}]")
   with pytest.raises(ValueError, match="key='gap' names no threshold"):
     dataclasses.replace(c, key="gap")
+
+
+def test_a_split_sentence_shows_each_clause_verdict_in_its_cell():
+  claim = CLAIMS["causal-mask"]
+  res = {"seeds": list(claim.seeds), "verdict": "refuted", "version": 3, "clauses": [
+      {"text": "sees the past", "thresholds": ["a"], "proof": True, "verdict": "supported",
+       "reason": "r"},
+      {"text": "not the future", "thresholds": ["b"], "proof": False, "verdict": "refuted",
+       "reason": "r"}]}
+  assert table.verdict_cell(res, claim) == ("refuted (v3): ① sees the past: supported (proof, "
+                                            "verified exactly); ② not the future: refuted")
