@@ -44,6 +44,7 @@ import numpy as np
 from experiments import models
 from experiments.lab import kv_arms
 from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
+from experiments.verdict.arithmetic.stats import mean_ci95
 
 ALLOCS = ("uniform", "greedy", "loss")
 
@@ -188,7 +189,6 @@ def run(spec: Spec) -> dict:
     for arm, m in per_arm.items():
       runs.setdefault(arm, {})[seed] = m
     chosen[seed] = ranks
-  figure = _figure(runs, spec.seeds, z, cfg.d_head, spec.run_dir)
   notes = kv_arms.notes(runs, chosen, z, cfg, spec.seeds)
   effects = [("16×: SVD − fitted projections (loss rise)", "r16-loss", "r16-cal", "loss_rise"),
              ("32× 4-bit: SVD − fitted projections (loss rise)", "r32q4-loss", "r32q4-cal",
@@ -199,7 +199,7 @@ def run(spec: Spec) -> dict:
                 "loss_rise") for b in z.kivi_bits if b != 2]]
   return {"setup": {"model_config": cfg.to_dict(), "ranks": chosen, "fit_tuning": tuned,
                     "fit_learning_rate": z.fit_learning_rate},
-          "runs": runs, "figures": [figure], "notes": notes,
+          "runs": runs, "figures": [_figure(runs, spec.seeds, z, cfg.d_head)], "notes": notes,
           "effects": [e for e in effects if e[1] in runs and (e[2] is None or e[2] in runs)]}
 
 
@@ -324,22 +324,15 @@ CLAIM = Claim(
 )
 
 
-def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str) -> str:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  from experiments.verdict.arithmetic.stats import mean_ci95
-
-  def mean(arm, metric, scale=1.0):
-    return scale * float(np.mean([runs[arm][s][metric] for s in seeds]))
+def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int) -> dict:
+  """`kv_compression.png`, declared as data: each arm's loss rise against its measured ratio
+  (95% intervals), and the rank that holds 99% of the energy against the context length."""
+  mean = lambda arm, metric, scale=1.0: scale * float(np.mean([runs[arm][s][metric]
+                                                                for s in seeds]))
 
   def interval(arm):
     m, ci = mean_ci95([100 * runs[arm][s]["loss_rise"] for s in seeds])
     return [m - ci[0], ci[1] - m] if ci else [0.0, 0.0]
-
-  from matplotlib.ticker import NullFormatter
 
   def label(arm):
     if arm.startswith("kivi"):
@@ -350,49 +343,39 @@ def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int, run_dir: str)
             "r32q4-loss": "SVD", "r16-cal": "fitted", "r32q4-cal": "fitted"}.get(
         arm, arm.split("-")[-1].replace("loss", "loss-aware"))
 
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
   groups = (("low rank, 16-bit", [f"r8-{a}" for a in z.allocs] + ["short-r8-loss", "r16-loss"],
              "o"),
-            ("low rank + 4-bit", [a for a in ("r32q4-loss",) if a in runs], "s"),
-            ("fitted projections", [a for a in ("r16-cal", "r32q4-cal") if a in runs], "D"),
+            ("low rank + 4-bit", ["r32q4-loss"], "s"),
+            ("fitted projections", ["r16-cal", "r32q4-cal"], "D"),
             ("KIVI-style quantization", [f"kivi{b}" for b in z.kivi_bits], "x"),
             ("low rank at KIVI's bytes", [f"rank@kivi{b}" for b in z.kivi_bits], "^"))
+  lines, notes = [], []
   for name, arms, marker in groups:
     arms = [a for a in arms if a in runs]  # 16× and 32× cannot exist on the narrowest models
     if not arms:
       continue
     spread = np.linspace(-0.06, 0.06, len(arms)) if len(arms) > 1 else [0.0]
-    xs = [mean(a, "kv_compression") * np.exp(d) for a, d in zip(arms, spread, strict=True)]
+    xs = [mean(a, "kv_compression") * float(np.exp(d)) for a, d in zip(arms, spread,
+                                                                      strict=True)]
     ys = [mean(a, "loss_rise", 100) for a in arms]
-    ax1.errorbar(xs, ys, yerr=np.array([interval(a) for a in arms]).T, fmt=marker, capsize=3,
-                 label=name)
+    lines.append({"x": xs, "y": ys, "yerr": np.array([interval(a) for a in arms]).T.tolist(),
+                  "style": marker, "label": name})
     left = name.startswith("KIVI")
-    for a, x, y in zip(arms, xs, ys, strict=True):
-      dy = -11 if a == "short-r8-loss" else 0  # it sits next to r8-loss: label it below
-      ax1.annotate(label(a), (x, y), textcoords="offset points",
-                   xytext=(-6 if left else 6, dy), ha="right" if left else "left",
-                   va="center", fontsize=7,
-                   bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.3})
-  ax1.axhline(1, color="k", ls=":", label="1% (primary margin)")
-  ax1.axhline(2, color="0.5", ls="--", label="2% (32× extensions)")
-  ticks = [2, 4, 8, 16, 32, 64]
-  ax1.set(xscale="log", xlabel="measured compression vs a 16-bit K/V cache (×, log scale)",
-          ylabel="held-out loss rise (% of uncompressed)",
-          title=f"loss vs cache size, T = {z.seq_len} ({len(seeds)} seed(s); bars: 95% CI)")
-  ax1.set_xticks(ticks, [str(t) for t in ticks])
-  ax1.xaxis.set_minor_formatter(NullFormatter())
-  ax1.legend(fontsize=7)
-  lengths = z.context_lengths
-  for kind in ("key", "value"):
-    ax2.plot(lengths, [mean("context", f"{kind}_rank99_T{T}") for T in lengths], marker="o",
-             label=f"{kind}s")
-  ax2.set(xscale="log", xlabel="context length T (tokens, log scale)",
-          ylabel=f"rank for 99% of the energy (mean head, of {d_head})",
-          title="rank needed vs context (calibration text)")
-  ax2.set_xticks(lengths, [str(T) for T in lengths])
-  ax2.xaxis.set_minor_formatter(NullFormatter())
-  ax2.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/kv_compression.png", dpi=110)
-  plt.close(fig)
-  return "kv_compression.png"
+    notes += [{"text": label(a), "xy": [x, y], "ha": "right" if left else "left",
+               "offset": [-6 if left else 6, -11 if a == "short-r8-loss" else 0]}
+              for a, x, y in zip(arms, xs, ys, strict=True)]  # short-r8-loss: below r8-loss
+  ticks, lengths = [2, 4, 8, 16, 32, 64], list(z.context_lengths)
+  loss = {"lines": lines, "annotations": notes, "xscale": "log", "legend": 7,
+          "hlines": [{"y": 1, "color": "k", "style": ":", "label": "1% (primary margin)"},
+                     {"y": 2, "color": "0.5", "style": "--", "label": "2% (32× extensions)"}],
+          "xticks": ticks, "xticklabels": [str(t) for t in ticks],
+          "xlabel": "measured compression vs a 16-bit K/V cache (×, log scale)",
+          "ylabel": "held-out loss rise (% of uncompressed)",
+          "title": f"loss vs cache size, T = {z.seq_len} ({len(seeds)} seed(s); bars: 95% CI)"}
+  rank = {"lines": [{"x": lengths, "y": [mean("context", f"{kind}_rank99_T{T}") for T in lengths],
+                     "style": "o-", "label": f"{kind}s"} for kind in ("key", "value")],
+          "xscale": "log", "xticks": lengths, "xticklabels": [str(T) for T in lengths],
+          "xlabel": "context length T (tokens, log scale)",
+          "ylabel": f"rank for 99% of the energy (mean head, of {d_head})",
+          "title": "rank needed vs context (calibration text)", "legend": 7}
+  return {"name": "kv_compression.png", "size": [11, 4.2], "panels": [loss, rank]}

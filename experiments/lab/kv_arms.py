@@ -13,6 +13,7 @@ same recipe for the goal arms (`GOAL_ARMS`) on evaluation windows the caller cho
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
@@ -116,9 +117,9 @@ def tune_fit_rate(z, seed: int, *, extend: int = 1, log) -> dict:
   step (`edge.tune`, `extend` times).
 
   Returns:
-    The `edge.Tuned` record as a dict (`"learning_rate"`, `"grid"`, `"losses"`: the 16× loss
-    rise per rate, `"at_edge"`, ...) with `"seed"`; None where a 16× cache cannot exist (fewer
-    coefficients than heads, e.g. `llama-micro-20`): there is nothing to fit.
+    The one tuning record, `edge.Tuned.to_dict()` (`"learning_rate"`, `"grid"`, `"losses"`:
+    the 16× loss rise per rate, `"at_edge"`, `"seeds"`: `[seed]`, ...); None where a 16× cache
+    cannot exist (fewer coefficients than heads, e.g. `llama-micro-20`): nothing to fit.
   """
   if not feasible(models.config(z.model), 16, 16, log):
     return None
@@ -140,8 +141,8 @@ def tune_fit_rate(z, seed: int, *, extend: int = 1, log) -> dict:
       log(f"    tuning the fit (seed {seed}): rate {lr:.3g}, 16× loss rise {out[-1]:+.3%}")
     return out, [False] * len(rates)
 
-  return {**edge.tune(rise, z.fit_rates, extend=extend, name="tune_fit_rate").to_dict(),
-          "seed": seed}
+  return dataclasses.replace(edge.tune(rise, z.fit_rates, extend=extend, name="tune_fit_rate"),
+                             seeds=(seed,)).to_dict()
 
 
 # The arms of the issue-23 goals, as `goals_on` measures them: (name, ratio, bits); the
