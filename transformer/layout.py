@@ -14,15 +14,39 @@ unchanged, and forward mode (`jax.jacfwd`, `jax.jvp`), `vmap` and higher derivat
 for `@`; `dW` equals autodiff's up to the summation order of float32 (relative 1e-6).
 
 Off CPU the product is plain `x @ w`: GPU and TPU matmuls take transposed operands natively.
+Inside `with plain_products():` it is plain everywhere (a program traced there is autodiff's own;
+`python -m experiments.benchmarks.layout` times both side by side).
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-__all__ = ["matmul"]
+__all__ = ["matmul", "plain_products"]
+
+_PLAIN = contextvars.ContextVar("plain_products", default=False)
+
+
+@contextlib.contextmanager
+def plain_products():
+  """Within it, `matmul` traces as plain `x @ w` (autodiff's own reverse pass).
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> with plain_products():
+    ...   "custom_jvp" in str(jax.make_jaxpr(matmul)(jnp.ones((2, 3)), jnp.ones((3, 4))))
+    False
+  """
+  token = _PLAIN.set(True)
+  try:
+    yield
+  finally:
+    _PLAIN.reset(token)
 
 
 def matmul(x, w):
@@ -37,7 +61,7 @@ def matmul(x, w):
     >>> g.shape, float(g[0, 0])
     ((4, 5), 6.0)
   """
-  if jax.default_backend() != "cpu" or w.ndim != 2:
+  if _PLAIN.get() or jax.default_backend() != "cpu" or w.ndim != 2:
     return x @ w
   return _matmul(x, w)
 

@@ -10,11 +10,15 @@ trains the same runs (seeds 0…R−1 at one rate) for two step counts with one 
 wall times over the difference of the run-steps is the steady-state rate, so loading and
 start-up cancel, and the compile time is shown apart. The strategies:
 
-- `vmap-today`: one `jax.vmap`-ed program over the runs, the layer scan looped — the sweep as
-  it was before issue 50 (`strategy="vmap", scan_unroll=1`), the baseline of every ratio;
+- `vmap-today`: one `jax.vmap`-ed program over the runs, the layer scan looped and the weight
+  gradients autodiff's own — the sweep as it was before issue 50 (`strategy="vmap",
+  scan_unroll=1`, traced inside `transformer.layout.plain_products()`), the baseline of every
+  ratio;
 - `vmap`: the same with the shallow models' layer scan unrolled;
 - `sequential`: one unbatched program per run, each call waited for;
 - `dispatch`: the same calls, all in flight at once (the runtime overlaps them on the cores);
+- `dispatch-plain`: `dispatch` with autodiff's own weight gradients (`plain_products()`), so
+  the share of `transformer.layout.matmul` (dW from a row-major `xᵀ`) shows apart;
 - `processes`: one worker process per core, each single-threaded XLA, running its share of
   the runs in turn (the closures a claim passes are not picklable, so the sweep itself
   cannot use this; it is here to show what the machine gives).
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as futures
+import contextlib
 import json
 import multiprocessing
 import os
@@ -43,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-STRATEGIES = ("vmap-today", "vmap", "sequential", "dispatch", "processes")
+STRATEGIES = ("vmap-today", "vmap", "sequential", "dispatch", "dispatch-plain", "processes")
 RATE = 3e-3
 
 
@@ -69,14 +74,18 @@ def train_runs(size: str, seeds, steps: int, strategy: str, eval_every: int) -> 
   """Seconds to train `seeds` at `size` for `steps` steps with `strategy` (not `processes`)."""
   from experiments.lab import optimizers, tuning
   from experiments.train import sweep
+  from transformer.layout import plain_products
   rec = _recipe(size)
-  kw = {"strategy": "vmap", "scan_unroll": 1} if strategy == "vmap-today" else {
-      "strategy": strategy}
+  kw = {"vmap-today": {"strategy": "vmap", "scan_unroll": 1},
+        "dispatch-plain": {"strategy": "dispatch"}}.get(strategy, {"strategy": strategy})
+  plain = plain_products() if strategy in ("vmap-today", "dispatch-plain") else (
+      contextlib.nullcontext())
   start = time.perf_counter()
-  r = sweep.train_many(rec.cfg, tuning.on_budget(optimizers.adamw_arm(), 1000), seeds=seeds,
-                       learning_rates=(RATE,), steps=steps, data="stdlib",
-                       batch_size=rec.batch_size, seq_len=rec.seq_len, eval_every=eval_every,
-                       eval_batches=0, **kw)
+  with plain:
+    r = sweep.train_many(rec.cfg, tuning.on_budget(optimizers.adamw_arm(), 1000), seeds=seeds,
+                         learning_rates=(RATE,), steps=steps, data="stdlib",
+                         batch_size=rec.batch_size, seq_len=rec.seq_len, eval_every=eval_every,
+                         eval_batches=0, **kw)
   if not np.isfinite(r.loss).all():
     raise RuntimeError(f"sweep benchmark: {size} {strategy} gave a non-finite loss")
   return time.perf_counter() - start
