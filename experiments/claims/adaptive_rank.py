@@ -48,7 +48,7 @@ from analysis import kv
 from experiments import models
 from experiments.lab import kvcompress
 from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
-from experiments.verdict.arithmetic.stats import spearman
+from experiments.verdict.arithmetic.stats import mean_ci95, spearman
 from transformer import latent
 
 GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # ranks measured (those ≤ Dh, and Dh itself)
@@ -230,54 +230,50 @@ def measure(losses_NB, prefix_NB, ranks, budgets: dict, model_loss: float | None
   return {"needs": out, **per_budget}
 
 
-def _figure(curves: dict, runs: dict, seeds, ranks, z: AdaptiveRankSizes, run_dir: str) -> str:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  from experiments.verdict.arithmetic.stats import mean_ci95
-
-  fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(16, 4.4))
-  rise = 100 * np.mean(curves["uniform_rise"], axis=0)
-  ax0.plot(ranks, rise, marker="o", color="0.3")
+def _figure(curves: dict, runs: dict, seeds, ranks, z: AdaptiveRankSizes) -> dict:
+  """`adaptive_rank.png`, declared as data: the loss over full rank at each uniform rank, each
+  allocation against uniform at equal budget (95% intervals), and each sequence's needed rank
+  against its difficulty."""
+  ticks = {"xticks": list(ranks), "xticklabels": [str(r) for r in ranks]}
   arms = [a for a in BUDGETS if a in runs]
   x = [runs[a][seeds[0]]["rank"] for a in arms]
-  for r in x:
-    ax0.axvline(r, color="k" if r == runs[KEY][seeds[0]]["rank"] else "0.7", ls=":")
-  ax0.set(xscale="log", xlabel="rank of every head (log scale; dotted: budgets, black: key)",
-          ylabel="loss over full rank (% of the full-rank loss)",
-          title=f"uniform rank, T = {z.seq_len}, mean of {len(seeds)} seed(s)")
-  ax0.set_xticks(list(ranks), [str(r) for r in ranks])
-  ax0.minorticks_off()
+  uniform = {**ticks, "xscale": "log",
+             "lines": [{"x": list(ranks), "y": (100 * np.mean(curves["uniform_rise"], axis=0)
+                                                ).tolist(), "style": "o-", "color": "0.3"}],
+             "vlines": [{"x": r, "color": "k" if r == runs[KEY][seeds[0]]["rank"] else "0.7",
+                         "style": ":"} for r in x],
+             "xlabel": "rank of every head (log scale; dotted: budgets, black: key)",
+             "ylabel": "loss over full rank (% of the full-rank loss)",
+             "title": f"uniform rank, T = {z.seq_len}, mean of {len(seeds)} seed(s)"}
+  lines = []
   for k, (metric, name, marker) in enumerate((
       ("oracle_vs_uniform", "oracle allocation (whole sequence)", "s"),
       ("policy_vs_uniform", f"causal policy (first {z.prefix_len} tokens)", "o"))):
     stats = [mean_ci95([100 * runs[a][s][metric] for s in seeds]) for a in arms]
-    y = np.array([m for m, _ in stats])
-    err = np.array([[m - ci[0], ci[1] - m] if ci else [0.0, 0.0] for m, ci in stats]).T
-    ax1.errorbar(np.arange(len(arms)) + (k - 0.5) * 0.2, y, yerr=err, fmt=marker, capsize=4,
-                 label=name)
-  ax1.axhline(0, color="0.5", lw=0.8, label="uniform rank")
-  ax1.axhline(-100 * MARGIN, color="k", ls=":", label=f"margin −{100 * MARGIN:g}%")
-  ax1.set_xticks(range(len(arms)), [f"rank {r:g} (Dh/{BUDGETS[a]})" for a, r in zip(arms, x,
-                                                                              strict=True)])
-  ax1.set(xlabel="average rank per head (equal budget)",
-          ylabel="loss − uniform's (% of the full-rank loss)",
-          title="allocation vs uniform (bars: 95% CI over seeds)")
-  ax1.legend(fontsize=7)
+    lines.append({"x": (np.arange(len(arms)) + (k - 0.5) * 0.2).tolist(),
+                  "y": [m for m, _ in stats], "style": marker, "capsize": 4, "label": name,
+                  "yerr": [[m - ci[0] if ci else 0.0 for m, ci in stats],
+                           [ci[1] - m if ci else 0.0 for m, ci in stats]]})
+  allocation = {
+      "lines": lines, "xticks": list(range(len(arms))),
+      "xticklabels": [f"rank {r:g} (Dh/{BUDGETS[a]})" for a, r in zip(arms, x, strict=True)],
+      "hlines": [{"y": 0, "color": "0.5", "lw": 0.8, "style": "-", "label": "uniform rank"},
+                 {"y": -100 * MARGIN, "color": "k", "style": ":",
+                  "label": f"margin −{100 * MARGIN:g}%"}],
+      "xlabel": "average rank per head (equal budget)",
+      "ylabel": "loss − uniform's (% of the full-rank loss)",
+      "title": "allocation vs uniform (bars: 95% CI over seeds)", "legend": 7}
   need, full = curves["need"], curves["full"]
   jitter = np.random.default_rng(0).uniform(-0.15, 0.15, len(need))
-  ax2.scatter(full, need * (1 + jitter / 4), s=6, alpha=0.6)
-  ax2.set(yscale="log", xlabel="full-rank loss of the sequence (nats/token)",
-          ylabel="rank it needs (within 1% of mean loss)",
-          title=f"difficulty vs needed rank (seed {seeds[0]}, {len(need)} sequences)")
-  ax2.set_yticks(list(ranks), [str(r) for r in ranks])
-  ax2.minorticks_off()
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/adaptive_rank.png", dpi=110)
-  plt.close(fig)
-  return "adaptive_rank.png"
+  difficulty = {
+      "lines": [{"x": np.asarray(full).tolist(), "y": (need * (1 + jitter / 4)).tolist(),
+                 "style": "o", "ms": 2.5, "alpha": 0.6}],
+      "yscale": "log", "yticks": list(ranks), "yticklabels": [str(r) for r in ranks],
+      "xlabel": "full-rank loss of the sequence (nats/token)",
+      "ylabel": "rank it needs (within 1% of mean loss)",
+      "title": f"difficulty vs needed rank (seed {seeds[0]}, {len(need)} sequences)"}
+  return {"name": "adaptive_rank.png", "size": [16, 4.4],
+          "panels": [uniform, allocation, difficulty]}
 
 
 def run(spec: Spec) -> dict:
@@ -302,30 +298,29 @@ def run(spec: Spec) -> dict:
     curves["uniform_rise"].append(losses.mean(1) / losses[-1].mean() - 1)
     if "need" not in curves:
       curves.update(need=needed_rank(losses, ranks), full=losses[-1])
-  figure = _figure(curves, runs, spec.seeds, ranks, z, spec.run_dir)
 
   def mean(arm, metric):
     return float(np.mean([runs[arm][s][metric] for s in spec.seeds]))
 
   arms = [a for a in BUDGETS if a in runs]
   notes = [
-      f"- Models: the shared `{z.model}` models; {z.n_sequences} validation-file sequences of "
+      f"Models: the shared `{z.model}` models; {z.n_sequences} validation-file sequences of "
       f"{z.seq_len} tokens per seed; bases from {z.n_calibration} training-split windows; rank "
       f"grid {ranks}; the causal policy reads the first {z.prefix_len} tokens. Nothing tuned.",
-      "- Equal budget (mean loss, nats/token): " + "; ".join(
+      "Equal budget (mean loss, nats/token): " + "; ".join(
           f"rank {mean(a, 'rank'):.0f}: uniform {mean(a, 'uniform_loss'):.4f}, oracle "
           f"{mean(a, 'oracle_loss'):.4f}, causal policy {mean(a, 'policy_loss'):.4f} (policy − "
           f"uniform {mean(a, 'policy_vs_uniform'):+.3%} of the loss; it changes the rank of "
           f"{mean(a, 'policy_frac_changed'):.0%} of sequences)" for a in arms) + ".",
-      f"- Rank each sequence needs (within {TOL:.0%} of the mean full-rank loss): mean "
+      f"Rank each sequence needs (within {TOL:.0%} of the mean full-rank loss): mean "
       f"{mean('needs', 'rank_mean'):.2f}, CV {mean('needs', 'rank_cv'):.3f}; at full rank "
       f"{mean('needs', 'frac_full_rank'):.0%}, at the grid's lowest rank "
       f"{mean('needs', 'frac_lowest_rank'):.0%} of sequences.",
-      f"- Difficulty vs needed rank: Spearman {mean('needs', 'spearman_loss_rank'):+.3f} "
+      f"Difficulty vs needed rank: Spearman {mean('needs', 'spearman_loss_rank'):+.3f} "
       "(full-rank loss vs needed rank; positive = hard inputs need more rank).",
   ]
   return {"setup": {"ranks": ranks, "budgets": budgets, "model_config": cfg.to_dict()},
-          "runs": runs, "figures": [figure], "notes": notes,
+          "runs": runs, "figures": [_figure(curves, runs, spec.seeds, ranks, z)], "notes": notes,
           "effects": [("coefficient of variation of the needed rank", "needs", None, "rank_cv"),
                       *[(f"oracle − uniform at {a}", a, None, "oracle_vs_uniform")
                         for a in arms if a != KEY]]}

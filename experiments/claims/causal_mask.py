@@ -185,37 +185,31 @@ def rank_metrics(params, cfg, seq_lens, batch_size: int, seed: int) -> tuple[dic
   return out, last
 
 
-def _figure(per_T: dict, heads: dict, seq_lens, run_dir: str) -> str:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+def _figure(per_T: dict, heads: dict, seq_lens) -> dict:
+  """`rank.png`, declared as data: the fraction of heads rank deficient in float32 and
+  certified full rank against T, and each head's float32 condition number at the largest T."""
   # init and trained are both certified full rank at every T: big hollow markers for init,
   # small filled ones for trained, so neither series hides the other.
-  for arm, style in (("init", dict(ls="--", ms=11, mfc="none", mew=1.8, lw=2.4)),
-                     ("trained", dict(ls="-", ms=5, lw=1.2))):
-    for metric, label, marker in (("deficient_f32", "float32 rank < T", "o"),
-                                  ("full_rank_exact", "certified full rank (float64)", "s")):
-      y = [np.mean(per_T[arm][f"{metric}_T{T}"]) for T in seq_lens]
-      ax1.plot(seq_lens, y, marker=marker, label=f"{arm}: {label}", **style)
-  ax1.set(xlabel="sequence length T (tokens)", ylabel="fraction of heads", ylim=(-0.05, 1.1),
-          title="exactly invertible, numerically deficient")
-  ax1.set_xticks(seq_lens, [str(T) for T in seq_lens])
-  ax1.legend(fontsize=7)
+  lines = [{"x": list(seq_lens), "y": [float(np.mean(per_T[arm][f"{metric}_T{T}"]))
+                                       for T in seq_lens],
+            "marker": marker, "label": f"{arm}: {label}", **style}
+           for arm, style in (("init", {"ls": "--", "ms": 11, "mfc": "none", "mew": 1.8,
+                                        "lw": 2.4}),
+                              ("trained", {"ls": "-", "ms": 5, "lw": 1.2}))
+           for metric, label, marker in (("deficient_f32", "float32 rank < T", "o"),
+                                         ("full_rank_exact", "certified full rank (float64)",
+                                          "s"))]
   T = seq_lens[-1]
-  for arm in ("init", "trained"):
-    ax2.hist(np.minimum(heads[arm]["log10_cond_f32"], 12), bins=30, alpha=0.6, label=arm)
-  ax2.axvline(-np.log10(T * np.finfo(np.float32).eps), color="k", ls=":",
-              label="float32 rank threshold 1/(T·eps)")
-  ax2.set(xlabel="log10 condition number of A (float32; singular shown at 12)", ylabel="heads",
-          title=f"conditioning per head, T={T}")
-  ax2.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/rank.png", dpi=110)
-  plt.close(fig)
-  return "rank.png"
+  rank = {"lines": lines, "xlabel": "sequence length T (tokens)", "ylabel": "fraction of heads",
+          "ylim": [-0.05, 1.1], "title": "exactly invertible, numerically deficient",
+          "xticks": list(seq_lens), "xticklabels": [str(t) for t in seq_lens], "legend": 7}
+  cond = {"hists": [{"values": np.minimum(heads[arm]["log10_cond_f32"], 12).tolist(), "bins": 30,
+                     "alpha": 0.6, "label": arm} for arm in ("init", "trained")],
+          "vlines": [{"x": float(-np.log10(T * np.finfo(np.float32).eps)), "color": "k",
+                      "style": ":", "label": "float32 rank threshold 1/(T·eps)"}],
+          "xlabel": "log10 condition number of A (float32; singular shown at 12)",
+          "ylabel": "heads", "title": f"conditioning per head, T={T}", "legend": 7}
+  return {"name": "rank.png", "size": [10, 3.6], "panels": [rank, cond]}
 
 
 def run(spec: Spec) -> dict:
@@ -242,30 +236,29 @@ def run(spec: Spec) -> dict:
       for k, v in last.items():
         heads[arm].setdefault(k, []).append(v)
   heads = {arm: {k: np.concatenate(v) for k, v in h.items()} for arm, h in heads.items()}
-  figure = _figure(per_T, heads, seq_lens, spec.run_dir)
   T = seq_lens[-1]
   tr = per_T["trained"]
   notes = [
-      f"- Attention variants checked: {sorted(transformer.ATTENTION)}; fraction exactly causal "
+      f"Attention variants checked: {sorted(transformer.ATTENTION)}; fraction exactly causal "
       f"per seed: {runs['contract'][spec.seeds[0]]['variants_causal']:.2f} (seed "
       f"{spec.seeds[0]}). The mask-blind control was caught in "
       f"{int(sum(r['control_caught'] for r in runs['contract'].values()))}/{len(spec.seeds)} "
       "seeds.",
-      f"- Trained heads at T={T}: {np.mean(tr[f'deficient_f32_T{T}']):.1%} numerically rank "
+      f"Trained heads at T={T}: {np.mean(tr[f'deficient_f32_T{T}']):.1%} numerically rank "
       f"deficient in float32, {np.mean(tr[f'zero_diag_f32_T{T}']):.1%} with a diagonal entry "
       f"that is exactly 0 in float32, yet {np.mean(tr[f'full_rank_exact_T{T}']):.1%} certified "
       f"full rank in float64 (smallest A_ii = 10^{min(tr[f'log10_min_diag_T{T}']):.1f}).",
-      "- Median log10 condition number of the float32 matrices, trained: "
+      "Median log10 condition number of the float32 matrices, trained: "
       + ", ".join(f"T={t}: {np.median(tr[f'log10_cond_median_T{t}']):.1f}" for t in seq_lens)
       + "; at init: " + ", ".join(
           f"T={t}: {np.median(per_T['init'][f'log10_cond_median_T{t}']):.1f}" for t in seq_lens)
       + ".",
-      f"- Models: the shared `{name}` models (`experiments.models.base_model`), one per seed; "
+      f"Models: the shared `{name}` models (`experiments.models.base_model`), one per seed; "
       f"{batch_size} validation windows of the stdlib corpus per T; every head of every layer.",
   ]
   return {"setup": {"variants": sorted(transformer.ATTENTION),
                     "model_config": trained[0][1].to_dict()},
-          "runs": runs, "figures": [figure], "notes": notes,
+          "runs": runs, "figures": [_figure(per_T, heads, seq_lens)], "notes": notes,
           "effects": [("trained heads numerically rank deficient in float32 (largest T)",
                        "trained", None, "deficient_f32"),
                       ("float32 rank deficiency: trained − init (largest T)", "trained", "init",

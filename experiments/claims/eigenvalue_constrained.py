@@ -50,6 +50,7 @@ from experiments.lab.norm_training import stress_rate
 from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
 from experiments.verdict.render.cells import spread
 from experiments.verdict.render.figures import median_band
+from experiments.verdict.render.tuning import on_one_seed, stress_note
 
 CAP = 1.0
 ARMS: dict[str, tuple[str, ...] | None] = {"adamw": None, "cap-hidden": ct.HIDDEN}
@@ -178,16 +179,10 @@ def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list:
   values = lambda arm, key: [runs[arm][s][key] for s in seeds]
   span = lambda arm, key: spread(values(arm, key))
   total = lambda arm, key: int(np.nansum(values(arm, key)))
-  why = ("fixed (quick), the last rate of the grid" if not z.tune else
-         "the smallest rate run at which `adamw` ended diverged on the tuning seed" if found
-         else "no rate run made `adamw` end diverged on the tuning seed, so the largest (the "
-         "registered rule; the stress thresholds are read there all the same)")
   return [
       {"tuned": tuned, "per_rate": True,
-       "read": f"lowest final loss on seed {TUNE_SEED} after {z.budget_steps()} steps among runs "
-               f"that did not end diverged; grid {list(z.grid)}, extended a step beyond an edge "
-               f"that won, at most {z.extend}×"},
-      f"Stress rate {stress:g}: {why}.",
+       "read": on_one_seed(TUNE_SEED, z.budget_steps(), z.grid, z.extend)},
+      stress_note(stress, found, arm="adamw", tuned=z.tune),
       f"End loss (nats; ended diverged = ln V = {math.log(cfg.vocab_size):.3f}), mean [min, "
       "max] over seeds: at the tuned rates " + "; ".join(
           f"{a} {span(a, 'end_loss_tuned')}" for a in ARMS) + "; at the stress rate " + "; ".join(

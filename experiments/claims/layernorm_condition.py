@@ -53,6 +53,7 @@ from experiments.lab.norm_training import NORMED, kappa_ceiling
 from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
 from experiments.verdict.render.cells import spread
 from experiments.verdict.render.figures import median_band
+from experiments.verdict.render.tuning import on_one_seed, stress_note
 
 NORMS = ("layernorm", "rmsnorm", "none")
 U_BF16 = float(jnp.finfo(jnp.bfloat16).eps) / 2  # unit roundoff 2⁻⁸
@@ -195,16 +196,9 @@ def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list:
   values = lambda arm, key: np.array([runs[arm][s][key] for s in seeds], np.float64)
   span = lambda arm, key: spread(values(arm, key))
   total = lambda arm, key: int(np.nansum(values(arm, key)))
-  why = ("fixed (quick), the last rate of the grid" if not z.tune else
-         "the smallest rate run at which `none` ended diverged on the tuning seed" if found
-         else "no rate run made `none` end diverged on the tuning seed, so the largest "
-         "(the registered rule; the stress thresholds are read there all the same)")
   return [
-      {"tuned": tuned, "per_rate": True,
-       "read": f"lowest final loss on seed {TUNE_SEED} after {z.steps} steps among runs that did "
-               f"not end diverged; grid {list(z.grid)}, extended a step beyond an edge that "
-               f"won, at most {z.extend}×"},
-      f"Stress rate {stress:g}: {why}.",
+      {"tuned": tuned, "per_rate": True, "read": on_one_seed(TUNE_SEED, z.steps, z.grid, z.extend)},
+      stress_note(stress, found, arm="none", tuned=z.tune),
       f"Largest κ_eff of the normalized inputs (attn_in, ffn_in; over layers and every "
       f"{z.eval_every} steps), mean [min, max] over seeds, against the bound K = 1/u_bf16 = "
       f"{KAPPA_BOUND:.0f}: at the tuned rates " + "; ".join(

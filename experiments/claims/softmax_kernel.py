@@ -162,44 +162,40 @@ def measure(params, cfg, tokens_BT) -> dict:
           for c in ("bidirectional", "causal")}
 
 
-def _figure(eigs: dict, run_dir: str) -> str:
-  """Every head of the first seed as a dot, one column per arm (no series hides another).
+def _figure(eigs: dict) -> dict:
+  """`kernel.png`, declared as data: every head of the first seed as a dot, one column per arm
+  (no series hides another).
 
   The tied arm's asymmetry is exactly 0, which a log axis cannot show: it is drawn at the
   floor `1e-12` and the floor is labelled.
   """
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
   floor = 1e-12
-  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
   rng = np.random.default_rng(0)
   arms = list(eigs)
+  asymmetry, definiteness, notes = [], [], []
   for k, arm in enumerate(arms):
     asym, rel = (np.asarray(v, np.float64) for v in eigs[arm])
-    x = k + rng.uniform(-0.18, 0.18, asym.shape)
-    ax1.plot(x, np.log10(np.maximum(asym, floor)), "o", ms=3, alpha=0.6, color=f"C{k}")
-    ax2.plot(x, rel, "o", ms=3, alpha=0.6, color=f"C{k}")
+    x = (k + rng.uniform(-0.18, 0.18, asym.shape)).tolist()
+    dots = {"style": "o", "ms": 3, "alpha": 0.6, "color": f"C{k}"}
+    asymmetry.append({"x": x, "y": np.log10(np.maximum(asym, floor)).tolist(), **dots})
+    definiteness.append({"x": x, "y": rel.tolist(), **dots})
     zero = int((asym <= floor).sum())
     if zero:
-      ax1.annotate(f"{zero} heads exactly symmetric\n(shown at the floor)", (k, -12),
-                   xytext=(0, 14), textcoords="offset points", ha="center", fontsize=7)
-  ax1.axhline(np.log10(floor), color="gray", ls=":", lw=0.8, label="floor 1e-12 (exact 0)")
-  ax1.set(xticks=range(len(arms)), xticklabels=arms, xlim=(-0.5, len(arms) - 0.5),
-          ylim=(-13, 1), ylabel="log10 ‖κ − κᵀ‖_F / ‖κ‖_F (per head)",
-          title="asymmetry of the kernel, one dot per head")
-  ax2.axhline(0, color="k", ls=":", label="0: positive semidefinite at or above")
-  ax2.set(xticks=range(len(arms)), xticklabels=arms, xlim=(-0.5, len(arms) - 0.5),
-          ylabel="λ_min(sym κ) / ‖sym κ‖₂ (per head)",
-          title="definiteness of the symmetrised kernel")
-  ax1.legend(fontsize=7, loc="center right")
-  ax2.legend(fontsize=7, loc="lower right")
-  fig.tight_layout()
-  fig.savefig(f"{run_dir}/kernel.png", dpi=110)
-  plt.close(fig)
-  return "kernel.png"
+      notes.append({"text": f"{zero} heads exactly symmetric\n(shown at the floor)",
+                    "xy": [k, -12], "offset": [0, 14], "ha": "center"})
+  columns = {"xticks": list(range(len(arms))), "xticklabels": arms,
+             "xlim": [-0.5, len(arms) - 0.5], "legend": 7}
+  return {"name": "kernel.png", "size": [10, 3.8], "panels": [
+      {**columns, "lines": asymmetry, "annotations": notes, "ylim": [-13, 1],
+       "hlines": [{"y": float(np.log10(floor)), "color": "gray", "style": ":", "lw": 0.8,
+                   "label": "floor 1e-12 (exact 0)"}],
+       "ylabel": "log10 ‖κ − κᵀ‖_F / ‖κ‖_F (per head)",
+       "title": "asymmetry of the kernel, one dot per head", "legend_loc": "center right"},
+      {**columns, "lines": definiteness,
+       "hlines": [{"y": 0, "color": "k", "style": ":",
+                   "label": "0: positive semidefinite at or above"}],
+       "ylabel": "λ_min(sym κ) / ‖sym κ‖₂ (per head)",
+       "title": "definiteness of the symmetrised kernel", "legend_loc": "lower right"}]}
 
 
 def run(spec: Spec) -> dict:
@@ -219,27 +215,26 @@ def run(spec: Spec) -> dict:
         runs.setdefault(f"{stage}-{mask}", {})[seed] = kernel_metrics(cert)
         if seed == spec.seeds[0] and mask == "bidirectional":
           figure_data[stage] = (cert["asymmetry"].ravel(), cert["min_eig_rel"].ravel())
-  figure = _figure(figure_data, spec.run_dir)
   mean = {arm: {m: np.mean([r[m] for r in per_seed.values()]) for m in
                 next(iter(per_seed.values()))} for arm, per_seed in runs.items()}
   notes = [
-      "- Median head's negative mass Σ|λ<0|/Σ|λ| of (κ + κᵀ)/2, mean over seeds: "
+      "Median head's negative mass Σ|λ<0|/Σ|λ| of (κ + κᵀ)/2, mean over seeds: "
       + ", ".join(f"{arm} {mean[arm]['negative_mass_median']:.2%}" for arm in sorted(runs)) + ".",
-      "- Fraction of heads whose kernel is a valid (symmetric PSD) kernel, mean over seeds: "
+      "Fraction of heads whose kernel is a valid (symmetric PSD) kernel, mean over seeds: "
       + ", ".join(f"{arm} {mean[arm]['frac_kernel']:.0%}" for arm in sorted(runs)) + ".",
-      "- Fraction PSD as a quadratic form (symmetric part only): "
+      "Fraction PSD as a quadratic form (symmetric part only): "
       + ", ".join(f"{arm} {mean[arm]['frac_psd']:.0%}" for arm in sorted(runs)) + ".",
-      "- Median relative asymmetry ‖κ − κᵀ‖/‖κ‖: "
+      "Median relative asymmetry ‖κ − κᵀ‖/‖κ‖: "
       + ", ".join(f"{arm} {mean[arm]['asymmetry_median']:.2g}" for arm in sorted(runs)) + ".",
-      f"- Largest scaled score q·k/√dh seen: "
+      f"Largest scaled score q·k/√dh seen: "
       f"{max(m['max_score'] for m in mean.values()):.1f} (each head's kernel is built in "
       "float64 and divided by exp of its largest score, so none overflows).",
-      f"- Models: the shared `{name}` models, {batch_size} validation windows of {seq_len} "
+      f"Models: the shared `{name}` models, {batch_size} validation windows of {seq_len} "
       "tokens per seed, every head of every layer; figure: seed "
       f"{spec.seeds[0]}, bidirectional kernels.",
   ]
   return {"setup": {"model_config": cfg.to_dict()},
-          "runs": runs, "figures": [figure], "notes": notes,
+          "runs": runs, "figures": [_figure(figure_data)], "notes": notes,
           "effects": [("negative mass: init (median head)", "init-bidirectional", None,
                        "negative_mass_median"),
                       ("valid-kernel fraction: trained − init (bidirectional)",

@@ -110,12 +110,15 @@ def draw(figure: dict, run_dir: str) -> str:
     figure: `{"name": "budgets.png", "size": [w, h], "panels": [panel, ...]}`, the panels side
       by side. A panel is `{"title", "xlabel", "ylabel", "xscale", "yscale", "xbase"` (the log
       base of x)`, "ylog_ticks"` (a log y labelled at 1, 2, 5 × 10^k)`, "xlim", "ylim",
-      "xticks", "xticklabels", "legend"` (a font size; absent: no legend)`, "legend_loc",
+      "xticks", "xticklabels", "yticks", "yticklabels", "legend"` (a font size; absent: no
+      legend)`, "legend_loc",
       "legend_below"` (the legend under the axes, in that many columns)`, "note"` (words over
       the plot)`, "lines": [...], "bars": [...], "bands": [...], "hlines": [...], "vlines":
       [...]}`, or
       `{"title", "text"}` (words in place of a plot). A line is `{"x", "y", "style", "color",
-      "label", "alpha", "lw", "ms"}`, with `"yerr"` (and `"capsize"`) drawn with error bars; a
+      "label", "alpha", "lw", "ms"}` (or matplotlib's `"marker", "ls", "mfc", "mew"` in place of
+      the `style` string), with `"yerr"` (and `"capsize"`) drawn with error bars; a histogram
+      `{"values", "bins", "alpha", "label"}` counts values; a
       band `{"x", "lo", "hi", "color", "alpha"}` is shaded between; an annotation `{"text",
       "xy", "offset", "ha"}` labels a point (on a white box); bars `{"x", "y", "width",
       "yerr", "capsize", "color", "label"}` stand side by side; an `hline` `{"y", ...}` and
@@ -159,13 +162,17 @@ def _panel(ax, panel: dict) -> None:
     ax.text(0.5, 0.5, panel["text"], ha="center", va="center", transform=ax.transAxes)
     ax.set(xticks=[], yticks=[], title=panel.get("title", ""))
     return
-  style = lambda d: {k: d[k] for k in ("color", "alpha", "lw", "ms", "label") if k in d}
+  style = lambda d: {k: d[k] for k in ("color", "alpha", "lw", "ms", "label", "marker", "ls",
+                                       "mfc", "mew") if k in d}
   for line in panel.get("lines", ()):
     if "yerr" in line:
       ax.errorbar(line["x"], line["y"], yerr=line["yerr"], fmt=line.get("style", "o-"),
                   capsize=line.get("capsize", 3), **style(line))
     else:
-      ax.plot(line["x"], line["y"], line.get("style", "o-"), **style(line))
+      fmt = () if "marker" in line or "ls" in line else (line.get("style", "o-"),)
+      ax.plot(line["x"], line["y"], *fmt, **style(line))
+  for h in panel.get("hists", ()):
+    ax.hist(h["values"], bins=h.get("bins", 30), **style(h))
   for b in panel.get("bars", ()):
     ax.bar(b["x"], b["y"], b.get("width", 0.8), yerr=b.get("yerr"), capsize=b.get("capsize", 0),
            **style(b))
@@ -184,9 +191,12 @@ def _panel(ax, panel: dict) -> None:
   if "xbase" in panel:
     ax.set_xscale("log", base=panel["xbase"])
   ax.set(**{k: panel[k] for k in ("title", "xlabel", "ylabel", "xscale", "yscale", "xticks",
-                                   "xticklabels", "xlim", "ylim") if k in panel})
+                                   "xticklabels", "yticks", "yticklabels", "xlim", "ylim")
+            if k in panel})
   if "xticks" in panel:
     ax.xaxis.set_minor_formatter(NullFormatter())
+  if "yticks" in panel:
+    ax.yaxis.set_minor_formatter(NullFormatter())
   if panel.get("ylog_ticks"):
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))

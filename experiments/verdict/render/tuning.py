@@ -121,3 +121,26 @@ def grid_panel(records: dict, *, title: str, ylabel: str, fixed: str = "not tune
                "color": color, "label": f"{arm} chosen: {r['learning_rate']:g}"}]
   return {"title": title, "xlabel": "peak learning rate", "ylabel": ylabel, "xscale": "log",
           "lines": lines, "legend": 8}
+
+
+def on_one_seed(seed: int, steps: int, grid, extend: int) -> str:
+  """What a search on one tuning seed read, with the edge rule: a tuned-rate note's `read`."""
+  return (f"lowest final loss on seed {seed} after {steps} steps among runs that did not end "
+          f"diverged; grid {list(grid)}, extended a step beyond an edge that won, at most "
+          f"{extend}×")
+
+
+def stress_note(stress: float, found: bool, *, arm: str, tuned: bool) -> str:
+  """Where the stress rate comes from: the smallest rate at which `arm` ended diverged on the
+  tuning seed, else the grid's largest (`lab.norm_training.stress_rate`'s rule).
+
+  Example:
+    >>> from experiments.verdict.render.tuning import stress_note
+    >>> stress_note(0.1, True, arm="none", tuned=True)[:48]
+    'Stress rate 0.1: the smallest rate run at which '
+  """
+  why = ("fixed (quick), the last rate of the grid" if not tuned else
+         f"the smallest rate run at which `{arm}` ended diverged on the tuning seed" if found
+         else f"no rate run made `{arm}` end diverged on the tuning seed, so the largest (the "
+         "registered rule; the stress thresholds are read there all the same)")
+  return f"Stress rate {stress:g}: {why}."
