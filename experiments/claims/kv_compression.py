@@ -2,49 +2,46 @@
 
     python -m experiments claim kv-compression [--quick]
 
-**The preface's question.** "Rank-aware KV cache compression for million-token contexts". Asked
-as a practitioner would: **does a latent KV cache of per-head PCA coefficients, with loss-aware
-ranks, reach a measured 8× (against a 16-bit K/V cache) at no more than 1% held-out loss rise
-over the uncompressed cache?** Per seed, on validation-file windows, with no fine-tuning; the
-bases, the loss-aware table and the quantization steps come from training-split calibration
-windows (disjoint files). The ratio is measured from the latent cache's arrays. Supported
-when the 95% interval of the loss rise over seeds 0–4 lies below 1% (the tolerance Palu and
-Eigen Attention call small), refuted when it lies above. Mathematics settles the exact part
-(`theorem`: full rank is exact, PCA is the least-error basis); held-out loss at 8× is not.
+**The preface's sentence**, "Rank-aware KV cache compression for million-token contexts", in
+two clauses (v4), each read on the test split over seeds 10-14: **(1) rank-aware KV cache
+compression**: does a latent KV cache of per-head PCA coefficients with loss-aware ranks reach
+a measured 8× (against a 16-bit K/V cache) at under 1% loss rise over the uncompressed cache,
+read at T = 1024, the longest committed model's length (`llama-mini-long-20`)? **(2) for
+(million-token) contexts**: does that cost stay put as the context grows, the 8× loss rise at
+T = 1024 less than 0.5% of the loss above the same compression's at T = 128? No committed
+model reads a million tokens; the clauses name the longest T measured, and the context axis
+(T = 128, 256, 512 on the same model, beside T = 1024) shows the trend against T. Per seed,
+no fine-tuning; bases, loss-aware table and quantization steps from training-split
+calibration windows. Mathematics settles the exact part (`theorem`); held-out loss does not.
 
-**Extensions** (own verdicts): 16× after a short calibration (each head's projections fitted
-by Adam to the uncompressed model's next-token distribution, `analysis.kv.calibrate`, ≤ 10
+**Extensions** (own verdicts): 16× after a short calibration (`analysis.kv.calibrate`, ≤ 10
 min per seed) at ≤ 1%; 32× with 4-bit coefficients, without and with that fit, at ≤ 2%; the
-allocation matters (loss-aware beats uniform ranks at 8× by ≥ 0.5% of the loss); rank beats
-bits at equal bytes (against a 2-bit KIVI-style cache, by ≥ 0.2%); towards long contexts (the
-99%-energy key rank grows by < 1 dimension per head over prefixes, the 8× rise by < 0.5% from
-`short_len` to `seq_len`).
+allocation matters (loss-aware beats uniform by ≥ 0.5% of the loss); rank beats bits at equal
+bytes (vs a 2-bit KIVI-style cache, by ≥ 0.2%); the 99%-energy key rank grows by < 1
+dimension per head over prefixes 16 to 1024.
 
-**Protocol.** The shared `mini-20` models (GPT, d 64, 4 heads of width 16, trained at 20
-tokens per parameter, committed under `results/models/`), seeds 0–4, windows of 128 tokens:
-32 calibration windows (the first 16 measure the loss-aware table, 8 ranks per head), 64
-evaluation windows. The fit's Adam rate is chosen per size on tuning seed 100's model from
-`{1e-3, 3e-3, 1e-2, 3e-2}` by its 16× loss rise (`kv_arms.tune_fit_rate`), the grid extended
-one step past an edge once (`lab.edge`); a rate still at an edge fails the fitted
-extensions' control. Scale axis: `micro-20`, `mini-20` and their Llama twins (keys compressed
-before RoPE); `pico-20` (4 dimensions per head) cannot hold 8× at all. `--quick`: the `quick`
-model, one seed, T = 64, 10-step fits at a fixed rate.
+**Protocol (v4).** `llama-mini-long-20` (llama-mini-20's shape trained at T = 1024, 20 tokens
+per parameter), seeds 10-14, windows of 1024 tokens: 4 calibration windows (the loss-aware
+table, 8 ranks per head), 8 test windows; 64 test windows of 128 tokens for clause 2. The
+fit's Adam rate is chosen on tuning seeds 110 and 111 (their own base models, `val` windows)
+from `{1e-3, 3e-3, 1e-2, 3e-2}` by the mean 16× loss rise (`kv_arms.tune_fit_rate`), the grid
+extended one step past an edge once (`lab.edge`); a rate still at an edge fails the fitted
+extensions' control. The scale axis of v1-v3 (`micro-20` ... `llama-mini-20`, T = 128) is
+not read: no other committed model is trained at T = 1024. `--quick`: the `quick` model, one
+seed, T = 64, 10-step fits at a fixed rate.
 
-v2, v3 and the context addendum: `revisions`, and `--resume results/kv-compression --axes
-context=128,256,512,1024` (2026-12-06, after v3's result, before its own run; not read by the
-verdict) adds the primary at those T on `llama-mini-long-20` (`models.LONG_TRAINED`).
+v2, v3 (read at T = 128 on `mini-20`, seeds 0-4) and v4: `revisions`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from experiments import models
 from experiments.lab import kv_arms
 from experiments.verdict import Anchor, Claim, Extension, Sizes, Spec, Threshold, axes
-from experiments.verdict.arithmetic.stats import mean_ci95
+from experiments.verdict.declare.clause import Clause
+from experiments.verdict.declare.revision import Revision
 
 ALLOCS = ("uniform", "greedy", "loss")
 
@@ -56,7 +53,8 @@ class KvCompressionSizes(Sizes):
   Attributes:
     model: the shared base model (`experiments.models`), one per seed.
     seq_len: `T` of the calibration and evaluation windows of every arm.
-    short_len: the shorter evaluation length of the context extension (same calibration).
+    short_len: the shorter evaluation length the 8× compression is also read at (same
+      calibration): v4's clause 2, v1-v3's context extension.
     context_lengths: the prefix lengths at which the 99%-energy rank is measured.
     n_calibration: calibration windows (training split) per seed: bases and quantization steps.
     cost_windows: the first this many calibration windows measure the loss-aware table.
@@ -75,6 +73,9 @@ class KvCompressionSizes(Sizes):
       seed from `fit_rates` (`kv_arms.tune_fit_rate`).
     fit_rates: the increasing, geometric grid that rate is tuned on (extended past an edge
       once); `()` when the rate is fixed.
+    split: the split the reported arms are read on: `test` (v4), or `heldout` (the validation
+      files v1-v3 read; their rate was tuned on them too); the tuner reads `val` when `test`.
+    n_short: evaluation windows at `short_len`; None: `n_eval` (v1-v3).
   """
 
   model: str
@@ -94,6 +95,8 @@ class KvCompressionSizes(Sizes):
   fit_steps: int
   fit_learning_rate: float | None
   fit_rates: tuple[float, ...] = ()
+  split: str = "heldout"
+  n_short: int | None = None
 
   def __post_init__(self):
     if not {"uniform", "loss"} <= set(self.allocs) <= set(ALLOCS) or 2 not in self.kivi_bits:
@@ -118,14 +121,15 @@ QUICK = KvCompressionSizes(model="quick", seq_len=64, short_len=32, context_leng
                            n_calibration=8, cost_windows=8, n_eval=8, exact_windows=4,
                            loss_grid=3, allocs=("uniform", "loss"), kivi_bits=(2,),
                            fit_len=64, fit_windows=8, fit_batch=4, fit_steps=10,
-                           fit_learning_rate=1e-2)
-FULL = KvCompressionSizes(model="mini-20", seq_len=128, short_len=64,
-                          context_lengths=(16, 32, 64, 128), n_calibration=32, cost_windows=16,
-                          n_eval=64, exact_windows=4, loss_grid=8, allocs=ALLOCS,
-                          kivi_bits=(4, 2), fit_len=128, fit_windows=128, fit_batch=8,
-                          fit_steps=1000, fit_learning_rate=None,
-                          fit_rates=(1e-3, 3e-3, 1e-2, 3e-2))
-TUNE_SEED = 100
+                           fit_learning_rate=1e-2, split="test")
+FULL = KvCompressionSizes(model=models.LONG_TRAINED, seq_len=1024, short_len=128,
+                          context_lengths=(16, 32, 64, 128, 256, 512, 1024), n_calibration=4,
+                          cost_windows=4, n_eval=8, n_short=64, exact_windows=4, loss_grid=8,
+                          allocs=ALLOCS, kivi_bits=(4, 2), fit_len=128, fit_windows=128,
+                          fit_batch=8, fit_steps=1000, fit_learning_rate=None,
+                          fit_rates=(1e-3, 3e-3, 1e-2, 3e-2), split="test")
+SEEDS = (10, 11, 12, 13, 14)
+TUNE_SEEDS = (110, 111)  # v1-v3: 100
 
 
 def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
@@ -133,29 +137,28 @@ def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
 
   What changes with `T`: the model (full sizes: `llama-mini-long-20`, llama-mini-20's shape
   trained at T = 1024 and 20 tokens per parameter, for every `T`; quick sizes keep the quick
-  model, `T ≤ 64`), the calibration and evaluation
-  windows (`seq_len = T`, so the 8× loss rise, the primary effect, is read at `T`), the
-  shorter length of the context extension (`short_len = T / 2`, as in `FULL`) and the prefixes
-  of the 99%-energy rank (doubling from the shortest up to `T`). The window counts
-  (`n_calibration`, `cost_windows`, `n_eval`) scale by `seq_len / T`, so the tokens calibrated
-  on and measured per seed, and the run time, stay about those of `sizes`, never below
-  `min(n, 4)` windows (the loss table then reads 4 windows of 1024 tokens, twice `FULL`'s 16
-  of 128; on 2 it chose worse ranks). The fit of the calibrated arms keeps its windows
-  (`fit_len`, `fit_windows`, `fit_batch`, `fit_steps`): the projections are position-free
-  (keys before RoPE), so they are fitted on short windows at every `T` (the fit's cost stays
-  that of `sizes`, within its 10 minutes) and read at `T`: calibrate short, deploy long.
+  model, `T ≤ 64`), the calibration and evaluation windows (`seq_len = T`, so the 8× loss
+  rise, the primary effect, is read at `T`), the shorter length (`short_len`: kept where it is
+  below `T` and `n_short` is set, as in v4's `FULL`; else `T / 2`) and the prefixes of the
+  99%-energy rank (doubling from the shortest up to `T`). The window counts (`n_calibration`,
+  `cost_windows`, `n_eval`) scale by `seq_len / T`, so the tokens calibrated on and measured
+  per seed stay about those of `sizes`, never below `min(n, 4)` windows (on 2 windows of 1024
+  the loss table chose worse ranks). The fit keeps its windows (`fit_len`, `fit_windows`,
+  `fit_batch`, `fit_steps`): the projections are position-free (keys before RoPE), so they are
+  fitted on short windows at every `T` and read at `T`: calibrate short, deploy long.
 
   Raises:
     ValueError: `T` is outside `[16, trained length of the model]` (`models.model_at_length`).
 
   Example:
-    >>> z = at_length(FULL, 1024)
-    >>> z.model, z.seq_len, z.short_len, z.n_eval, z.n_calibration, z.cost_windows
-    ('llama-mini-long-20', 1024, 512, 8, 4, 4)
-    >>> z.fit_len, z.fit_windows, z.fit_steps
-    (128, 128, 1000)
+    >>> at_length(FULL, 1024) == FULL
+    True
+    >>> z = at_length(FULL, 128)
+    >>> z.model, z.seq_len, z.short_len, z.n_eval, z.n_short, z.n_calibration, z.cost_windows
+    ('llama-mini-long-20', 128, 64, 64, 64, 32, 32)
   """
-  model = models.model_at_length("kv-compression", sizes.model, T, quick_model=QUICK.model)
+  short_of = "llama-mini-20" if sizes.model == models.LONG_TRAINED else sizes.model  # its twin
+  model = models.model_at_length("kv-compression", short_of, T, quick_model=QUICK.model)
 
   def windows(n):  # about n · seq_len tokens in windows of T, at least min(n, 4) windows
     return max(min(n, 4), round(n * sizes.seq_len / T))
@@ -163,8 +166,9 @@ def at_length(sizes: KvCompressionSizes, T: int) -> KvCompressionSizes:
   start = min(sizes.context_lengths)
   prefixes = {start * 2**i for i in range(T.bit_length()) if start * 2**i <= T} | {T}
   n_eval, n_calibration = windows(sizes.n_eval), windows(sizes.n_calibration)
+  short = sizes.short_len if sizes.n_short and sizes.short_len < T else T // 2
   return dataclasses.replace(
-      sizes, model=model, seq_len=T, short_len=T // 2, context_lengths=tuple(sorted(prefixes)),
+      sizes, model=model, seq_len=T, short_len=short, context_lengths=tuple(sorted(prefixes)),
       n_calibration=n_calibration, cost_windows=min(windows(sizes.cost_windows), n_calibration),
       n_eval=n_eval, exact_windows=min(sizes.exact_windows, n_eval))
 
@@ -176,8 +180,8 @@ def run(spec: Spec) -> dict:
   chosen: dict = {}
   cfg = None
   tuned = None
-  if z.fit_learning_rate is None:  # FULL: the fit's rate, chosen on the tuning seed
-    tuned = kv_arms.tune_fit_rate(z, TUNE_SEED, extend=1, log=spec.log)
+  if z.fit_learning_rate is None:  # FULL: the fit's rate, chosen on the tuning seeds
+    tuned = kv_arms.tune_fit_rate(z, CLAIM.tuning_seeds, extend=1, log=spec.log)
     z = dataclasses.replace(z, fit_learning_rate=tuned["learning_rate"] if tuned else None)
   for seed, (params, cfg) in zip(spec.seeds, models.base_models(z.model, spec.seeds),
                                  strict=True):
@@ -199,7 +203,9 @@ def run(spec: Spec) -> dict:
                 "loss_rise") for b in z.kivi_bits if b != 2]]
   return {"setup": {"model_config": cfg.to_dict(), "ranks": chosen, "fit_tuning": tuned,
                     "fit_learning_rate": z.fit_learning_rate},
-          "runs": runs, "figures": [_figure(runs, spec.seeds, z, cfg.d_head)], "notes": notes,
+          "split": "test" if z.split == "test" else "val",  # v1-v3: the validation files
+          "runs": runs, "figures": [kv_arms.figure(runs, spec.seeds, z, cfg.d_head)],
+          "notes": notes,
           "effects": [e for e in effects if e[1] in runs and (e[2] is None or e[2] in runs)]}
 
 
@@ -210,8 +216,11 @@ THEOREM = ("Per head the cache stores c = k P for an orthonormal basis P (PᵀP 
            "sum of M's dropped eigenvalues, the least of any rank-r orthogonal projection "
            "(Eckart–Young–Mirsky); likewise for values. Neither fixes the held-out loss: that "
            "depends on how attention and the later layers use the dropped directions on text "
-           "the bases never saw. tests/experiments/test_claims_rank.py checks both on random "
-           "instances in float64.")
+           "the bases never saw. tests/experiments/claims/test_kv_compression.py checks both "
+           "on random instances in float64.")
+
+PRIMARY = "loss rise at a measured 8×, T = 1024 (16-bit coefficients, loss-aware ranks)"
+GROWTH = "8× loss rise: T = 1024 − T = 128 (same compression)"
 
 def _goal(rise: str, ratio_name: str, arm: str, ratio: int, limit: float) -> tuple:
   """A compression goal's thresholds: `arm`'s loss rise below `limit` (the margin, a fraction
@@ -235,15 +244,19 @@ CLAIM = Claim(
     kind="new",
     preface="Rank-aware KV cache compression for million-token contexts",
     theorem=THEOREM,
-    hypothesis=("On held-out text with no fine-tuning, a latent KV cache of per-head PCA "
-                "coefficients (bases from disjoint calibration text) with loss-aware ranks "
-                "reaches a measured 8× against a 16-bit K/V cache at a loss rise below 1% of "
-                "the uncompressed cache's loss (whole 95% interval over 5 seeds)."),
-    refuted_if=("The 95% interval of the loss rise at a measured 8× lies above 1% of the "
-                "uncompressed loss."),
+    hypothesis=("On test-split text at T = 1024 with no fine-tuning, a latent KV cache of "
+                "per-head PCA coefficients (bases from disjoint calibration text) with "
+                "loss-aware ranks reaches a measured 8× against a 16-bit K/V cache at a loss "
+                "rise below 1% of the uncompressed cache's loss, and that rise is less than "
+                "0.5% of the loss above the same compression's at T = 128 (whole 95% "
+                "intervals over seeds 10-14)."),
+    refuted_if=("The 95% interval of the loss rise at a measured 8× at T = 1024 lies above 1% "
+                "of the uncompressed loss, or that of its excess over T = 128 above 0.5%."),
     thresholds=(
-        *_goal("loss rise at a measured 8× (16-bit coefficients, loss-aware ranks)",
-               "measured ratio at target 8", "r8-loss", 8, 0.01),
+        *_goal(PRIMARY, "measured ratio at target 8", "r8-loss", 8, 0.01),
+        Threshold(GROWTH, arm="r8-loss", baseline="short-r8-loss", metric="loss_rise",
+                  supports="< 0.005", refutes="> 0.005", margin=0.005,
+                  unit="fraction of the uncompressed loss"),
         Threshold("full-rank latent model reproduces the logits", arm="exact",
                   metric="max_logit_error_rel", stat="range", supports="<= 1e-5", control=True,
                   unit="of the largest |logit|"),
@@ -282,17 +295,12 @@ CLAIM = Claim(
                   (Threshold.beyond("2-bit KIVI − low rank at equal bytes (loss rise)",
                                     arm="kivi2", baseline="rank@kivi2", metric="loss_rise",
                                     margin=0.002, unit="fraction of the uncompressed loss"),)),
-        Extension("towards long contexts",
+        Extension("the key rank does not grow with the context",
                   "Does the rank holding 99% of the key energy grow by less than one dimension "
-                  "per head from the shortest to the longest measured prefix, and the 8× loss "
-                  "rise by less than 0.5% of the loss from the shorter to the longer length?",
+                  "per head from the shortest measured prefix (16) to the longest (1024)?",
                   (Threshold("99%-energy key rank: longest − shortest prefix", arm="context",
                              metric="key_rank99_growth", supports="< 1", refutes="> 1",
-                             margin=1.0, unit="dimensions per head"),
-                   Threshold("8× loss rise: seq_len − short_len", arm="r8-loss",
-                             baseline="short-r8-loss", metric="loss_rise", supports="< 0.005",
-                             refutes="> 0.005", margin=0.005,
-                             unit="fraction of the uncompressed loss"))),
+                             margin=1.0, unit="dimensions per head"),)),
     ),
     anchors=(
         Anchor("Palu: KV cache compressed by low-rank projection", "91.25% (≈ 11×) with "
@@ -306,10 +314,20 @@ CLAIM = Claim(
         Anchor("KIVI: 2-bit KV cache without fine-tuning", "≈ 2.6× less peak memory, small "
                "accuracy loss", "Liu et al. 2024, KIVI"),
     ),
-    tuning_seeds=(TUNE_SEED,),
-    axes=(axes.scale(("micro-20", "mini-20", "llama-micro-20", "llama-mini-20")),
-          axes.context((), at_length)),
-    version=3,
+    clauses=(
+        Clause("Rank-aware KV cache compression: a latent cache of per-head PCA coefficients "
+               "with loss-aware ranks reaches a measured 8× at under 1% loss rise, read at "
+               "T = 1024 (the longest committed model's length, the longest T measured)",
+               (PRIMARY,)),
+        Clause("for million-token contexts: read as a cost that does not grow with the "
+               "context, the 8× loss rise at T = 1024 less than 0.5% of the loss above its "
+               "value at T = 128 (no committed model reads more than 1024 tokens; the "
+               "context axis shows the trend over T = 128 ... 1024)", (GROWTH,)),
+    ),
+    seeds=SEEDS,
+    tuning_seeds=TUNE_SEEDS,
+    axes=(axes.context((128, 256, 512, 1024), at_length),),
+    version=4,
     revisions=("v2: registered on the trained regime (mini-20 at 20 tokens per parameter; v1 "
                "read `small` at 0.95); the fit rate tuned per size on the tuning seed with the "
                "edge rule and an edge control; the context axis dropped (its long model is not "
@@ -317,65 +335,22 @@ CLAIM = Claim(
                "v3: after v2's exactness control failed at 1.1e-4 logits on the trained models, "
                "whose logits are tens, that control reads the error relative to the largest "
                "|logit|, <= 1e-5 (float32 rounding at that scale); sizes too narrow for a 16x "
-               "cache measure the primary alone instead of failing"),
+               "cache measure the primary alone instead of failing",
+               Revision(4, "protocol", (
+                   "issue 47: v2->v3 replaced a failed absolute control with a relative one on "
+                   "the same seeds, so v4 confirms on fresh ones: seeds 10-14 (their committed "
+                   "base models), the fit rate tuned on tuning seeds 110 and 111 (mean 16x loss "
+                   "rise on their val windows; v1-v3 tuned on seed 100's held-out windows) on "
+                   "the same grid and edge rule, the verdict read on the test split. The "
+                   "sentence is read in two clauses: (1) 8x at under 1% loss rise, now at "
+                   "T = 1024 on llama-mini-long-20 (the longest committed model; v1-v3 read "
+                   "T = 128 on mini-20, against 'million-token contexts'); (2) that rise less "
+                   "than 0.5% above the same compression's at T = 128 (64 test windows of 128; "
+                   "v1-v3's context extension read it at T/2 as an extension). The context axis "
+                   "reads T = 128, 256, 512, 1024 on that model; the scale axis is dropped (no "
+                   "other committed model is trained at T = 1024); the key-rank extension "
+                   "keeps its threshold. Registered before any run of v4."))),
     run=run,
     QUICK=QUICK,
     FULL=FULL,
 )
-
-
-def _figure(runs: dict, seeds, z: KvCompressionSizes, d_head: int) -> dict:
-  """`kv_compression.png`, declared as data: each arm's loss rise against its measured ratio
-  (95% intervals), and the rank that holds 99% of the energy against the context length."""
-  mean = lambda arm, metric, scale=1.0: scale * float(np.mean([runs[arm][s][metric]
-                                                                for s in seeds]))
-
-  def interval(arm):
-    m, ci = mean_ci95([100 * runs[arm][s]["loss_rise"] for s in seeds])
-    return [m - ci[0], ci[1] - m] if ci else [0.0, 0.0]
-
-  def label(arm):
-    if arm.startswith("kivi"):
-      return f"{arm[4:]}-bit"
-    if arm.startswith("rank@kivi"):
-      return f"at {arm[9:]}-bit bytes"
-    return {"short-r8-loss": f"loss-aware, T = {z.short_len}", "r16-loss": "SVD",
-            "r32q4-loss": "SVD", "r16-cal": "fitted", "r32q4-cal": "fitted"}.get(
-        arm, arm.split("-")[-1].replace("loss", "loss-aware"))
-
-  groups = (("low rank, 16-bit", [f"r8-{a}" for a in z.allocs] + ["short-r8-loss", "r16-loss"],
-             "o"),
-            ("low rank + 4-bit", ["r32q4-loss"], "s"),
-            ("fitted projections", ["r16-cal", "r32q4-cal"], "D"),
-            ("KIVI-style quantization", [f"kivi{b}" for b in z.kivi_bits], "x"),
-            ("low rank at KIVI's bytes", [f"rank@kivi{b}" for b in z.kivi_bits], "^"))
-  lines, notes = [], []
-  for name, arms, marker in groups:
-    arms = [a for a in arms if a in runs]  # 16× and 32× cannot exist on the narrowest models
-    if not arms:
-      continue
-    spread = np.linspace(-0.06, 0.06, len(arms)) if len(arms) > 1 else [0.0]
-    xs = [mean(a, "kv_compression") * float(np.exp(d)) for a, d in zip(arms, spread,
-                                                                      strict=True)]
-    ys = [mean(a, "loss_rise", 100) for a in arms]
-    lines.append({"x": xs, "y": ys, "yerr": np.array([interval(a) for a in arms]).T.tolist(),
-                  "style": marker, "label": name})
-    left = name.startswith("KIVI")
-    notes += [{"text": label(a), "xy": [x, y], "ha": "right" if left else "left",
-               "offset": [-6 if left else 6, -11 if a == "short-r8-loss" else 0]}
-              for a, x, y in zip(arms, xs, ys, strict=True)]  # short-r8-loss: below r8-loss
-  ticks, lengths = [2, 4, 8, 16, 32, 64], list(z.context_lengths)
-  loss = {"lines": lines, "annotations": notes, "xscale": "log", "legend": 7,
-          "hlines": [{"y": 1, "color": "k", "style": ":", "label": "1% (primary margin)"},
-                     {"y": 2, "color": "0.5", "style": "--", "label": "2% (32× extensions)"}],
-          "xticks": ticks, "xticklabels": [str(t) for t in ticks],
-          "xlabel": "measured compression vs a 16-bit K/V cache (×, log scale)",
-          "ylabel": "held-out loss rise (% of uncompressed)",
-          "title": f"loss vs cache size, T = {z.seq_len} ({len(seeds)} seed(s); bars: 95% CI)"}
-  rank = {"lines": [{"x": lengths, "y": [mean("context", f"{kind}_rank99_T{T}") for T in lengths],
-                     "style": "o-", "label": f"{kind}s"} for kind in ("key", "value")],
-          "xscale": "log", "xticks": lengths, "xticklabels": [str(T) for T in lengths],
-          "xlabel": "context length T (tokens, log scale)",
-          "ylabel": f"rank for 99% of the energy (mean head, of {d_head})",
-          "title": "rank needed vs context (calibration text)", "legend": 7}
-  return {"name": "kv_compression.png", "size": [11, 4.2], "panels": [loss, rank]}

@@ -12,9 +12,9 @@ files that `experiments.data.archive_split` puts in `test`), which no base model
 Windows are evenly spaced over the concatenated prose bytes and the same for every seed, so the
 seeds are paired on the text.
 
-At `--length 128` the model is `mini-20` (learned positions, the claim's registered model; the
-fit's rate is tuned on the tuning seed as the claim's run tunes it); at longer lengths it is
-`kv_compression.at_length(FULL, T)`'s (`llama-small-long`, RoPE, trained at T = 1024). Each
+At every length the model is `kv_compression.at_length(FULL, T)`'s (v4: `llama-mini-long-20`,
+RoPE, trained at T = 1024; the fit's rate is tuned on the claim's tuning seeds as its run
+tunes it). Each
 seed's numbers are written to `DIR/prose-T<T>.json` as soon as they are measured, and a rerun
 with the same settings reuses them (nothing is lost on a crash); the summary (mean and 95%
 interval over the seeds per arm, each goal's limit and the margin by which the mean meets or
@@ -74,11 +74,11 @@ def prose_windows(T: int, n: int) -> np.ndarray:
 
 def sizes_at(T: int, log=print) -> kc.KvCompressionSizes:
   """The claim's sizes at `T`: `FULL` at its own length, else `at_length(FULL, T)`, with the
-  fit's rate tuned on the claim's tuning seed where the sizes leave it to tuning (as the
+  fit's rate tuned on the claim's tuning seeds where the sizes leave it to tuning (as the
   claim's run does, `kv_arms.tune_fit_rate`)."""
   z = kc.FULL if T == kc.FULL.seq_len else kc.at_length(kc.FULL, T)
   if z.fit_learning_rate is None:
-    rate = kv_arms.tune_fit_rate(z, kc.TUNE_SEED, log=log)["learning_rate"]
+    rate = kv_arms.tune_fit_rate(z, kc.CLAIM.tuning_seeds, log=log)["learning_rate"]
     z = dataclasses.replace(z, fit_learning_rate=rate)
   return z
 

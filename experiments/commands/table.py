@@ -167,8 +167,9 @@ def _axis_cells(res: dict, claim) -> list[str]:
 
 def verdict_cell(res: dict, claim) -> str:
   """The primary verdict with its registration, e.g. `refuted (v2)` (`(addendum seeds)` when
-  the run's seeds are not the registered ones), then each clause's verdict where the sentence
-  is split (`refuted (v4): ① supported (proof, verified exactly); ② refuted`)."""
+  the run's seeds are not those of `claim`, the registration it ran under), then each
+  clause's verdict where the sentence is split (`refuted (v4): ① supported (proof, verified
+  exactly); ② refuted`)."""
   registered = res["seeds"] == list(claim.seeds)
   text = (res["verdict"] + ("" if registered else " (addendum seeds)")
           + (f" (v{res['version']})" if res.get("version", 1) > 1 else " (v1)"))
@@ -199,7 +200,8 @@ def findings_rows(root: str = RESULTS_DIR) -> list[dict]:
     reg = res["config"].get("regime") or {}
     model = (f"`{reg['model']}`" + (f", {cells.params_text(reg['params'])} params"
                                     if reg.get("params") else "")) if reg.get("model") else "—"
-    rows.append({"id": claim.id, "preface": claim.preface, "verdict": verdict_cell(res, claim),
+    ran = frozen_claim(claim, os.path.join(root, claim.id))  # the registration it ran under
+    rows.append({"id": claim.id, "preface": claim.preface, "verdict": verdict_cell(res, ran),
                  "holm": holm[claim.id], "replicates": history.replication(claim.id, root),
                  "key": cells.key_number(res, claim), "model": model})
   return rows
@@ -230,7 +232,8 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
-                 claim.preface, verdict_cell(res, claim),
+                 claim.preface,
+                 verdict_cell(res, frozen_claim(claim, os.path.join(root, claim.id))),
                  history.verdict_path(claim.id, root) or "—",
                  history.replication(claim.id, root), holm[claim.id],
                  cells.regime_text(res, claim.reads_base),

@@ -24,6 +24,7 @@ import transformer
 from analysis import kv
 from experiments import models
 from experiments.lab import edge, kvcompress
+from experiments.verdict.arithmetic.stats import mean_ci95
 from transformer import latent
 
 
@@ -108,41 +109,69 @@ def fit_arms(params, cfg, seed: int, z, comps: dict, *, log) -> dict:
   return took
 
 
-def tune_fit_rate(z, seed: int, *, extend: int = 1, log) -> dict:
-  """The fit's Adam rate, chosen on tuning seed `seed` (never a reported one) at `z.model`.
+def eval_split(z) -> str:
+  """The split `z`'s reported arms are read on (`z.split`; `heldout` for sizes without one)."""
+  return getattr(z, "split", "heldout")
 
-  Every rate of `z.fit_rates` fits the 16× loss-aware cache of seed `seed`'s base model as
-  `fit_arms` does (its training-split windows); the chosen rate has the lowest loss rise on
-  that seed's validation windows, and a best rate at an edge of the grid extends it by one
-  step (`edge.tune`, `extend` times).
+
+def tune_split(z) -> str:
+  """The split the fit's rate is tuned on: `val` when the verdict reads `test` (v4 on), else
+  the `heldout` windows the earlier versions tuned and read on."""
+  return "val" if eval_split(z) == "test" else "heldout"
+
+
+def tune_fit_rate(z, seeds, *, extend: int = 1, log) -> dict:
+  """The fit's Adam rate, chosen on tuning seed(s) `seeds` (never a reported one) at `z.model`.
+
+  Every rate of `z.fit_rates` fits the 16× loss-aware cache of each tuning seed's base model as
+  `fit_arms` does (its training-split windows); the chosen rate has the lowest 16× loss rise,
+  averaged over the tuning seeds, on their `tune_split(z)` windows (`val` when the verdict
+  reads `test`), and a best rate at an edge of the grid extends it by one step (`edge.tune`,
+  `extend` times).
+
+  Args:
+    z: the claim's sizes.
+    seeds: one tuning seed (an int, as v1-v3 registered) or several.
+    extend: the edge rule's extensions.
+    log: progress lines.
 
   Returns:
     The one tuning record, `edge.Tuned.to_dict()` (`"learning_rate"`, `"grid"`, `"losses"`:
-    the 16× loss rise per rate, `"at_edge"`, `"seeds"`: `[seed]`, ...); None where a 16× cache
-    cannot exist (fewer coefficients than heads, e.g. `llama-micro-20`): nothing to fit.
+    the mean 16× loss rise per rate, `"losses_by_seed"` with several seeds, `"at_edge"`,
+    `"seeds"`, ...); None where a 16× cache cannot exist (fewer coefficients than heads, e.g.
+    `llama-micro-20`): nothing to fit.
   """
   if not feasible(models.config(z.model), 16, 16, log):
     return None
-  (params, cfg), = models.base_models(z.model, (seed,))
-  cal = kvcompress.calibrate(params, cfg, models.windows(seed, z.seq_len, z.n_calibration,
-                                                         "train"),
-                             grid=z.loss_grid, cost_windows=z.cost_windows)
-  start = kvcompress.compression(params, cfg, cal, 16, "loss", 16)
-  fit_tokens = models.windows(seed, z.fit_len, z.fit_windows, "train")
-  ev = models.windows(seed, z.seq_len, z.n_eval, "heldout")
-  nll_full = kvcompress.full_nll(params, cfg, ev)
+  seeds = (seeds,) if isinstance(seeds, int) else tuple(seeds)
+  setups = []
+  for seed, (params, cfg) in zip(seeds, models.base_models(z.model, seeds), strict=True):
+    cal = kvcompress.calibrate(params, cfg, models.windows(seed, z.seq_len, z.n_calibration,
+                                                           "train"),
+                               grid=z.loss_grid, cost_windows=z.cost_windows)
+    ev = models.windows(seed, z.seq_len, z.n_eval, tune_split(z))
+    setups.append((seed, params, cfg, kvcompress.compression(params, cfg, cal, 16, "loss", 16),
+                   models.windows(seed, z.fit_len, z.fit_windows, "train"), ev,
+                   kvcompress.full_nll(params, cfg, ev)))
+  by_rate: dict[float, list[float]] = {}
 
   def rise(rates):
     out = []
     for lr in rates:
-      comp = kv.calibrate(params, cfg, start, fit_tokens, z.fit_steps, learning_rate=lr,
-                          batch_size=z.fit_batch)
-      out.append(kvcompress.evaluate(params, cfg, comp, ev, nll_full=nll_full)["loss_rise"])
-      log(f"    tuning the fit (seed {seed}): rate {lr:.3g}, 16× loss rise {out[-1]:+.3%}")
+      by_rate[lr] = []
+      for seed, params, cfg, start, fit_tokens, ev, nll_full in setups:
+        comp = kv.calibrate(params, cfg, start, fit_tokens, z.fit_steps, learning_rate=lr,
+                            batch_size=z.fit_batch)
+        by_rate[lr].append(float(kvcompress.evaluate(params, cfg, comp, ev,
+                                                     nll_full=nll_full)["loss_rise"]))
+        log(f"    tuning the fit (seed {seed}): rate {lr:.3g}, 16× loss rise "
+            f"{by_rate[lr][-1]:+.3%}")
+      out.append(float(np.mean(by_rate[lr])))
     return out, [False] * len(rates)
 
-  return dataclasses.replace(edge.tune(rise, z.fit_rates, extend=extend, name="tune_fit_rate"),
-                             seeds=(seed,)).to_dict()
+  t = edge.tune(rise, z.fit_rates, extend=extend, name="tune_fit_rate")
+  per_seed = tuple(tuple(by_rate[g]) for g in t.grid) if len(seeds) > 1 else ()
+  return dataclasses.replace(t, seeds=seeds, losses_by_seed=per_seed).to_dict()
 
 
 # The arms of the issue-23 goals, as `goals_on` measures them: (name, ratio, bits); the
@@ -192,12 +221,17 @@ def goals_on(params, cfg, seed: int, z, tokens, *, log=print) -> dict:
   return runs
 
 
+def short_windows(z) -> int:
+  """Evaluation windows at `z.short_len`: `z.n_short` where the sizes set it, else `z.n_eval`."""
+  return getattr(z, "n_short", None) or z.n_eval
+
+
 def measure_seed(params, cfg, seed: int, z, *, log) -> tuple[dict, dict]:
   """Every arm's metrics for one model (the claim's docstring lists them) and the ranks chosen."""
   runs, ranks = {}, {}
   cal_tokens = models.windows(seed, z.seq_len, z.n_calibration, "train")
-  ev = models.windows(seed, z.seq_len, z.n_eval, "heldout")
-  ev_short = models.windows(seed, z.short_len, z.n_eval, "heldout")
+  ev = models.windows(seed, z.seq_len, z.n_eval, eval_split(z))
+  ev_short = models.windows(seed, z.short_len, short_windows(z), eval_split(z))
   cal = kvcompress.calibrate(params, cfg, cal_tokens, grid=z.loss_grid,
                              cost_windows=z.cost_windows)
   nll_full = kvcompress.full_nll(params, cfg, ev)
@@ -242,6 +276,9 @@ def measure_seed(params, cfg, seed: int, z, *, log) -> tuple[dict, dict]:
   return runs, ranks
 
 
+_SPLIT_WORDS = {"heldout": "validation-file", "test": "test-split"}
+
+
 def notes(runs: dict, chosen: dict, z, cfg: transformer.Config, seeds) -> list[str]:
   """The report's notes on the arms: markdown lines, ending in a table of every arm.
 
@@ -262,9 +299,10 @@ def notes(runs: dict, chosen: dict, z, cfg: transformer.Config, seeds) -> list[s
       f"- Models: the shared `{z.model}` models (trained at T = {trained_T}, max_len "
       f"{cfg.max_len}); per seed {z.n_calibration} training-split calibration windows of "
       f"{z.seq_len} tokens (bases, quantization steps; the first {z.cost_windows} also the "
-      f"loss-aware table, {z.loss_grid} ranks per head) and {z.n_eval} validation-file "
-      f"windows of {z.seq_len} tokens (and {z.n_eval} of {z.short_len} for the context "
-      "extension); calibration and evaluation files are disjoint.",
+      f"loss-aware table, {z.loss_grid} ranks per head) and {z.n_eval} "
+      f"{_SPLIT_WORDS.get(eval_split(z), eval_split(z))} windows of {z.seq_len} tokens (and "
+      f"{short_windows(z)} of {z.short_len} for the loss rise against context); calibration and "
+      "evaluation files are disjoint.",
       "- Allocations at 8× (16-bit coefficients): " + ", ".join(
           f"{a} {mean(f'r8-{a}', 'loss_rise'):+.2%}" for a in z.allocs) + ".",
       (f"- 32× with 4-bit coefficients (loss-aware): {mean('r32q4-loss', 'loss_rise'):+.2%} at "
@@ -297,3 +335,64 @@ def notes(runs: dict, chosen: dict, z, cfg: transformer.Config, seeds) -> list[s
       f"{chosen[s0]['r8-loss']['payoff_tokens']:.0f} tokens of one sequence.",
       *table,
   ]
+
+
+def figure(runs: dict, seeds, z, d_head: int) -> dict:
+  """`kv_compression.png`, declared as data: each arm's loss rise against its measured ratio
+  (95% intervals), and the rank that holds 99% of the energy against the context length.
+
+  `runs` are `measure_seed`'s metrics (`{arm: {seed: metrics}}`) over `seeds`, `z` the claim's
+  sizes and `d_head` the model's head width.
+  """
+  mean = lambda arm, metric, scale=1.0: scale * float(np.mean([runs[arm][s][metric]
+                                                                for s in seeds]))
+
+  def interval(arm):
+    m, ci = mean_ci95([100 * runs[arm][s]["loss_rise"] for s in seeds])
+    return [m - ci[0], ci[1] - m] if ci else [0.0, 0.0]
+
+  def label(arm):
+    if arm.startswith("kivi"):
+      return f"{arm[4:]}-bit"
+    if arm.startswith("rank@kivi"):
+      return f"at {arm[9:]}-bit bytes"
+    return {"short-r8-loss": f"loss-aware, T = {z.short_len}", "r16-loss": "SVD",
+            "r32q4-loss": "SVD", "r16-cal": "fitted", "r32q4-cal": "fitted"}.get(
+        arm, arm.split("-")[-1].replace("loss", "loss-aware"))
+
+  groups = (("low rank, 16-bit", [f"r8-{a}" for a in z.allocs] + ["short-r8-loss", "r16-loss"],
+             "o"),
+            ("low rank + 4-bit", ["r32q4-loss"], "s"),
+            ("fitted projections", ["r16-cal", "r32q4-cal"], "D"),
+            ("KIVI-style quantization", [f"kivi{b}" for b in z.kivi_bits], "x"),
+            ("low rank at KIVI's bytes", [f"rank@kivi{b}" for b in z.kivi_bits], "^"))
+  lines, notes = [], []
+  for name, arms, marker in groups:
+    arms = [a for a in arms if a in runs]  # 16× and 32× cannot exist on the narrowest models
+    if not arms:
+      continue
+    spread = np.linspace(-0.06, 0.06, len(arms)) if len(arms) > 1 else [0.0]
+    xs = [mean(a, "kv_compression") * float(np.exp(d)) for a, d in zip(arms, spread,
+                                                                      strict=True)]
+    ys = [mean(a, "loss_rise", 100) for a in arms]
+    lines.append({"x": xs, "y": ys, "yerr": np.array([interval(a) for a in arms]).T.tolist(),
+                  "style": marker, "label": name})
+    left = name.startswith("KIVI")
+    notes += [{"text": label(a), "xy": [x, y], "ha": "right" if left else "left",
+               "offset": [-6 if left else 6, -11 if a == "short-r8-loss" else 0]}
+              for a, x, y in zip(arms, xs, ys, strict=True)]  # short-r8-loss: below r8-loss
+  ticks, lengths = [2, 4, 8, 16, 32, 64], list(z.context_lengths)
+  loss = {"lines": lines, "annotations": notes, "xscale": "log", "legend": 7,
+          "hlines": [{"y": 1, "color": "k", "style": ":", "label": "1% (primary margin)"},
+                     {"y": 2, "color": "0.5", "style": "--", "label": "2% (32× extensions)"}],
+          "xticks": ticks, "xticklabels": [str(t) for t in ticks],
+          "xlabel": "measured compression vs a 16-bit K/V cache (×, log scale)",
+          "ylabel": "held-out loss rise (% of uncompressed)",
+          "title": f"loss vs cache size, T = {z.seq_len} ({len(seeds)} seed(s); bars: 95% CI)"}
+  rank = {"lines": [{"x": lengths, "y": [mean("context", f"{kind}_rank99_T{T}") for T in lengths],
+                     "style": "o-", "label": f"{kind}s"} for kind in ("key", "value")],
+          "xscale": "log", "xticks": lengths, "xticklabels": [str(T) for T in lengths],
+          "xlabel": "context length T (tokens, log scale)",
+          "ylabel": f"rank for 99% of the energy (mean head, of {d_head})",
+          "title": "rank needed vs context (calibration text)", "legend": 7}
+  return {"name": "kv_compression.png", "size": [11, 4.2], "panels": [loss, rank]}
