@@ -12,6 +12,7 @@ the test loss (`text_loss`), the stable rank and top-4 energy of full fine-tunin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import zlib
@@ -51,35 +52,50 @@ def held_out_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
   return raw[:a], raw[a:b], raw[b:], files
 
 
-def in_domain_text() -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, tuple[str, ...]]]:
+def in_domain_text(split: str = "heldout") -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                    dict[str, tuple[str, ...]]]:
   """`(fine-tune, tune, test)` bytes of held-out standard-library `.py` files, and the files.
 
   The files are the `stdlib` corpus's held-out files (`val` and `test` of
   `data.load_corpus("stdlib")`, the split every shared model trains with: no shared model has
-  trained on them). In the order of
-  a hash of their names, the first files holding at least `IN_DOMAIN_TEST` of the bytes are the
-  test part, the next ones holding at least `IN_DOMAIN_TUNE` more the tuning part, the rest the
-  fine-tuning text; each part is its files' bytes in sorted order. So the parts share no file.
+  trained on them), each pool in the order of a hash of the files' names. The test part is
+  the first files holding at least `IN_DOMAIN_TEST` of the held-out bytes, the tuning part the
+  next ones holding at least `IN_DOMAIN_TUNE` more, the fine-tuning text the rest; each part is
+  its files' bytes in sorted order, so the parts share no file. With `split="heldout"` (v1-v3)
+  one pool holds every held-out file; with `split="test"` (v4) the test part comes from the
+  corpus's `test` files and the tuning and fine-tuning parts from its `val` files only (the
+  rest of the `test` files are not read), so no rate is tuned on, and nothing trains on, test.
 
   Returns:
     `(ft, tune, test, files)` with `files = {"fine-tune", "tune", "test": files}`.
   """
+  if split not in ("heldout", "test"):
+    raise ValueError(f"in_domain_text: split={split!r}. Fix: 'heldout' (v1-v3) or 'test'.")
   corpus = data.load_corpus("stdlib")
-  val_files = tuple(sorted(corpus.val_files + corpus.test_files))
-  if not val_files:
+  held = tuple(sorted(corpus.val_files + corpus.test_files))
+  if not held:
     raise FileNotFoundError("lora claim: the stdlib corpus has no validation files to adapt on.")
   root = os.path.commonpath(data.stdlib_files())
-  order = sorted(val_files, key=lambda f: (zlib.crc32(
-      f"lora/{os.path.relpath(f, root)}".encode()), f))
-  sizes = {f: data.file_size(f) for f in order}
-  total, seen = sum(sizes.values()), 0
-  parts: dict[str, list[str]] = {"test": [], "tune": [], "fine-tune": []}
-  for f in order:
-    part = ("test" if seen < IN_DOMAIN_TEST * total else
-            "tune" if seen < (IN_DOMAIN_TEST + IN_DOMAIN_TUNE) * total else "fine-tune")
-    parts[part].append(f)
-    seen += sizes[f]
-  files = {k: tuple(sorted(v)) for k, v in parts.items()}
+  sizes = {f: data.file_size(f) for f in held}
+  total = sum(sizes.values())
+
+  def order(files):
+    return sorted(files, key=lambda f: (zlib.crc32(f"lora/{os.path.relpath(f, root)}".encode()), f))
+
+  def take(files, budget):  # the first files while the bytes before each are under `budget`
+    seen, n = 0, 0
+    while n < len(files) and seen < budget:
+      seen, n = seen + sizes[files[n]], n + 1
+    return files[:n], files[n:], seen
+
+  if split == "heldout":
+    test, rest, seen = take(order(held), IN_DOMAIN_TEST * total)
+    tune, ft, _ = take(rest, (IN_DOMAIN_TEST + IN_DOMAIN_TUNE) * total - seen)
+  else:
+    test = take(order(corpus.test_files), IN_DOMAIN_TEST * total)[0]
+    tune, ft, _ = take(order(corpus.val_files), IN_DOMAIN_TUNE * total)
+  files = {"test": tuple(sorted(test)), "tune": tuple(sorted(tune)),
+           "fine-tune": tuple(sorted(ft))}
   ft, tune, test = (data.read_files(files[k]) for k in ("fine-tune", "tune", "test"))
   return ft, tune, test, files
 
@@ -239,52 +255,81 @@ def trainable_fraction(cfg: transformer.Config, arm: str) -> float:
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(adapters)) / hidden
 
 
-def tune_rates(base, cfg, arms, z, log, text=None, *, grid, tune_seed: int) -> dict:
-  """Each arm's peak rate on `grid`: the lowest loss on the whole tuning text, tuning seed only.
+def tune_rates(bases, cfg, arms, z, log, text=None, *, grid, tune_seeds) -> dict:
+  """Each arm's peak rate on `grid`: the lowest tuning-text loss, on the tuning seeds only.
 
+  `bases` are the tuning seeds' base models, one per seed of `tune_seeds` (v1-v3: one seed);
+  each seed fine-tunes its own base on its own batches, and a rate's loss is the mean over the
+  seeds (`losses_by_seed` keeps each; a rate non-finite on any seed is out of the choice).
   The registered edge rule: when an arm's best rate is the first or last of its grid, the grid
   is extended by one step of its ratio beyond that edge and the new rate run, up to
   `z.extend` times (`getattr`, 0 when the sizes have no `extend`); `at_edge` is whether the
   best rate still sits at an edge of the extended grid (the claim's control then fails).
-  Each arm's record is the one tuning record (`edge.Tuned.to_dict()`, a non-finite loss out of
-  the choice) with the base model's own tuning-text loss, `base_tune_loss`: a rate whose loss
-  ends above it lost more than it learned.
+  Each arm's record is the one tuning record (`edge.Tuned.to_dict()`) with the base models'
+  mean tuning-text loss, `base_tune_loss`: a rate whose loss ends above it lost more than it
+  learned. A run that `train_many` flagged but ended finite is a spike, recorded apart.
 
-  The loss is `text_loss` on the tuning part, the same measure as the reported test loss. A run
-  *ended diverged* when that loss is non-finite or above the base model's own (fine-tuning
-  lost more than it learned); a non-finite run never wins, and one that `train_many` flagged
-  but ended below the base is a spike, recorded apart. `z` is the claim's sizes (`tune`,
-  `fixed_rate`, `steps`, `batch_size`, `seq_len`); `base` is the tuning seed's base model.
-  `text` is the setting's `(fine-tune, tune, test)` bytes (default: `held_out_text`, the
-  primary's).
+  The loss is `text_loss` on the tuning part, the same measure as the reported test loss. `z`
+  is the claim's sizes (`tune`, `fixed_rate`, `steps`, `batch_size`, `seq_len`). `text` is
+  the setting's `(fine-tune, tune, test)` bytes (default: `held_out_text`, the primary's).
   """
   if not z.tune:
     return {arm: edge.untuned(z.fixed_rate).to_dict() for arm in arms}
+  bases, tune_seeds = list(bases), tuple(int(s) for s in tune_seeds)
   ft, tune, _ = held_out_text()[:3] if text is None else text
   src = data.TextSource(data.Corpus(ft, tune, (), ()), z.seq_len)
-  base_tune = text_loss(base, cfg, tune, z.seq_len)
-
-  def run(rates, arm):
-    r = train_arm([base], cfg, src, (tune_seed,), rates, arm, steps=z.steps,
-                  batch_size=z.batch_size, seq_len=z.seq_len)
-    val = [text_loss(jax.tree.map(lambda x, k=k: x[k, 0], r.params), cfg, tune, z.seq_len)
-           for k in range(len(rates))]
-    return val, [bool(d) for d in r.diverged[:, 0]]
+  base_tune = float(np.mean([text_loss(b, cfg, tune, z.seq_len) for b in bases]))
+  n = len(tune_seeds)
 
   out = {}
   for arm in arms:
+    by_rate: dict[float, np.ndarray] = {}
     flagged: dict[float, bool] = {}
 
-    def run_arm(rates, arm=arm, flagged=flagged):
-      val, f = run(rates, arm)
-      flagged.update(zip(rates, f, strict=True))
-      return val, [not np.isfinite(v) for v in val]
+    def run_arm(rates, arm=arm, by_rate=by_rate, flagged=flagged):
+      r = train_arm(bases, cfg, src, tune_seeds, rates, arm, steps=z.steps,
+                    batch_size=z.batch_size, seq_len=z.seq_len)
+      for k, lr in enumerate(rates):
+        by_rate[lr] = np.array([text_loss(jax.tree.map(lambda x, k=k, j=j: x[k, j], r.params),
+                                          cfg, tune, z.seq_len) for j in range(n)])
+        flagged[lr] = bool(np.any(r.diverged[k, :n]))
+      return ([float(by_rate[lr].mean()) for lr in rates],
+              [not np.all(np.isfinite(by_rate[lr])) for lr in rates])
 
     t = edge.tune(run_arm, grid, extend=getattr(z, "extend", 0), name="tune_rates")
-    out[arm] = {**edge.on_one_seed(t, tune_seed, flagged), "base_tune_loss": base_tune}
-    log(f"    tuned {arm} (seed {tune_seed}): lr {t.learning_rate:g}, tuning-text loss "
+    record = edge.on_one_seed(t, tune_seeds[0], flagged) if n == 1 else dataclasses.replace(
+        t, seeds=tune_seeds, losses=tuple(float(v) for v in t.losses),
+        losses_by_seed=tuple(tuple(float(v) for v in by_rate[g]) for g in t.grid),
+        spiked=tuple(flagged[g] and not b for g, b in zip(t.grid, t.excluded, strict=True))
+    ).to_dict()
+    out[arm] = {**record, "base_tune_loss": base_tune}
+    log(f"    tuned {arm} (seeds {list(tune_seeds)}): lr {t.learning_rate:g}, tuning-text loss "
         + ", ".join(f"{g:g}: {v:.4f}" for g, v in zip(t.grid, t.losses, strict=True))
         + f" (base {base_tune:.4f})")
+  return out
+
+
+def update_rank_excess(adapters) -> float:
+  """How far LoRA's update exceeds its rank: the largest `rank(A_l B_l) − R` over targets and
+  layers, the rank of each product computed in float64 (`numpy.linalg.matrix_rank`).
+
+  `ΔW = (alpha / R) A B` with `A: (D_in, R)`, `B: (R, D_out)` has rank at most `R` (a product's
+  rank is at most its inner dimension), so this is at most 0 for any adapters.
+
+  Example:
+    >>> import numpy as np
+    >>> from experiments.lab.lora import update_rank_excess
+    >>> rng = np.random.default_rng(0)
+    >>> ab = {"A": rng.normal(size=(2, 8, 3)), "B": rng.normal(size=(2, 3, 8))}
+    >>> update_rank_excess({"w_q": ab})
+    0.0
+  """
+  out = -np.inf
+  for ab in adapters.values():
+    a = np.asarray(ab["A"], np.float64)
+    b = np.asarray(ab["B"], np.float64)
+    for a_IR, b_RO in zip(a, b, strict=True):
+      out = max(out, float(np.linalg.matrix_rank(a_IR @ b_RO) - a.shape[-1]))
   return out
 
 
@@ -314,6 +359,9 @@ def measure(bases, cfg, seeds, rates: dict, z, log, text=None, arms=None) -> dic
       runs[arm][seed] = {"test_loss": loss, "gain": base_test[j] - loss, "learning_rate": lr,
                          "edge_lr": float(rates[arm]["at_edge"]), "diverged": float(ended),
                          "spiked": float(bool(r.diverged[0, j]) and not ended)}
+      if arm != "full":  # the update's rank, from the trained adapters in float64
+        runs[arm][seed]["dW_rank_excess"] = update_rank_excess(
+            jax.tree.map(lambda x, j=j: x[0, j], r.trained["adapters"]))
     log(f"    {arm} at lr {lr:g}: test loss " + ", ".join(
         f"{runs[arm][s]['test_loss']:.4f}" for s in seeds))
   for arm in ("full", *arms):

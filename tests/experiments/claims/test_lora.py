@@ -17,9 +17,10 @@ from experiments.claims import lora as lora_claim
 from experiments.lab import lora as lora_lab
 from experiments.train import sweep
 from experiments.verdict import Spec
+from experiments.verdict.arithmetic import rule
 from experiments.verdict.arithmetic.rule import decide
 from experiments.verdict.declare import axes
-from experiments.verdict.running import folders
+from experiments.verdict.running import folders, history
 from tests.experiments.claims.rank_helpers import seed_runs
 from transformer import lora
 
@@ -74,17 +75,19 @@ def test_lora_sizes_refuse_arms_the_run_cannot_measure(arms):
     lora_claim.LoraSizes(**{**lora_claim.QUICK.to_dict(), "arms": arms})
 
 
-def test_lora_reads_the_trained_regime_and_its_scale_axis_is_micro_and_mini():
+def test_lora_reads_the_trained_regime_and_its_scale_axis_spans_9x():
   assert (lora_claim.FULL.model, lora_claim.QUICK.model) == ("mini-20", "quick")
   claim = CLAIMS["lora"]
-  assert claim.version == 3 and [r[:4] for r in claim.revisions] == ["v2: ", "v3: "]
+  assert claim.version == 4 and [str(r)[:4] for r in claim.revisions] == ["v2: ", "v3: ", "v4 ("]
   assert lora_claim.FULL.extend == 1  # v3: the edge rule
-  assert claim.axis("scale").values == ("micro-20", "mini-20")
-  assert axes.scale_models(claim, quick=False) == ("mini-20", "micro-20")  # verdict first
+  assert claim.axis("scale").values == ("pico-20", "micro-20", "mini-20")
+  assert axes.scale_models(claim, quick=False)[0] == "mini-20"  # verdict first
   assert axes.scale_models(claim, quick=True) == ()
   cards = {n: models.model_card(n) for n in claim.axis("scale").values}
   assert {n: (c["family"], c["d_model"], c["n_layers"], c["params"]) for n, c in cards.items()} == {
-      "micro-20": ("gpt", 32, 2, 41_856), "mini-20": ("gpt", 64, 2, 132_864)}
+      "pico-20": ("gpt", 16, 2, 14_784), "micro-20": ("gpt", 32, 2, 41_856),
+      "mini-20": ("gpt", 64, 2, 132_864)}
+  assert cards["mini-20"]["params"] / cards["pico-20"]["params"] >= 8  # issue 50 item 4
   assert all(c["tokens_per_param"] >= models.TOKENS_PER_PARAM for c in cards.values())
   assert all(c["max_len"] >= lora_claim.FULL.seq_len for c in cards.values())
   res = jsonio.load_strict(f"{folders.RESULTS_DIR}/lora/results.json")
@@ -176,8 +179,17 @@ def test_seeds_train_together_from_their_own_bases():
 def test_lora_primary_margin_and_controls(excess, edge, expected):
   runs = seed_runs({("lora-qv-r4", "excess_over_full"): excess,
                 ("lora-qv-r4", "edge_lr"): (edge,) * 5, ("full", "edge_lr"): (0.0,) * 5,
-                ("full", "gain"): (0.3,) * 5})
+                ("full", "gain"): (0.3,) * 5, ("lora-qv-r4", "dW_rank_excess"): (0.0,) * 5})
   assert decide(lora_claim.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == expected
+  parts = rule.clause_verdicts(lora_claim.CLAIM, runs, (0, 1, 2, 3, 4), indicative=False)
+  assert [p["verdict"] for p in parts] == [expected, "supported"]  # the rank clause: no control
+  assert [p["proof"] for p in parts] == [False, True]
+  runs["lora-qv-r4"][2]["dW_rank_excess"] = 1.0  # one update above its rank: not verified
+  assert rule.clause_verdicts(lora_claim.CLAIM, runs, (0, 1, 2, 3, 4),
+                              indicative=False)[1]["verdict"] == "inconclusive"
+  for s in range(5):  # every seed's: the proof is refuted, and the sentence with it
+    runs["lora-qv-r4"][s]["dW_rank_excess"] = 1.0
+  assert rule.verdict(lora_claim.CLAIM, runs, (0, 1, 2, 3, 4), indicative=False)[0] == "refuted"
 
 
 def test_lora_primary_is_unchanged_by_the_in_domain_extension():
@@ -192,7 +204,8 @@ def test_lora_primary_is_unchanged_by_the_in_domain_extension():
       ("full fine-tuning's tuned rate inside the grid", "full", "edge_lr", "range", "== 0",
        None, True, None),
       ("lora-qv-r4's tuned rate inside the grid", "lora-qv-r4", "edge_lr", "range", "== 0",
-       None, True, None)]
+       None, True, None),
+      (lora_claim.RANK, "lora-qv-r4", "dW_rank_excess", "range", "<= 0", "> 0", False, None)]
   assert lora_claim.CLAIM.hypothesis.startswith("Fine-tuning a shared base model on text it "
                                                 "never saw (IDLE's .txt documents)")
   names = [e.name for e in lora_claim.CLAIM.extensions]
@@ -202,7 +215,7 @@ def test_lora_primary_is_unchanged_by_the_in_domain_extension():
   assert all(t.metric.startswith(lora_claim.IN_DOMAIN) for t in ext.thresholds)
   # It mirrors the primary: the same arms, conditions, margin and controls, on its own metrics.
   assert [(t.arm, t.metric.removeprefix(lora_claim.IN_DOMAIN), t.stat, t.supports, t.refutes,
-           t.control, t.margin) for t in ext.thresholds] == [g[1:] for g in got]
+           t.control, t.margin) for t in ext.thresholds] == [g[1:] for g in got[:4]]
 
 
 def test_in_domain_text_is_held_out_and_split_by_file():
@@ -233,7 +246,7 @@ def _in_domain_runs(excess, gain=(0.05,) * 5, edge=0.0, primary_excess=(0.2,) * 
                 # The primary's setting, far outside its margin: it must not leak in.
                 ("lora-qv-r4", "excess_over_full"): primary_excess,
                 ("lora-qv-r4", "edge_lr"): (0.0,) * 5, ("full", "edge_lr"): (0.0,) * 5,
-                ("full", "gain"): (0.3,) * 5})
+                ("full", "gain"): (0.3,) * 5, ("lora-qv-r4", "dW_rank_excess"): (0.0,) * 5})
 
 
 @pytest.mark.parametrize("excess, gain, edge, expected", [
@@ -286,8 +299,93 @@ def test_tune_rates_extends_a_grid_edge_once_by_one_step(monkeypatch, best, chos
   monkeypatch.setattr(lora_lab.data, "Corpus", lambda *a: None)
   z = dataclasses.replace(lora_claim.FULL, extend=1)
   base = np.float64(0.0)  # the base model's tuning loss: 10, above every run
-  out = lora_lab.tune_rates(base, None, ("full",), z, lambda *_: None, (b"", b"", b""),
-                            grid=(1e-3, 1e-2, 1e-1), tune_seed=100)["full"]
+  out = lora_lab.tune_rates([base], None, ("full",), z, lambda *_: None, (b"", b"", b""),
+                            grid=(1e-3, 1e-2, 1e-1), tune_seeds=(100,))["full"]
   assert out["learning_rate"] == pytest.approx(chosen) and out["at_edge"] is edge
   assert len(runs) == (1 if best == 0.01 else 2) and len(runs[-1]) in (1, 3)
   assert out["grid"] == sorted(out["grid"]) and len(out["grid"]) == len(out["losses"])
+
+
+def test_in_domain_text_v4_tests_on_test_files_and_tunes_on_val_files():
+  ft, tune, test, files = lora_lab.in_domain_text("test")
+  stdlib = data.load_corpus("stdlib")
+  assert set(files["test"]) <= set(stdlib.test_files)
+  assert set(files["tune"]) | set(files["fine-tune"]) == set(stdlib.val_files)
+  assert not set(files["tune"]) & set(files["fine-tune"])
+  total = sum(data.file_size(f) for f in stdlib.val_files + stdlib.test_files)
+  assert len(test) >= lora_lab.IN_DOMAIN_TEST * total
+  assert len(tune) >= lora_lab.IN_DOMAIN_TUNE * total
+  assert len(test) < 0.1 * total and len(tune) < 0.1 * total  # bounded cost, as v1-v3
+  with pytest.raises(ValueError, match="split='val'"):
+    lora_lab.in_domain_text("val")
+
+
+def test_update_rank_excess_against_an_svd_count():
+  """The rank clause's measurement: the float64 rank of each layer's A B minus R, against the
+  count of singular values above a float64 tolerance, on the update the model computes."""
+  rng = np.random.default_rng(4)
+  ab = {"w_q": {"A": rng.normal(size=(2, 16, 4)), "B": rng.normal(size=(2, 4, 12))},
+        "w_v": {"A": rng.normal(size=(2, 16, 4)), "B": np.zeros((2, 4, 12))}}
+  assert lora_lab.update_rank_excess(ab) == 0.0
+  for a, b in zip(ab["w_q"]["A"], ab["w_q"]["B"], strict=True):
+    sv = np.linalg.svd(a @ b, compute_uv=False)
+    assert int((sv > 1e-10 * sv[0]).sum()) == 4
+  # The adapters measured are the update the model computes: merge(base) − base = (α/R) A B.
+  cfg = transformer.preset("tiny", d_model=32, n_heads=2)
+  base = transformer.init(cfg, jax.random.key(0))
+  adapters = jax.tree.map(lambda x: x + 0.1 * rng.normal(size=x.shape).astype(np.float32),
+                          lora.init(base, 4, jax.random.key(1)))  # B ≠ 0, rank 4
+  got = lora.merge(base, adapters, 4.0)["blocks"]["attn"]["w_q"]
+  d = np.asarray(got, np.float64) - np.asarray(base["blocks"]["attn"]["w_q"], np.float64)
+  ref = np.einsum("lir,lro->lio", np.asarray(adapters["w_q"]["A"], np.float64),
+                  np.asarray(adapters["w_q"]["B"], np.float64))
+  np.testing.assert_allclose(d, ref, atol=1e-5)
+  assert lora_lab.update_rank_excess(adapters) == 0.0
+  five = {"w_q": {"A": rng.normal(size=(1, 16, 5)), "B": rng.normal(size=(1, 5, 12))}}
+  assert lora_lab.update_rank_excess(five) == 0.0  # rank 5 of R = 5
+  five["w_q"]["B"][0, 4] = 0.0  # a column of A unused: rank 4, below R
+  assert lora_lab.update_rank_excess(five) == -1.0
+
+
+def test_tune_rates_on_two_seeds_reads_the_mean(monkeypatch):
+  """v4: both tuning seeds' bases train together; a rate's loss is their mean (numpy), each
+  seed's kept, and a rate non-finite on one seed is out of the choice."""
+  class Result:
+    def __init__(self, rates):
+      self.params = np.asarray([[r, -r] for r in rates])  # seed 1's runs carry -rate
+      self.diverged = np.zeros((len(rates), 2), bool)
+
+  def train_arm(bases, cfg, src, seeds, rates, arm, **kw):
+    assert seeds == (110, 111) and len(bases) == 2
+    return Result(rates)
+
+  def loss(p, cfg, text, T):
+    if np.ndim(p) == 0 and p in (0.0, 1.0):
+      return 5.0
+    r = abs(float(p))
+    shift = 0.1 if p > 0 else -0.05
+    return float("nan") if (p < 0 and r == 1e-1) else (np.log10(r) + 2) ** 2 + shift
+
+  monkeypatch.setattr(lora_lab, "train_arm", train_arm)
+  monkeypatch.setattr(lora_lab, "text_loss", loss)
+  monkeypatch.setattr(lora_lab.data, "TextSource", lambda *a: None)
+  monkeypatch.setattr(lora_lab.data, "Corpus", lambda *a: None)
+  z = dataclasses.replace(lora_claim.FULL, extend=0)
+  out = lora_lab.tune_rates([np.float64(0.0), np.float64(1.0)], None, ("full",), z,
+                            lambda *_: None, (b"", b"", b""), grid=(1e-3, 1e-2, 1e-1),
+                            tune_seeds=(110, 111))["full"]
+  by_seed = np.asarray(out["losses_by_seed"], np.float64)
+  assert out["seeds"] == [110, 111] and by_seed.shape == (3, 2)
+  np.testing.assert_allclose(out["losses"][:2], by_seed[:2].mean(axis=1), rtol=1e-12)
+  assert out["excluded"] == [False, False, True] and out["learning_rate"] == 1e-2
+  assert out["base_tune_loss"] == 5.0
+
+
+def test_lora_v4_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
+  claim = CLAIMS["lora"]
+  assert claim.seeds == (10, 11, 12, 13, 14) and claim.tuning_seeds == (110, 111)
+  assert lora_claim.FULL.split == "test" and claim.revisions[-1].kind == "protocol"
+  used = {s for e in history.kept(claim.id) if e["version"] < claim.version
+          for s in (*e["seeds"], *e["tuning_seeds"])}
+  assert used and not used & {*claim.seeds, *claim.tuning_seeds}
+  history.check_fresh(claim, claim.seeds)  # the runner's --keep rule passes
