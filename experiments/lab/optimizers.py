@@ -11,6 +11,9 @@ It holds
   included, into a traced array). The learning rate may be a scalar, an array or a schedule.
   Every arm is AdamW (`b1=0.9, b2=0.95`, decoupled weight decay on every matrix) with one
   change, so differences between arms are the change;
+- two-rate arms (`split_adamw_arm`, `optim_muon_arm`): `make_tx(hidden_rate, other_rate)`,
+  the hidden matrices at one rate and every other leaf at another, tuned apart
+  (`experiments.lab.tuning.tune_apart`); `optim_muon_arm` is `optim.muon` itself;
 - `steps_to_loss`: when a loss curve (or a curve of final losses over budgets) first reaches
   a target;
 - `condition_multipliers`: the rate multipliers `scale_by_condition` applied, read from an
@@ -38,10 +41,12 @@ import numpy as np
 import optax
 
 import optim
-from experiments.train.step import adamw
+from experiments.train.step import DECAY_MASKS, adamw
 from optim.orthogonalized import ShapeScaling
 
 MakeTx = Callable[[optax.ScalarOrSchedule], optax.GradientTransformation]
+MakeTx2 = Callable[[optax.ScalarOrSchedule, optax.ScalarOrSchedule],
+                   optax.GradientTransformation]
 
 # `scale_by_condition` refreshes κ when `count % every == 0`; with this period it refreshes at
 # the first update only (the int32 count saturates at 2**31 - 1, 2 billion updates later).
@@ -143,6 +148,65 @@ def muon_arm(*, n_heads: int | None = None, n_kv_heads: int | None = None, beta:
     return optax.partition({"muon": muon, "adam": adam}, roles)
 
   return make_tx
+
+
+def _roles(params):
+  """`"hidden"` for the hidden matrices (`optim.labels`), `"other"` for every other leaf."""
+  return jax.tree.map(lambda r: "hidden" if r == "hidden" else "other", optim.labels(params))
+
+
+def split_adamw_arm(*, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
+                    weight_decay: float = 0.0) -> MakeTx2:
+  r"""`adamw_arm` with the hidden matrices at one rate and every other leaf at another.
+
+  .. math:: W_\text{hidden} \leftarrow W - \eta_h\,u_W, \qquad
+     W_\text{other} \leftarrow W - \eta_o\,u_W
+
+  with `u` AdamW's direction plus decay (one Adam state over the whole tree). With
+  `η_h = η_o` it is `adamw_arm()(η)` update for update: AdamW is elementwise.
+
+  Args:
+    b1, b2, eps, weight_decay: as in `adamw_arm`.
+
+  Returns:
+    `make_tx(hidden_rate, other_rate) -> optax.GradientTransformation` (scalars or schedules).
+
+  Example:
+    >>> import jax, transformer
+    >>> from experiments.lab.optimizers import split_adamw_arm
+    >>> tx = split_adamw_arm()(1e-2, 3e-3)
+    >>> state = tx.init(transformer.init(transformer.preset("tiny"), jax.random.key(0)))
+  """
+
+  def make_tx(hidden_rate, other_rate):
+    return optax.chain(
+        optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
+        optax.add_decayed_weights(weight_decay, DECAY_MASKS["matrices"]),
+        optax.partition({"hidden": optax.scale_by_learning_rate(hidden_rate),
+                         "other": optax.scale_by_learning_rate(other_rate)}, _roles))
+
+  return make_tx
+
+
+def optim_muon_arm(**muon_kwargs) -> MakeTx2:
+  r"""`optim.muon` itself, the optimizer users import: Muon's rate on the hidden matrices,
+  AdamW's (`adam_learning_rate`) on every other leaf.
+
+  Every hyper-parameter but the two rates is `optim.muon`'s default unless `muon_kwargs` says
+  otherwise (the `muon` claim v3 passes none): Nesterov momentum 0.95, five Newton–Schulz
+  steps, `shape_scaling="width"`, no weight decay; AdamW `b1 = 0.9`, `b2 = 0.999`, Nesterov.
+
+  Returns:
+    `make_tx(hidden_rate, other_rate) -> optax.GradientTransformation` (scalars or schedules).
+
+  Example:
+    >>> import jax, transformer
+    >>> from experiments.lab.optimizers import optim_muon_arm
+    >>> tx = optim_muon_arm()(0.03, 3e-3)
+    >>> state = tx.init(transformer.init(transformer.preset("tiny"), jax.random.key(0)))
+  """
+  return lambda hidden_rate, other_rate: optim.muon(hidden_rate, adam_learning_rate=other_rate,
+                                                    **muon_kwargs)
 
 
 def orthogonal_heads_arm(*, strength: float, n_heads: int, n_kv_heads: int | None = None,

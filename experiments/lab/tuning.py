@@ -7,6 +7,8 @@
 - `tune_on_seeds`: the best rate on several tuning seeds, divergence judged at the end
   (`ended_diverged`), the grid extended past an edge that wins (`experiments.lab.edge`); `untuned`
   records a fixed rate;
+- `tune_apart`: a two-rate arm's hidden rate (the other tied to it), then its other rate at the
+  chosen hidden one (`tied`, `other_at`), the same two searches for every arm;
 - `budget_schedule` / `on_budget`: an arm trained for a fixed step budget, linear warm-up then
   linear decay;
 - `steps_to_loss`: when a loss curve (or a curve of final losses over budgets) first
@@ -24,7 +26,7 @@ import numpy as np
 import transformer
 from experiments.data.batch import no_test
 from experiments.lab import edge
-from experiments.lab.optimizers import MakeTx
+from experiments.lab.optimizers import MakeTx, MakeTx2
 
 # The peak-rate grid every arm of the optimizer claims is tuned on (`small` shape, 120 steps).
 RATE_GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
@@ -289,3 +291,69 @@ def untuned(learning_rate: float) -> dict[str, Any]:
     (0.003, False)
   """
   return edge.untuned(learning_rate).to_dict()
+
+
+# ------------------------------------------------- two rates: hidden matrices and the rest
+
+
+def tied(make_tx2: MakeTx2) -> MakeTx:
+  """The two-rate arm with one rate everywhere: `make_tx(η) = make_tx2(η, η)`.
+
+  Example:
+    >>> from experiments.lab.optimizers import split_adamw_arm
+    >>> from experiments.lab.tuning import tied
+    >>> tx = tied(split_adamw_arm())(1e-3)
+  """
+  return lambda learning_rate: make_tx2(learning_rate, learning_rate)
+
+
+def other_at(make_tx2: MakeTx2, hidden_rate: float, steps: int, **schedule_kwargs) -> MakeTx:
+  """The two-rate arm as a function of its other rate, the hidden one fixed at `hidden_rate`
+  on the budget's schedule (`hidden_rate · budget_schedule(steps)`); `on_budget(.., steps)`
+  then puts the other rate on the same schedule.
+
+  Example:
+    >>> from experiments.lab.optimizers import split_adamw_arm
+    >>> from experiments.lab.tuning import on_budget, other_at
+    >>> tx = on_budget(other_at(split_adamw_arm(), 1e-2, 100), 100)(3e-3)
+  """
+  unit = budget_schedule(steps, **schedule_kwargs)
+  return lambda other_rate: make_tx2(lambda count: hidden_rate * unit(count), other_rate)
+
+
+def tune_apart(cfg: transformer.Config, make_tx2: MakeTx2, grid, *, seeds, steps: int,
+               extend: int = 0, hidden: dict | None = None, **train_kwargs) -> dict[str, Any]:
+  r"""Tunes a two-rate arm coordinate-wise: the hidden rate, then the other rate.
+
+  First `tune_on_seeds` of `tied(make_tx2)` (one rate everywhere) picks the hidden rate
+  `η_h`; then `tune_on_seeds` of `other_at(make_tx2, η_h, steps)` picks the other rate on the
+  same grid, with the same seeds, budget and edge rule. Every two-rate arm of a comparison is
+  tuned by these two searches, so none gets more effort than another:
+
+  .. math:: \eta_h = \arg\min_\eta \bar\ell_N(\eta, \eta), \qquad
+     \eta_o = \arg\min_\eta \bar\ell_N(\eta_h, \eta)
+
+  Args:
+    cfg, grid, seeds, steps, extend, **train_kwargs: as in `tune_on_seeds`.
+    make_tx2: `make_tx(hidden_rate, other_rate)` (`optimizers.split_adamw_arm`, ...).
+    hidden: the first search's record when it was already run (a tied arm tuned on the same
+      grid and seeds: `tune_on_seeds(cfg, tied(make_tx2), ...)`), so it is not run twice.
+
+  Returns:
+    `{"hidden": record, "other": record}`, each `tune_on_seeds`'s.
+
+  Example:
+    >>> import transformer
+    >>> from experiments.lab.optimizers import split_adamw_arm
+    >>> from experiments.lab.tuning import tune_apart
+    >>> t = tune_apart(transformer.preset("tiny", d_model=32), split_adamw_arm(), (3e-3, 3e-2),
+    ...                seeds=(100,), steps=4, data="stdlib", batch_size=2, seq_len=8,
+    ...                eval_batches=1)
+    >>> sorted(t), t["other"]["learning_rate"] in t["other"]["grid"]
+    (['hidden', 'other'], True)
+  """
+  kw = dict(seeds=seeds, steps=steps, extend=extend, **train_kwargs)
+  if hidden is None:
+    hidden = tune_on_seeds(cfg, tied(make_tx2), grid, **kw)
+  other = tune_on_seeds(cfg, other_at(make_tx2, hidden["learning_rate"], steps), grid, **kw)
+  return {"hidden": hidden, "other": other}

@@ -1,6 +1,7 @@
 """The condition-lr claim's measurements against numpy references and its frozen thresholds, and the
 budget tuning (schedule, rate, several seeds) the optimizer claims share."""
 
+import dataclasses
 import math
 import types
 
@@ -11,11 +12,14 @@ import optax
 import pytest
 
 import transformer
+from experiments import models
 from experiments.claims import condition_lr
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
 from experiments.train import sweep
-from experiments.verdict.arithmetic.rule import extension_verdicts, verdict
+from experiments.verdict.arithmetic.rule import clause_verdicts, extension_verdicts, verdict
+from experiments.verdict.declare.revision import Revision
+from experiments.verdict.running import history
 
 CFG = transformer.Config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_len=32)
 
@@ -91,7 +95,10 @@ def test_condition_lr_mean_multipliers_per_run():
   np.testing.assert_allclose(got, ref, rtol=1e-5)
 
 
-def _runs(arm_metrics: dict, seeds=(0, 1, 2)):
+SEEDS6 = tuple(range(10, 16))
+
+
+def _runs(arm_metrics: dict, seeds=SEEDS6):
   return {arm: {s: dict(m) for s in seeds} for arm, m in arm_metrics.items()}
 
 
@@ -101,35 +108,107 @@ def _jitter(runs, metric, arm, deltas):
   return runs
 
 
-def test_condition_lr_margins_decide_the_headline_and_the_rate_cut_is_an_extension():
-  def runs(vs_frozen, vs_cut):
-    base = {"steps_frac": 1.0, "val_loss": 2.0, "mean_multiplier": 1.0, "ended_diverged": 0.0,
-            "rates_at_grid_edge": 0.0, "rate_at_grid_edge": 0.0}
-    r = _runs({"adamw": base, "condition": {**base, "steps_frac": 0.8, "mean_multiplier": 0.7},
-               "frozen": {**base, "val_loss": 2.0 + vs_frozen},
-               "lr-cut": {**base, "val_loss": 2.0 + vs_cut}})
-    return _jitter(r, "val_loss", "condition", (-0.001, 0.0, 0.001))
+def _synthetic(vs_frozen, vs_cut, steps=0.8, cut_steps=0.7):
+  base = {"steps_frac": 1.0, "val_loss": 2.0, "mean_multiplier": 1.0, "ended_diverged": 0.0,
+          "rates_at_grid_edge": 0.0, "rate_at_grid_edge": 0.0}
+  r = _runs({"adamw": base,
+             "condition": {**base, "steps_frac": steps, "mean_multiplier": 0.7},
+             "frozen": {**base, "val_loss": 2.0 + vs_frozen},
+             "lr-cut": {**base, "val_loss": 2.0 + vs_cut, "steps_frac": cut_steps}})
+  _jitter(r, "steps_frac", "condition", (-0.02, -0.01, 0.0, 0.0, 0.01, 0.02))
+  return _jitter(r, "val_loss", "condition", (-0.001, 0.0, 0.001, -0.001, 0.0, 0.001))
 
-  seeds = (0, 1, 2)
-  headline = lambda r: verdict(condition_lr.CLAIM, r, seeds, indicative=False)[0]
-  extension = lambda r: extension_verdicts(condition_lr.CLAIM, r, seeds,
-                                           indicative=False)[0]["verdict"]
-  assert headline(runs(0.05, 0.05)) == "supported" and extension(runs(0.05, 0.05)) == "supported"
-  # 0.005 nats below the frozen multipliers is inside the 0.01-nat margin: adapting is not
-  # worth it, whatever the sign.
-  assert headline(runs(0.005, 0.05)) == "refuted"
-  # The interval straddles the margin: inconclusive.
-  assert headline(runs(0.01, 0.05)) == "inconclusive"
-  # A plain rate cut ending lower refutes the extension, never the headline.
-  assert headline(runs(0.05, -0.05)) == "supported"
-  assert extension(runs(0.05, -0.05)) == "refuted"
-  # A tuned rate at an edge of its grid blocks what it controls: the primary, or the extension.
-  edge = runs(0.05, 0.05)
+
+def _clauses(runs):
+  return [p["verdict"] for p in clause_verdicts(condition_lr.CLAIM, runs, SEEDS6,
+                                                indicative=False)]
+
+
+def test_condition_lr_clauses_margins_and_the_rate_cut_extensions():
+  headline = lambda r: verdict(condition_lr.CLAIM, r, SEEDS6, indicative=False)[0]
+  extension = lambda r, k=0: extension_verdicts(condition_lr.CLAIM, r, SEEDS6,
+                                                indicative=False)[k]["verdict"]
+  ok = _synthetic(0.05, 0.05)
+  assert _clauses(ok) == ["supported", "supported"] and headline(ok) == "supported"
+  assert extension(ok) == "supported" and extension(ok, 1) == "supported"
+  # 0.005 nats below the frozen multipliers is inside the 0.01-nat margin: clause ② refuted.
+  assert _clauses(_synthetic(0.005, 0.05)) == ["supported", "refuted"]
+  assert headline(_synthetic(0.005, 0.05)) == "refuted"
+  assert _clauses(_synthetic(0.01, 0.05)) == ["supported", "inconclusive"]  # straddles
+  # Median steps 0.99: not 5% faster, clause ① refuted; 0.95 straddled: inconclusive.
+  assert _clauses(_synthetic(0.05, 0.05, steps=0.99))[0] == "refuted"
+  assert _clauses(_synthetic(0.05, 0.05, steps=0.95))[0] == "inconclusive"
+  # A plain rate cut ending lower refutes the first extension, never the headline; its own
+  # speed is the second extension's (v2's lr-cut reached AdamW's loss in 0.72 N).
+  assert headline(_synthetic(0.05, -0.05)) == "supported"
+  assert extension(_synthetic(0.05, -0.05)) == "refuted"
+  assert extension(_synthetic(0.05, 0.05, cut_steps=1.0), 1) == "refuted"
+  # A tuned rate at an edge blocks what it controls: the primary, or the extensions.
+  edge = _synthetic(0.05, 0.05)
   edge["condition"] = {s: {**m, "rates_at_grid_edge": 1.0} for s, m in edge["condition"].items()}
-  assert headline(edge) == "inconclusive" and extension(edge) == "supported"
-  edge = runs(0.05, 0.05)
+  assert _clauses(edge) == ["inconclusive", "inconclusive"] and extension(edge) == "supported"
+  edge = _synthetic(0.05, 0.05)
   edge["lr-cut"] = {s: {**m, "rate_at_grid_edge": 1.0} for s, m in edge["lr-cut"].items()}
-  assert headline(edge) == "supported" and extension(edge) == "inconclusive"
+  assert headline(edge) == "supported" and extension(edge) == extension(edge, 1) == "inconclusive"
+
+
+def test_condition_lr_censored_seeds_are_never_numbers():
+  """v2's steps fractions [1.5, 1.5, 1.5, 0.746, 0.906] put three sentinels in a t-interval.
+  v3 runs to 1.5 N and reads a censoring-aware median: a seed not reached by then counts as
+  `[1.5, ∞)`; when that leaves the deciding bound open, clause ① is inconclusive."""
+  cens = condition_lr.NOT_REACHED
+  assert cens == condition_lr.CAP == condition_lr.FULL.cap == 1.5  # v2's "not reached" too
+  th = condition_lr.CLAIM.primary
+  assert th.stat == "median" and th.cap == 1.5 and th.censored == ">= 1.5"
+  runs = _synthetic(0.05, 0.05)
+  for s, v in zip(SEEDS6, [0.7, 0.72, 0.75, 0.8, 0.85, cens], strict=True):
+    runs["condition"][s]["steps_frac"] = v
+  parts = clause_verdicts(condition_lr.CLAIM, runs, SEEDS6, indicative=False)
+  assert parts[0]["verdict"] == "inconclusive" and "censored" in parts[0]["reason"]
+  for s, v in zip(SEEDS6, [0.97, 1.1, 1.3, 1.45, cens, cens], strict=True):
+    runs["condition"][s]["steps_frac"] = v
+  assert _clauses(runs)[0] == "refuted"  # every seed, censored or not, is slower than 0.95
+  # A curve point past N counts: reached between 20 (2.5) and 30 (2.2) steps, N = 20.
+  assert condition_lr.steps_fraction([10, 20, 30], [3, 2.5, 2.2], 2.35, 20) == \
+      pytest.approx(1.25)
+  assert condition_lr.steps_fraction([10, 20, 30], [3, 2.5, 2.2], 2.0, 20) == cens
+  # Every value a reached seed can take lies below the censoring condition: 1.5 N is the
+  # curve's last point, reached there only when the loss equals the target exactly.
+  assert condition_lr.steps_fraction([10, 20, 30], [3, 2.5, 2.2], 2.2 + 1e-9, 20) < cens
+
+
+def test_condition_lr_v3_seeds_are_fresh_and_n_has_a_curve_point():
+  used = {s for e in history.load()["condition-lr"] for s in (*e["seeds"], *e["tuning_seeds"])}
+  claim = condition_lr.CLAIM
+  assert used and not used & {*claim.seeds, *claim.tuning_seeds}
+  assert len(claim.seeds) >= 6 and len(claim.tuning_seeds) >= 2 and claim.version == 3
+  assert isinstance(claim.revisions[-1], Revision) and condition_lr.FULL.split == "test"
+  assert claim.axis("scale").values == ("pico-20", "micro-20", "mini-20")
+  budget = claim.axis("budget")
+  assert budget.values == (4, 16) and budget.model == "pico-20"
+  for name, n in (("pico-20", 160), ("micro-20", 420), ("mini-20", 1300)):
+    z = dataclasses.replace(condition_lr.FULL, model=name)
+    assert z.budget_steps() == n and n % z.curve_points == 0
+    assert z.train_tokens() / models.param_count(name) >= models.TOKENS_PER_PARAM
+    for k in budget.values:
+      assert budget.sizes_at(claim, z, k).budget_steps() == k * n
+  v2 = dataclasses.replace(condition_lr.FULL, steps_multiple=1)  # v2's sizes keep 409
+  assert v2.budget_steps() == 409
+  assert condition_lr.GRID[0] < 9.49e-3 and condition_lr.GRID[-1] > 9.49e-2  # v2's choices
+  assert len(condition_lr.GRID) == 7
+
+
+def test_a_run_to_the_cap_is_the_n_step_run_until_n():
+  """② reads each arm's loss at N on its capped curve: the first N steps are exactly the
+  N-step run (same batches, the schedule of N held at its final rate afterwards)."""
+  kw = dict(seeds=(0,), learning_rates=(3e-3,), data="stdlib", batch_size=2, seq_len=16,
+            eval_batches=1, eval_every=3)
+  tx = tuning.on_budget(O.condition_arm(), 6)
+  short = sweep.train_many(CFG, tx, steps=6, **kw)
+  long = sweep.train_many(CFG, tx, steps=12, **kw)
+  assert list(long.steps) == [3, 6, 9, 12]
+  np.testing.assert_allclose(long.val_loss[..., :2], short.val_loss, rtol=1e-6)
+  assert float(tuning.budget_schedule(6)(11)) == pytest.approx(0.1)  # held past N
 
 
 # ------------------------------------------------------------------ tuning on several seeds
