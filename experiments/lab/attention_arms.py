@@ -100,16 +100,17 @@ def forward(cfg: transformer.Config):
 
 
 def task_scores(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
-                batch_size: int) -> dict:
+                batch_size: int, split: str = "val") -> dict:
   """Exact match and answer accuracy of a model on `n_batches` held-out batches of a task.
 
   `exact_match` is `data.exact_match` (every scored target of a sequence right); `accuracy`
-  the fraction of scored targets right (for recall: of answers), pooled over the batches.
+  the fraction of scored targets right (for recall: of answers), pooled over the batches of
+  `split` (`val` for every choice, `test` for a verdict's reported runs).
   """
   apply = forward(cfg)
   em, right, scored = [], 0.0, 0.0
   for step in range(n_batches):
-    batch = src.batch(seed, 10_000 + step, batch_size, "val")
+    batch = src.batch(seed, 10_000 + step, batch_size, split)
     logits = apply({"params": params}, batch.tokens[:, :-1])
     em.append(data_lib.exact_match(logits, batch))
     hit = np.asarray(logits).argmax(-1) == batch.tokens[:, 1:]
@@ -119,10 +120,10 @@ def task_scores(params, cfg: transformer.Config, src, seed: int, *, n_batches: i
 
 
 def exact_match_of(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
-                   batch_size: int) -> float:
+                   batch_size: int, split: str = "val") -> float:
   """Mean `data.exact_match` of a model on `n_batches` held-out batches of a task source."""
-  return task_scores(params, cfg, src, seed, n_batches=n_batches,
-                     batch_size=batch_size)["exact_match"]
+  return task_scores(params, cfg, src, seed, n_batches=n_batches, batch_size=batch_size,
+                     split=split)["exact_match"]
 
 
 def _index(tree, i: int, j: int):
@@ -131,12 +132,14 @@ def _index(tree, i: int, j: int):
 
 def train_arm(cfg: transformer.Config, seeds, *, data, steps: int, batch_size: int,
               seq_len: int, learning_rates=LEARNING_RATES, exact_match: bool = False,
-              em_batches: int = 4) -> dict:
+              em_batches: int = 4, split: str = "val") -> dict:
   """Trains one arm over `seeds` × `learning_rates` (paired: same init and data per seed).
 
   The best rate is the lowest mean final validation loss over `seeds` among rates whose runs
   did not end diverged: pass tuning seeds here to choose a rate (as `tuned_arm` does), never
-  the reported ones.
+  the reported ones. `split` is where the final loss (and exact match) is read: `val` for
+  tuning, `test` for a registered verdict's reported runs (`train_many(eval_split=)`; refused
+  inside a tuner).
 
   Returns:
     `{"per_seed": {seed: {"loss", "diverged", "spiked", "exact_match"?, "accuracy"?}}, "lr":
@@ -146,7 +149,7 @@ def train_arm(cfg: transformer.Config, seeds, *, data, steps: int, batch_size: i
   src = data_lib.source(data, seq_len) if isinstance(data, str) else data
   r = sweep.train_many(cfg, make_tx, seeds=tuple(seeds), learning_rates=learning_rates,
                        steps=steps, data=src, batch_size=batch_size, seq_len=seq_len,
-                       eval_every=steps, eval_batches=4)
+                       eval_every=steps, eval_batches=4, eval_split=split)
   val = r.val_loss[..., -1]  # (n_lr, n_seeds)
   ended = ended_diverged(val, cfg.vocab_size)
   final = np.where(ended, np.inf, val)
@@ -157,7 +160,8 @@ def train_arm(cfg: transformer.Config, seeds, *, data, steps: int, batch_size: i
     m = {"loss": float(val[best, j]), "diverged": float(ended[best, j]),
          "spiked": float(r.diverged[best, j] and not ended[best, j])}
     if exact_match:
-      m.update(task_scores(p, cfg, src, seed, n_batches=em_batches, batch_size=batch_size))
+      m.update(task_scores(p, cfg, src, seed, n_batches=em_batches, batch_size=batch_size,
+                           split=split))
     per_seed[seed], params[seed] = m, p
   return {"per_seed": per_seed, "lr": learning_rates[best], "params": params,
           "val_loss_grid": val.tolist()}
@@ -193,7 +197,8 @@ def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, extend: int = 0,
   if not tuning_seeds:
     raise ValueError(f"tune_rate: a grid {grid} needs tuning seeds. Fix: pass e.g. "
                      "tuning_seeds=(100,), or a grid of one rate.")
-  kw = {k: v for k, v in train_kwargs.items() if k not in ("exact_match", "em_batches")}
+  kw = {k: v for k, v in train_kwargs.items()
+        if k not in ("exact_match", "em_batches", "split")}  # tuning reads `val` only
   seeds = tuple(tuning_seeds)
   by_rate: dict[float, np.ndarray] = {}
 
@@ -216,8 +221,8 @@ def tuned_arm(cfg: transformer.Config, seeds, *, tuning_seeds, grid, **train_kwa
     seeds: the reported seeds (they choose nothing).
     tuning_seeds: the seeds the rate is chosen on; disjoint from `seeds`.
     grid: candidate rates (one rate: nothing is tuned).
-    **train_kwargs: `data`, `steps`, `batch_size`, `seq_len`, `exact_match`, `em_batches` of
-      `train_arm`.
+    **train_kwargs: `data`, `steps`, `batch_size`, `seq_len`, `exact_match`, `em_batches`,
+      `split` of `train_arm` (`split` applies to the reported runs only).
 
   Returns:
     `train_arm`'s dict for `seeds` at the chosen rate, plus `tune_rate`'s record (`"tuning"`).

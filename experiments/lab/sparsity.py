@@ -3,7 +3,8 @@
 `RecallSource` is associative recall with distractors between the pairs and the queries (the
 claim's context axis); `recall_arms` trains the full / local / MoBA recall arms and `text_arms`
 full attention and MoBA on stdlib with the switch (the trained full model read through the
-MoBA pattern), each arm at its own rate tuned on the tuning seed (`tune_and_train`).
+MoBA pattern), each arm at its own rate tuned on the tuning seeds (`tune_and_train`); the
+reported runs, their probes and the switch read the split `z.split` (`test` for a verdict).
 `keys_read` counts the keys a query actually read from the sown scores; `val_loss` is a
 model's held-out loss on a source.
 The arms go through `experiments.lab.attention_arms` (`tune_rate`, `train_arm`); the sizes `z`
@@ -21,7 +22,7 @@ from experiments import models
 from experiments.data.batch import VOCAB_SIZE, batch_rng
 from experiments.data.tasks import SEP, answers_only, associative_recall
 from experiments.lab import edge
-from experiments.lab.attention_arms import forward, train_arm, tune_rate
+from experiments.lab.attention_arms import config_at, forward, train_arm, tune_rate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,36 +73,39 @@ def keys_read(params, cfg: transformer.Config, tokens_BT) -> dict:
 
 
 def val_loss(params, cfg: transformer.Config, src, seed: int, *, n_batches: int,
-             batch_size: int) -> float:
-  """Mean cross-entropy of a model on `n_batches` validation batches of `src`."""
+             batch_size: int, split: str = "val") -> float:
+  """Mean cross-entropy of a model on `n_batches` held-out batches of `src`'s `split`."""
   apply = forward(cfg)
   losses = []
   for step in range(n_batches):
-    b = src.batch(seed, step, batch_size, "val")
+    b = src.batch(seed, step, batch_size, split)
     logits = apply({"params": params}, b.tokens[:, :-1])
     losses.append(float(transformer.next_token_loss(logits, b.tokens, b.weights)))
   return float(np.mean(losses))
 
 
-def tune_and_train(cfgs: dict, z, seeds, *, tune_seed: int, log, task: str, **kw) -> dict:
-  """Each arm of `cfgs` at its own rate: chosen on `tune_seed` over `z.rates` (`tune_rate`,
-  the edge rule `z.extend` times), then trained on the reported `seeds` at it.
+def tune_and_train(cfgs: dict, z, seeds, *, tuning_seeds, log, task: str, **kw) -> dict:
+  """Each arm of `cfgs` at its own rate: chosen on the mean `val` loss of `tuning_seeds` over
+  `z.rates` (`tune_rate`, the edge rule `z.extend` times), then trained on the reported
+  `seeds` at it, read on `z.split`.
 
   Returns `{"trained": {arm: train_arm's dict}, "lr": {arm: rate}, "tuning": {arm: record or
   None}, "at_edge": [arms whose rate still sits at an edge of its grid, flat arms left out]}`;
   a tuning record gains `"flat"`: its losses span less than `z.flat_nats` (`edge.flat`).
   """
-  if tune_seed in seeds:
-    raise ValueError(f"dynamic-sparsity: seed {tune_seed} both tunes and reports. Fix: report "
-                     "other seeds (e.g. 0–4).")
+  tuning_seeds = tuple(tuning_seeds)
+  if set(tuning_seeds) & set(seeds):
+    raise ValueError(f"dynamic-sparsity: seeds {sorted(set(tuning_seeds) & set(seeds))} both "
+                     "tune and report. Fix: report other seeds (e.g. 10–14).")
   out = {"trained": {}, "lr": {}, "tuning": {}, "at_edge": []}
   tune = {k: v for k, v in kw.items() if k not in ("exact_match", "em_batches")}
   for arm, cfg in cfgs.items():
     if len(z.rates) > 1:
-      log(f"  dynamic-sparsity: {arm}: {task}, tuning on seed {tune_seed}")
-    t = tune_rate(cfg, tuning_seeds=(tune_seed,), grid=z.rates, extend=z.extend, **tune)
+      log(f"  dynamic-sparsity: {arm}: {task}, tuning on seeds {tuning_seeds}")
+    t = tune_rate(cfg, tuning_seeds=tuning_seeds, grid=z.rates, extend=z.extend, **tune)
     log(f"  dynamic-sparsity: {arm}: {task} at {t['learning_rate']:g}")
-    out["trained"][arm] = train_arm(cfg, seeds, learning_rates=(t["learning_rate"],), **kw)
+    out["trained"][arm] = train_arm(cfg, seeds, learning_rates=(t["learning_rate"],),
+                                    split=z.split, **kw)
     if t["losses"]:  # a flat arm (`z.flat_nats`) is not counted at an edge
       t["flat"] = edge.flat(t["losses"], t["excluded"], z.flat_nats)
       if t["at_edge"] and not t["flat"]:
@@ -110,18 +114,18 @@ def tune_and_train(cfgs: dict, z, seeds, *, tune_seed: int, log, task: str, **kw
   return out
 
 
-def recall_arms(arms: dict, recall, z, seeds, runs: dict, *, tune_seed: int, log) -> dict:
+def recall_arms(arms: dict, recall, z, seeds, runs: dict, *, tuning_seeds, log) -> dict:
   """Trains the three recall `arms` (configs) on `recall`, each at its own tuned rate.
 
   Fills `runs` (`{arm: {seed: metrics}}`) and returns the setup: rates, tunings, arms at an
   edge (`tune_and_train`).
   """
   T = z.recall_len - 1  # the model reads all but the last answer
-  probe = recall.batch(seeds[0], 99_999, z.recall_probe, "val").tokens[:, :-1]
+  probe = recall.batch(seeds[0], 99_999, z.recall_probe, z.split).tokens[:, :-1]
   log(f"  dynamic-sparsity: recall ({z.recall_pairs} pairs, T={T}, "
       f"{z.recall_train_steps} steps)")
-  t = tune_and_train(arms, z, seeds, tune_seed=tune_seed, log=log, task="recall", data=recall,
-                     steps=z.recall_train_steps, batch_size=z.recall_batch,
+  t = tune_and_train(arms, z, seeds, tuning_seeds=tuning_seeds, log=log, task="recall",
+                     data=recall, steps=z.recall_train_steps, batch_size=z.recall_batch,
                      seq_len=z.recall_len, exact_match=True, em_batches=z.eval_batches)
   for arm, tr in t.pop("trained").items():
     for s in seeds:
@@ -132,13 +136,14 @@ def recall_arms(arms: dict, recall, z, seeds, runs: dict, *, tune_seed: int, log
   return t
 
 
-def text_arms(arms: dict, text, z, seeds, runs: dict, *, tune_seed: int, log) -> dict:
+def text_arms(arms: dict, text, z, seeds, runs: dict, *, tuning_seeds, log) -> dict:
   """Trains `full` and `moba` (`arms`) on `text`, each at its own tuned rate, the sparsity and
   the switch; fills `runs` and returns the setup (`tune_and_train`'s, trained arms left out)."""
-  tokens = text.batch(seeds[0], 0, z.text_probe, "val").tokens[:, :-1]
+  tokens = text.batch(seeds[0], 0, z.text_probe, z.split).tokens[:, :-1]
   log(f"  dynamic-sparsity: stdlib T={z.seq_len}, {z.budget_steps()} steps")
-  t = tune_and_train(arms, z, seeds, tune_seed=tune_seed, log=log, task="stdlib", data=text,
-                     steps=z.budget_steps(), batch_size=z.batch_size, seq_len=z.seq_len)
+  t = tune_and_train(arms, z, seeds, tuning_seeds=tuning_seeds, log=log, task="stdlib",
+                     data=text, steps=z.budget_steps(), batch_size=z.batch_size,
+                     seq_len=z.seq_len)
   trained = t.pop("trained")
   for s in seeds:
     full_loss = trained["full"]["per_seed"][s]["loss"]
@@ -149,9 +154,39 @@ def text_arms(arms: dict, text, z, seeds, runs: dict, *, tune_seed: int, log) ->
                            text_keys=kr["keys_read"], sparsity=kr["sparsity"])
     # The same trained full-attention params, read through the MoBA pattern.
     switched = val_loss(trained["full"]["params"][s], arms["moba"], text, s,
-                        n_batches=z.eval_batches, batch_size=z.batch_size)
+                        n_batches=z.eval_batches, batch_size=z.batch_size, split=z.split)
     full_again = val_loss(trained["full"]["params"][s], arms["full"], text, s,
-                          n_batches=z.eval_batches, batch_size=z.batch_size)
+                          n_batches=z.eval_batches, batch_size=z.batch_size, split=z.split)
     runs["switch"][s].update(loss=switched, full_loss=full_again,
                              switch_ratio=switched / full_again - 1)
   return t
+
+
+def recall_configs(z) -> dict[str, transformer.Config]:
+  """The recall arms at `z.model`'s shape, `max_len` reaching the `T` tokens they read.
+
+  `full` causal softmax; `local` a window of `z.recall_window` in blocks of `z.recall_block`;
+  `moba` its own block plus the `z.recall_top_k` past blocks its gate picks. Only the
+  attention differs (`attention_arms.config_at`); at `mini` the shape is the `tiny` preset.
+
+  Example:
+    >>> from types import SimpleNamespace
+    >>> from experiments.lab.sparsity import recall_configs
+    >>> z = SimpleNamespace(model="llama-mini", recall_len=17, recall_window=4, recall_block=2,
+    ...                     recall_top_k=1)
+    >>> cfg = recall_configs(z)["moba"]
+    >>> cfg.n_heads, cfg.n_kv_heads, cfg.positions, cfg.block_size, cfg.top_k_blocks
+    (4, 2, 'rope', 2, 1)
+  """
+  T = z.recall_len - 1  # the model reads all but the last answer
+  return {"full": config_at(T, model=z.model),
+          "local": config_at(T, model=z.model, attention="local", window=z.recall_window,
+                             block_size=z.recall_block),
+          "moba": config_at(T, model=z.model, attention="moba", block_size=z.recall_block,
+                            top_k_blocks=z.recall_top_k)}
+
+
+def recall_source(z) -> RecallSource:
+  """The recall data of `z`: its pairs, queries, keys, values and distractors."""
+  return RecallSource(z.recall_pairs, z.recall_queries, z.recall_keys, z.recall_values,
+                      z.recall_filler)

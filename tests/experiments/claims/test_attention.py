@@ -8,6 +8,7 @@ import types
 import numpy as np
 import pytest
 
+from experiments import data as data_lib
 from experiments.claims import CLAIMS, dynamic_sparsity, psd_attention, sliding_window
 from experiments.lab import attention_arms
 from experiments.verdict import Threshold
@@ -23,12 +24,13 @@ def test_claims_registered_built_and_pre_registered():
   for cid in IDS:
     c = CLAIMS[cid]
     assert c.built and c.anchors
-    assert c.seeds == (0, 1, 2, 3, 4) and c.tuning_seeds == (100,)
+    assert c.seeds == (10, 11, 12, 13, 14) and c.tuning_seeds == (110, 111)  # issue 47
     assert not set(c.seeds) & set(c.tuning_seeds)
+    proven = {n for cl in c.clauses if cl.proof for n in cl.thresholds}
     for th in c.thresholds + tuple(t for e in c.extensions for t in e.thresholds):
       assert th.unit, th.name
-      if not th.control:  # every comparison carries its practical margin
-        assert th.margin is not None and th.margin > 0, th.name
+      if not th.control and th.name not in proven:  # a comparison carries its margin; a
+        assert th.margin is not None and th.margin > 0, th.name  # proof's check is exact
       # Labels must not carry sizes that only the full run has (quick runs T = 128, not 256).
       assert "T = " not in th.name and "%" not in th.name, th.name
   assert CLAIMS["psd-attention"].theorem and CLAIMS["sliding-window"].theorem
@@ -87,6 +89,39 @@ def test_tuned_arm_chooses_on_tuning_seeds_and_reports_at_one_rate(monkeypatch):
   assert calls == [((0,), (3e-3,))]
   with pytest.raises(ValueError, match="both tune and report"):
     attention_arms.tuned_arm(None, (0, 100), tuning_seeds=(100,), grid=(1e-3, 3e-3))
+
+
+def test_reported_runs_read_the_split_they_are_given_and_tuning_reads_val(monkeypatch):
+  """issue 47: `train_arm(split="test")` validates (and scores a task) on the test split;
+  `tune_rate` drops `split`, so every tuning run reads `val` (and a test batch drawn while
+  tuning would be refused by `data.no_test`)."""
+  from experiments.train import sweep
+
+  seen = []
+  real = sweep.train_many
+
+  def spy(*a, **kw):
+    seen.append(kw["eval_split"])
+    return real(*a, **kw)
+
+  monkeypatch.setattr(attention_arms.sweep, "train_many", spy)
+  cfg = attention_arms.base_config(d_model=16, n_heads=2)
+  kw = dict(data="task:copy", steps=2, batch_size=2, seq_len=8, exact_match=True,
+            em_batches=1)
+  test = attention_arms.train_arm(cfg, (0,), learning_rates=(1e-3,), split="test", **kw)
+  val = attention_arms.train_arm(cfg, (0,), learning_rates=(1e-3,), **kw)
+  assert seen == ["test", "val"] and test["per_seed"][0]["loss"] != val["per_seed"][0]["loss"]
+  src = data_lib.source("task:copy", 8)
+  for split, out in (("test", test), ("val", val)):
+    got = attention_arms.task_scores(out["params"][0], cfg, src, 0, n_batches=1, batch_size=2,
+                                     split=split)
+    assert got["exact_match"] == out["per_seed"][0]["exact_match"]
+  seen.clear()
+  attention_arms.tune_rate(cfg, tuning_seeds=(110, 111), grid=(1e-3, 2e-3), split="test",
+                           data="task:copy", steps=2, batch_size=2, seq_len=8)
+  assert seen == ["val"]
+  with data_lib.no_test("a tuner"), pytest.raises(ValueError, match="tuning reads 'val'"):
+    attention_arms.train_arm(cfg, (0,), learning_rates=(1e-3,), split="test", **kw)
 
 
 def test_tune_rate_extends_a_winning_edge_once_only_when_asked(monkeypatch):

@@ -16,6 +16,9 @@ from experiments.lab import attention_arms, sparsity
 from experiments.verdict import Spec
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
+from experiments.verdict.declare.clause import conjunction
+from experiments.verdict.declare.revision import Revision
+from experiments.verdict.running import history
 from tests.experiments.claims.attention_helpers import (
   SHAPE,
   TINY,
@@ -30,7 +33,8 @@ DS = dynamic_sparsity
 def test_dynamic_sparsity_full_sizes_are_the_registered_ones():
   """v2: micro-20 at 20 tokens per parameter in both tasks (recall counts the tokens read),
   every arm tuned on 0.25..2 × the recipe's rate; v1's recall layout and key budget. v3: the
-  edge rule up to three times, a flat arm not at an edge."""
+  edge rule up to three times, a flat arm not at an edge. v4: read on test, mini-20 on the
+  scale axis."""
   z = DS.FULL
   assert (z.recall_filler, z.recall_len, z.recall_batch, z.text) == (0, 17, 32, True)
   assert (z.recall_window, z.recall_block, z.recall_top_k) == (4, 2, 1)
@@ -39,16 +43,20 @@ def test_dynamic_sparsity_full_sizes_are_the_registered_ones():
   assert z.recall_train_steps * 32 * 16 >= 20 * n > (z.recall_train_steps - 1) * 32 * 16
   assert z.train_tokens() >= 20 * n and (z.batch_size, z.seq_len) == (16, 128)
   assert z.rates == pytest.approx((1.5e-3, 3e-3, 6e-3, 1.2e-2))
-  assert (z.extend, z.flat_nats) == (3, 0.01)  # v3: up to three extensions; flat arms
+  assert (z.extend, z.flat_nats, z.split) == (3, 0.01, "test")  # v3's rules; v4: test
   assert DS.QUICK.rates == (3e-3,) and DS.QUICK.recall_train_steps == 30
   c = CLAIMS["dynamic-sparsity"]
-  assert (c.version, c.axis("context").values, c.axis("context").at) == (3, (), DS.at_length)
-  assert c.axis("scale").values == ("pico-20", "micro-20")
-  assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20")
+  assert (c.version, c.axis("context").values, c.axis("context").at) == (4, (), DS.at_length)
+  assert c.axis("scale").values == ("pico-20", "micro-20", "mini-20")
+  assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20", "mini-20")
   assert axes.scale_models(c, quick=True) == ()
   pico = dataclasses.replace(z, model="pico-20")  # the scale axis keeps the ratio
   assert (pico.recall_train_steps, pico.budget_steps()) == (578, 145)
   assert pico.rates == pytest.approx((3e-3, 6e-3, 1.2e-2, 2.4e-2))
+  mini = dataclasses.replace(z, model="mini-20")  # the grids the v4 docstring states
+  assert mini.rates == pytest.approx((7.5e-4, 1.5e-3, 3e-3, 6e-3))
+  assert mini.budget_steps() == models.RECIPES["mini-20"].steps
+  assert mini.recall_train_steps * 32 * 16 >= 20 * models.param_count("mini-20")
   for T in (16, 64, 256, 1024):
     assert DS.at_length(DS.FULL, T).recall_len == T + 1
   assert DS.at_length(DS.FULL, 16) == DS.FULL  # its own length: the runner reuses that run
@@ -72,7 +80,7 @@ def test_dynamic_sparsity_counts_a_flat_arm_at_no_edge(monkeypatch):
   cfgs = DS.recall_configs(DS.FULL)
   for z, want in ((DS.FULL, ["recall full"]),
                   (dataclasses.replace(DS.FULL, flat_nats=0.0), ["recall full", "recall local"])):
-    out = sparsity.tune_and_train(cfgs, z, (0,), tune_seed=100, log=lambda *_: None,
+    out = sparsity.tune_and_train(cfgs, z, (0,), tuning_seeds=(110, 111), log=lambda *_: None,
                                   task="recall")
     assert out["at_edge"] == want
     assert [out["tuning"][a]["flat"] for a in cfgs] == [False, z.flat_nats > 0, False]
@@ -204,13 +212,15 @@ def test_dynamic_sparsity_other_sizes_build_the_declared_shape(size):
 
 
 def test_dynamic_sparsity_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
-  """`run` at `llama-micro`: every recall and stdlib arm is tuned apart on seed 100 (the edge
-  rule once) and trains at its shape and its own rate; the keys read are counted on those
-  models, and an arm whose rate stays at an edge counts in its task's edge control."""
+  """`run` at `llama-micro`: every recall and stdlib arm is tuned apart on seeds 110, 111 (on
+  `val`; the edge rule up to three times) and trains at its shape and its own rate, read on
+  `test`; the keys read are counted on those models, and an arm whose rate stays at an edge
+  counts in its task's edge control."""
   seen = []
 
   def fake_train(cfg, seeds, *, data, steps, batch_size, seq_len, learning_rates, **kw):
-    task = "recall" if isinstance(data, DS.RecallSource) else "stdlib"
+    assert kw["split"] == "test"
+    task = "recall" if isinstance(data, sparsity.RecallSource) else "stdlib"
     seen.append((task, cfg, tuple(seeds), tuple(learning_rates), steps, seq_len))
     return {"per_seed": {s: {"loss": 2.0, "diverged": 0.0, "exact_match": 0.5,
                              "accuracy": 0.7 if cfg.attention != "local" else 0.3}
@@ -218,12 +228,12 @@ def test_dynamic_sparsity_run_trains_every_arm_at_the_size_it_is_given(monkeypat
             "params": init_params(cfg, seeds)}
 
   def fake_tune(cfg, *, tuning_seeds, grid, extend, data, steps, batch_size, seq_len):
-    assert "exact_match" not in locals() and tuning_seeds == (100,) and extend == 3
-    task = "recall" if isinstance(data, DS.RecallSource) else "stdlib"
+    assert "exact_match" not in locals() and tuning_seeds == (110, 111) and extend == 3
+    task = "recall" if isinstance(data, sparsity.RecallSource) else "stdlib"
     seen.append(("tune " + task, cfg, tuple(grid), steps, seq_len))
     lr = grid[-1] if cfg.attention == "local" else grid[1]  # local's stays at the top edge
     val = [2.5, 2.4, 2.3, 2.2]  # not flat: an edge counts
-    return {"learning_rate": lr, "index": list(grid).index(lr), "seeds": [100],
+    return {"learning_rate": lr, "index": list(grid).index(lr), "seeds": [110, 111],
             "grid": list(grid), "losses": val, "excluded": [False] * 4,
             "at_edge": lr == grid[-1], "flat": False}
 
@@ -264,6 +274,51 @@ def test_dynamic_sparsity_run_trains_every_arm_at_the_size_it_is_given(monkeypat
   assert "Still at an edge: recall local." in out["notes"][-1]
   v, _, evals = rule.decide(CLAIMS["dynamic-sparsity"].thresholds, out["runs"], (0, 1))
   assert v == "inconclusive" and [e["blocked"] for e in evals][:2] == [True, True]
+  assert out["split"] == "test"
+
+
+SEEDS = (10, 11, 12, 13, 14)
+
+
+def _v4_runs(moba, local, full=(0.7, 0.68, 0.69, 0.71, 0.7), edge=0.0):
+  return {"full": {s: {"recall_acc": f} for s, f in zip(SEEDS, full, strict=True)},
+          "local": {s: {"recall_acc": v} for s, v in zip(SEEDS, local, strict=True)},
+          "moba": {s: {"recall_acc": m, "recall_rates_at_edge": edge}
+                   for s, m in zip(SEEDS, moba, strict=True)}}
+
+
+LOW = (0.35, 0.33, 0.36, 0.34, 0.35)  # the window fails recall (full − 35 points)
+
+
+@pytest.mark.parametrize("runs, want", [
+    (_v4_runs((0.68, 0.66, 0.7, 0.69, 0.67), LOW), ("supported", "supported")),
+    (_v4_runs((0.4, 0.38, 0.39, 0.41, 0.4), LOW), ("refuted", "refuted")),
+    (_v4_runs((0.6, 0.5, 0.55, 0.65, 0.5), LOW), ("supported", "inconclusive")),
+    (_v4_runs((0.68, 0.66, 0.7, 0.69, 0.67), LOW, edge=1.0), ("inconclusive", "inconclusive")),
+    (_v4_runs((0.68, 0.66, 0.7, 0.69, 0.67), (0.66, 0.67, 0.68, 0.7, 0.69)),
+     ("inconclusive", "supported")),  # the window does not fail: ① cannot be read
+])
+def test_dynamic_sparsity_v4_clauses_decide_synthetic_runs_as_registered(runs, want):
+  """① adapts (moba − local beyond +10 points, needs the window to fail) and ② keeps what full
+  reads (moba − full above −10), each on its own thresholds and controls; the headline is their
+  conjunction."""
+  c = DS.CLAIM
+  assert [cl.thresholds for cl in c.clauses] == [(DS.ADAPTS,), (DS.READS,)]
+  assert not any(cl.proof for cl in c.clauses)
+  parts = rule.clause_verdicts(c, runs, SEEDS, indicative=False)
+  assert tuple(p["verdict"] for p in parts) == want
+  assert rule.verdict(c, runs, SEEDS, indicative=False)[0] == conjunction(want)
+
+
+def test_dynamic_sparsity_v4_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
+  c = DS.CLAIM
+  assert c.seeds == SEEDS and c.tuning_seeds == (110, 111)
+  assert isinstance(c.revisions[-1], Revision) and c.revisions[-1].kind == "protocol"
+  assert "flat" in c.revisions[-1].why and "before any run of v4" in c.revisions[-1].why
+  used = {s for e in history.kept(c.id) if e["version"] < c.version
+          for s in (*e["seeds"], *e["tuning_seeds"])}
+  assert used and not used & {*c.seeds, *c.tuning_seeds}
+  history.check_fresh(c, c.seeds)  # the runner's --keep rule passes
 
 
 # ------------------------------------------------------------------ dynamic-sparsity

@@ -15,6 +15,9 @@ from experiments.claims import CLAIMS, psd_attention
 from experiments.verdict import Spec
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
+from experiments.verdict.declare.clause import conjunction
+from experiments.verdict.declare.revision import Revision
+from experiments.verdict.running import history
 from tests.experiments.claims.attention_helpers import RNG, TINY, count_by_hand
 from transformer.attention import linear_quadratic, rbf_attention, softmax_attention
 
@@ -84,10 +87,11 @@ def test_psd_primary_is_the_variant_chosen_on_the_tuning_seed():
   assert psd_attention.choose({a: None for a in psd_attention.TIED}) == "softmax-tied"
   c = CLAIMS["psd-attention"]
   assert [(th.arm, th.control) for th in c.thresholds] == [(psd_attention.CHOSEN, False),
+                                                           (psd_attention.CHOSEN, False),
                                                            (psd_attention.CHOSEN, True)]
   # The copy control blocks only its own extension, never the headline.
-  runs = {psd_attention.CHOSEN: {s: {"loss_ratio": 0.001, "em_diff": 0.0, "rates_at_edge": 0.0}
-                                 for s in range(3)},
+  runs = {psd_attention.CHOSEN: {s: {"loss_ratio": 0.001, "em_diff": 0.0, "rates_at_edge": 0.0,
+                                     "psd_exact": 1.0} for s in range(3)},
           "softmax": {s: {"exact_match": 0.0} for s in range(3)},
           **{a: {s: {"loss_ratio": 0.001} for s in range(3)} for a in psd_attention.TIED}}
   assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
@@ -100,7 +104,8 @@ def test_psd_trains_every_size_at_20_tokens_per_parameter():
   runner replaces `model`) for its recipe's steps, so every size sees 20 tokens per parameter;
   the rate grid scales with the recipe's width rule and keeps ratio 2."""
   z = psd_attention.FULL
-  assert (z.model, z.steps, z.batch_size, z.seq_len, z.extend) == ("micro-20", None, 16, 128, 1)
+  assert (z.model, z.steps, z.batch_size, z.seq_len, z.extend) == ("micro-20", None, 16, 128, 2)
+  assert z.split == "test" and dataclasses.replace(z, split="val") != z
   for name in models.TRAINED["gpt"]:
     at = dataclasses.replace(z, model=name)
     tpp = at.train_tokens() / axes.model_card(name)["params"]
@@ -115,19 +120,53 @@ def test_psd_trains_every_size_at_20_tokens_per_parameter():
   with pytest.raises(ValueError, match="no recipe"):
     dataclasses.replace(z, model="nano")
   c = CLAIMS["psd-attention"]
-  assert c.version == 2 and c.bits_metric == ("softmax", "loss")
+  assert c.version == 3 and c.bits_metric == ("softmax", "loss")
   for arm, over in psd_attention.ARMS.items():  # quick keeps the `tiny` preset v1 trained
     assert psd_attention.arm_config("mini", arm) == transformer.preset("tiny", **over)
 
 
-def test_psd_edge_control_blocks_the_headline():
+def test_psd_edge_control_blocks_the_price_clause_not_the_proof():
   c = CLAIMS["psd-attention"]
-  runs = {psd_attention.CHOSEN: {s: {"loss_ratio": 0.001, "rates_at_edge": 0.0}
-                                 for s in range(3)}}
+  runs = {psd_attention.CHOSEN: {s: {"loss_ratio": 0.001, "rates_at_edge": 0.0,
+                                     "psd_exact": 1.0} for s in range(3)}}
   assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
   for s in range(3):
     runs[psd_attention.CHOSEN][s]["rates_at_edge"] = 1.0
-  assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "inconclusive"
+  parts = rule.clause_verdicts(c, runs, (0, 1, 2), indicative=False)
+  assert [p["verdict"] for p in parts] == ["supported", "inconclusive"]
+
+
+SEEDS = (10, 11, 12, 13, 14)
+
+
+@pytest.mark.parametrize("psd, ratios, want", [
+    ((1.0,) * 5, (0.01, 0.0, 0.02, 0.005, 0.012), ("supported", "supported")),
+    ((1.0,) * 5, (0.04, 0.05, 0.045, 0.06, 0.05), ("supported", "refuted")),
+    ((1.0,) * 5, (-0.01, 0.05, 0.0, 0.04, 0.03), ("supported", "inconclusive")),
+    ((1.0, 1.0, 0.97, 1.0, 1.0), (0.01,) * 5, ("inconclusive", "supported")),
+    ((0.5,) * 5, (0.01,) * 5, ("refuted", "supported")),
+])
+def test_psd_v3_clauses_decide_synthetic_runs_as_registered(psd, ratios, want):
+  """① (proof) is read on the certificate alone, exactly: every matrix of every seed, else not
+  supported (refuted (proof) when no seed certifies all); ② on the price's interval against 3%;
+  the headline is their conjunction."""
+  c = psd_attention.CLAIM
+  assert [cl.proof is not None for cl in c.clauses] == [True, False]
+  runs = {psd_attention.CHOSEN: {s: {"psd_exact": p, "loss_ratio": r, "rates_at_edge": 0.0}
+                                 for s, p, r in zip(SEEDS, psd, ratios, strict=True)}}
+  parts = rule.clause_verdicts(c, runs, SEEDS, indicative=False)
+  assert tuple(p["verdict"] for p in parts) == want
+  assert rule.verdict(c, runs, SEEDS, indicative=False)[0] == conjunction(want)
+
+
+def test_psd_v3_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
+  c = psd_attention.CLAIM
+  assert c.seeds == SEEDS and c.tuning_seeds == (110, 111)
+  assert isinstance(c.revisions[-1], Revision) and c.revisions[-1].kind == "protocol"
+  used = {s for e in history.kept(c.id) if e["version"] < c.version
+          for s in (*e["seeds"], *e["tuning_seeds"])}
+  assert used and not used & {*c.seeds, *c.tuning_seeds}
+  history.check_fresh(c, c.seeds)  # the runner's --keep rule passes
 
 
 def test_psd_scale_axis_is_the_gpt_family_with_the_registered_size_first():
@@ -161,21 +200,29 @@ def test_psd_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path)
 
   def fake_tune(cfg, **kw):
     seen.append(("tune", cfg))
-    assert (kw["steps"], kw["extend"]) == (1298, 1)
+    assert (kw["steps"], kw["extend"], kw["tuning_seeds"]) == (1298, 2, (110, 111))
+    assert "split" not in kw  # tuning reads val
     assert kw["grid"] == pytest.approx((7.5e-4, 1.5e-3, 3e-3, 6e-3))
     loss = {("softmax", False): 2.0, ("softmax", True): 2.3, ("rbf", True): 2.1,
             ("linear", True): 2.2}[cfg.attention, cfg.qk_tied]
-    return {"learning_rate": 1e-3, "index": 0, "seeds": [100], "grid": list(kw["grid"]),
+    return {"learning_rate": 1e-3, "index": 0, "seeds": [110, 111], "grid": list(kw["grid"]),
             "losses": [loss], "at_edge": cfg.attention == "linear"}
 
   def fake_train(cfg, seeds, *, data, **kw):
     assert kw["steps"] == (1298 if data == "stdlib" else psd_attention.COPY_STEPS)
+    assert kw["split"] == "test"  # the reported runs are read on the test split
     seen.append((data, cfg))
     return {"per_seed": {s: {"loss": 2.0 + 0.1 * cfg.qk_tied, "diverged": 0.0,
-                             "exact_match": 0.9} for s in seeds}}
+                             "exact_match": 0.9} for s in seeds},
+            "params": {s: cfg for s in seeds}}
+
+  def fake_kernels(params, cfg, z, seed):
+    assert params is cfg and z.split == "test"
+    return {"psd_exact": float(cfg.qk_tied), "min_eig_rel": 0.0, "asymmetry": 0.0}
 
   monkeypatch.setattr(psd_attention, "tune_rate", fake_tune)
   monkeypatch.setattr(psd_attention, "train_arm", fake_train)
+  monkeypatch.setattr(psd_attention, "kernel_metrics", fake_kernels)
   z = dataclasses.replace(psd_attention.FULL, model="mini-20")
   out = psd_attention.run(Spec(quick=False, seeds=(0, 1), run_dir=str(tmp_path), sizes=z,
                                log=lambda *_: None))
@@ -188,6 +235,8 @@ def test_psd_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path)
   assert out["setup"]["chosen"] == "rbf-tied"
   assert out["setup"]["model_config"]["d_model"] == 64
   assert out["runs"][psd_attention.CHOSEN][0]["loss_ratio"] == pytest.approx(0.05)
+  assert out["runs"][psd_attention.CHOSEN][0]["psd_exact"] == 1.0 and out["split"] == "test"
+  assert out["runs"]["softmax"][1]["psd_exact"] == 0.0
   # linear-tied sat at an edge: not the chosen arm, yet it fails the edge control.
   assert out["runs"][psd_attention.CHOSEN][0]["rates_at_edge"] == 1.0
   assert "Still at an edge: linear-tied" in out["notes"][-2]

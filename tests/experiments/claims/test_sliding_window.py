@@ -16,6 +16,9 @@ from experiments.lab import attention_arms, receptive
 from experiments.verdict import Spec
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
+from experiments.verdict.declare.clause import conjunction
+from experiments.verdict.declare.revision import Revision
+from experiments.verdict.running import history
 from tests.experiments.claims.attention_helpers import (
   RNG,
   SHAPE,
@@ -29,7 +32,8 @@ from transformer.attention import local_attention
 
 def test_local_mass_is_an_extension_not_the_headline():
   c = CLAIMS["sliding-window"]
-  assert [th.metric for th in c.thresholds] == ["loss_ratio", "rf_exact", "rates_at_edge"]
+  assert [th.metric for th in c.thresholds] == ["loss_ratio", "flops_growth", "memory_growth",
+                                                "rf_exact", "rates_at_edge"]
   assert [th.metric for e in c.extensions for th in e.thresholds] == ["local_mass"]
   mass = c.extensions[0].thresholds[0]
   assert (mass.supports, mass.refutes) == ("> 0.55", "< 0.55")
@@ -131,15 +135,16 @@ def test_sliding_window_sizes_refuse_a_timing_grid_the_sweep_would_not_run():
 # ------------------------------------------------------------------ sliding-window: sizes
 
 def test_sliding_window_trains_every_size_at_20_tokens_per_parameter():
-  """v2: registered at `micro-20` with batches of 8 × 256 (T = 256, as v1), `steps=None`
-  training each size of the scale axis at 20 tokens per parameter; the grid follows the
-  recipe's width rule with ratio 2; the context axis is dropped."""
+  """v3: registered at `micro-20` with batches of 2 × 1024 (T = 1024, the longest committed
+  model's length), `steps=None` training each size of the scale axis (now with `mini-20`) at 20
+  tokens per parameter; the grid follows the recipe's width rule with ratio 2."""
   z = sliding_window.FULL
-  assert (z.model, z.steps, z.batch_size, z.seq_len, z.extend) == ("micro-20", None, 8, 256, 1)
+  assert (z.model, z.steps, z.batch_size, z.seq_len, z.extend, z.split) == (
+      "micro-20", None, 2, 1024, 2, "test")
   for name in ("pico-20", "micro-20", "mini-20"):
     at = dataclasses.replace(z, model=name)
     assert 20 <= at.train_tokens() / axes.model_card(name)["params"] < 20.1, name
-    assert at.budget_steps() == models.RECIPES[name].steps  # 8 × 256 = 16 × 128 tokens
+    assert at.budget_steps() == models.RECIPES[name].steps  # 2 × 1024 = 16 × 128 tokens
     assert at.rates == pytest.approx(tuple(f * 3e-3 * 64 / models.config(name).d_model
                                            for f in sliding_window.RATE_FACTORS))
   assert np.diff(np.log(z.rates)) == pytest.approx([math.log(2)] * 3)
@@ -147,21 +152,62 @@ def test_sliding_window_trains_every_size_at_20_tokens_per_parameter():
   with pytest.raises(ValueError, match="no recipe"):
     dataclasses.replace(z, model="nano")
   c = CLAIMS["sliding-window"]
-  assert (c.version, c.bits_metric, c.axis("context").values) == (2, ("full", "loss"), ())
-  assert c.axis("scale").values == ("pico-20", "micro-20")
-  assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20")
+  assert (c.version, c.bits_metric, c.axis("context").values) == (3, ("full", "loss"),
+                                                                  (256, 512, 1024))
+  assert c.axis("scale").values == ("pico-20", "micro-20", "mini-20")
+  assert axes.scale_models(c, quick=False) == ("micro-20", "pico-20", "mini-20")
   assert axes.scale_models(c, quick=True) == ()  # quick runs stay one size
-  assert "context axis" in c.revisions[0] and "dropped" in c.revisions[0]
 
 
-def test_sliding_window_edge_control_blocks_the_headline():
-  c = CLAIMS["sliding-window"]
-  runs = {"local": {s: {"loss_ratio": 0.001, "rf_exact": 1.0, "rates_at_edge": 0.0}
-                    for s in range(3)}}
-  assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "supported"
-  for s in range(3):
-    runs["local"][s]["rates_at_edge"] = 1.0
-  assert rule.decide(c.thresholds, runs, (0, 1, 2))[0] == "inconclusive"
+@pytest.mark.parametrize("T, batch, probe", [(256, 8, 4), (512, 4, 2), (1024, 2, 1)])
+def test_sliding_window_context_points_keep_tokens_steps_and_grid(T, batch, probe):
+  z = sliding_window.FULL
+  at = sliding_window.at_length(z, T)
+  assert (at.seq_len, at.batch_size, at.probe_batch) == (T, batch, probe)
+  assert at.budget_steps() == z.budget_steps() == 409 and at.rates == z.rates
+  assert at.timing_seq_lens == (() if T != z.seq_len else z.timing_seq_lens)
+  assert at.work_seq_lens == z.work_seq_lens and at.split == "test"
+  for bad in (48, 96, 100, 32):  # not a multiple above the window, or not dividing 2,048
+    with pytest.raises(ValueError, match="context length"):
+      sliding_window.at_length(z, bad)
+
+
+def _runs(ratios, flops=(0.0,) * 5, memory=(-0.1,) * 5, edge=0.0):
+  return {"local": {s: {"loss_ratio": r, "flops_growth": f, "memory_growth": m, "rf_exact": 1.0,
+                        "rates_at_edge": edge}
+                    for s, r, f, m in zip(SEEDS, ratios, flops, memory, strict=True)}}
+
+
+SEEDS = (10, 11, 12, 13, 14)
+
+
+@pytest.mark.parametrize("runs, want", [
+    (_runs((-0.02, -0.01, -0.03, 0.0, -0.015)), ("supported", "supported")),
+    (_runs((0.05, 0.04, 0.06, 0.045, 0.05)), ("supported", "refuted")),
+    (_runs((-0.02, 0.05, 0.0, 0.04, 0.01)), ("supported", "inconclusive")),
+    (_runs((0.0,) * 5, edge=1.0), ("supported", "inconclusive")),  # a control blocks ② only
+    (_runs((0.0,) * 5, flops=(0.5,) * 5), ("refuted", "supported")),  # quadratic work
+    (_runs((0.0,) * 5, memory=(0.0, 0.0, 0.2, 0.0, 0.0)), ("inconclusive", "supported")),
+])
+def test_sliding_window_v3_clauses_decide_synthetic_runs_as_registered(runs, want):
+  """① (proof) on XLA's counts alone, exactly: no change of FLOPs per added token and no growth
+  of memory per token; ② on the loss ratio at T = 1024 against 2%, blocked by its controls."""
+  c = sliding_window.CLAIM
+  assert [cl.proof is not None for cl in c.clauses] == [True, False]
+  assert "T = 1024" in c.clauses[1].text and "the longest measured" in c.clauses[1].text
+  parts = rule.clause_verdicts(c, runs, SEEDS, indicative=False)
+  assert tuple(p["verdict"] for p in parts) == want
+  assert rule.verdict(c, runs, SEEDS, indicative=False)[0] == conjunction(want)
+
+
+def test_sliding_window_v3_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
+  c = sliding_window.CLAIM
+  assert c.seeds == SEEDS and c.tuning_seeds == (110, 111)
+  assert isinstance(c.revisions[-1], Revision) and c.revisions[-1].kind == "protocol"
+  used = {s for e in history.kept(c.id) if e["version"] < c.version
+          for s in (*e["seeds"], *e["tuning_seeds"])}
+  assert used and not used & {*c.seeds, *c.tuning_seeds}
+  history.check_fresh(c, c.seeds)  # the runner's --keep rule passes
 
 
 # ---------------------------------------------------- sliding-window, dynamic-sparsity: sizes
@@ -184,10 +230,12 @@ def test_sliding_window_registered_size_trains_the_model_of_the_committed_result
       assert dataclasses.asdict(got) == dataclasses.asdict(old)
     new = sliding_window.arm_config("micro-20", arm, 256)
     assert new == models.RECIPES["micro-20"].cfg.replace(**over) and new.max_len == 256
+    long = sliding_window.arm_config("micro-20", arm, 1024)
+    assert long == new.replace(max_len=1024)  # v3's registered length
   res = committed("sliding-window")
   if res.get("version", 1) == sliding_window.CLAIM.version:  # registered before its results land
     assert sliding_window.FULL.to_dict() == res["config"]["sizes"]
-    assert sliding_window.arm_config("micro-20", "local", 256).to_dict() == res["config"][
+    assert sliding_window.arm_config("micro-20", "local", 1024).to_dict() == res["config"][
         "setup"]["model_config"]
 
 
@@ -202,21 +250,23 @@ def test_sliding_window_other_sizes_build_the_declared_shape(size):
 
 
 def test_sliding_window_run_trains_both_arms_at_the_size_it_is_given(monkeypatch, tmp_path):
-  """`run` at `llama-micro-20`: both arms are tuned on seed 100 (the edge rule once) and train
-  at its shape, its 20-tokens-per-parameter steps and their own rates; the reach (exactly
-  L(w − 1) with RoPE and grouped keys) and the mass are measured on those models, the timing
-  sweep times its heads, and an arm whose rate stays at an edge fails the edge control."""
+  """`run` at `llama-micro-20`: both arms are tuned on seeds 110, 111 (the edge rule up to
+  twice, on `val`) and train at its shape at T = 1024, its 20-tokens-per-parameter steps and
+  their own rates, read on `test`; the reach (exactly L(w − 1) with RoPE and grouped keys) and
+  the mass are measured on those models, XLA counts one layer of its heads, the timing sweep
+  times them, and an arm whose rate stays at an edge fails the edge control."""
   seen, timed = [], []
 
   def fake_tune(cfg, *, tuning_seeds, grid, extend, data, steps, batch_size, seq_len):
-    assert tuning_seeds == (100,) and extend == 1
+    assert tuning_seeds == (110, 111) and extend == 2
     seen.append(("tune", cfg, tuple(grid), steps, batch_size, seq_len))
     lr = grid[-1] if cfg.attention == "local" else grid[1]  # local's stays at the top edge
-    return {"learning_rate": lr, "index": list(grid).index(lr), "seeds": [100],
+    return {"learning_rate": lr, "index": list(grid).index(lr), "seeds": [110, 111],
             "grid": list(grid), "losses": [2.2] * 4, "excluded": [False] * 4,
             "at_edge": lr == grid[-1]}
 
-  def fake_train(cfg, seeds, *, learning_rates, data, steps, batch_size, seq_len):
+  def fake_train(cfg, seeds, *, learning_rates, data, steps, batch_size, seq_len, split):
+    assert split == "test"
     seen.append((data, cfg, tuple(seeds), tuple(learning_rates), steps))
     return {"per_seed": {s: {"loss": 2.0 + 0.1 * (cfg.attention == "local"), "diverged": 0.0}
                          for s in seeds}, "lr": learning_rates[0],
@@ -231,32 +281,36 @@ def test_sliding_window_run_trains_both_arms_at_the_size_it_is_given(monkeypatch
   monkeypatch.setattr(sliding_window, "tune_rate", fake_tune)
   monkeypatch.setattr(sliding_window, "train_arm", fake_train)
   monkeypatch.setattr(sliding_window, "timing", fake_timing)
-  monkeypatch.setattr(sliding_window, "_figure", lambda *a: "timing.png")
+  monkeypatch.setattr(sliding_window.attention_timing, "figure", lambda *a: "timing.png")
   z = dataclasses.replace(sliding_window.FULL, model="llama-micro-20", rf_seq_len=64)
   out = sliding_window.run(Spec(quick=False, seeds=(0,), run_dir=str(tmp_path), sizes=z,
                                 log=lambda *_: None))
-  want = {a: sliding_window.arm_config("llama-micro-20", a, 256) for a in ("full", "local")}
+  want = {a: sliding_window.arm_config("llama-micro-20", a, 1024) for a in ("full", "local")}
   g, n = z.rates, models.param_count("llama-micro-20")
   assert g == pytest.approx((1.5e-3, 3e-3, 6e-3, 1.2e-2))
-  steps = math.ceil(20 * n / (8 * 256))
-  assert seen == [("tune", want["full"], g, steps, 8, 256),
+  steps = math.ceil(20 * n / (2 * 1024))
+  assert seen == [("tune", want["full"], g, steps, 2, 1024),
                   ("stdlib", want["full"], (0,), (g[1],), steps),
-                  ("tune", want["local"], g, steps, 8, 256),
+                  ("tune", want["local"], g, steps, 2, 1024),
                   ("stdlib", want["local"], (0,), (g[-1],), steps)]
   assert timed == [((256, 512, 1024, 2048), 3, 4, 8)]  # its heads: 4 of d / 4 = 8
   local, full = out["runs"]["local"][0], out["runs"]["full"][0]
   assert (local["rf_exact"], local["reach"], local["expected"]) == (1.0, 62.0, 62.0)
   assert local["loss_ratio"] == pytest.approx(0.05) and local["rates_at_edge"] == 1.0
+  assert (local["flops_growth"], local["memory_growth"] <= 0) == (0.0, True)
+  assert out["setup"]["work"]["full"]["marginal_growth"] > 1 and out["split"] == "test"
   assert 0.0 < full["local_mass"] < 1.0
   assert out["setup"]["model_config"] == want["local"].to_dict()
   assert out["notes"][0].startswith("Models: the `llama-micro-20` shape from scratch (llama: "
                                     "d 32, L 2, H 4 on 2 key/value heads, rope positions; "
                                     "41,120 parameters")
-  assert f"{steps} AdamW steps of 8 × 256 tokens, 20.0 tokens per parameter" in out["notes"][0]
+  assert f"{steps} AdamW steps of 2 × 1024 tokens, 20.0 tokens per parameter" in out["notes"][0]
   assert "(4 heads × 8, blocks of 16)" in out["notes"][4]
   assert "Still at an edge: local, so the control fails." in out["notes"][-1]
   v, _, evals = rule.decide(CLAIMS["sliding-window"].thresholds, out["runs"], (0,))
   assert v == "inconclusive" and evals[0]["blocked"]
+  parts = rule.clause_verdicts(CLAIMS["sliding-window"], out["runs"], (0,), indicative=True)
+  assert parts[0]["verdict"] == "supported"  # ① needs no control
 
 
 def test_sliding_window_run_refuses_a_shape_whose_reach_the_input_cannot_show(monkeypatch):

@@ -1,11 +1,11 @@
-"""The attention benchmark's helpers: log-log slope, crossover and score-tensor bytes."""
+"""The attention benchmark's helpers: log-log slope, crossover, score-tensor bytes, XLA's counts."""
 
 import math
 
 import numpy as np
 import pytest
 
-from experiments.lab.attention_timing import crossover, options, score_bytes, slope
+from experiments.lab.attention_timing import crossover, options, score_bytes, slope, work
 from transformer.attention import LINEAR_CHUNK
 
 TS = [512, 1024, 2048, 4096]
@@ -53,3 +53,24 @@ def test_score_bytes_count_what_each_variant_forms():
   assert score_bytes("linear", T, H, dh, bs) == 4 * H * n_chunks * (
       LINEAR_CHUNK**2 + dh * dh + dh)
   assert score_bytes("linear", T, H, dh, bs) < 4 * H * T * dh * (dh + 1) / 10
+
+
+def test_work_counts_a_window_linear_and_full_attention_quadratic():
+  """`work`, against numpy: the marginal FLOPs per added token and the memory per token come
+  from the counts it returns; a window's are constant (exactly), full attention's double."""
+  ts = (64, 128, 256, 512)
+  local = work("local", ts, heads=2, d_head=4, window=16, block_size=16)
+  full = work("softmax", ts, heads=2, d_head=4)
+  for w in (local, full):
+    f, t = np.asarray(w["flops"], np.float64), np.asarray(ts, np.float64)
+    m = np.diff(f) / np.diff(t)
+    assert w["marginal_growth"] == np.abs(m / m[0] - 1).max()
+    per = np.asarray(w["temp_bytes"], np.float64) / t
+    assert w["memory_growth"] == pytest.approx(per.max() / per[0] - 1, abs=1e-15)
+  assert local["marginal_growth"] == 0.0 and local["memory_growth"] <= 0.0
+  f = np.asarray(local["flops"])
+  np.testing.assert_array_equal(f[1:] - f[:-1], (f[1] - f[0]) * np.diff(ts) / (ts[1] - ts[0]))
+  # Full attention's extra token costs ~T: from 64→128 to 256→512 the marginal cost grows ~4x.
+  assert full["marginal_growth"] > 2.5 and full["memory_growth"] > 3
+  with pytest.raises(ValueError, match="three increasing"):
+    work("local", (64, 128), heads=2, d_head=4, window=16, block_size=16)
