@@ -1,5 +1,6 @@
-"""The residual-eigenvalues claim: the depth sweep's ratios, a depth point against a float64
-reference, its widths and the trained point at init."""
+"""The residual-eigenvalues claim: a depth point against a float64 reference, its widths, the
+trained point at init, v6's fresh seeds and how its registered clauses decide synthetic runs
+(the readings over depths and layers: tests/experiments/lab/test_depth.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -9,15 +10,66 @@ import pytest
 import analysis
 import transformer
 from experiments.claims import residual_eigenvalues as re_
+from experiments.lab import depth
+from experiments.verdict.arithmetic import rule
+from experiments.verdict.running import history
 
 
-def test_sweep_metrics_ratios():
-  rows = {L: {"max_dist_from_one": d, "e2e_sigma_max": s, "stream_rms_in": 1.0,
-              "stream_rms_out": 1.0} for L, d, s in ((1, 0.4, 1.0), (8, 0.1, 1.5), (2, 0.2, 3.0))}
-  m = re_.sweep_metrics(rows)
-  assert m["max_dist_all"] == 0.4 and m["min_dist_all"] == 0.1
-  assert m["dist_shrink"] == pytest.approx(0.25) and m["e2e_growth"] == pytest.approx(1.5)
-  assert m["e2e_sigma_max_all"] == 3.0
+def test_v6_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
+  claim = re_.CLAIM
+  assert claim.version == 6 and claim.seeds == (10, 11, 12, 13, 14)
+  assert claim.tuning_seeds == (110, 111) and re_.FULL.split == "test"
+  used = {s for e in history.kept(claim.id) if e["version"] < claim.version
+          for s in (*e["seeds"], *e["tuning_seeds"])}
+  assert used and not used & {*claim.seeds, *claim.tuning_seeds}
+  history.check_fresh(claim, claim.seeds)  # the runner's --keep rule passes
+
+
+def _runs(pre_dists, free_dists, pre_loss, free_loss, unigram=3.0, init_near=1.0, edge=0.0):
+  """Synthetic runs of the two trained arms, one seed per list entry."""
+  runs = {"pre": {}, "pre-no-residual": {}}
+  rows = zip(pre_dists, free_dists, pre_loss, free_loss, strict=True)
+  for s, (dp, df, lp, lf) in enumerate(rows):
+    for arm, d, loss in (("pre", dp, lp), ("pre-no-residual", df, lf)):
+      d = np.asarray(d, np.float64)
+      layers = depth.layer_distribution(d, re_.NEAR)
+      runs[arm][s] = {"trained_median_dist": layers["median_dist"],
+                      "trained_frac_near": layers["frac_near"], "trained_max_dist": d.max(),
+                      "trained_min_dist": d.min(), "val_loss": loss,
+                      "gap_to_unigram": loss - unigram, "rates_at_grid_edge": edge,
+                      "init_median_dist": 0.1 if arm == "pre" else 1.0,
+                      "init_frac_near": init_near + 0.001 * s if arm == "pre" else 0.0,
+                      "max_dist_all": 0.3, "min_dist_all": 1.0, "dist_shrink": 0.5,
+                      "e2e_growth": 3.0}
+  return runs
+
+
+def test_registered_clauses_decide_synthetic_runs_as_intended():
+  seeds = tuple(range(5))
+  rng = np.random.default_rng(1)
+  # v5's shape: the median layer at 0.26, one layer at 28.8, 127 of 128 near 1; no residual: 1.
+  pre = [np.r_[rng.uniform(0.1, 0.4, 127), 28.8 + s] for s in seeds]
+  free = [np.ones(128)] * 5
+  runs = _runs(pre, free, [2.0, 2.01, 1.98, 2.02, 1.99], [3.0, 3.02, 2.97, 3.01, 2.99])
+  parts = rule.clause_verdicts(re_.CLAIM, runs, seeds, indicative=False)
+  assert [p["verdict"] for p in parts] == ["supported", "supported"]
+  assert rule.verdict(re_.CLAIM, runs, seeds, indicative=False)[0] == "supported"
+  ext = {e["name"]: e["verdict"] for e in rule.extension_verdicts(re_.CLAIM, runs, seeds,
+                                                                  indicative=False)}
+  assert ext["every layer (v5's headline)"] == "refuted"  # the worst layer still reads there
+  # Most trained residual layers far from 1: clause 1 refuted, the headline with it.
+  far = [np.r_[rng.uniform(0.1, 0.4, 40), rng.uniform(1.0, 3.0, 88)] for _ in seeds]
+  parts = rule.clause_verdicts(re_.CLAIM, _runs(far, free, [2.0] * 5, [3.0] * 5), seeds,
+                               indicative=False)
+  assert [p["verdict"] for p in parts] == ["refuted", "supported"]
+  # The residual-free model trains as well: clause 2 refuted (inside the 0.1-nat margin).
+  parts = rule.clause_verdicts(re_.CLAIM, _runs(pre, free, [2.0, 2.01, 1.98, 2.02, 1.99],
+                                                [2.02, 2.0, 2.03, 2.01, 2.0]), seeds,
+                               indicative=False)
+  assert [p["verdict"] for p in parts] == ["supported", "refuted"]
+  # A tuned rate at an edge blocks both clauses: inconclusive, whatever the numbers.
+  blocked = _runs(pre, free, [2.0] * 5, [3.0] * 5, edge=1.0)
+  assert rule.verdict(re_.CLAIM, blocked, seeds, indicative=False)[0] == "inconclusive"
 
 
 def test_depth_point_residual_eigenvalues_near_one_reference():
@@ -46,6 +98,8 @@ def test_residual_eigenvalues_widths_are_its_own_model():
   assert base.replace(n_layers=full.train_layers) == models.config("deep-8") == models.config(
       full.model)
   assert re_.CLAIM.axis("scale").values == ()  # not measured, by cost (the docstring says so)
+  assert [c.text for c in re_.CLAIM.clauses] == [
+      "Residual connections keep eigenvalues near 1", "enabling 100+ layer networks"]
   names = ("deep-8", "deep-16", "deep-32", "deep-48")
   scale = re_.CLAIM.axis("scale")
   scale.check(re_.CLAIM, names, "--sizes")  # shapes are accepted, not just recipes
