@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.linalg
 
 import analysis
 import optim
@@ -15,8 +16,9 @@ import transformer
 from experiments import models
 from experiments.claims import orthogonal_heads
 from experiments.lab import heads_training, tuning
-from experiments.verdict.arithmetic.rule import extension_verdicts, verdict
+from experiments.verdict.arithmetic.rule import clause_verdicts, extension_verdicts, verdict
 from experiments.verdict.declare.axes import scale_models
+from experiments.verdict.running import history
 from tests.conftest import random_params
 
 # ------------------------------------------------------------------ orthogonal heads
@@ -92,7 +94,8 @@ def test_tune_arms_tunes_each_arm_and_every_strength_then_chooses(monkeypatch):
       seeds=orthogonal_heads.TUNING_SEEDS, margin=orthogonal_heads.LOSS_MARGIN, kw={},
       log=lambda m: None)
   assert [k for k, *_ in seen] == ["adamw", "muon-per-head", 0.05, 0.5, 5.0]
-  assert all(tuple(rest) == (z.grid, (100, 101), z.steps, z.extend) for _, *rest in seen)
+  assert all(tuple(rest) == (z.grid, orthogonal_heads.TUNING_SEEDS, z.steps, z.extend)
+             for _, *rest in seen)
   assert strength == 0.5 and by[5.0] is None and list(tuned) == ["adamw", "muon-per-head", "orth"]
   assert tuned["orth"] is by[0.5]
   tuned, by, strength = heads_training.tune_arms(cfg, {"adamw": None}, orthogonal_heads.QUICK,
@@ -101,44 +104,115 @@ def test_tune_arms_tunes_each_arm_and_every_strength_then_chooses(monkeypatch):
   assert tuned["orth"]["learning_rate"] == orthogonal_heads.QUICK.grid[0]
 
 
+@pytest.mark.parametrize("losses, added, chosen", [
+    # v2's case: 0.05 within the tolerance, 0.5 not; the bottom edge gets 0.005, 0.05 inside.
+    ({0.05: 2.30, 0.5: 2.36, 5.0: 2.50, 0.005: 2.30}, [0.005], 0.05),
+    # Every strength free: the top edge grows a decade twice, and 500 is still at the edge.
+    ({0.05: 2.30, 0.5: 2.30, 5.0: 2.30, 50.0: 2.31, 500.0: 2.31}, [50.0, 500.0], 500.0),
+    # None free: the smallest, extended below; 0.005 is free, then bracketed by 0.0005.
+    ({0.05: 2.40, 0.5: 2.45, 5.0: 2.50, 0.005: 2.31, 0.0005: 2.30}, [0.005, 0.0005], 0.005),
+    ({0.05: 2.30, 0.5: 2.31, 5.0: 2.40}, [], 0.5),  # chosen inside: nothing added
+])
+def test_the_strength_grid_follows_the_edge_rule(monkeypatch, losses, added, chosen):
+  seen = []
+
+  def fake_tune(cfg_, make_tx, grid, **kw):
+    key = make_tx if isinstance(make_tx, str) else make_tx.strength
+    seen.append(key)
+    return {"losses": [2.30 if key == "adamw" else losses[key]], "index": 0,
+            "learning_rate": 1e-3, "at_edge": False}
+
+  monkeypatch.setattr(tuning, "tune_on_seeds", fake_tune)
+  monkeypatch.setattr(heads_training, "orth_arm", lambda c, s: types.SimpleNamespace(strength=s))
+  z = dataclasses.replace(orthogonal_heads.FULL, steps=8)
+  assert z.extend_strength == 2
+  _, by, strength = heads_training.tune_arms(
+      heads_training.model_config("quick", 4), {"adamw": "adamw"}, z, seeds=(110, 111),
+      margin=orthogonal_heads.LOSS_MARGIN, kw={}, log=lambda m: None)
+  assert seen[4:] == added and strength == pytest.approx(chosen)
+  assert list(by) == sorted(by)  # the notes and the figure read the grid in order
+  inside = heads_training.strength_beyond_edge(list(by), strength) is None
+  assert inside == (chosen != 500.0)
+
+
 def _heads_runs(delta, **orth_metrics):
   seeds = (0, 1, 2, 3, 4)
   jitter = (-0.01, 0.0, 0.01, -0.005, 0.005)
   base = {"pattern_similarity": 0.3, "max_cos": 0.8, "val_loss": 2.5, "prunable_fraction": 0.5,
           "ended_diverged": 0.0, "any_ended_diverged": 0.0, "rates_at_grid_edge": 0.0,
-          "rate_at_grid_edge": 0.0}
+          "rate_at_grid_edge": 0.0, "strength_at_grid_edge": 0.0}
   runs = {"adamw": {s: dict(base) for s in seeds},
           "orth": {s: {**base, "pattern_similarity": 0.3 + delta + j, "max_cos": 0.5,
                        **orth_metrics} for s, j in zip(seeds, jitter, strict=True)},
           "muon-per-head": {s: {**base, "pattern_similarity": 0.1 + j}
-                            for s, j in zip(seeds, jitter, strict=True)}}
+                            for s, j in zip(seeds, jitter, strict=True)},
+          "construction": {s: heads_training.counterexample(s) for s in seeds}}
   return runs, seeds
 
 
-def test_orthogonal_heads_has_one_primary_metric_with_a_margin():
-  primary = [t for t in orthogonal_heads.CLAIM.thresholds if not t.control]
-  assert [(t.arm, t.baseline, t.metric) for t in primary] == [("orth", "adamw",
-                                                              "pattern_similarity")]
+def test_orthogonal_heads_reads_two_clauses_one_settled_by_proof():
+  claim = orthogonal_heads.CLAIM
+  primary = [t for t in claim.thresholds if not t.control]
+  # The pattern similarity first: the primary effect the scale axis fits (`Claim.primary`).
+  assert [(t.arm, t.baseline, t.metric) for t in primary] == [
+      ("orth", "adamw", "pattern_similarity"), ("construction", None, "identical")]
   assert primary[0].margin == orthogonal_heads.PATTERN_MARGIN and primary[0].unit
-  assert orthogonal_heads.CLAIM.theorem
+  assert claim.primary is primary[0]
+  assert claim.theorem and claim.clauses[0].proof and claim.clauses[1].proof is None
   assert orthogonal_heads.FULL.grid == (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # frozen
-  assert not set(orthogonal_heads.CLAIM.seeds) & set(orthogonal_heads.CLAIM.tuning_seeds)
-  headline = lambda r: verdict(orthogonal_heads.CLAIM, *r, indicative=False)[0]
-  assert headline(_heads_runs(-0.15)) == "supported"
-  assert headline(_heads_runs(-0.02)) == "refuted"  # lower, but inside the margin
-  assert headline(_heads_runs(+0.05)) == "refuted"  # more alike
-  assert headline(_heads_runs(-0.05)) == "inconclusive"  # straddles the margin
+  assert not set(claim.seeds) & set(claim.tuning_seeds)
+  clause = lambda r: clause_verdicts(claim, *r, indicative=False)[1]["verdict"]
+  assert clause(_heads_runs(-0.15)) == "supported"
+  assert clause(_heads_runs(-0.02)) == "refuted"  # lower, but inside the margin
+  assert clause(_heads_runs(+0.05)) == "refuted"  # more alike
+  assert clause(_heads_runs(-0.05)) == "inconclusive"  # straddles the margin
   # The pull did not make the heads more orthogonal in one seed: nothing can be read.
   runs, seeds = _heads_runs(-0.15)
   runs["orth"][3]["max_cos"] = 0.85
-  assert headline((runs, seeds)) == "inconclusive"
-  assert headline(_heads_runs(-0.15, rates_at_grid_edge=1.0)) == "inconclusive"
-  assert headline(_heads_runs(-0.15, any_ended_diverged=1.0)) == "inconclusive"
+  assert clause((runs, seeds)) == "inconclusive"
+  assert clause(_heads_runs(-0.15, rates_at_grid_edge=1.0)) == "inconclusive"
+  assert clause(_heads_runs(-0.15, any_ended_diverged=1.0)) == "inconclusive"
+  assert clause(_heads_runs(-0.15, strength_at_grid_edge=1.0)) == "inconclusive"
+  # 'provably': the verified construction refutes it whatever training shows, and no control
+  # of the training blocks it; the headline is the conjunction.
+  for runs in (_heads_runs(-0.15), _heads_runs(-0.15, rates_at_grid_edge=1.0)):
+    first = clause_verdicts(claim, *runs, indicative=False)[0]
+    assert (first["verdict"], first["proof"]) == ("refuted", True)
+    assert verdict(claim, *runs, indicative=False)[0] == "refuted"
+  runs, seeds = _heads_runs(-0.15)
+  runs["construction"] = {s: {**m, "identical": 0.0} for s, m in runs["construction"].items()}
+  assert verdict(claim, runs, seeds, indicative=False)[0] == "supported"  # had it failed
+
+
+def test_counterexample_matches_an_independent_float64_reference():
+  """`heads.counterexample` against scipy's principal angles and the test above's patterns."""
+  for seed in range(4):
+    got = heads_training.counterexample(seed, T=12)
+    assert got["identical"] == 1.0 and got["score_gap"] <= 1e-12
+    e, c = np.eye(8), 1 / np.sqrt(2)
+    for key, j in (("max_cos_q", 2), ("max_cos_k", 4)):
+      a = c * np.stack([e[0] + e[j], e[1] + e[j + 1]], 1)
+      b = c * np.stack([e[0] - e[j], e[1] - e[j + 1]], 1)
+      ref = np.cos(scipy.linalg.subspace_angles(a, b)).max()
+      assert got[key] == pytest.approx(ref, abs=1e-15) and got[key] < 1e-15
+  # A larger stream changes nothing; a different seed draws a different stream.
+  assert heads_training.counterexample(0, T=64)["identical"] == 1.0
+
+
+def test_v3_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
+  claim = orthogonal_heads.CLAIM
+  assert (claim.version, claim.seeds, claim.tuning_seeds) == (3, (10, 11, 12, 13, 14), (110, 111))
+  assert orthogonal_heads.FULL.split == "test"
+  used = {s for e in history.kept(claim.id) if e["version"] < claim.version
+          for s in (*e["seeds"], *e["tuning_seeds"])}
+  assert used and not used & {*claim.seeds, *claim.tuning_seeds}
+  history.check_fresh(claim, claim.seeds)
 
 
 def test_orthogonal_heads_extensions_never_change_the_headline():
   runs, seeds = _heads_runs(-0.15, val_loss=2.6, prunable_fraction=0.7)
-  assert verdict(orthogonal_heads.CLAIM, runs, seeds, indicative=False)[0] == "supported"
+  assert clause_verdicts(orthogonal_heads.CLAIM, runs, seeds,
+                         indicative=False)[1]["verdict"] == "supported"
   ext = {e["name"]: e["verdict"] for e in extension_verdicts(orthogonal_heads.CLAIM, runs,
                                                              seeds, indicative=False)}
   # 0.1 nats worse: not free; 0.2 more heads prunable: not non-redundant in function;
@@ -241,7 +315,10 @@ def test_orthogonal_heads_trains_every_size_at_the_regime_with_the_shapes_own_he
     assert heads_training.model_config(name, z.n_heads) == models.RECIPES[name].cfg
   assert dataclasses.replace(z, steps=7).train_tokens() == 7 * 16 * 128
   claim = orthogonal_heads.CLAIM
-  assert claim.version == 2 and not claim.axis("budget").values
+  assert claim.version == 3 and not claim.axis("budget").values
+  assert claim.axis("scale").values == ("pico-20", "micro-20", "mini-20")  # 8x in parameters
+  sizes = [models.param_count(n) for n in claim.axis("scale").values]
+  assert sizes[-1] / sizes[0] >= 8
 
 
 def test_orthogonal_heads_model_keeps_each_familys_grouping():
@@ -256,7 +333,7 @@ def test_orthogonal_heads_model_keeps_each_familys_grouping():
     assert (cfg.d_head, cfg.d_ff) == (base.d_model // 8, 3 * base.d_model)
     assert (cfg.positions, cfg.norm, cfg.activation) == ("rope", "rmsnorm", "swiglu")
   sizes = scale_models(orthogonal_heads.CLAIM, quick=False)  # the verdict is read at the first
-  assert sizes == ("micro-20", "pico-20") and orthogonal_heads.FULL.model == "micro-20"
+  assert sizes == ("micro-20", "pico-20", "mini-20") and orthogonal_heads.FULL.model == "micro-20"
   with pytest.raises(ValueError, match="multiple of 2"):
     heads_training.model_config("llama-small", 5)
 
