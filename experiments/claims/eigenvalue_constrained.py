@@ -2,38 +2,38 @@
 
     python -m experiments claim eigenvalue-constrained [--quick]
 
-**The preface's question.** "Eigenvalue-constrained training to guarantee stable gradient flow."
-With `σ_max ≤ 1` enforced on every hidden matrix after each step (`cap-hidden`: AdamW, then
-`optim.spectral_cap(1.0)` by exact SVD on `w_q, w_k, w_v, w_o, w_1, w_2`), no layer can amplify
-the signal or the gradient through it; stable gradient flow is read through its outcome, whether
-training survives a rate that breaks plain `adamw`. Primary, at the registered size: (a) at the
-stress rate `cap-hidden` ends diverged in no seed, (b) it ends ≥ 0.25 nats (≈ 10% of a trained
-loss) below `adamw` there (ended diverged counts as `ln V`), and (c) at each arm's tuned rate
-costs at most 1% of AdamW's final loss (whole 95% interval). Refuted if it ends diverged in
-every seed at the stress rate, the gap lies inside 0.25 nats, or the cost exceeds 1%. The
-certified logit bound holds by construction (the `theorem`): a control of the instrument.
-Extension *a stable range*: at the stress rate `cap-hidden` ends within 5% of its tuned loss.
+**The preface's question**, clause by clause. "Eigenvalue-constrained training to guarantee
+stable gradient flow." With `σ_max ≤ 1` enforced on every hidden matrix after each step
+(`cap-hidden`: AdamW, then `optim.spectral_cap(1.0)` by exact SVD on `w_q, w_k, w_v, w_o, w_1,
+w_2`), no layer can amplify the signal or the gradient through it; stable gradient flow is read
+through its outcome, whether training survives a rate that breaks plain `adamw`. ①
+*Eigenvalue-constrained training*: the constrained model trains, its final loss at its tuned
+rate at most 1% above AdamW's at AdamW's (whole 95% interval). ② *to guarantee stable gradient
+flow*: at the stress rate `cap-hidden` ends diverged in no seed, and ends ≥ 0.25 nats (≈ 10% of
+a trained loss) below `adamw` there (ended diverged counts as `ln V`). Refuted if the cost
+exceeds 1%, or it ends diverged in every seed at the stress rate, or the gap lies inside 0.25
+nats. The certified logit bound holds by construction (the `theorem`): a control of the
+instrument. Extension *a stable range*: at the stress rate within 5% of its tuned loss.
 
 **Protocol.** AdamW (`b = (0.9, 0.95)`, decay 0.1, cosine to 10%, **no warm-up, no clipping**:
 clipping hides divergence), every model from scratch at 20 tokens per parameter (steps of
-16 × 128 stdlib tokens). On tuning seed 100 only, each arm runs every rate of `GRID` (7 rates,
-half-decades `10^-2.5 … 10^0.5`); its tuned rate has the lowest final validation loss among runs
-that did not end diverged (non-finite, or above `ln V`); one at an edge extends the grid a step
-beyond it, once (`edge.tune`), and one still at an edge fails that arm's control. The stress
-rate is the smallest rate run at which `adamw` ended diverged on the tuning seed; if none did,
-the largest rate run (recorded; the stress thresholds are read there all the same). Seeds 0–4
-run each arm at its tuned and at the stress rate; no rate is chosen on them. Controls: no tuned
-rate at an edge; `σ_max ≤ 1.001` of the capped matrices at the end (the cap acts); the largest
-attention logit `max |q·k|/√Dh`, read every `eval_every` steps, never above its certified bound
-`analysis.logit_bound` (float32 tolerance 1e-4), in every run of both arms.
+16 × 128 stdlib tokens). On tuning seeds 110 and 111, each arm runs every rate of `GRID` (7
+rates, half-decades `10^-2.5 … 10^0.5`); its tuned rate has the lowest mean final `val` loss
+among rates no tuning seed ended diverged at (non-finite, or above `ln V`); one at an edge
+extends the grid a step beyond it, once (`edge.tune`), and one still at an edge fails that
+arm's control. The stress rate is the smallest rate run at which `adamw` ended diverged on a
+tuning seed; if none did, the largest rate run. Seeds 10–14 run each arm at its tuned and at
+the stress rate, read on the `test` split; no rate is chosen on them. Controls: no tuned rate
+at an edge; `σ_max ≤ 1.001` of the capped matrices at the end (the cap acts); the largest
+attention logit `max |q·k|/√Dh`, read every `eval_every` steps, never above its certified
+bound `analysis.logit_bound` (float32 tolerance 1e-4), in every run of both arms.
 
-Registered on `pico-20` (D 16, L 2, H 4; 14,784 parameters, 145 steps): on 2 shared cores a
-`micro-20` registration (409 steps, ≈ 34 runs per size) would not finish before the results are
-due. The scale axis adds `micro-20` (41,856 parameters, 409 steps), same protocol and ratio;
-with two sizes the slope has no degrees of freedom to spare. `--quick`: `pico-20`, 2 tokens
-per parameter, two fixed rates, one seed: indicative only.
-v2 (before the run): the trained regime (issue 38; v1: `nano`, 200 steps of 16 × 64, ≈ 1.5
-tokens per parameter) and no best-of-grid on reported seeds (v1 read each seed's best rate).
+Registered on `pico-20` (D 16, L 2, H 4; 14,784 parameters, 145 steps); the scale axis runs
+the same protocol and ratio on `micro-20` (41,856, 409 steps) and `mini-20` (1,298 steps), so
+the trend spans ≥ 8× in parameters. `--quick`: `pico-20`, two fixed rates, one seed.
+History: v1 `nano`, each seed's best rate; v2 the trained regime, tuned on seed 100 alone
+(inconclusive: gap 0.338, 95% CI [0.218, 0.458]). v3, registered before any run of it:
+clauses, two tuning seeds, mini-20, fresh seeds, the test split (`revisions`).
 """
 
 from __future__ import annotations
@@ -47,14 +47,25 @@ from experiments import models
 from experiments.lab import cap_training as ct
 from experiments.lab import edge
 from experiments.lab.norm_training import stress_rate
-from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
+from experiments.verdict import (
+  Anchor,
+  Claim,
+  Extension,
+  Revision,
+  Spec,
+  Threshold,
+  TrainedSizes,
+  axes,
+)
+from experiments.verdict.declare.clause import Clause
 from experiments.verdict.render.cells import spread
 from experiments.verdict.render.figures import median_band
-from experiments.verdict.render.tuning import on_one_seed, stress_note
+from experiments.verdict.render.tuning import stress_note
 
 CAP = 1.0
 ARMS: dict[str, tuple[str, ...] | None] = {"adamw": None, "cap-hidden": ct.HIDDEN}
-TUNE_SEED = 100
+SEEDS = (10, 11, 12, 13, 14)
+TUNING_SEEDS = (110, 111)
 GRID = tuple(float(f"{x:.3g}") for x in np.geomspace(10 ** -2.5, 10 ** 0.5, 7))
 STABLE_MARGIN = 0.25  # nats: ≈ 10% of a trained loss
 COST = 0.01  # the largest relative loss cost of the cap at the tuned rates
@@ -70,7 +81,7 @@ class EigenvalueConstrainedSizes(TrainedSizes):
   Attributes:
     model: the shape every arm is trained at from scratch (`experiments.models.config`): the
       registered `pico-20`, or a size of the scale axis.
-    grid: the peak rates each arm is tuned on (tuning seed `TUNE_SEED`). Without tuning, every
+    grid: the peak rates each arm is tuned on (`TUNING_SEEDS`). Without tuning, every
       arm runs at `grid[0]` and the stress rate is `grid[-1]`.
     tune: tune on the tuning seed (FULL); otherwise the fixed rates above (QUICK).
     steps: optimizer steps per run; None trains `model` at 20 tokens per parameter
@@ -81,6 +92,8 @@ class EigenvalueConstrainedSizes(TrainedSizes):
       `eval_every = ⌈steps / evals⌉` steps and at the last step.
     eval_batches: validation batches per evaluation.
     extend: how many times a tuned rate at an edge of `grid` extends it a step beyond it.
+    split: the split the reported runs' losses and certificate read: `test` (v3); `val` (v2,
+      before `test` was cut from the held-out files).
   """
 
   model: str
@@ -92,6 +105,7 @@ class EigenvalueConstrainedSizes(TrainedSizes):
   evals: int
   eval_batches: int
   extend: int = 0
+  split: str = "val"
 
   def __post_init__(self):
     cfg = models.config(self.model)
@@ -121,10 +135,11 @@ class EigenvalueConstrainedSizes(TrainedSizes):
 
 
 QUICK = EigenvalueConstrainedSizes(model="pico-20", grid=(3e-3, 1.0), tune=False, steps=15,
-                                   seq_len=128, batch_size=16, evals=3, eval_batches=2)
+                                   seq_len=128, batch_size=16, evals=3, eval_batches=2,
+                                   split="test")
 FULL = EigenvalueConstrainedSizes(model="pico-20", grid=GRID, tune=True, steps=None,
                                   seq_len=128, batch_size=16, evals=8, eval_batches=4,
-                                  extend=1)
+                                  extend=1, split="test")
 
 
 def run(spec: Spec) -> dict:
@@ -138,9 +153,10 @@ def run(spec: Spec) -> dict:
   if z.tune:
     tuned = {}
     for arm in ARMS:
-      spec.log(f"  eigenvalue-constrained: tuning {arm} on {list(z.grid)} (seed {TUNE_SEED}, "
-               f"{steps} steps)")
-      tuned[arm] = ct.tune_arm(cfg, make[arm], z.grid, seed=TUNE_SEED, extend=z.extend, **kw)
+      spec.log(f"  eigenvalue-constrained: tuning {arm} on {list(z.grid)} (seeds "
+               f"{list(TUNING_SEEDS)}, {steps} steps)")
+      tuned[arm] = ct.tune_arm(cfg, make[arm], z.grid, seeds=TUNING_SEEDS, extend=z.extend,
+                               **kw)
     stress, found = stress_rate(tuned["adamw"]["grid"], tuned["adamw"]["excluded"])
   else:
     tuned = {arm: edge.untuned(z.grid[0]).to_dict() for arm in ARMS}
@@ -150,7 +166,8 @@ def run(spec: Spec) -> dict:
     rates = sorted({tuned[arm]["learning_rate"], stress})
     spec.log(f"  eigenvalue-constrained: {arm} at {tuned[arm]['learning_rate']:g} (tuned) and "
              f"{stress:g} (stress) on seeds {list(spec.seeds)}")
-    tracks[arm] = ct.track(cfg, make[arm], spec.seeds, rates, eval_every=z.eval_every, **kw)
+    tracks[arm] = ct.track(cfg, make[arm], spec.seeds, rates, eval_every=z.eval_every,
+                           eval_split=z.split, **kw)
     index = {"tuned": rates.index(tuned[arm]["learning_rate"]), "stress": rates.index(stress)}
     tracks[arm]["index"] = index
     runs[arm] = {seed: {**ct.seed_metrics(tracks[arm], index, j, V),
@@ -165,9 +182,11 @@ def run(spec: Spec) -> dict:
       m["stress_loss_rel_tuned"] = (m["end_loss_stress"] - m["end_loss_tuned"]) / m[
           "end_loss_tuned"]
       m["cert_ratio_all_runs"] = float(cert)
-  return {"setup": {"model_config": cfg.to_dict(), "arms": {a: list(n) if n else None
+  return {"split": z.split,
+          "setup": {"model_config": cfg.to_dict(), "arms": {a: list(n) if n else None
                                                             for a, n in ARMS.items()},
-                    "cap": CAP, "tune_seed": TUNE_SEED, "tuned": tuned, "stress_rate": stress,
+                    "cap": CAP, "tuning_seeds": list(TUNING_SEEDS), "tuned": tuned,
+                    "stress_rate": stress,
                     "stress_rate_from_divergence": found},
           "runs": runs, "figures": [_figure(tracks, tuned, stress, V)],
           "notes": _notes(runs, tuned, stress, found, spec.seeds, z, cfg),
@@ -181,7 +200,9 @@ def _notes(runs, tuned, stress, found, seeds, z, cfg) -> list:
   total = lambda arm, key: int(np.nansum(values(arm, key)))
   return [
       {"tuned": tuned, "per_rate": True,
-       "read": on_one_seed(TUNE_SEED, z.budget_steps(), z.grid, z.extend)},
+       "read": f"lowest final val loss after {z.budget_steps()} steps, mean over tuning seeds "
+               f"{list(TUNING_SEEDS)}, among rates no tuning seed ended diverged at; grid "
+               f"{list(z.grid)}, extended a step beyond an edge that won, at most {z.extend}×"},
       stress_note(stress, found, arm="adamw", tuned=z.tune),
       f"End loss (nats; ended diverged = ln V = {math.log(cfg.vocab_size):.3f}), mean [min, "
       "max] over seeds: at the tuned rates " + "; ".join(
@@ -224,7 +245,8 @@ def _figure(tracks: dict, tuned: dict, stress: float, vocab_size: int) -> dict:
            "vlines": [{"x": stress, "color": "k", "style": "--", "lw": 1,
                        "label": f"stress rate {stress:g}"}],
            "ylabel": "final validation loss (nats; ended diverged = ln V, x)",
-           "title": f"tuning seed {TUNE_SEED}: loss vs rate", "legend": 8,
+           "title": f"tuning seeds {', '.join(map(str, TUNING_SEEDS))}: mean loss vs rate",
+           "legend": 8,
            **({} if lines else {"note": "not tuned (quick)"})}
   panels = [rates]
   for tag, what in (("stress", "at the stress rate"), ("tuned", "at each arm's tuned rate")):
@@ -248,6 +270,9 @@ def _edge_control(arm: str) -> Threshold:
 
 CAP_ACTS = "cap-hidden: σ_max of the capped matrices at the end"
 CERT = "max measured logit / certified bound, both arms, both rates"
+NO_DIVERGENCE = "cap-hidden: ended diverged at the stress rate"
+GAP = "end loss at the stress rate: adamw − cap-hidden"
+TRAINS = "cap-hidden: tuned final loss, relative cost vs AdamW"
 CLAIM = Claim(
     id="eigenvalue-constrained",
     topic="eigenvalues",
@@ -256,28 +281,27 @@ CLAIM = Claim(
     hypothesis=(
         "Trained from scratch at 20 tokens per parameter at the registered size (pico-20), "
         "capping σ_max ≤ 1 of every hidden matrix after each AdamW step (no clipping, no "
-        "warm-up) makes training stable: at the stress rate (the smallest rate at which AdamW "
-        "alone ended diverged on the tuning seed) the capped model (a) ends diverged in no "
-        f"seed and (b) ends at least {STABLE_MARGIN} nats below AdamW (ended diverged counts as "
-        f"ln V), and (c) at each arm's tuned rate its final loss is at most {COST:.0%} above "
-        "AdamW's."),
+        f"warm-up): ① at each arm's tuned rate its final loss is at most {COST:.0%} above "
+        "AdamW's; ② at the stress rate (the smallest rate at which AdamW alone ended diverged "
+        "on a tuning seed) the capped model ends diverged in no seed and ends at least "
+        f"{STABLE_MARGIN} nats below AdamW (ended diverged counts as ln V); test split."),
     refuted_if=(
-        "The capped model ends diverged at the stress rate in every seed; or AdamW's end loss "
-        f"there lies within {STABLE_MARGIN} nats of the capped model's, or below it; or the "
-        f"capped model's tuned loss is more than {COST:.0%} above AdamW's (whole 95% interval)."),
+        f"① the capped model's tuned loss is more than {COST:.0%} above AdamW's; ② it ends "
+        "diverged at the stress rate in every seed, or AdamW's end loss there lies within "
+        f"{STABLE_MARGIN} nats of the capped model's, or below it (whole 95% interval)."),
     theorem=("The certificate cannot fail: for rows of norm ≤ r entering the projections, "
              "|q_i·k_j| ≤ r² σ_max(W_Q W_Kᵀ) (plus bias terms) by Cauchy–Schwarz, so "
              "analysis.logit_bound holds for any weights, capped or not; it is a control of the "
-             "instrument. tests/experiments/test_claims_theorems.py checks the inequality on "
+             "instrument. tests/experiments/claims/test_theorems.py checks the inequality on "
              "random instances in float64."),
     thresholds=(
-        Threshold("cap-hidden: ended diverged at the stress rate", arm="cap-hidden",
-                  metric="diverged_stress", stat="range", supports="== 0", refutes=">= 1",
+        Threshold(NO_DIVERGENCE, arm="cap-hidden", metric="diverged_stress", stat="range",
+                  supports="== 0", refutes=">= 1",
                   unit="1 = ended diverged", needs=(CAP_ACTS, CERT)),
-        Threshold.beyond("end loss at the stress rate: adamw − cap-hidden", arm="adamw",
+        Threshold.beyond(GAP, arm="adamw",
                          metric="end_loss_stress", baseline="cap-hidden", margin=STABLE_MARGIN,
                          unit="nats", needs=(CAP_ACTS, CERT)),
-        Threshold("cap-hidden: tuned final loss, relative cost vs AdamW", arm="cap-hidden",
+        Threshold(TRAINS, arm="cap-hidden",
                   metric="tuned_loss_rel_cost", supports=f"<= {COST}", refutes=f"> {COST}",
                   unit="fraction of the loss"),
         Threshold(CAP_ACTS, arm="cap-hidden", metric="sigma_max_tuned", stat="range",
@@ -287,6 +311,8 @@ CLAIM = Claim(
         _edge_control("adamw"),
         _edge_control("cap-hidden"),
     ),
+    clauses=(Clause("Eigenvalue-constrained training", (TRAINS,)),
+             Clause("to guarantee stable gradient flow", (NO_DIVERGENCE, GAP))),
     extensions=(
         Extension("a stable range",
                   "Does the stress rate lie in the capped model's stable range: its end loss "
@@ -296,18 +322,30 @@ CLAIM = Claim(
                              supports=f"<= {WITHIN}", refutes=f"> {WITHIN}",
                              unit="fraction of the loss", needs=(CAP_ACTS, CERT)),)),
     ),
-    tuning_seeds=(TUNE_SEED,),
-    axes=(axes.scale(("pico-20", "micro-20")),),
+    seeds=SEEDS,
+    tuning_seeds=TUNING_SEEDS,
+    axes=(axes.scale(("pico-20", "micro-20", "mini-20")),),
     bits_metric=("adamw", "end_loss_tuned"),
-    key="end loss at the stress rate: adamw − cap-hidden",  # the gap, not the 0/1 count
-    version=2,
+    key=GAP,  # the gap, not the 0/1 count
+    version=3,
     revisions=("v2: the trained regime of issue 38: every arm from scratch at 20 tokens per "
                "parameter, registered on pico-20 (v1: nano, 200 steps of 16 × 64, ≈ 1.5 per "
                "parameter), scale over pico-20 and micro-20; rates tuned on seed 100 under the "
                "edge rule instead of each reported seed's best of the grid, and the seeds run at "
                "the tuned and the stress rate only (v1's primary was n/a: AdamW never ended "
                "diverged on its grid, so v2 reads a stress-rate loss gap with a 0.25-nat margin); "
-               "the 'wider range' extension becomes 'a stable range'",),
+               "the 'wider range' extension becomes 'a stable range'",
+               Revision(3, "protocol",
+                        "Confirmatory (issue 47 items 2, 3, 5, issue 50 item 4), registered "
+                        "before any run of v3: the sentence in two clauses, ① 'Eigenvalue-"
+                        "constrained training' (the tuned-rate cost) and ② 'to guarantee stable "
+                        "gradient flow' (no divergence and the loss gap at the stress rate), "
+                        "thresholds unchanged; rates tuned on two tuning seeds, 110 and 111, by "
+                        "the mean final loss (v2: seed 100 alone), the stress rate the smallest "
+                        "at which adamw ended diverged on either; mini-20 joins the scale axis "
+                        "(pico-20, micro-20, mini-20: 8x in parameters); fresh seeds 10-14 (v1, "
+                        "v2: 0-4); reported runs read on the test split (v2: val). Model, "
+                        "budget, grid, edge rule, cap and margins unchanged.")),
     anchors=(
         Anchor("spectral reparametrisation of all linear layers", "trains without warm-up or "
                "LayerNorm; entropy collapse avoided", "Zhai et al. 2023, Stabilizing "

@@ -3,8 +3,9 @@ logit certificate.
 
 The training side of the `eigenvalue-constrained` claim: one optimizer (`make_tx_factory`:
 AdamW, cosine decay, no warm-up, no clipping, optionally followed by `optim.spectral_cap` by
-exact SVD), the tuned rate of an arm on a tuning seed under the edge rule (`tune_arm`, through
-`edge.tune`), and `track`, which trains the reported seeds at given rates and reads, at every
+exact SVD), the tuned rate of an arm on the tuning seeds under the edge rule (`tune_arm`,
+through `norm_training.tune_fixed`), and `track`, which trains the reported seeds at given rates
+(evaluated on the split the verdict reads) and reads, at every
 evaluation, the largest attention logit against its certified bound (`analysis.logit_bound`),
 and at the end the largest singular value of the hidden matrices (`sigma_max_hidden`).
 Divergence is read as `layernorm-condition` reads it (`norm_training.end_loss`,
@@ -24,8 +25,7 @@ import optax
 import analysis
 import optim
 from experiments import data
-from experiments.lab import edge
-from experiments.lab.norm_training import end_loss
+from experiments.lab.norm_training import end_loss, tune_fixed
 from experiments.lab.tuning import ended_diverged
 from experiments.train import sweep
 from experiments.train.step import adamw
@@ -63,39 +63,32 @@ def _kw(seq_len: int, batch_size: int, steps: int, eval_batches: int) -> dict:
           "seq_len": seq_len, "steps": steps, "eval_batches": eval_batches}
 
 
-def tune_arm(cfg, make_tx, grid, *, seed: int, steps: int, batch_size: int, seq_len: int,
+def tune_arm(cfg, make_tx, grid, *, seeds, steps: int, batch_size: int, seq_len: int,
              eval_batches: int, extend: int = 0) -> dict:
-  """Every rate of `grid` on the tuning seed (final loss only); the arm's tuned rate.
+  """Every rate of `grid` on every tuning seed (final `val` loss only); the arm's tuned rate.
 
-  The tuned rate has the lowest final validation loss among the runs that did not end
-  diverged (`edge.tune`, the one tuner); while it is the first or last rate run, one rate a
-  step of the grid's ratio beyond that edge is run too, at most `extend` times.
+  The tuned rate has the lowest mean final validation loss over `seeds` among the rates no
+  seed ended diverged at (`norm_training.tune_fixed`, around `edge.tune`, the one tuner); while
+  it is the first or last rate run, one rate a step of the grid's ratio beyond that edge is run
+  too, at most `extend` times.
 
   Returns:
     The one tuning record, `edge.Tuned.to_dict()` (`grid`: the rates run, increasing;
-    `losses`, `excluded`: ended diverged, `spiked`, per rate; `at_edge`, ...); raises
-    `ValueError` when every rate ended diverged.
+    `losses` (mean over seeds), `losses_by_seed`, `excluded`: ended diverged on a seed,
+    `spiked`, per rate; `at_edge`, ...); raises `ValueError` when every rate ended diverged.
 
   Example:
     >>> import transformer
     >>> from experiments.lab.cap_training import make_tx_factory, tune_arm
     >>> t = tune_arm(transformer.preset("tiny", d_model=16, n_layers=1),
-    ...              make_tx_factory(4, None), (1e-4, 3e-4), seed=100, steps=4,
+    ...              make_tx_factory(4, None), (1e-4, 3e-4), seeds=(110, 111), steps=4,
     ...              batch_size=2, seq_len=8, eval_batches=1, extend=1)
     >>> len(t["grid"]), t["learning_rate"] in t["grid"]  # the best of two is at an edge: +1
     (3, True)
   """
-  flagged: dict[float, bool] = {}
-
-  def run(rates):
-    r = sweep.train_many(cfg, make_tx, seeds=(seed,), learning_rates=tuple(rates),
-                         eval_every=steps, **_kw(seq_len, batch_size, steps, eval_batches))
-    val = r.val_loss[:, 0, -1]
-    flagged.update({lr: bool(r.diverged[k, 0]) for k, lr in enumerate(rates)})
-    return val, ended_diverged(val, cfg.vocab_size)
-
-  return edge.on_one_seed(edge.tune(run, grid, extend=extend, name="cap_training.tune_arm"),
-                          seed, flagged)
+  return tune_fixed(cfg, make_tx, grid, seeds=seeds, steps=steps, batch_size=batch_size,
+                    seq_len=seq_len, eval_batches=eval_batches, extend=extend,
+                    name="cap_training.tune_arm")
 
 
 def sigma_max_hidden(params, names=HIDDEN) -> np.ndarray:
@@ -122,8 +115,9 @@ def sigma_max_hidden(params, names=HIDDEN) -> np.ndarray:
 
 
 def track(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: int, seq_len: int,
-          eval_every: int, eval_batches: int) -> dict:
-  """Trains at `learning_rates` × `seeds`, reading the logit certificate at every evaluation.
+          eval_every: int, eval_batches: int, eval_split: str = "val") -> dict:
+  """Trains at `learning_rates` × `seeds`, reading the logit certificate at every evaluation
+  on the first batch of `eval_split` (`val`, or `test` for a verdict's reported runs).
 
   Returns:
     `val_RSE`, `steps_E`, `final_RS`, `ended_diverged_RS`, `spiked_RS` (flagged by
@@ -140,7 +134,7 @@ def track(cfg, make_tx, seeds, learning_rates, *, steps: int, batch_size: int, s
     ratios.append(np.asarray(jnp.max(measured_RSLH / bound_fn(params), axis=(-1, -2))))
 
   r = sweep.train_many(cfg, make_tx, seeds=seeds, learning_rates=tuple(learning_rates),
-                       eval_every=eval_every, callback=callback,
+                       eval_every=eval_every, callback=callback, eval_split=eval_split,
                        **_kw(seq_len, batch_size, steps, eval_batches))
   final = r.val_loss[:, :, -1]
   bad = ended_diverged(final, cfg.vocab_size)

@@ -181,7 +181,7 @@ def _effective_condition(X, center: bool, rtol: float | None = None):
 
 
 def input_conditions(blocks, *, center: bool, names=tuple(PROJECTION_INPUTS),
-                     float64: bool = False) -> dict[str, dict[str, jax.Array]]:
+                     float64: bool = False, null=None) -> dict[str, dict[str, jax.Array]]:
   """Effective condition number of each projection's input, per layer: the one measure.
 
   The `B·T` rows of each sown input (`PROJECTION_INPUTS`) form `X (B·T, width)`, and
@@ -202,6 +202,8 @@ def input_conditions(blocks, *, center: bool, names=tuple(PROJECTION_INPUTS),
       is the widest (`d_ff` columns), so its SVD costs the most.
     float64: the float64 path, for `layernorm-condition` v3 (issue 47 item 5): RMSNorm's
       `κ_eff` 3,987 of v2 sits at the float32 ceiling with 7 values dropped.
+    null: float64 only, `{NAME: v (..., L, width)}`: a structural zero's direction per layer
+      (LayerNorm's `1/scale`), projected out first (float32 leaves it near `eps₃₂·σ_1`).
 
   Returns:
     `{NAME: {"kappa_eff": (..., L), "n_dropped": (..., L)}}` for NAME in `names`.
@@ -210,12 +212,15 @@ def input_conditions(blocks, *, center: bool, names=tuple(PROJECTION_INPUTS),
   if unknown:
     raise ValueError(f"input_conditions: {unknown} are not projection inputs. Fix: choose from "
                      f"{sorted(PROJECTION_INPUTS)}.")
+  if null and not float64:
+    raise ValueError("input_conditions: null= acts on the float64 path. Fix: float64=True.")
   out = {}
   for name in names:
     sub, _ = PROJECTION_INPUTS[name]
     X = blocks[sub][name].astype(jnp.float32)
     X = X.reshape(*X.shape[:-3], -1, X.shape[-1])
-    cond = _conditions64(X, center) if float64 else _effective_condition(X, center)
+    cond = (_conditions64(X, center, (null or {}).get(name)) if float64
+            else _effective_condition(X, center))
     out[name] = {"kappa_eff": cond["kappa_eff"], "n_dropped": cond["n_dropped"]}
   return out
 
@@ -238,12 +243,16 @@ def rounding_rtol(shape) -> float:
   return math.sqrt(min(shape[-2:])) * float(jnp.finfo(jnp.float32).eps) / 2
 
 
-def _conditions64(X, center: bool) -> dict:
+def _conditions64(X, center: bool, v=None) -> dict:
   if isinstance(X, jax.core.Tracer):
     raise ValueError("input_conditions(float64=True) switches on float64 and cannot run inside "
                      "jit or vmap. Fix: call it on concrete arrays (jax.device_get first).")
+  rtol, X = rounding_rtol(X.shape), np.asarray(X, np.float64)
+  if v is not None:  # X (..., N, D) minus its component along the unit direction v (..., D)
+    v = np.asarray(v, np.float64) / np.linalg.norm(v, axis=-1, keepdims=True)
+    X = X - (X @ v[..., :, None]) * v[..., None, :]
   with jax.enable_x64(True):
-    cond = _effective_condition(X.astype(jnp.float64), center, rounding_rtol(X.shape))
+    cond = _effective_condition(jnp.asarray(X, jnp.float64), center, rtol)
     return {k: np.asarray(v) for k, v in cond.items()}
 
 
@@ -263,9 +272,8 @@ def kappa_ceiling(shape, dtype=jnp.float32, rtol: float | None = None) -> float:
 def kappa_saturated(kappa, shape, dtype=jnp.float32, *, rtol: float | None = None,
                     factor: float = 0.25) -> np.ndarray:
   """Whether each `κ` is within `factor` of the largest value its SVD can report
-  (`kappa_ceiling`): a saturated reading is a lower bound, not a measurement. The caller then
-  recomputes it in float64 (`input_conditions(float64=True)`) or declares it censored
-  (`Threshold.censored`); `layernorm-condition` v3 will do the first (issue 47 item 5).
+  (`kappa_ceiling`): a lower bound, not a measurement, recomputed in float64
+  (`input_conditions(float64=True)`, `layernorm-condition` v3) or declared censored.
 
   Args:
     kappa: condition numbers (any shape); NaN counts as not saturated.

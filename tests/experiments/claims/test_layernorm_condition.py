@@ -13,11 +13,12 @@ import transformer
 from experiments import models
 from experiments.claims import CLAIMS
 from experiments.claims import layernorm_condition as lc
-from experiments.lab import norm_training
+from experiments.lab import norm_training, stability
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
 from experiments.verdict.render import findings
-from experiments.verdict.running import folders
+from experiments.verdict import Revision
+from experiments.verdict.running import folders, history
 
 # ------------------------------------------------ layernorm-condition: the theorem, float64
 
@@ -132,13 +133,16 @@ def test_ended_diverged_end_loss_and_stress_rate():
 
 def test_claim_preregistration():
   claim = CLAIMS["layernorm-condition"]
-  assert claim.theorem and claim.seeds == (0, 1, 2, 3, 4) and claim.tuning_seeds == (100,)
+  assert claim.theorem and claim.seeds == (10, 11, 12, 13, 14)
+  assert claim.tuning_seeds == (110, 111)  # two: v2's losses over the grid were nearly flat
   assert not set(claim.seeds) & set(claim.tuning_seeds)
+  assert lc.FULL.float64 and lc.FULL.split == "test"
   for th in claim.thresholds + tuple(t for e in claim.extensions for t in e.thresholds):
     assert th.control or (th.margin is not None and th.unit)
   assert lc.FULL.tune and not lc.QUICK.tune and lc.FULL.grid[-1] >= 0.1
   assert len(lc.FULL.grid) >= 4 and lc.FULL.extend == 1  # issue 38: >= 4 rates, the edge rule
-  assert claim.version == 2 and [r[:4] for r in claim.revisions] == ["v2: "]
+  assert claim.version == 3 and claim.revisions[0].startswith("v2: ")
+  assert isinstance(claim.revisions[1], Revision) and claim.revisions[1].kind == "protocol"
   assert claim.bits_metric == ("layernorm", "end_loss_tuned")
   # Each tuned rate read by a threshold carries its edge control; the stress gaps read none.
   ext = {e.name: e for e in claim.extensions}
@@ -200,7 +204,7 @@ def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
   seen = []
 
   def fake_tune(cfg, grid, **kw):
-    seen.append(("tune", cfg, kw["steps"], kw["extend"]))
+    seen.append(("tune", cfg, kw["steps"], kw["extend"], kw["seeds"]))
     grid = (*grid, 1.0) if cfg.norm == "none" else grid  # an extension beyond the top
     diverged = [cfg.norm == "none" and lr >= 1.0 for lr in grid]
     return {"learning_rate": grid[1], "index": 1, "grid": list(grid),
@@ -209,9 +213,11 @@ def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
 
   def fake_track(cfg, seeds, rates, **kw):
     seen.append(("track", cfg, tuple(rates), kw["steps"], kw["eval_every"]))
+    assert (kw["eval_split"], kw["float64"]) == ("test", True)
     E, R, S, L = 2, 2, len(seeds), cfg.n_layers
     kappa = np.full((E, R, S, L), 10.0)
     return {"kappa_ERSL": {n: kappa for n in norm_training.NORMED},
+            "saturated_ERSL": np.zeros((E, R, S, L), bool),
             "val_RSE": np.full((R, S, E), 2.5),
             "steps_E": np.array([1, 2]), "n_dropped_ERSL": np.zeros((E, R, S, L)),
             "final_RS": np.full((R, S), 2.5), "ended_diverged_RS": np.zeros((R, S), bool),
@@ -225,11 +231,11 @@ def test_run_trains_every_arm_at_the_size_it_is_given(monkeypatch, tmp_path):
   want = [models.RECIPES["mini-20"].cfg.replace(norm=n) for n in lc.NORMS]
   assert [e[1] for e in seen if e[0] == "tune"] == want
   assert [e[1] for e in seen if e[0] == "track"] == want
-  assert {e[2:] for e in seen if e[0] == "tune"} == {(1298, 1)}
+  assert {e[2:] for e in seen if e[0] == "tune"} == {(1298, 1, (110, 111))}
   assert {e[2:] for e in seen if e[0] == "track"} == {((3e-3, 1.0), 1298, 82)}
   assert out["setup"]["stress_rate"] == 1.0 and out["setup"]["stress_rate_from_divergence"]
   assert [out["runs"][n][0]["edge_lr"] for n in lc.NORMS] == [0.0, 1.0, 0.0]
-  assert out["setup"]["model_config"]["d_model"] == 64
+  assert out["setup"]["model_config"]["d_model"] == 64 and out["split"] == "test"
   assert "the `mini-20` shape from scratch, D = 64, L = 2, H = 4" in out["notes"][-1]
   note = findings.note(out["notes"][0])  # the tuned-rate note, rendered from the records
   assert re.search(r"; rmsnorm 0\.003 \(loss 2\.5000; grid [^)]*, at an edge\)", note), note
@@ -251,7 +257,7 @@ def test_tune_arm_extends_a_winning_edge_once(monkeypatch):
 
   monkeypatch.setattr(sweep, "train_many", fake_train_many)
   cfg = models.config("pico-20")
-  kw = {"seed": 100, "steps": 3, "batch_size": 2, "seq_len": 8, "eval_batches": 1}
+  kw = {"seeds": (110,), "steps": 3, "batch_size": 2, "seq_len": 8, "eval_batches": 1}
   t = norm_training.tune_arm(cfg, (1e-3, 1e-2, 1e-1), extend=1, **kw)
   assert calls == [(1e-3, 1e-2, 1e-1), (pytest.approx(1.0),)]
   assert t["grid"] == pytest.approx([1e-3, 1e-2, 1e-1, 1.0])
@@ -261,6 +267,82 @@ def test_tune_arm_extends_a_winning_edge_once(monkeypatch):
   assert calls == [(1e-3, 1e-2, 1e-1)] and t["at_edge"] and t["learning_rate"] == 1e-1
   with pytest.raises(ValueError, match="two or more increasing rates"):
     norm_training.tune_arm(cfg, (1e-2,), **kw)
+
+
+def test_tune_arm_reads_the_mean_over_tuning_seeds_and_excludes_a_rate_any_seed_lost(monkeypatch):
+  """Two tuning seeds: the rate with the lowest mean final loss wins, among rates at which no
+  seed ended diverged; the record keeps each seed's loss."""
+  from experiments.train import sweep
+
+  table = {1e-3: (2.60, 2.50), 1e-2: (2.40, 2.62), 1e-1: (2.30, np.nan)}  # means 2.55, 2.51
+
+  def fake_train_many(cfg, make_tx, *, seeds, learning_rates, steps, **kw):
+    assert seeds == (110, 111) and kw["eval_every"] == steps
+    final = np.array([[[table[lr][i]] for i in range(2)] for lr in learning_rates])
+    return sweep.ManyResult(final, final, np.array([steps]), None, None,
+                            np.zeros((len(learning_rates), 2), bool), seeds, learning_rates)
+
+  monkeypatch.setattr(sweep, "train_many", fake_train_many)
+  t = norm_training.tune_arm(models.config("pico-20"), tuple(table), seeds=(110, 111), steps=3,
+                             batch_size=2, seq_len=8, eval_batches=1)
+  assert t["learning_rate"] == 1e-2 and not t["at_edge"] and t["seeds"] == [110, 111]
+  assert t["losses"] == pytest.approx([2.55, 2.51, np.nan], nan_ok=True)
+  assert t["excluded"] == [False, False, True] and t["losses_by_seed"][0] == [2.60, 2.50]
+  assert norm_training.stress_rate(t["grid"], t["excluded"]) == (1e-1, True)
+
+
+def test_float64_kappa_reads_past_the_float32_ceiling_against_numpy():
+  """An input with one strong feature and weak ones 1e-5 as large: float32's κ_eff saturates
+  at its ceiling (4,096 for N = 2,048), the float64 path reads the true ≈ 1e5 (numpy float64
+  SVD of the same float32 entries), well inside its own ceiling."""
+  rng = np.random.default_rng(0)
+  N, D = 2048, 32
+  X = np.zeros((2, N, D))  # (L, N, D): layer 0 ill-conditioned, layer 1 well
+  X[0, :, 0] = np.where(np.arange(N) % 2, 1.0, -1.0)
+  X[0, :, 1:] = 1e-5 * rng.standard_normal((N, D - 1))
+  X[1] = rng.standard_normal((N, D))
+  X = X.astype(np.float32)
+  inter = {"blocks": {"attn": {"attn_in": (X[:, None],)}, "ffn": {"ffn_in": (X[:, None],)}}}
+  f32 = norm_training.input_conditions(inter, names=("attn_in",))["attn_in"]
+  f64 = norm_training.input_conditions(inter, names=("attn_in",), float64=True)["attn_in"]
+  ref = []
+  for layer in range(2):
+    Xl = X[layer].astype(np.float64)
+    sv = np.linalg.svd(Xl - Xl.mean(0), compute_uv=False)
+    ref.append(sv[0] / sv[-1])
+  assert ref[0] > 20 * lc.kappa_ceiling(N, D)  # truly far past the float32 ceiling
+  assert f32["kappa"][0] <= 1.01 * lc.kappa_ceiling(N, D) and f32["n_dropped"][0] > 0
+  np.testing.assert_allclose(f64["kappa"], ref, rtol=1e-6)
+  assert f64["n_dropped"].tolist() == [0, 0]
+  assert ref[0] < 0.25 * lc.kappa_ceiling(N, D, float64=True) and ref[0] < lc.KAPPA_CENSORED
+
+
+def test_clauses_decide_synthetic_runs_and_a_censored_kappa_still_refutes():
+  claim = CLAIMS["layernorm-condition"]
+  seeds = tuple(range(5))
+  assert [c.text for c in claim.clauses] == [
+      "LayerNorm and RMSNorm keep condition numbers bounded", "stabilizing training"]
+  stable = (5.5, 5.5, 5.5, 5.2, 5.5)
+  parts = lambda runs: [p["verdict"] for p in rule.clause_verdicts(claim, runs, seeds,
+                                                                   indicative=False)]
+  ok = _synthetic_runs((120, 150, 90, 200, 130), (100,) * 5, (110,) * 5, stable)
+  assert parts(ok) == ["supported", "supported"]
+  # v2's shape: RMSNorm far above K in every seed; one seed's reading saturated (censored).
+  high = _synthetic_runs((120, 150, 90, 200, 130), (4e3, 6e3, 5e3, 1e6, 8e3), (110,) * 5, stable)
+  assert parts(high) == ["refuted", "supported"]
+  assert rule.verdict(claim, high, seeds, indicative=False)[0] == "refuted"
+  bounded = next(th for th in claim.thresholds if th.metric == "kappa_tuned")
+  assert bounded.censored == f">= {lc.KAPPA_CENSORED:.6g}"
+  flat = _synthetic_runs((120, 150, 90, 200, 130), (100,) * 5, (110,) * 5, (2.7,) * 5)
+  assert parts(flat) == ["supported", "refuted"]
+
+
+def test_v3_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
+  claim = CLAIMS["layernorm-condition"]
+  used = {s for e in history.kept(claim.id) if e["version"] < claim.version
+          for s in (*e["seeds"], *e["tuning_seeds"])}
+  assert used and not used & {*claim.seeds, *claim.tuning_seeds}
+  history.check_fresh(claim, claim.seeds)
 
 
 def _synthetic_runs(kappa_ln, kappa_rms, kappa_none, loss_none, loss_normed=2.6):
@@ -350,6 +432,39 @@ def test_input_conditions_match_numpy_svd():
     kept = s > 1e-4 * s[0]  # LayerNorm: one exact zero (the all-ones direction)
     assert (~kept).sum() == 1 == out["attn_in"]["n_dropped"][layer]
     np.testing.assert_allclose(out["attn_in"]["kappa"][layer], s[0] / s[kept][-1], rtol=1e-3)
+
+
+def test_float64_layernorm_projects_out_its_structural_zero_against_numpy():
+  """LayerNorm's rows satisfy `(X − b)·(1/scale) = 0` exactly, but float32 arithmetic leaves
+  that direction near `eps₃₂·σ_1`, above the float64 tolerance. With the params, the float64
+  path projects it out: one value dropped, κ_eff as a float64 numpy reference reads it."""
+  cfg = transformer.Config(vocab_size=32, d_model=16, n_layers=2, n_heads=2, max_len=16)
+  params = transformer.init(cfg, jax.random.key(0))
+  gains = jax.random.uniform(jax.random.key(3), (2, 16), minval=0.3, maxval=3.0)
+  blocks = {**params["blocks"], "norm_1": {**params["blocks"]["norm_1"], "scale": gains},
+            "norm_2": {**params["blocks"]["norm_2"], "scale": gains[::-1]}}
+  params = {**params, "blocks": blocks}
+  tokens = jax.random.randint(jax.random.key(1), (8, 16), 0, 32)
+  _, state = transformer.Transformer(cfg).apply({"params": params}, tokens,
+                                                mutable=["intermediates"])
+  inter = state["intermediates"]
+  out = norm_training.input_conditions(inter, float64=True, params=params)
+  for name, norm in (("attn_in", "norm_1"), ("ffn_in", "norm_2")):
+    sub = "attn" if name == "attn_in" else "ffn"
+    X = np.asarray(inter["blocks"][sub][name][0], np.float64)
+    for layer in range(cfg.n_layers):
+      Xl = X[layer].reshape(-1, cfg.d_model)
+      v = 1.0 / np.asarray(params["blocks"][norm]["scale"][layer], np.float64)
+      v /= np.linalg.norm(v)
+      Xp = Xl - np.outer(Xl @ v, v)
+      sv = np.linalg.svd(Xp - Xp.mean(0), compute_uv=False)
+      assert sv[-1] < 1e-12 * sv[0]  # the structural zero, exact once projected
+      assert out[name]["n_dropped"][layer] == 1
+      np.testing.assert_allclose(out[name]["kappa"][layer], sv[0] / sv[-2], rtol=1e-6)
+  with pytest.raises(ValueError, match="float64 path"):
+    stability.input_conditions(jax.tree.map(lambda x: x[0], inter["blocks"],
+                                            is_leaf=lambda x: isinstance(x, tuple)),
+                               center=True, null={"attn_in": gains})
 
 
 def test_input_conditions_rmsnorm_drops_nothing():
