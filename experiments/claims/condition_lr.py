@@ -230,9 +230,10 @@ def run(spec: Spec) -> dict:
                           "rate_at_grid_edge": at_edge[name]}
   return {"setup": {"alpha": ALPHA, "kappa_ref": KAPPA_REF, "lr_cut_factor": factor,
                     "lr_cut_factor_from": factor_from, "tuning_seeds": list(TUNING_SEEDS),
-                    "eval_every": every, "cap": z.cap, "split": z.split,
-                    "reported_wall_s": wall, "tuned": tuned, "model_config": cfg.to_dict()},
-          "runs": runs, "notes": _notes(tuned, runs, seeds, factor, factor_from, wall, z, every),
+                    "eval_every": every, "cap": z.cap, "reported_wall_s": wall,
+                    "tuned": tuned, "model_config": cfg.to_dict()},
+          "split": z.split, "runs": runs,
+          "notes": _notes(tuned, runs, seeds, factor, factor_from, wall, z, every),
           "effects": [("final val loss: condition − AdamW", "condition", "adamw", "val_loss"),
                       ("final val loss: condition − frozen", "condition", "frozen", "val_loss"),
                       ("final val loss: lr-cut − AdamW", "lr-cut", "adamw", "val_loss")]}

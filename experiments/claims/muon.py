@@ -229,7 +229,7 @@ def run(spec: Spec) -> dict:
         budgets_ended_diverged=float(sum(curve[b]["ended_diverged"][i] for b in run_budgets)),
         **{f"val_loss_budget_{b}": loss for b, loss in zip(run_budgets, losses, strict=True)})
   return {"setup": {"budgets": run_budgets, "tuning_seeds": list(TUNING_SEEDS), "tuned": tuned,
-                    "rates": rates, "split": z.split, "model_config": cfg.to_dict()},
+                    "rates": rates, "model_config": cfg.to_dict()}, "split": z.split,
           "runs": runs, "notes": _notes(tuned, runs, seeds, run_budgets, N, z),
           "figures": [_figure(tuned, runs, seeds, run_budgets, N)],
           "effects": [("final val loss at N steps: Muon − AdamW", "muon", "adamw", "val_loss"),
