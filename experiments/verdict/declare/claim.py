@@ -187,7 +187,7 @@ class Claim:
       ...           refuted_if="r", thresholds=(gain,), trains=False,
       ...           extensions=(Extension("why?", "q", (gain,)),))
       >>> d = Claim.from_dict(c.to_dict())
-      >>> (d.thresholds, d.extensions) == (c.thresholds, c.extensions)
+      >>> (d.thresholds, d.extensions, d.seeds) == (c.thresholds, c.extensions, c.seeds)
       True
     """
     return cls(id=d["id"], topic=d["topic"], kind=d["kind"], preface=d["preface"],
@@ -195,6 +195,8 @@ class Claim:
                thresholds=tuple(Threshold.from_dict(t) for t in d["thresholds"]),
                extensions=tuple(Extension.from_dict(e) for e in d["extensions"]),
                anchors=tuple(Anchor(**a) for a in d["anchors"]), trains=d["trains"],
+               seeds=tuple(d.get("seeds", DEFAULT_SEEDS)),
+               tuning_seeds=tuple(d.get("tuning_seeds", ())),
                version=d.get("version", 1),
                revisions=tuple(revision_from_json(r) for r in d.get("revisions", ())),
                clauses=tuple(Clause.from_dict(c) for c in d.get("clauses", ())),
