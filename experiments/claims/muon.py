@@ -17,7 +17,7 @@ Rates are tuned on seeds 110, 111 (never reported), on one quarter-decade grid `
 (9 rates, the edge rule twice) at budget `N`, validation loss: `adamw`'s one rate; then, for
 `adamw-split` and `muon` alike, the non-hidden rate at the chosen hidden one
 (`tuning.tune_apart`: the hidden search ties the two rates). AdamW's test loss after `N` steps
-is the target (per seed). Muon runs separate budgets `{0.1, …, 0.8, 1}·N`, and `{1.25, 1.5,
+is the target (per seed). Muon runs separate budgets `{0.05, 0.1, …, 0.8, 1}·N`, and `{1.25, 1.5,
 2}·N` when a seed has not reached a target by `N`: steps to target is the smallest budget that
 reaches it (interpolated) over `N`; a seed that never does is censored at the cap 2 (`> 2`),
 known only to need more, and counts so in the median (`verdict.arithmetic.censoring`): when
@@ -54,7 +54,7 @@ from experiments.verdict.render.tuning import edges, grid_panel
 SEEDS = tuple(range(10, 16))  # six: a 95% order-statistic interval of the median needs six
 TUNING_SEEDS = (110, 111)
 GRID = tuple(float(f"{x:.3g}") for x in np.geomspace(1e-3, 1e-1, 9))  # quarter-decade steps
-FRACTIONS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0)
+FRACTIONS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0)
 CAP = 2.0  # Muon's largest budget, in N: a seed not reaching the target by then is censored
 NOT_REACHED = 2.5  # written for a censored seed; read as "more than CAP", never as a number
 MARGIN = 0.1  # of AdamW's steps N: the smallest saving worth switching optimizers for
@@ -389,9 +389,9 @@ CLAIM = Claim(
                         "apart; one grid 1e-3…1e-1 (9 rates, edge rule twice) for every search; "
                         "the sentence in two clauses: orthogonalizes (proof; update entropy in "
                         "float64 on every run, was a control) and outperforming Adam; steps to "
-                        "target to a real cap of 2 N (budgets 1.25, 1.5, 2 N when needed), read "
-                        "as a censoring-aware median on six seeds (no 1.5 sentinel); fresh seeds "
-                        "10-15 and tuning seeds 110, 111; reported runs read the test split; "
+                        "target to a real cap of 2 N (budgets 1.25, 1.5, 2 N when needed; floor "
+                        "0.05 N), a censoring-aware median on six seeds (no 1.5 sentinel); fresh "
+                        "seeds 10-15, tuning seeds 110, 111; reported runs read the test split; "
                         "mini-20 joins the scale axis; the budget axis returns at pico-20 "
                         "(1×, 4×, 16×, rates tuned again)")),
     run=run,

@@ -97,8 +97,8 @@ def test_newton_schulz_update_has_flat_singular_values_so_muons_control_holds_by
 
 
 def test_muon_budgets_and_steps_ratio_run_to_a_real_cap():
-  assert muon.budgets_of(120, muon.FRACTIONS) == [12, 18, 24, 30, 36, 42, 48, 60, 72, 96, 120,
-                                                   150, 180, 240]
+  assert muon.budgets_of(120, muon.FRACTIONS) == [6, 12, 18, 24, 30, 36, 42, 48, 60, 72, 96,
+                                                   120, 150, 180, 240]
   assert muon.FRACTIONS[-1] == muon.CAP == 2.0 and 1.0 in muon.FRACTIONS
   with pytest.raises(ValueError, match="distinct"):
     muon.budgets_of(10, (0.1, 0.12, 1.0))
