@@ -24,7 +24,7 @@ import sys
 from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.verdict.running.folders import RESULTS_DIR
-from experiments.verdict.running.refit import redraw, refit_results, rendered
+from experiments.verdict.running.refit import frozen_claim, redraw, refit_results, rendered
 from experiments.verdict.running.schema import load_results
 
 REL_TOL = 1e-9  # far below the 4 significant digits any table or report shows
@@ -50,7 +50,7 @@ def refit_kept(claim_id: str, root: str = RESULTS_DIR, *, write: bool = True) ->
   if not os.path.exists(path):
     return False
   on_disk = jsonio.load_strict(path)
-  new = refit_results(CLAIMS[claim_id], load_results(folder), folder)
+  new = refit_results(frozen_claim(CLAIMS[claim_id], folder), load_results(folder), folder)
   with open(os.path.join(folder, "report.md")) as f:
     text = f.read()
   text_new = rendered(CLAIMS[claim_id], new, folder)

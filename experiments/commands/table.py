@@ -32,6 +32,7 @@ both files (`results/README.md` beside the results) and names the first row that
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -92,7 +93,7 @@ def replayed(claim_id: str, root: str = RESULTS_DIR) -> dict | None:
   seeds = [str(s) for s in res["seeds"]]
   runs = {arm: body["runs"] for arm, body in res["arms"].items()}
   indicative = res["quick"] or len(seeds) < 3
-  out = refit_results(CLAIMS[claim_id], res, folder)
+  out = refit_results(claim, res, folder)  # the claim as it ran: its primary, its axes' effect
   out["verdict"], out["reason"], _ = rule.verdict(claim, runs, seeds, indicative=indicative)
   out["extensions"] = rule.extension_verdicts(claim, runs, seeds, indicative=indicative)
   out["effects"] = [stats.effect(runs, seeds, e["name"], e["arm"], e["baseline"], e["metric"])
@@ -165,6 +166,16 @@ def _axis_cells(res: dict, claim) -> list[str]:
   return out
 
 
+def _as_ran(claim, root: str):
+  """The registration a kept result ran under (its `claim.json`: thresholds, seeds), with the
+  live claim's `key` where it names one of those thresholds (`claim.json` keeps no key): a
+  kept row is described by what it ran, not by a newer registration of the claim."""
+  ran = frozen_claim(claim, os.path.join(root, claim.id))
+  if claim.key and ran.key is None and any(t.name == claim.key for t in ran.thresholds):
+    ran = dataclasses.replace(ran, key=claim.key)
+  return ran
+
+
 def verdict_cell(res: dict, claim) -> str:
   """The primary verdict with its registration, e.g. `refuted (v2)` (`(addendum seeds)` when
   the run's seeds are not those of `claim`, the registration it ran under), then each
@@ -200,10 +211,10 @@ def findings_rows(root: str = RESULTS_DIR) -> list[dict]:
     reg = res["config"].get("regime") or {}
     model = (f"`{reg['model']}`" + (f", {cells.params_text(reg['params'])} params"
                                     if reg.get("params") else "")) if reg.get("model") else "—"
-    ran = frozen_claim(claim, os.path.join(root, claim.id))  # the registration it ran under
+    ran = _as_ran(claim, root)
     rows.append({"id": claim.id, "preface": claim.preface, "verdict": verdict_cell(res, ran),
                  "holm": holm[claim.id], "replicates": history.replication(claim.id, root),
-                 "key": cells.key_number(res, claim), "model": model})
+                 "key": cells.key_number(res, ran), "model": model})
   return rows
 
 
@@ -230,14 +241,15 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
                    cells.anchor_text(claim)])
       continue
     ext = "; ".join(f"{e['name']}: {e['verdict']}" for e in res["extensions"]) or "—"
+    ran = _as_ran(claim, root)
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
                  claim.preface,
-                 verdict_cell(res, frozen_claim(claim, os.path.join(root, claim.id))),
+                 verdict_cell(res, ran),
                  history.verdict_path(claim.id, root) or "—",
                  history.replication(claim.id, root), holm[claim.id],
                  cells.regime_text(res, claim.reads_base),
-                 ext, cells.key_number(res, claim), *_axis_cells(res, claim),
+                 ext, cells.key_number(res, ran), *_axis_cells(res, ran),
                  cells.anchor_text(claim)])
   header = ["#", "topic", "claim", "kind", "the preface says", "primary verdict (registration)",
             "verdict history (kept versions, oldest first)",
