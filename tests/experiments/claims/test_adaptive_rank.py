@@ -9,7 +9,10 @@ import scipy.linalg
 import scipy.stats
 
 from experiments.claims import adaptive_rank
+from experiments.verdict.arithmetic import rule
 from experiments.verdict.arithmetic.rule import decide
+from experiments.verdict.declare.clause import conjunction
+from experiments.verdict.running import history
 from tests.experiments.claims.rank_helpers import seed_runs
 
 # ----------------------------------------------------------------------------- adaptive-rank
@@ -78,16 +81,50 @@ def test_needed_rank_and_measure_against_direct_computation():
   assert same["policy_vs_uniform"] == pytest.approx(same["oracle_vs_uniform"])
 
 
+SEEDS = (10, 11, 12, 13, 14)
+
+
+def _runs(diffs, rho=(0.4,) * 5, error=(1e-7,) * 5):
+  return seed_runs({("budget-quarter", "policy_vs_uniform"): diffs,
+                    ("budget-quarter", "policy_over_budget"): (0.0,) * 5,
+                    ("needs", "spearman_loss_rank"): rho,
+                    ("needs", "full_rank_error"): error}, SEEDS)
+
+
 @pytest.mark.parametrize("diffs, expected", [
     ((-0.006, -0.005, -0.004, -0.005, -0.006), "supported"),
     ((0.001, 0.003, 0.002, 0.004, 0.003), "refuted"),    # the policy loses: no ratio hides it
     ((-0.0005, -0.001, 0.0, -0.0008, -0.0002), "refuted"),  # gains, but inside the margin
     ((-0.01, 0.004, -0.006, 0.002, -0.003), "inconclusive"),
 ])
-def test_adaptive_rank_primary_is_a_difference_with_a_margin(diffs, expected):
-  runs = seed_runs({("budget-quarter", "policy_vs_uniform"): diffs,
-                ("budget-quarter", "policy_over_budget"): (0.0,) * 5,
-                ("needs", "full_rank_error"): (1e-7,) * 5})
-  assert decide(adaptive_rank.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == expected
-  runs["needs"][2]["full_rank_error"] = 1e-3  # the instrument is broken: nothing can be read
-  assert decide(adaptive_rank.CLAIM.thresholds, runs, (0, 1, 2, 3, 4))[0] == "inconclusive"
+def test_adaptive_rank_clause_one_is_a_difference_with_a_margin(diffs, expected):
+  claim = adaptive_rank.CLAIM
+  runs = _runs(diffs)
+  parts = rule.clause_verdicts(claim, runs, SEEDS, indicative=False)
+  assert [p["verdict"] for p in parts] == [expected, "supported"]
+  assert rule.verdict(claim, runs, SEEDS, indicative=False)[0] == conjunction(
+      [p["verdict"] for p in parts])
+  runs = _runs(diffs, error=(1e-7, 1e-7, 1e-3, 1e-7, 1e-7))  # the instrument is broken
+  assert decide(claim.thresholds, runs, SEEDS)[0] == "inconclusive"
+
+
+@pytest.mark.parametrize("rho, expected", [
+    ((0.4, 0.35, 0.5, 0.45, 0.38), "supported"),
+    ((-0.1, 0.0, 0.05, -0.05, 0.02), "refuted"),   # hard inputs do not need more rank
+    ((0.3, -0.1, 0.25, 0.0, 0.2), "inconclusive"),
+])
+def test_adaptive_rank_clause_two_reads_the_spearman_above_a_small_effect(rho, expected):
+  parts = rule.clause_verdicts(adaptive_rank.CLAIM, _runs((-0.006,) * 5, rho), SEEDS,
+                               indicative=False)
+  assert parts[1]["verdict"] == expected and parts[0]["verdict"] == "supported"
+  assert [e.name for e in adaptive_rank.CLAIM.extensions] == ["headroom", "other budgets"]
+
+
+def test_v3_reads_on_seeds_no_kept_version_used_and_on_the_test_split():
+  claim = adaptive_rank.CLAIM
+  assert claim.version == 3 and claim.seeds == SEEDS and claim.tuning_seeds == ()
+  assert adaptive_rank.FULL.split == "test" and claim.revisions[-1].kind == "protocol"
+  used = {s for e in history.kept(claim.id) if e["version"] < claim.version
+          for s in (*e["seeds"], *e["tuning_seeds"])}
+  assert used and not used & {*claim.seeds, *claim.tuning_seeds}
+  history.check_fresh(claim, claim.seeds)
