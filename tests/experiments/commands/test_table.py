@@ -11,6 +11,7 @@ from experiments.claims import CLAIMS
 from experiments.commands import table
 from experiments.verdict.arithmetic import stats
 from experiments.verdict.running import folders, runner
+from experiments.verdict.running.refit import frozen_claim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -42,7 +43,8 @@ def test_kept_findings_give_the_committed_scale_and_context():
   committed row."""
   checked, committed = [], table.committed_runs()
   for cid, res in committed.items():
-    folder, th = os.path.join(folders.RESULTS_DIR, cid), CLAIMS[cid].primary
+    folder = os.path.join(folders.RESULTS_DIR, cid)
+    th = frozen_claim(CLAIMS[cid], folder).primary  # the primary the kept run was read on
     rows = {CLAIMS[cid].axis_of(name).folder(r[CLAIMS[cid].axis_of(name).key]): r
             for name, block in res["axes"].items() for r in block["rows"]}
     for rel in folders.saved_findings(folder):
