@@ -40,17 +40,16 @@ import sys
 from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.verdict.arithmetic import rule, stats
+from experiments.verdict.declare.clause import settled_label
 from experiments.verdict.render import cells
 from experiments.verdict.render.section import axis_text
-from experiments.verdict.declare.clause import settled_label
 from experiments.verdict.running import history, multiplicity
-
-CIRCLED = "①②③④⑤⑥⑦⑧⑨"  # clause numbers in a verdict cell
 from experiments.verdict.running.folders import RESULTS_DIR, saved_findings
 from experiments.verdict.running.refit import frozen_claim, refit_results, rendered
 from experiments.verdict.running.schema import load_results, validate_results
 
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
+CIRCLED = "①②③④⑤⑥⑦⑧⑨"  # clause numbers in a verdict cell
 
 
 def load_committed(claim_id: str, root: str = RESULTS_DIR) -> dict | None:
@@ -96,7 +95,10 @@ def replayed(claim_id: str, root: str = RESULTS_DIR) -> dict | None:
   out = refit_results(claim, res, folder)  # the claim as it ran: its primary, its axes' effect
   out["verdict"], out["reason"], _ = rule.verdict(claim, runs, seeds, indicative=indicative)
   out["extensions"] = rule.extension_verdicts(claim, runs, seeds, indicative=indicative)
-  out["effects"] = [stats.effect(runs, seeds, e["name"], e["arm"], e["baseline"], e["metric"])
+  median = {th.name: th for th in claim.thresholds + tuple(
+      t for ext in claim.extensions for t in ext.thresholds) if th.stat == "median"}
+  out["effects"] = [stats.threshold_effect(median[e["name"]], runs, seeds) if e["name"] in median
+                    else stats.effect(runs, seeds, e["name"], e["arm"], e["baseline"], e["metric"])
                     for e in res["effects"]]
   return jsonio.strict(out)
 
@@ -244,8 +246,7 @@ def table_lines(root: str = RESULTS_DIR) -> list[str]:
     ran = _as_ran(claim, root)
     rows.append([i, claim.topic, f"`{claim.id}`", claim.kind + (" (proof)" if claim.theorem
                                                                  else ""),
-                 claim.preface,
-                 verdict_cell(res, ran),
+                 claim.preface, verdict_cell(res, ran),
                  history.verdict_path(claim.id, root) or "—",
                  history.replication(claim.id, root), holm[claim.id],
                  cells.regime_text(res, claim.reads_base),

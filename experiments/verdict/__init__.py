@@ -46,9 +46,10 @@ Example:
 from experiments.verdict.declare import axes
 from experiments.verdict.declare.axis import Axis
 from experiments.verdict.declare.claim import Claim
+from experiments.verdict.declare.clause import Clause
 from experiments.verdict.declare.revision import Revision
 from experiments.verdict.declare.sizes import Sizes, Spec, TrainedSizes, more_steps
 from experiments.verdict.declare.thresholds import Anchor, Extension, Threshold
 
-__all__ = ["Anchor", "Axis", "Claim", "Extension", "Revision", "Sizes", "Spec", "Threshold",
-           "TrainedSizes", "axes", "more_steps"]
+__all__ = ["Anchor", "Axis", "Claim", "Clause", "Extension", "Revision", "Sizes", "Spec",
+           "Threshold", "TrainedSizes", "axes", "more_steps"]

@@ -32,7 +32,7 @@ def test_reverse_gradients_match_float64_autodiff():
   got = jax.jit(jax.grad(_loss(matmul), argnums=(0, 1)))(x, w)
   with jax.enable_x64(True):
     want = jax.grad(_loss(jnp.matmul), argnums=(0, 1))(x.astype(np.float64), w.astype(np.float64))
-  for g, r in zip(got, want):
+  for g, r in zip(got, want, strict=True):
     np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-6)
 
 

@@ -16,18 +16,48 @@ such as `">= 0.9"` holds only when the whole interval satisfies it (`stats.evalu
 extension (beneath it, never changing it), `reading` to one axis point's runs. A claim that
 splits its sentence into clauses (`Claim.clauses`) is decided clause by clause
 (`clause_verdicts`, each on its own thresholds and the controls they need), and its headline is
-their conjunction (`declare.clause.conjunction`). With one seed
+their conjunction (`conjunction`). With one seed
 the interval is the single value, and the verdict is labelled "indicative (quick)".
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from experiments.verdict.arithmetic.censoring import censoring_reason
 from experiments.verdict.arithmetic.stats import evaluate, fmt, holds
-from experiments.verdict.declare.clause import conjunction, settled_label
 
 VERDICTS = ("supported", "refuted", "inconclusive", "not built")
 INDICATIVE = "indicative (quick)"
+
+
+def conjunction(verdicts: Sequence[str]) -> str:
+  """The headline of a sentence from its clauses' verdicts: refuted if any clause is refuted,
+  supported if every clause is, else inconclusive.
+
+  Example:
+    >>> conjunction(["supported", "inconclusive"]), conjunction(["supported", "refuted"])
+    ('inconclusive', 'refuted')
+  """
+  if any(v == "refuted" for v in verdicts):
+    return "refuted"
+  if verdicts and all(v == "supported" for v in verdicts):
+    return "supported"
+  return "inconclusive"
+
+
+def settled_label(verdict: str, proof: bool) -> str:
+  """A clause's verdict as the tables print it: a proof's reads "(proof, verified exactly)"
+  when supported and "(proof)" when refuted.
+
+  Example:
+    >>> settled_label("supported", True), settled_label("refuted", False)
+    ('supported (proof, verified exactly)', 'refuted')
+  """
+  if not proof:
+    return verdict
+  return {"supported": "supported (proof, verified exactly)",
+          "refuted": "refuted (proof)"}.get(verdict, verdict)
 
 
 def describe(th, ev: dict) -> str:

@@ -132,6 +132,33 @@ def effect(runs: dict, seeds, name: str, arm: str, baseline: str | None, metric:
           "ci95": list(ci) if ci is not None else [None, None]}
 
 
+def point_estimate(th, runs: dict, seeds) -> tuple[float, list]:
+  """A threshold's effect as tables and axis rows show it: the paired mean with its 95%
+  t-interval, or for `stat="median"` the censoring-aware median (NaN when censoring leaves it
+  open) with its order-statistic interval, so no sentinel enters an interval anywhere.
+
+  Example:
+    >>> from experiments.verdict.declare.thresholds import Threshold
+    >>> th = Threshold("steps", "a", "r", stat="median", supports="< 0.9", censored=">= 2.5",
+    ...                cap=2.0)
+    >>> runs = {"a": {s: {"r": v} for s, v in enumerate([0.5, 0.6, 0.7, 0.8, 2.5, 2.5])}}
+    >>> point_estimate(th, runs, range(6))
+    (0.75, [0.5, inf])
+  """
+  if th.stat == "median":
+    ev = evaluate(th, runs, seeds)
+    return ev["mean"], [float(v) for v in ev["interval"]]
+  m, ci = mean_ci95(paired_values(runs, th.arm, th.metric, th.baseline, seeds))
+  return m, list(ci) if ci is not None else [None, None]
+
+
+def threshold_effect(th, runs: dict, seeds) -> dict:
+  """One `effects` entry for a threshold (`point_estimate`'s number and interval)."""
+  m, ci = point_estimate(th, runs, seeds)
+  return {"name": th.name, "arm": th.arm, "baseline": th.baseline, "metric": th.metric,
+          "mean": m, "ci95": ci}
+
+
 def evaluate(th, runs: dict, seeds) -> dict:
   """The interval a threshold is decided on, and whether its conditions hold.
 

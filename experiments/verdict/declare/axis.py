@@ -40,8 +40,8 @@ from experiments.verdict.arithmetic.stats import (
   fit_trend,
   fmt,
   holds,
-  mean_ci95,
   paired_values,
+  point_estimate,
   trend_reading,
 )
 
@@ -169,16 +169,17 @@ class Axis:
   def block(self, claim, per: dict, sizes_of: dict, seeds) -> dict:
     """The axis's block: a row per point measured (`per`: `{value: runs}`), and its fit.
 
-    Each row is the axis's own fields (`row`), the paired mean of the primary effect with its
-    95% t-interval, and the registered rule there (`rule.reading`); the fit is `axis_fit`'s.
+    Each row is the axis's own fields (`row`), the primary effect with its interval
+    (`stats.point_estimate`: the paired mean and 95% t-interval, or a censored median's), and
+    the registered rule there (`rule.reading`); the fit is `axis_fit`'s.
     """
     th = claim.primary
     rows = []
     for value, runs in per.items():
-      m, ci = mean_ci95(paired_values(runs, th.arm, th.metric, th.baseline, seeds))
+      m, ci = point_estimate(th, runs, seeds)
       rows.append({**self.row(claim, value, sizes_of[value], seeds),
                    **self.measured(claim, runs, seeds), "effect": m,
-                   "ci": list(ci) if ci else [None, None], **reading(claim, runs, seeds)})
+                   "ci": ci, **reading(claim, runs, seeds)})
     rows.sort(key=self.sort_key)
     return {**self.extra(sizes_of), "rows": rows,
             **self.fit(claim, rows, lambda r: per[r[self.key]], seeds)}

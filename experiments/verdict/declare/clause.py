@@ -17,6 +17,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from experiments.verdict.arithmetic.rule import conjunction, settled_label
+
+__all__ = ["Clause", "check_clauses", "conjunction", "settled_label"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Clause:
@@ -55,10 +59,11 @@ def check_clauses(claim_id: str, clauses: Sequence[Clause], thresholds) -> None:
   Example:
     >>> from experiments.verdict.declare.thresholds import Threshold
     >>> a = Threshold.beyond("a", "x", "m", margin=0.1)
-    >>> check_clauses("toy", [Clause("one", ("a",)), Clause("two", ("b",))], [a])
-    Traceback (most recent call last):
-    ...
-    ValueError: Claim 'toy': clause 'two' names ['b'], which are not primary thresholds. Fix: name one of ['a'].
+    >>> try:
+    ...   check_clauses("toy", [Clause("one", ("a",)), Clause("two", ("b",))], [a])
+    ... except ValueError as e:
+    ...   print(str(e).split(". Fix")[0])
+    Claim 'toy': clause 'two' names ['b'], which are not primary thresholds
   """
   if not clauses:
     return
@@ -81,32 +86,3 @@ def check_clauses(claim_id: str, clauses: Sequence[Clause], thresholds) -> None:
   texts = [c.text for c in clauses]
   if len(set(texts)) != len(texts):
     raise ValueError(f"Claim {claim_id!r}: clause texts repeat. Fix: state each clause once.")
-
-
-def conjunction(verdicts: Sequence[str]) -> str:
-  """The headline of a sentence from its clauses' verdicts: refuted if any clause is refuted,
-  supported if every clause is, else inconclusive.
-
-  Example:
-    >>> conjunction(["supported", "inconclusive"]), conjunction(["supported", "refuted"])
-    ('inconclusive', 'refuted')
-  """
-  if any(v == "refuted" for v in verdicts):
-    return "refuted"
-  if verdicts and all(v == "supported" for v in verdicts):
-    return "supported"
-  return "inconclusive"
-
-
-def settled_label(verdict: str, proof: bool) -> str:
-  """A clause's verdict as the tables print it: a proof's reads "(proof, verified exactly)"
-  when supported and "(proof)" when refuted.
-
-  Example:
-    >>> settled_label("supported", True), settled_label("refuted", False)
-    ('supported (proof, verified exactly)', 'refuted')
-  """
-  if not proof:
-    return verdict
-  return {"supported": "supported (proof, verified exactly)",
-          "refuted": "refuted (proof)"}.get(verdict, verdict)

@@ -21,7 +21,10 @@ What the p-value tests, per the threshold's registered `stat`:
   meeting it, `p = 2·P(B ≥ k)` for `B ~ Binomial(n, 1/2)`, capped at 1. A range that holds
   has `k = n`: `p = 2/2ⁿ`, 0.0625 with five seeds, so a five-seed range verdict cannot survive
   at 5% even alone: its evidence is that every seed agrees, not a population statement.
-* `"median"` is not tested here (no kept result uses it): `threshold_p` refuses it.
+* `"median"` (a censoring-aware median, `verdict.arithmetic.censoring`): the exact sign test
+  of the condition on the median, `k` of `n` seeds whose whole known range meets it (a
+  censored seed is known only to lie beyond its cap; one whose range straddles the edge counts
+  as not meeting it), `p = 2·P(B ≥ k)`, capped at 1: six seeds all meeting it give 0.03125.
 
 The condition tested is the one that held (`supports` or `refutes`); when neither did, the
 one with the smaller p. A threshold with a censored seed (a sentinel, `Threshold.censored`)
@@ -38,6 +41,7 @@ import os
 import numpy as np
 
 from experiments import jsonio
+from experiments.verdict.arithmetic.censoring import seed_bounds
 from experiments.verdict.arithmetic.conditions import parse_condition
 from experiments.verdict.arithmetic.distributions import binom_sf, t_sf
 from experiments.verdict.arithmetic.rule import decide
@@ -89,6 +93,31 @@ def condition_p(stat: str, condition: str, x) -> dict:
   return {"p": min(1.0, 2.0 * one), "test": "t", "statistic": t, "n": n}
 
 
+def median_sign_p(th: Threshold, runs: dict, seeds, condition: str) -> dict:
+  """The exact sign test that the median of a `stat="median"` threshold's (paired, censored)
+  values meets `condition`: `k` of `n` seeds known to meet it, `p = 2·P(B ≥ k)`.
+
+  Example:
+    >>> th = Threshold("steps", "a", "r", stat="median", supports="< 0.9", censored=">= 2.5",
+    ...                cap=2.0)
+    >>> runs = {"a": {s: {"r": v} for s, v in enumerate([0.5, 0.6, 0.7, 0.8, 0.85, 2.5])}}
+    >>> r = median_sign_p(th, runs, range(6), "< 0.9")
+    >>> r["statistic"], r["n"], r["p"]
+    (5, 6, 0.21875)
+  """
+  arm = paired_values(runs, th.arm, th.metric, None, seeds)
+  base = paired_values(runs, th.baseline, th.metric, None, seeds) if th.baseline else None
+  op, edge = parse_condition(th.censored) if th.censored is not None else ("<", -math.inf)
+  marked = lambda v: np.array([holds(f"{op} {edge}", (float(x), float(x))) for x in v], bool)
+  ac = marked(arm)
+  bc = marked(base) if base is not None else np.zeros_like(ac)
+  lo, up = seed_bounds(arm, base, ac, bc, th.cap if th.cap is not None else math.nan)
+  n = int(lo.size)
+  k = sum(bool(holds(condition, (float(a), float(a))) and holds(condition, (float(b), float(b))))
+          for a, b in zip(lo, up, strict=True))
+  return {"p": min(1.0, 2.0 * binom_sf(k, n, 0.5)), "test": "sign", "statistic": k, "n": n}
+
+
 def threshold_p(th: Threshold, runs: dict, seeds, ev: dict) -> dict:
   """The p-value of the condition a threshold was decided on (`condition_p`).
 
@@ -97,8 +126,11 @@ def threshold_p(th: Threshold, runs: dict, seeds, ev: dict) -> dict:
   with the smaller p-value. Adds `condition` (`"supports"`/`"refutes"`) and `held`.
   """
   if th.stat == "median":
-    raise ValueError(f"threshold_p: {th.name!r} reads a censored median; it has no p-value "
-                     "here. Fix: leave it out of the family, or add its sign test.")
+    tested = {label: median_sign_p(th, runs, seeds, cond) for label, cond in
+              (("supports", th.supports), ("refutes", th.refutes)) if cond is not None}
+    held = [label for label in tested if ev[label]]
+    label = held[0] if held else min(tested, key=lambda k: tested[k]["p"])
+    return {**tested[label], "condition": label, "held": bool(held)}
   x = paired_values(runs, th.arm, th.metric, th.baseline, seeds)
   if th.censored is not None:  # a sentinel is not a value: its seed cannot enter a test
     raw = [paired_values(runs, arm, th.metric, None, seeds) for arm in (th.arm, th.baseline)

@@ -32,8 +32,11 @@ def _kept_runs(folder: str) -> dict | None:
 
 
 def refit_results(claim: Claim, res: dict, folder: str) -> dict:
-  """`res` (schema 2) with every axis's fit recomputed by its axis from the kept rows."""
+  """`res` (schema 2) with every axis's fit recomputed by its axis from the kept rows, by the
+  thresholds the run's `claim.json` froze (its primary and censoring rule), not a later
+  registration's."""
   res = copy.deepcopy(res)
+  ran = frozen_claim(claim, folder)
   seeds = [str(s) for s in res["seeds"]]
   registered_runs = {arm: body["runs"] for arm, body in res["arms"].items()}
   registered = (res["config"].get("sizes") or {}).get("model")
@@ -57,7 +60,7 @@ def refit_results(claim: Claim, res: dict, folder: str) -> dict:
             row["bits_per_byte"] = bits
     keep = {k: v for k, v in block.items() if k in ("model", "added")}
     res["axes"][name] = {**keep, "rows": block["rows"],
-                         **axis.fit(claim, block["rows"], runs_of, seeds)}
+                         **axis.fit(ran, block["rows"], runs_of, seeds)}
   return jsonio.strict(res)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from experiments import jsonio
 from experiments.verdict.arithmetic.rule import clause_verdicts, extension_verdicts, verdict
-from experiments.verdict.arithmetic.stats import arm_summary, effect
+from experiments.verdict.arithmetic.stats import arm_summary, effect, threshold_effect
 from experiments.verdict.declare.axes import model_card, run_bits, trained_params
 from experiments.verdict.declare.claim import Claim
 from experiments.verdict.declare.sizes import Sizes
@@ -32,7 +32,7 @@ def results_of(claim: Claim, *, quick: bool, seeds, sizes: Sizes, findings: dict
   indicative = quick or len(seeds) < 3
   v, reason, evals = verdict(claim, runs, seeds, indicative=indicative)
   extensions = extension_verdicts(claim, runs, seeds, indicative=indicative)
-  effects = [effect(runs, seeds, th.name, th.arm, th.baseline, th.metric)
+  effects = [threshold_effect(th, runs, seeds)
              for th in claim.thresholds + tuple(t for e in claim.extensions for t in e.thresholds)]
   names = {e["name"] for e in effects}
   for name, arm, baseline, metric in findings.get("effects", ()):

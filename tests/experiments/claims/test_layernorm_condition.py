@@ -14,10 +14,10 @@ from experiments import models
 from experiments.claims import CLAIMS
 from experiments.claims import layernorm_condition as lc
 from experiments.lab import norm_training, stability
+from experiments.verdict import Revision
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
 from experiments.verdict.render import findings
-from experiments.verdict import Revision
 from experiments.verdict.running import folders, history
 
 # ------------------------------------------------ layernorm-condition: the theorem, float64

@@ -72,7 +72,8 @@ def test_eval_split_reads_test_windows_and_is_refused_while_tuning():
   params = jax.tree.map(lambda x: x[0, 0], test.params)
   logits = transformer.Transformer(cfg).apply({"params": params}, batch.tokens[:, :-1])
   want = transformer.next_token_loss(logits, batch.tokens, batch.weights)
-  np.testing.assert_allclose(test.val_loss[0, 0, -1], want, rtol=1e-5, err_msg= "the test loss is the model's loss on test windows")
+  np.testing.assert_allclose(test.val_loss[0, 0, -1], want, rtol=1e-5,
+                             err_msg="the test loss is the model's loss on test windows")
   with no_test("a tuner"), pytest.raises(ValueError, match="test"):
     sweep.train_many(cfg, make_tx, eval_split="test", **kw)
   with pytest.raises(ValueError, match="eval_split='heldout'"):

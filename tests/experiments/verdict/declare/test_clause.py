@@ -1,4 +1,4 @@
-"""Clauses: a sentence decided clause by clause, its headline their conjunction (issue 47 item 3)."""
+"""Clauses: a sentence decided clause by clause, the headline their conjunction (issue 47)."""
 
 import os
 

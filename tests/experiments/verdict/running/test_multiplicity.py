@@ -184,3 +184,19 @@ def test_kept_family_reads_every_kept_result_by_its_frozen_thresholds():
   assert [t["p_holm"] for t in tests] == pytest.approx(adjusted)
   assert [t["survives"] for t in tests] == rejected
   assert holm_lines(fam)[0].endswith(f"over {len(tests)} primary thresholds of {len(fam)} claims")
+
+
+def test_a_censored_median_threshold_gets_scipys_exact_sign_test():
+  """A `stat="median"` threshold enters the family with the sign test of its condition: a seed
+  counts only when its whole known range meets it (censored: beyond its cap, never the
+  sentinel), checked against scipy's binomial test."""
+  th = Threshold("steps", "a", "r", stat="median", supports="< 0.9", refutes="> 0.9",
+                 censored=">= 2.5", cap=2.0)
+  values = [0.5, 0.6, 0.7, 0.8, 2.5, 2.5, 0.4]  # two seeds censored at 2N
+  runs = {"a": {s: {"r": v} for s, v in enumerate(values)}}
+  seeds = range(len(values))
+  ev = evaluate(th, runs, seeds)
+  got = threshold_p(th, runs, seeds, ev)
+  want = scipy.stats.binomtest(5, 7, 0.5, alternative="greater").pvalue
+  assert got["test"] == "sign" and got["statistic"] == 5
+  assert got["p"] == pytest.approx(min(1.0, 2 * want), rel=1e-12)
