@@ -19,7 +19,20 @@ To add a claim, write `experiments/claims/<id>.py` (under 400 lines, a docstring
 freezing its thresholds before it ever runs, and register its `CLAIM` below, in its topic's
 place. A claim that trains its arms from scratch subclasses `TrainedSizes` (so the run records
 its tokens per parameter) and trains each size at 20 tokens per parameter; its rates are
-chosen on `tuning_seeds` only, by `experiments.lab.edge.tune` (the edge rule)::
+chosen on `tuning_seeds` only, by the edge rule (`experiments.lab.edge.Search`). A rate goes
+down the house one way, each module entered once and none called back into:
+
+    claim (`z.grid`; an arm of `experiments.train.arms`, also named in `lab.optimizers`)
+      -> `experiments.lab.tuning.tune_on_seeds` (owns the search loop; `lab.edge.Search`,
+         called and returning, only says which rates to run next and which one won)
+      -> `experiments.train.sweep.train_many` (injects each rate, `optax.inject_hyperparams`)
+      -> `experiments.train.arms`: `on_budget` (the rate on the budget's schedule), the arm's
+         `make_tx`
+      -> `experiments.train.step` (`adamw`, `train_step`)
+
+The other tuners (`lab.attention_arms.tune_rate`, `lab.norm_training.tune_fixed`,
+`lab.lora.tune_rates`, `lab.kv_arms.tune_fit_rate`) own their loop over `Search` the same
+way. The template::
 
     import dataclasses
 

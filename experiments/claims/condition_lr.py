@@ -51,7 +51,7 @@ import transformer
 from experiments import models
 from experiments.lab import optimizers as O
 from experiments.lab import tuning
-from experiments.train.sweep import train_many
+from experiments.train import on_budget, train_many
 from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
 from experiments.verdict.declare.clause import Clause
 from experiments.verdict.declare.revision import Revision
@@ -186,7 +186,7 @@ def run(spec: Spec) -> dict:
     tuned[name] = tune(name)
   if z.tune:
     seen, record = _recorder()
-    train_many(cfg, tuning.on_budget(arms["condition"], N), seeds=TUNING_SEEDS,
+    train_many(cfg, on_budget(arms["condition"], N), seeds=TUNING_SEEDS,
                learning_rates=(tuned["condition"]["learning_rate"],), steps=N,
                eval_every=every, callback=record, **kw)
     factor = float(np.mean([m[0] for m in seen]))
@@ -206,7 +206,7 @@ def run(spec: Spec) -> dict:
              f"{steps} steps ({z.split})")
     seen, record = _recorder(up_to=N)
     start = time.perf_counter()
-    r = train_many(cfg, tuning.on_budget(make_tx, N), seeds=seeds,
+    r = train_many(cfg, on_budget(make_tx, N), seeds=seeds,
                    learning_rates=(tuned[name]["learning_rate"],), steps=steps,
                    eval_every=every, callback=record, eval_split=z.split, **kw)
     wall[name] = time.perf_counter() - start

@@ -45,7 +45,7 @@ import numpy as np
 from experiments import models
 from experiments.lab import optimizers as O
 from experiments.lab import tuning, updates
-from experiments.train.sweep import train_many
+from experiments.train import on_budget, other_at, tied, train_many
 from experiments.verdict import Anchor, Claim, Extension, Spec, Threshold, TrainedSizes, axes
 from experiments.verdict.declare.clause import Clause
 from experiments.verdict.declare.revision import Revision
@@ -147,7 +147,7 @@ def budget_run(cfg, arm: str, rates, seeds, budget: int, z: MuonSizes, *, stats:
   def keep(step, params, _):
     last[step] = params
 
-  tx = tuning.on_budget(tuning.other_at(TWO_RATE[arm], rates[0], budget), budget)
+  tx = on_budget(other_at(TWO_RATE[arm], rates[0], budget), budget)
   r = train_many(cfg, tx, seeds=seeds, learning_rates=(rates[1],), steps=budget,
                  eval_every=budget - 1 if stats else budget, data="stdlib",
                  batch_size=z.batch_size, seq_len=z.seq_len, eval_batches=z.eval_batches,
@@ -173,7 +173,7 @@ def tune_rates(cfg, z: MuonSizes, N: int, log) -> dict:
     return {"adamw": u, "adamw-split (non-hidden)": u, "muon (hidden)": u,
             "muon (non-hidden)": u}
   log(f"  muon: tuning on {len(z.grid)} rates (seeds {TUNING_SEEDS}, {N} steps)")
-  adamw = tuning.tune_on_seeds(cfg, tuning.tied(TWO_RATE["adamw"]), z.grid, **kw)
+  adamw = tuning.tune_on_seeds(cfg, tied(TWO_RATE["adamw"]), z.grid, **kw)
   split = tuning.tune_apart(cfg, TWO_RATE["adamw-split"], z.grid, hidden=adamw, **kw)
   muon = tuning.tune_apart(cfg, TWO_RATE["muon"], z.grid, **kw)
   return {"adamw": adamw, "adamw-split (non-hidden)": split["other"],

@@ -47,7 +47,7 @@ import transformer
 from experiments import data, models
 from experiments.lab import depth, stability, tuning
 from experiments.lab import optimizers as O
-from experiments.train.sweep import train_many
+from experiments.train import on_budget, train_many
 from experiments.verdict import Anchor, Claim, Extension, Revision, Spec, Threshold, TrainedSizes
 from experiments.verdict.declare.clause import Clause
 from experiments.verdict.render.tuning import edges
@@ -142,7 +142,7 @@ def train_arm(cfg: transformer.Config, z: ResidualEigenvaluesSizes, steps: int, 
     tuned = tuning.untuned(z.grid[0])
   lr = tuned["learning_rate"]
   log(f"  residual-eigenvalues: rate {lr:g}; seeds {tuple(seeds)}")
-  r = train_many(cfg, tuning.on_budget(make_tx, steps), seeds=tuple(seeds),
+  r = train_many(cfg, on_budget(make_tx, steps), seeds=tuple(seeds),
                  learning_rates=(lr,), steps=steps, eval_every=steps, eval_split=eval_split,
                  **kw)
   final = r.val_loss[0, :, -1]

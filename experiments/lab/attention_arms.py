@@ -172,7 +172,7 @@ def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, extend: int = 0,
   """An arm's rate chosen on `tuning_seeds` over `grid` (`train_arm`'s rule); nothing reported.
 
   The lowest mean final loss over the tuning seeds among rates that did not end diverged on
-  any seed wins (`experiments.lab.edge.tune`). With one rate in `grid` (quick runs) nothing
+  any seed wins (`experiments.lab.edge.Search`). With one rate in `grid` (quick runs) nothing
   is trained and that rate is returned. With `extend > 0` (the edge rule of issue 38) a best
   rate at an edge of the geometric `grid` runs one more rate a step of its ratio beyond that
   edge, up to `extend` times; the record says whether the rate chosen still sits at an edge
@@ -201,13 +201,12 @@ def tune_rate(cfg: transformer.Config, *, tuning_seeds, grid, extend: int = 0,
         if k not in ("exact_match", "em_batches", "split")}  # tuning reads `val` only
   seeds = tuple(tuning_seeds)
   by_rate: dict[float, np.ndarray] = {}
-
-  def run(rates):
+  search = edge.Search(grid, extend=extend, name="tune_rate")
+  for rates in search:
     val = np.asarray(train_arm(cfg, seeds, learning_rates=tuple(rates), **kw)["val_loss_grid"])
     by_rate.update(zip(rates, val, strict=True))
-    return val.mean(1), ended_diverged(val, cfg.vocab_size).any(1)
-
-  t = edge.tune(run, grid, extend=extend, name="tune_rate")
+    search.record(val.mean(1), ended_diverged(val, cfg.vocab_size).any(1))
+  t = search.tuned()
   return dataclasses.replace(
       t, losses=tuple(float(v) for v in t.losses), seeds=seeds,
       losses_by_seed=tuple(tuple(float(v) for v in by_rate[lr]) for lr in t.grid)).to_dict()

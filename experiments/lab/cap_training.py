@@ -68,7 +68,7 @@ def tune_arm(cfg, make_tx, grid, *, seeds, steps: int, batch_size: int, seq_len:
   """Every rate of `grid` on every tuning seed (final `val` loss only); the arm's tuned rate.
 
   The tuned rate has the lowest mean final validation loss over `seeds` among the rates no
-  seed ended diverged at (`norm_training.tune_fixed`, around `edge.tune`, the one tuner); while
+  seed ended diverged at (`norm_training.tune_fixed`, around `edge.Search`, the one tuner); while
   it is the first or last rate run, one rate a step of the grid's ratio beyond that edge is run
   too, at most `extend` times.
 

@@ -1,17 +1,19 @@
 """The one tuner of every rate (issue 38's edge rule): a grid that cannot keep its best rate
 on its boundary, and the `Tuned` record it returns.
 
-`tune` runs a geometric grid of rates through the caller's `run` (which trains or fits at
-those rates and returns one loss per rate, and which rates are out of the choice, e.g. ended
-diverged). The chosen rate has the lowest loss among the rates still in the choice. When it is
-the grid's first or last, `tune` runs one more rate, one step of the grid's ratio beyond that
-edge, up to `extend` times. The rule is fixed before any run, so every arm is searched equally
-hard; a best rate still at an edge after the extensions is flagged (`Tuned.at_edge`) and the
-claim's edge control then keeps the comparison from being read. Every tuner of the claims
-(`tuning.tune_on_seeds`, `attention_arms.tune_rate`, `norm_training.tune_arm`,
-`lora.tune_rates`, `kv_arms.tune_fit_rate`) is this loop around its own `run`, and `run` is
-called inside `experiments.data.no_test`: a batch of the `test` split drawn while tuning is
-refused, so verdicts read on `test` were never tuned on it.
+`Search` hands out a geometric grid of rates; its caller trains or fits at them and records
+one loss per rate and which rates are out of the choice (e.g. ended diverged). The chosen rate
+has the lowest loss among the rates still in the choice. When it is the grid's first or last,
+`Search` hands out one more rate, one step of the grid's ratio beyond that edge, up to `extend`
+times. The rule is fixed before any run, so every arm is searched equally hard; a best rate
+still at an edge after the extensions is flagged (`Tuned.at_edge`) and the claim's edge
+control then keeps the comparison from being read. Every tuner of the claims
+(`tuning.tune_on_seeds`, `attention_arms.tune_rate`, `norm_training.tune_fixed`,
+`lora.tune_rates`, `kv_arms.tune_fit_rate`) is its own loop over a `Search`: the search decides
+and never calls back into the tuner, so a rate goes one way, from the tuner down to the step.
+Each list of rates is handed out inside `experiments.data.no_test`: a batch of the `test` split
+drawn while tuning is refused, so verdicts read on `test` were never tuned on it. `tune` drives
+a `Search` with a pure function of the rates (the hand-worked cases of the tests).
 """
 
 from __future__ import annotations
@@ -109,20 +111,111 @@ def flat(losses, excluded, tol: float) -> bool:
   return bool(tol > 0 and loss.size > 1 and np.ptp(loss) < tol)
 
 
-def tune(run: Run, grid: Sequence[float], *, extend: int = 1, name: str = "tune") -> Tuned:
-  """Runs `grid`, then extends it past a best edge by one step of its ratio, `extend` times.
+class Search:
+  """The edge rule as a search its caller drives: which rates to run next, and the choice.
+
+  Iterating gives the whole grid, then one rate per extension (one step of the grid's ratio
+  past the edge where the best rate sits, up to `extend` times; none once the best rate is
+  inside the grid). After each list of rates the caller trains or fits at them and calls
+  `record` with one loss and one exclusion flag per rate; `tuned()` is the record of the
+  choice. Each list is handed out inside `experiments.data.no_test`, so a run at those rates
+  that draws a `test` batch raises. The caller owns the loop: the search never calls back
+  into it, so a rate travels one way, from the tuner down to the training step.
 
   Args:
-    run: maps a list of rates to `(losses, excluded)`, one of each per rate. It is called
-      once with the whole grid, then once per extension with one rate.
     grid: increasing rates, geometric when `extend > 0` (the step is `grid[1] / grid[0]`).
     extend: how many rates may be added beyond the edges, in total.
     name: the caller, for error messages.
 
   Raises:
-    ValueError: the grid is empty or not increasing, `extend` has no ratio to step by, `run`
-      answered the wrong number of rates, every rate failed (naming the grid and the fix), or
-      `run` drew a batch of the `test` split (`experiments.data.no_test`).
+    ValueError: the grid is empty or not increasing, `extend` has no ratio to step by,
+      `record` got the wrong number of values, a list of rates was not recorded, or every
+      rate failed (naming the grid and the fix).
+
+  Example:
+    >>> from experiments.lab.edge import Search
+    >>> search = Search((1e-3, 3e-3, 1e-2), extend=2)
+    >>> for rates in search:  # best near 0.05: two steps up
+    ...   search.record([(r - 0.05) ** 2 for r in rates], [False] * len(rates))
+    >>> t = search.tuned()
+    >>> [round(x, 4) for x in t.grid], round(t.learning_rate, 4), t.at_edge
+    ([0.001, 0.003, 0.01, 0.03, 0.09], 0.03, False)
+  """
+
+  def __init__(self, grid: Sequence[float], *, extend: int = 1, name: str = "tune"):
+    rates = [float(x) for x in grid]
+    if not rates or np.any(np.diff(rates) <= 0):
+      raise ValueError(f"{name}: grid={tuple(grid)} must be non-empty and increasing. Fix: "
+                       "list the rates from the smallest up.")
+    if extend and len(rates) < 2:
+      raise ValueError(f"{name}: extend={extend} needs a grid of two rates or more (its ratio "
+                       "is the edge rule's step). Fix: give two rates, or extend=0.")
+    self.name, self.extend, self.first = name, extend, rates
+    self.seen: dict[float, tuple[float, bool]] = {}
+    self.pending: list[float] | None = None
+
+  def __iter__(self):
+    new = self.first
+    q = new[1] / new[0] if len(new) > 1 else 1.0
+    for k in range(self.extend + 1):
+      self.pending = list(new)
+      with no_test(f"the tuner {self.name} (experiments.lab.edge)"):
+        yield list(new)
+      if self.pending is not None:
+        raise ValueError(f"{self.name}: the rates {tuple(new)} were handed out but not "
+                         "recorded. Fix: call record(losses, excluded) once per list.")
+      if k == self.extend:
+        break
+      order, i = self._best()
+      if 0 < i < len(order) - 1:
+        break
+      new = [order[-1] * q] if i == len(order) - 1 else [order[0] / q]
+
+  def record(self, losses: Sequence[float], excluded: Sequence[bool]) -> None:
+    """One loss and one exclusion flag (e.g. ended diverged) per rate last handed out."""
+    new = self.pending
+    if new is None:
+      raise ValueError(f"{self.name}: record() without rates handed out. Fix: iterate the "
+                       "search, and record once per list of rates.")
+    losses, excluded = list(losses), list(excluded)
+    if not len(losses) == len(excluded) == len(new):
+      raise ValueError(f"{self.name}: run answered {len(losses)} losses and {len(excluded)} "
+                       f"flags for {len(new)} rates. Fix: one of each per rate, in order.")
+    self.seen.update({lr: (float(v), bool(x))
+                      for lr, v, x in zip(new, losses, excluded, strict=True)})
+    self.pending = None
+
+  def _best(self) -> tuple[list[float], int]:
+    order = sorted(self.seen)
+    i = choice([self.seen[lr][0] for lr in order], [self.seen[lr][1] for lr in order])
+    if i is None:
+      raise ValueError(f"{self.name}: every rate of {tuple(order)} diverged or failed. Fix: "
+                       "lower the grid.")
+    return order, i
+
+  def tuned(self) -> Tuned:
+    """The record of the choice among every rate run so far."""
+    order, i = self._best()
+    return Tuned(learning_rate=order[i], index=i, grid=tuple(order),
+                 losses=tuple(self.seen[lr][0] for lr in order),
+                 excluded=tuple(self.seen[lr][1] for lr in order),
+                 at_edge=len(order) > 1 and i in (0, len(order) - 1),
+                 extensions=len(order) - len(self.first))
+
+
+def tune(run: Run, grid: Sequence[float], *, extend: int = 1, name: str = "tune") -> Tuned:
+  """`Search` driven by a pure function `run` of the rates: the edge rule on hand-worked cases.
+
+  A tuner that trains owns its loop over `Search` instead (`tuning.tune_on_seeds`), so no
+  rate climbs back into the module that called it.
+
+  Args:
+    run: maps a list of rates to `(losses, excluded)`, one of each per rate. It is called
+      once with the whole grid, then once per extension with one rate.
+    grid, extend, name: as in `Search`.
+
+  Raises:
+    ValueError: as `Search`.
 
   Example:
     >>> from experiments.lab.edge import tune
@@ -131,45 +224,10 @@ def tune(run: Run, grid: Sequence[float], *, extend: int = 1, name: str = "tune"
     >>> [round(x, 4) for x in t.grid], round(t.learning_rate, 4), t.at_edge
     ([0.001, 0.003, 0.01, 0.03, 0.09], 0.03, False)
   """
-  rates = [float(x) for x in grid]
-  if not rates or np.any(np.diff(rates) <= 0):
-    raise ValueError(f"{name}: grid={tuple(grid)} must be non-empty and increasing. Fix: list "
-                     "the rates from the smallest up.")
-  if extend and len(rates) < 2:
-    raise ValueError(f"{name}: extend={extend} needs a grid of two rates or more (its ratio is "
-                     "the edge rule's step). Fix: give two rates, or extend=0.")
-  seen: dict[float, tuple[float, bool]] = {}
-
-  def step(new):
-    with no_test(f"the tuner {name} (experiments.lab.edge.tune)"):
-      losses, excluded = run(list(new))
-    losses, excluded = list(losses), list(excluded)
-    if not len(losses) == len(excluded) == len(new):
-      raise ValueError(f"{name}: run answered {len(losses)} losses and {len(excluded)} "
-                       f"flags for {len(new)} rates. Fix: one of each per rate, in order.")
-    seen.update({lr: (float(v), bool(x)) for lr, v, x in zip(new, losses, excluded, strict=True)})
-
-  def best():
-    order = sorted(seen)
-    i = choice([seen[lr][0] for lr in order], [seen[lr][1] for lr in order])
-    if i is None:
-      raise ValueError(f"{name}: every rate of {tuple(order)} diverged or failed. Fix: lower "
-                       "the grid.")
-    return order, i
-
-  step(rates)
-  q = rates[1] / rates[0] if len(rates) > 1 else 1.0
-  for _ in range(extend):
-    order, i = best()
-    if 0 < i < len(order) - 1:
-      break
-    step([order[-1] * q] if i == len(order) - 1 else [order[0] / q])
-  order, i = best()
-  return Tuned(learning_rate=order[i], index=i, grid=tuple(order),
-               losses=tuple(seen[lr][0] for lr in order),
-               excluded=tuple(seen[lr][1] for lr in order),
-               at_edge=len(order) > 1 and i in (0, len(order) - 1),
-               extensions=len(order) - len(rates))
+  search = Search(grid, extend=extend, name=name)
+  for rates in search:
+    search.record(*run(rates))
+  return search.tuned()
 
 
 def on_one_seed(t: Tuned, seed: int, flagged: dict) -> dict:

@@ -22,7 +22,7 @@ from experiments import data as data_lib
 from experiments import models
 from experiments.lab import optimizers as O
 from experiments.lab import tuning
-from experiments.train.sweep import train_many
+from experiments.train import on_budget, train_many
 
 REDUNDANCY = ("max_cos", "max_cos_k", "max_cos_v", "max_cos_o", "pattern_similarity",
               "n_prunable", "prunable_fraction", "base_loss")
@@ -190,7 +190,7 @@ def train_arms(cfg: transformer.Config, arms: dict, tuned: dict, z, *, seeds, kw
   runs: dict = {}
   for name in ("adamw", "orth", "muon-per-head"):
     log(f"  orthogonal-heads: {name} at {tuned[name]['learning_rate']:g} on seeds {seeds}")
-    r = train_many(cfg, tuning.on_budget(arms[name], N), seeds=seeds,
+    r = train_many(cfg, on_budget(arms[name], N), seeds=seeds,
                    learning_rates=(tuned[name]["learning_rate"],), steps=N, eval_every=N,
                    eval_split=split, **kw)
     final = r.val_loss[0, :, -1]

@@ -126,7 +126,7 @@ def tune_fit_rate(z, seeds, *, extend: int = 1, log) -> dict:
   Every rate of `z.fit_rates` fits the 16× loss-aware cache of each tuning seed's base model as
   `fit_arms` does (its training-split windows); the chosen rate has the lowest 16× loss rise,
   averaged over the tuning seeds, on their `tune_split(z)` windows (`val` when the verdict
-  reads `test`), and a best rate at an edge of the grid extends it by one step (`edge.tune`,
+  reads `test`), and a best rate at an edge of the grid extends it by one step (`edge.Search`,
   `extend` times).
 
   Args:
@@ -154,9 +154,9 @@ def tune_fit_rate(z, seeds, *, extend: int = 1, log) -> dict:
                    models.windows(seed, z.fit_len, z.fit_windows, "train"), ev,
                    kvcompress.full_nll(params, cfg, ev)))
   by_rate: dict[float, list[float]] = {}
-
-  def rise(rates):
-    out = []
+  search = edge.Search(z.fit_rates, extend=extend, name="tune_fit_rate")
+  for rates in search:
+    rise = []
     for lr in rates:
       by_rate[lr] = []
       for seed, params, cfg, start, fit_tokens, ev, nll_full in setups:
@@ -166,10 +166,9 @@ def tune_fit_rate(z, seeds, *, extend: int = 1, log) -> dict:
                                                      nll_full=nll_full)["loss_rise"]))
         log(f"    tuning the fit (seed {seed}): rate {lr:.3g}, 16× loss rise "
             f"{by_rate[lr][-1]:+.3%}")
-      out.append(float(np.mean(by_rate[lr])))
-    return out, [False] * len(rates)
-
-  t = edge.tune(rise, z.fit_rates, extend=extend, name="tune_fit_rate")
+      rise.append(float(np.mean(by_rate[lr])))
+    search.record(rise, [False] * len(rates))
+  t = search.tuned()
   per_seed = tuple(tuple(by_rate[g]) for g in t.grid) if len(seeds) > 1 else ()
   return dataclasses.replace(t, seeds=seeds, losses_by_seed=per_seed).to_dict()
 

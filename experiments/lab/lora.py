@@ -285,18 +285,17 @@ def tune_rates(bases, cfg, arms, z, log, text=None, *, grid, tune_seeds) -> dict
   for arm in arms:
     by_rate: dict[float, np.ndarray] = {}
     flagged: dict[float, bool] = {}
-
-    def run_arm(rates, arm=arm, by_rate=by_rate, flagged=flagged):
+    search = edge.Search(grid, extend=getattr(z, "extend", 0), name="tune_rates")
+    for rates in search:
       r = train_arm(bases, cfg, src, tune_seeds, rates, arm, steps=z.steps,
                     batch_size=z.batch_size, seq_len=z.seq_len)
       for k, lr in enumerate(rates):
         by_rate[lr] = np.array([text_loss(jax.tree.map(lambda x, k=k, j=j: x[k, j], r.params),
                                           cfg, tune, z.seq_len) for j in range(n)])
         flagged[lr] = bool(np.any(r.diverged[k, :n]))
-      return ([float(by_rate[lr].mean()) for lr in rates],
-              [not np.all(np.isfinite(by_rate[lr])) for lr in rates])
-
-    t = edge.tune(run_arm, grid, extend=getattr(z, "extend", 0), name="tune_rates")
+      search.record([float(by_rate[lr].mean()) for lr in rates],
+                    [not np.all(np.isfinite(by_rate[lr])) for lr in rates])
+    t = search.tuned()
     record = edge.on_one_seed(t, tune_seeds[0], flagged) if n == 1 else dataclasses.replace(
         t, seeds=tune_seeds, losses=tuple(float(v) for v in t.losses),
         losses_by_seed=tuple(tuple(float(v) for v in by_rate[g]) for g in t.grid),

@@ -145,7 +145,7 @@ def tune_fixed(cfg, make_tx, grid, *, seeds, steps: int, batch_size: int, seq_le
   .. math:: \eta^* = \arg\min_{\eta \in G,\ \text{no seed diverged}} \frac{1}{|S|}
      \sum_{s \in S} \ell_N(\eta, s)
 
-  The edge rule (issue 38, `edge.tune`): while the best rate is the first or last run, one rate
+  The edge rule (issue 38, `edge.Search`): while the best rate is the first or last run, one rate
   a step of the grid's ratio beyond that edge is run too, at most `extend` times.
   `tuning.tune_on_seeds` states the same rule under its warm-up schedule; the arms of
   `layernorm-condition` and `eigenvalue-constrained` train without one (`make_tx_factory`),
@@ -172,8 +172,8 @@ def tune_fixed(cfg, make_tx, grid, *, seeds, steps: int, batch_size: int, seq_le
                      "(its ratio is the edge rule's step). Fix: e.g. (1e-3, 3e-3, 1e-2, 3e-2).")
   seeds = tuple(int(s) for s in seeds)
   by_rate: dict[float, tuple[np.ndarray, bool]] = {}
-
-  def run(rates):
+  search = edge.Search(grid, extend=extend, name=name)
+  for rates in search:
     r = sweep.train_many(cfg, make_tx, seeds=seeds, learning_rates=tuple(rates), steps=steps,
                          data=data.text_source("stdlib", seq_len), batch_size=batch_size,
                          seq_len=seq_len, eval_every=steps, eval_batches=eval_batches)
@@ -181,9 +181,8 @@ def tune_fixed(cfg, make_tx, grid, *, seeds, steps: int, batch_size: int, seq_le
     ended = ended_diverged(val, cfg.vocab_size)
     for k, lr in enumerate(rates):
       by_rate[lr] = (val[k], bool((r.diverged[k] & ~ended[k]).any()))
-    return val.mean(1), ended.any(1)
-
-  t = edge.tune(run, grid, extend=extend, name=name)
+    search.record(val.mean(1), ended.any(1))
+  t = search.tuned()
   return dataclasses.replace(
       t, losses=tuple(float(v) for v in t.losses),
       losses_by_seed=tuple(tuple(float(v) for v in by_rate[lr][0]) for lr in t.grid),

@@ -9,10 +9,14 @@
   records a fixed rate;
 - `tune_apart`: a two-rate arm's hidden rate (the other tied to it), then its other rate at the
   chosen hidden one (`tied`, `other_at`), the same two searches for every arm;
-- `budget_schedule` / `on_budget`: an arm trained for a fixed step budget, linear warm-up then
-  linear decay;
 - `steps_to_loss`: when a loss curve (or a curve of final losses over budgets) first
   reaches a target.
+
+The budget schedule (`budget_schedule`, `on_budget`) and the two-rate combinators (`tied`,
+`other_at`) live in `experiments.train.arms`, below the sweep that calls them, and are
+re-exported here (the same objects). A tuner owns its search loop (`edge.Search` only decides
+which rates to run next), so a rate goes down the house once: this module -> `train.sweep` ->
+`train.arms` -> `train.step`.
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 import transformer
 from experiments.data.batch import no_test
 from experiments.lab import edge
-from experiments.lab.optimizers import MakeTx, MakeTx2
+from experiments.train.arms import MakeTx, MakeTx2, budget_schedule, on_budget, other_at, tied
+
+__all__ = ["RATE_GRID", "budget_schedule", "ended_diverged", "on_budget", "other_at",
+           "steps_to_loss", "tied", "tune", "tune_apart", "tune_on_seeds", "tuned_rate",
+           "untuned"]
 
 # The peak-rate grid every arm of the optimizer claims is tuned on (`small` shape, 120 steps).
 RATE_GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
@@ -74,57 +81,7 @@ def steps_to_loss(steps, losses, target: float) -> float | None:
   return float(s[i - 1] + (s[i] - s[i - 1]) * (y[i - 1] - target) / (y[i - 1] - y[i]))
 
 
-# ------------------------------------------------------------------ budgets, tuning, sweeps
-
-
-def budget_schedule(steps: int, *, warmup: float = 0.1, final: float = 0.1):
-  r"""Unit learning-rate schedule of a run of `steps` updates: linear warm-up, linear decay.
-
-  .. math::
-    s(c) = \begin{cases} (c + 1)/w & c < w \\
-      1 - (1 - f)\,\frac{c - w}{\max(1,\ \text{steps} - 1 - w)} & c \ge w \end{cases},
-    \qquad w = \max(1, \lfloor \text{warmup} \cdot \text{steps} \rceil)
-
-  for update `c = 0 … steps − 1`: the last update runs at `f = final` of the peak, so that
-  the schedule (and the final loss) depends on the budget, as in modded-nanogpt's optimizer
-  track, and the last update is still large enough to measure (`update_statistics`).
-
-  Args:
-    steps: the budget, in updates (≥ 2).
-    warmup: fraction of the budget spent warming up.
-    final: the last update's rate, as a fraction of the peak.
-
-  Returns:
-    `schedule(count) -> multiplier`, jit-able.
-
-  Example:
-    >>> from experiments.lab.tuning import budget_schedule
-    >>> s = budget_schedule(11, warmup=0.1, final=0.1)
-    >>> [round(float(s(c)), 2) for c in (0, 1, 10)]
-    [1.0, 1.0, 0.1]
-  """
-  if steps < 2:
-    raise ValueError(f"budget_schedule: {steps=} must be >= 2")
-  w = max(1, round(warmup * steps))
-  span = max(1, steps - 1 - w)
-
-  def schedule(count):
-    c = jnp.asarray(count, jnp.float32)
-    return jnp.where(c < w, (c + 1) / w, 1 - (1 - final) * jnp.clip((c - w) / span, 0, 1))
-
-  return schedule
-
-
-def on_budget(make_tx: MakeTx, steps: int, **schedule_kwargs) -> MakeTx:
-  """`make_tx` whose learning rate `η` becomes the schedule `η · budget_schedule(steps)`.
-
-  Example:
-    >>> from experiments.lab.optimizers import adamw_arm
-    >>> from experiments.lab.tuning import on_budget
-    >>> tx = on_budget(adamw_arm(), 100)(3e-3)
-  """
-  unit = budget_schedule(steps, **schedule_kwargs)
-  return lambda learning_rate: make_tx(lambda count: learning_rate * unit(count))
+# --------------------------------------------------------------------- tuning on one seed
 
 
 def tuned_rate(val_loss, diverged, grid) -> tuple[float, int]:
@@ -157,7 +114,7 @@ def tune(cfg: transformer.Config, make_tx: MakeTx, grid, *, seed: int, steps: in
 
   Runs `train_many(cfg, on_budget(make_tx, steps), seeds=(seed,), learning_rates=grid, ...)`
   and picks `tuned_rate` of the final validation losses. It runs inside
-  `experiments.data.no_test`, as every tuner does (`edge.tune`): no `test` batch is drawn.
+  `experiments.data.no_test`, as every tuner does (`edge.Search`): no `test` batch is drawn.
 
   Args:
     cfg: the model.
@@ -265,17 +222,16 @@ def tune_on_seeds(cfg: transformer.Config, make_tx: MakeTx, grid, *, seeds, step
 
   seeds = tuple(int(s) for s in seeds)
   by_rate: dict[float, tuple[np.ndarray, bool]] = {}  # rate -> (final losses, a spike)
-
-  def run(rates):
+  search = edge.Search(grid, extend=extend, name="tune_on_seeds")
+  for rates in search:  # the grid, then one rate past a winning edge at a time
     r = train_many(cfg, on_budget(make_tx, steps), seeds=seeds, learning_rates=tuple(rates),
                    steps=steps, eval_every=steps, **train_kwargs)
     final = r.val_loss[:, :, -1]
     ended = ended_diverged(final, cfg.vocab_size)
     for k, lr in enumerate(rates):
       by_rate[lr] = (final[k], bool((r.diverged[k] & ~ended[k]).any()))
-    return final.mean(1), ended.any(1)
-
-  t = edge.tune(run, grid, extend=extend, name="tune_on_seeds")
+    search.record(final.mean(1), ended.any(1))
+  t = search.tuned()
   return dataclasses.replace(
       t, losses=tuple(float(v) for v in t.losses),
       losses_by_seed=tuple(tuple(float(v) for v in by_rate[lr][0]) for lr in t.grid),
@@ -294,31 +250,6 @@ def untuned(learning_rate: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------- two rates: hidden matrices and the rest
-
-
-def tied(make_tx2: MakeTx2) -> MakeTx:
-  """The two-rate arm with one rate everywhere: `make_tx(η) = make_tx2(η, η)`.
-
-  Example:
-    >>> from experiments.lab.optimizers import split_adamw_arm
-    >>> from experiments.lab.tuning import tied
-    >>> tx = tied(split_adamw_arm())(1e-3)
-  """
-  return lambda learning_rate: make_tx2(learning_rate, learning_rate)
-
-
-def other_at(make_tx2: MakeTx2, hidden_rate: float, steps: int, **schedule_kwargs) -> MakeTx:
-  """The two-rate arm as a function of its other rate, the hidden one fixed at `hidden_rate`
-  on the budget's schedule (`hidden_rate · budget_schedule(steps)`); `on_budget(.., steps)`
-  then puts the other rate on the same schedule.
-
-  Example:
-    >>> from experiments.lab.optimizers import split_adamw_arm
-    >>> from experiments.lab.tuning import on_budget, other_at
-    >>> tx = on_budget(other_at(split_adamw_arm(), 1e-2, 100), 100)(3e-3)
-  """
-  unit = budget_schedule(steps, **schedule_kwargs)
-  return lambda other_rate: make_tx2(lambda count: hidden_rate * unit(count), other_rate)
 
 
 def tune_apart(cfg: transformer.Config, make_tx2: MakeTx2, grid, *, seeds, steps: int,

@@ -8,6 +8,7 @@
 | `step` | the language-model loss, the optimizers, `train_step`, the compiled `Trainer` |
 | `loop` | `train`: the sharded loop with logging, evaluation, checkpoints, exact resume |
 | `sweep` | `train_many`: seeds × learning rates as one vmapped program over `train_step` |
+| `arms` | the optimizer arms `train_many` sweeps, and the budget schedule they train on |
 | `checkpoint`, `run_folder`, `report` | Orbax checkpoints, a run's folder, its report |
 | `sharding` | the `("data", "fsdp")` mesh and the shardings of state and batch |
 | `cli` | `python -m experiments train` |
@@ -16,6 +17,7 @@ The names below are this package's public face: `from experiments import train` 
 `train.train(train.TrainConfig(steps=300))`.
 """
 
+from experiments.train.arms import budget_schedule, on_budget, other_at, tied
 from experiments.train.cli import main, parser
 from experiments.train.config import RESUMABLE, TrainConfig, model_config
 from experiments.train.loop import (
@@ -48,7 +50,7 @@ from experiments.train.sweep import ManyResult, train_like, train_many
 
 __all__ = ["DECAY_MASKS", "OPTIMIZERS", "RESUMABLE", "STEP_FIELDS", "TRAINERS", "ManyResult",
            "NonFiniteLoss", "TrainConfig", "TrainResult", "TrainState", "Trainer", "adamw",
-           "build", "cached_trainer", "default_run_dir", "eval_metrics", "exact_match",
-           "initialize_distributed", "lm_loss", "load_checkpoint", "loss_fn", "main",
-           "model_config", "optimizer", "parser", "schedule", "train", "train_like",
-           "train_many", "train_step"]
+           "budget_schedule", "build", "cached_trainer", "default_run_dir", "eval_metrics",
+           "exact_match", "initialize_distributed", "lm_loss", "load_checkpoint", "loss_fn",
+           "main", "model_config", "on_budget", "optimizer", "other_at", "parser", "schedule",
+           "tied", "train", "train_like", "train_many", "train_step"]

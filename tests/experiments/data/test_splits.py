@@ -32,7 +32,7 @@ def test_the_edge_tuner_refuses_a_run_that_reads_test(src):
     src.batch(0, 0, 2, "test")
     return [1.0] * len(rates), [False] * len(rates)
 
-  with pytest.raises(ValueError, match=r"inside the tuner my-arm \(experiments.lab.edge.tune\)"):
+  with pytest.raises(ValueError, match=r"inside the tuner my-arm \(experiments.lab.edge\)"):
     edge.tune(run, (1e-3, 1e-2), name="my-arm")
   src.batch(0, 0, 2, "test")  # the block ends with the tuner, even on an error
 
