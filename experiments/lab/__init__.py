@@ -1,8 +1,12 @@
 """The bench below the claims: what they measure and train with, shared or one claim's own.
 
-- `optimizers`: optimizer arms, AdamW with one change each (Muon, orthogonal heads,
-  κ-aware rates); used by `muon`, `condition-lr`, `orthogonal-heads`.
-- `tuning`: the rate grid, tuning on a tuning seed, fixed budgets, steps to a target loss.
+- `optimizers`: the κ-aware arms' multipliers, and the optimizer arms (AdamW with one change
+  each: Muon, orthogonal heads, κ-aware rates) re-exported from `experiments.train.arms`;
+  used by `muon`, `condition-lr`, `orthogonal-heads`.
+- `tuning`: the rate grid, tuning on tuning seeds (its own loop over `edge.Search`), steps to a
+  target loss; the fixed budgets it trains on live in `experiments.train.arms`.
+- `edge`: the edge rule every tuner's loop asks which rates to run next (`Search`), and the
+  one tuning record (`Tuned`).
 - `heads_training`: the `orthogonal-heads` arms (the pull and per-head Muon split by query and
   key/value heads), their rate and strength tuning, and the heads' redundancy per seed.
 - `updates`: how far an update is from orthogonal (condition number, singular-value entropy).
