@@ -278,8 +278,9 @@ def measure_seed(params, cfg, seed: int, z, *, log) -> tuple[dict, dict]:
 _SPLIT_WORDS = {"heldout": "validation-file", "test": "test-split"}
 
 
-def notes(runs: dict, chosen: dict, z, cfg: transformer.Config, seeds) -> list[str]:
-  """The report's notes on the arms: markdown lines, ending in a table of every arm.
+def notes(runs: dict, chosen: dict, z, cfg: transformer.Config, seeds) -> list:
+  """The report's notes on the arms: sentences, ending in a table of every arm declared as data
+  (`verdict.render.findings` renders both).
 
   `runs` are `measure_seed`'s metrics (`{arm: {seed: metrics}}`) over `seeds`, `chosen` its
   ranks (`{seed: ranks}`), `z` the claim's sizes and `cfg` the model's config.
@@ -290,25 +291,25 @@ def notes(runs: dict, chosen: dict, z, cfg: transformer.Config, seeds) -> list[s
   def mean(arm, metric):
     return float(np.mean([runs[arm][s][metric] for s in seeds]))
 
-  table = ["", "| arm | measured ratio | loss rise (mean over seeds) |", "| --- | --- | --- |"]
-  table += [f"| {a} | {mean(a, 'kv_compression'):.2f} | {mean(a, 'loss_rise'):+.3%} |"
-            for a in runs if "kv_compression" in runs[a][s0]]
+  table = {"header": ["arm", "measured ratio", "loss rise (mean over seeds)"],
+           "rows": [[a, f"{mean(a, 'kv_compression'):.2f}", f"{mean(a, 'loss_rise'):+.3%}"]
+                    for a in runs if "kv_compression" in runs[a][s0]]}
   trained_T = models.RECIPES[z.model].seq_len
   return [
-      f"- Models: the shared `{z.model}` models (trained at T = {trained_T}, max_len "
+      f"Models: the shared `{z.model}` models (trained at T = {trained_T}, max_len "
       f"{cfg.max_len}); per seed {z.n_calibration} training-split calibration windows of "
       f"{z.seq_len} tokens (bases, quantization steps; the first {z.cost_windows} also the "
       f"loss-aware table, {z.loss_grid} ranks per head) and {z.n_eval} "
       f"{_SPLIT_WORDS.get(eval_split(z), eval_split(z))} windows of {z.seq_len} tokens (and "
       f"{short_windows(z)} of {z.short_len} for the loss rise against context); calibration and "
       "evaluation files are disjoint.",
-      "- Allocations at 8× (16-bit coefficients): " + ", ".join(
+      "Allocations at 8× (16-bit coefficients): " + ", ".join(
           f"{a} {mean(f'r8-{a}', 'loss_rise'):+.2%}" for a in z.allocs) + ".",
-      (f"- 32× with 4-bit coefficients (loss-aware): {mean('r32q4-loss', 'loss_rise'):+.2%} at "
+      (f"32× with 4-bit coefficients (loss-aware): {mean('r32q4-loss', 'loss_rise'):+.2%} at "
        f"a measured {mean('r32q4-loss', 'kv_compression'):.2f}×." if "r32q4-loss" in runs else
-       "- 32× with 4-bit coefficients: not possible at this size (fewer than one coefficient "
+       "32× with 4-bit coefficients: not possible at this size (fewer than one coefficient "
        "per head)."),
-      *([f"- Fitted projections (`analysis.kv.calibrate`: {z.fit_steps} Adam steps at "
+      *([f"Fitted projections (`analysis.kv.calibrate`: {z.fit_steps} Adam steps at "
          f"{z.fit_learning_rate:g} on {z.fit_windows} training-split windows of {z.fit_len} "
          f"tokens, {z.fit_batch} per step, from the SVD bases): 16× "
          f"{mean('r16-loss', 'loss_rise'):+.2%} (SVD) → "
@@ -316,23 +317,23 @@ def notes(runs: dict, chosen: dict, z, cfg: transformer.Config, seeds) -> list[s
          "seed)" + (f"; 32× 4-bit {mean('r32q4-loss', 'loss_rise'):+.2%} → "
                     f"{mean('r32q4-cal', 'loss_rise'):+.2%} ({mean('r32q4-cal', 'fit_s'):.0f} s)"
                     if "r32q4-cal" in runs else "") + "."] if "r16-cal" in runs else []),
-      "- Equal bytes, KIVI-style quantization vs the loss-aware low-rank cache: " + "; ".join(
+      "Equal bytes, KIVI-style quantization vs the loss-aware low-rank cache: " + "; ".join(
           f"{b}-bit KIVI {mean(f'kivi{b}', 'kv_compression'):.2f}× "
           f"{mean(f'kivi{b}', 'loss_rise'):+.2%} vs rank "
           f"{mean(f'rank@kivi{b}', 'kv_compression'):.2f}× "
           f"{mean(f'rank@kivi{b}', 'loss_rise'):+.2%}" for b in z.kivi_bits) + ".",
-      f"- The 8× loss-aware compression read at T = {z.short_len}: "
+      f"The 8× loss-aware compression read at T = {z.short_len}: "
       f"{mean('short-r8-loss', 'loss_rise'):+.2%} (T = {z.seq_len}: "
       f"{mean('r8-loss', 'loss_rise'):+.2%}).",
-      "- Rank for 99% of the key energy (mean head) vs context: " + ", ".join(
+      "Rank for 99% of the key energy (mean head) vs context: " + ", ".join(
           f"T={T}: {mean('context', f'key_rank99_T{T}'):.1f}" for T in lengths)
       + f" of {cfg.d_head}; values: " + ", ".join(
           f"T={T}: {mean('context', f'value_rank99_T{T}'):.1f}" for T in lengths) + ".",
-      f"- Loss-aware ranks chosen at 8× (seed {s0}, keys per layer × head): "
+      f"Loss-aware ranks chosen at 8× (seed {s0}, keys per layer × head): "
       f"{chosen[s0]['r8-loss']['key']}; values {chosen[s0]['r8-loss']['value']}; the bases "
       f"cost {chosen[s0]['r8-loss']['basis_bytes']} bytes and pay off after "
       f"{chosen[s0]['r8-loss']['payoff_tokens']:.0f} tokens of one sequence.",
-      *table,
+      {"table": table},
   ]
 
 
