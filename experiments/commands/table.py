@@ -117,7 +117,8 @@ def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
   per-seed metrics behind `scale` and `context`), those under `KEEP_MAX_BYTES` (a larger one
   is left in the run folder). `claim ID --resume results/ID` on another machine reuses them:
   a run longer than one sitting can land size by size. The folder is written under a
-  temporary name and renamed into place, so a crash leaves the old result whole.
+  temporary name and renamed into place, so a crash leaves the old result whole; then the kept
+  version is added to `root/history.json` (the runner recorded the one it replaces).
   """
   res = load_results(run_dir)
   validate_results(res, list(CLAIMS))
@@ -155,6 +156,7 @@ def keep(run_dir: str, root: str = RESULTS_DIR) -> str:
     os.rename(dest, old)
   os.rename(tmp, dest)
   shutil.rmtree(old, ignore_errors=True)
+  history.record(claim.id, root)  # the new kept version joins results/history.json
   return dest
 
 

@@ -70,7 +70,7 @@ def test_a_claim_measured_again_is_shown_beside_its_kept_number():
   kept = table.replayed(claim.id)
   line = findings.remeasure_line(claim, kept, kept, 20.4)
   assert line.startswith("valid-kernel heads, trained, bidirectional: now 0 fraction of heads "
-                         "[0, 0], kept 0 fraction of heads [0, 0] (seeds 0, 1, 2, 3, 4, 20 s)")
+                         "[0, 0], kept 0 fraction of heads [0, 0] (seeds 10, 11, 12, 13, 14, 20 s)")
   assert line.endswith("the kept verdict again")
   moved = {**kept, "verdict": "supported"}
   assert "VERDICT DIFFERS: now supported, kept refuted" in findings.remeasure_line(

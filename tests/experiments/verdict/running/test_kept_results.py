@@ -12,6 +12,8 @@ import pytest
 from experiments import jsonio
 from experiments.claims import CLAIMS
 from experiments.commands import table
+from experiments.verdict import Claim
+from experiments.verdict.arithmetic import rule
 from experiments.verdict.arithmetic.rule import INDICATIVE, decide
 from experiments.verdict.declare.thresholds import Extension, Threshold
 from experiments.verdict.running import folders
@@ -32,10 +34,12 @@ def test_a_kept_verdict_replays_from_its_kept_findings(cid):
   frozen, res = _kept(cid)
   seeds = [str(s) for s in res["seeds"]]
   runs = {arm: body["runs"] for arm, body in res["arms"].items()}
-  thresholds = tuple(Threshold.from_dict(t) for t in frozen["thresholds"])
-  v, why, _ = decide(thresholds, runs, seeds)
-  prefix = f"{INDICATIVE}: " if res["quick"] or len(seeds) < 3 else ""
-  assert (v, prefix + why) == (res["verdict"], res["reason"])
+  claim = Claim.from_dict(frozen)  # a split sentence is decided clause by clause
+  indicative = res["quick"] or len(seeds) < 3
+  v, why, _ = rule.verdict(claim, runs, seeds, indicative=indicative)
+  prefix = f"{INDICATIVE}: " if indicative else ""
+  assert (v, why) == (res["verdict"], res["reason"])
+  assert rule.clause_verdicts(claim, runs, seeds, indicative=indicative) == res.get("clauses", [])
   for ext, kept in zip(map(Extension.from_dict, frozen["extensions"]), res["extensions"],
                        strict=True):
     v, why, _ = decide(ext.thresholds, runs, seeds)
