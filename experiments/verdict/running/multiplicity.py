@@ -29,8 +29,11 @@ What the p-value tests, per the threshold's registered `stat`:
 The condition tested is the one that held (`supports` or `refutes`); when neither did, the
 one with the smaller p. A threshold with a censored seed (a sentinel, `Threshold.censored`)
 has no test (`p = 1`): a sentinel is not a value. Controls are instrument checks, not
-findings, and are left out of the family; every other primary threshold counts in it,
-blocked or not.
+findings, and are left out of the family, as are the thresholds of a clause settled by proof
+(they verify a theorem exactly, they test no hypothesis: a headline that rests on proofs alone
+reads "settled by proof (no test)", and a clause refuted by proof keeps its headline refuted);
+every other primary threshold counts in it, blocked or not. A split sentence's verdict is the
+conjunction of its clauses (`rule.verdict`).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from experiments import jsonio
 from experiments.verdict.arithmetic.censoring import seed_bounds
 from experiments.verdict.arithmetic.conditions import parse_condition
 from experiments.verdict.arithmetic.distributions import binom_sf, t_sf
-from experiments.verdict.arithmetic.rule import decide
+from experiments.verdict.arithmetic.rule import clause_verdicts, decide, verdict
 from experiments.verdict.arithmetic.stats import fmt, holds, paired_values
 from experiments.verdict.declare.claim import Claim
 from experiments.verdict.declare.thresholds import Threshold
@@ -197,13 +200,17 @@ def holm_family(entries: dict, alpha: float = ALPHA) -> dict[str, dict]:
     (`threshold`, `condition`, `held`, `blocked`, `test`, `statistic`, `n`, `p`, `p_holm`,
     `survives`).
   """
-  rows, verdicts = [], {}
+  rows, verdicts, by_proof = [], {}, {}
   for cid, (claim, res) in entries.items():
     runs = {arm: body["runs"] for arm, body in res["arms"].items()}
     seeds = [str(s) for s in res["seeds"]]
-    verdicts[cid], _, evals = decide(claim.thresholds, runs, seeds)
+    _, _, evals = decide(claim.thresholds, runs, seeds)
+    verdicts[cid] = verdict(claim, runs, seeds, indicative=False)[0]
+    proved = {n for c in claim.clauses if c.proof is not None for n in c.thresholds}
+    by_proof[cid] = {c["verdict"] for c in clause_verdicts(claim, runs, seeds, indicative=False)
+                     if c["proof"]}
     for th, ev in zip(claim.thresholds, evals, strict=True):
-      if not th.control:
+      if not th.control and th.name not in proved:  # a proof's check is no statistical test
         rows.append((cid, {"threshold": th.name, "blocked": ev["blocked"],
                            **threshold_p(th, runs, seeds, ev)}))
   adjusted, rejected = holm([r["p"] for _, r in rows], alpha)
@@ -211,12 +218,14 @@ def holm_family(entries: dict, alpha: float = ALPHA) -> dict[str, dict]:
          for cid, v in verdicts.items()}
   for (cid, r), a, ok in zip(rows, adjusted, rejected, strict=True):
     out[cid]["tests"].append({**r, "p_holm": a, "survives": ok})
-  for entry in out.values():
+  for cid, entry in out.items():
     tests, v = entry["tests"], entry["verdict"]
     if v == "supported":
       deciding = [t for t in tests if t["condition"] == "supports"]
-      entry["p_holm"] = max(t["p_holm"] for t in deciding)
+      entry["p_holm"] = max((t["p_holm"] for t in deciding), default=None)
       entry["survives"] = all(t["survives"] for t in deciding)
+    elif v == "refuted" and "refuted" in by_proof[cid]:
+      entry["survives"] = True  # a clause refuted by proof: no test can undo it
     elif v == "refuted":
       deciding = [t for t in tests if t["condition"] == "refutes" and t["held"]
                   and not t["blocked"]]
@@ -279,5 +288,7 @@ def holm_text(entry: dict) -> str:
   """
   if entry["survives"] is None:
     return "—"
+  if entry["p_holm"] is None:
+    return "settled by proof (no test)"
   word = "survives" if entry["survives"] else "does not survive"
   return f"{word} Holm (p = {fmt(entry['p_holm'])})"
