@@ -14,7 +14,6 @@ from experiments.claims import CLAIMS
 from experiments.claims import eigenvalue_constrained as ec
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
-from experiments.verdict.running import history
 
 
 def test_capped_optimizer_keeps_sigma_max_at_cap():
@@ -161,11 +160,3 @@ def test_clauses_decide_synthetic_runs_as_intended():
   assert rule.verdict(claim, *_runs(gap=1.0, cost=0.05), indicative=False)[0] == "refuted"
   # The cap did not act: nothing about stability can be read.
   assert parts(_runs(gap=1.0, sigma=1.5))[1] == "inconclusive"
-
-
-def test_v3_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
-  claim = CLAIMS["eigenvalue-constrained"]
-  used = {s for e in history.kept(claim.id) if e["version"] < claim.version
-          for s in (*e["seeds"], *e["tuning_seeds"])}
-  assert used and not used & {*claim.seeds, *claim.tuning_seeds}
-  history.check_fresh(claim, claim.seeds)

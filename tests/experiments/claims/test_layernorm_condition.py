@@ -18,7 +18,7 @@ from experiments.verdict import Revision
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
 from experiments.verdict.render import findings
-from experiments.verdict.running import folders, history
+from experiments.verdict.running import folders
 
 # ------------------------------------------------ layernorm-condition: the theorem, float64
 
@@ -335,14 +335,6 @@ def test_clauses_decide_synthetic_runs_and_a_censored_kappa_still_refutes():
   assert bounded.censored == f">= {lc.KAPPA_CENSORED:.6g}"
   flat = _synthetic_runs((120, 150, 90, 200, 130), (100,) * 5, (110,) * 5, (2.7,) * 5)
   assert parts(flat) == ["supported", "refuted"]
-
-
-def test_v3_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
-  claim = CLAIMS["layernorm-condition"]
-  used = {s for e in history.kept(claim.id) if e["version"] < claim.version
-          for s in (*e["seeds"], *e["tuning_seeds"])}
-  assert used and not used & {*claim.seeds, *claim.tuning_seeds}
-  history.check_fresh(claim, claim.seeds)
 
 
 def _synthetic_runs(kappa_ln, kappa_rms, kappa_none, loss_none, loss_normed=2.6):

@@ -16,8 +16,6 @@ from experiments.verdict import Spec
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
 from experiments.verdict.declare.clause import conjunction
-from experiments.verdict.declare.revision import Revision
-from experiments.verdict.running import history
 from tests.experiments.claims.attention_helpers import RNG, TINY, count_by_hand
 from transformer.attention import linear_quadratic, rbf_attention, softmax_attention
 
@@ -157,16 +155,6 @@ def test_psd_v3_clauses_decide_synthetic_runs_as_registered(psd, ratios, want):
   parts = rule.clause_verdicts(c, runs, SEEDS, indicative=False)
   assert tuple(p["verdict"] for p in parts) == want
   assert rule.verdict(c, runs, SEEDS, indicative=False)[0] == conjunction(want)
-
-
-def test_psd_v3_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
-  c = psd_attention.CLAIM
-  assert c.seeds == SEEDS and c.tuning_seeds == (110, 111)
-  assert isinstance(c.revisions[-1], Revision) and c.revisions[-1].kind == "protocol"
-  used = {s for e in history.kept(c.id) if e["version"] < c.version
-          for s in (*e["seeds"], *e["tuning_seeds"])}
-  assert used and not used & {*c.seeds, *c.tuning_seeds}
-  history.check_fresh(c, c.seeds)  # the runner's --keep rule passes
 
 
 def test_psd_scale_axis_is_the_gpt_family_with_the_registered_size_first():

@@ -17,8 +17,6 @@ from experiments.verdict import Spec
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.declare import axes
 from experiments.verdict.declare.clause import conjunction
-from experiments.verdict.declare.revision import Revision
-from experiments.verdict.running import history
 from tests.experiments.claims.attention_helpers import (
   RNG,
   SHAPE,
@@ -198,16 +196,6 @@ def test_sliding_window_v3_clauses_decide_synthetic_runs_as_registered(runs, wan
   parts = rule.clause_verdicts(c, runs, SEEDS, indicative=False)
   assert tuple(p["verdict"] for p in parts) == want
   assert rule.verdict(c, runs, SEEDS, indicative=False)[0] == conjunction(want)
-
-
-def test_sliding_window_v3_reads_on_seeds_and_tuning_seeds_no_kept_version_used():
-  c = sliding_window.CLAIM
-  assert c.seeds == SEEDS and c.tuning_seeds == (110, 111)
-  assert isinstance(c.revisions[-1], Revision) and c.revisions[-1].kind == "protocol"
-  used = {s for e in history.kept(c.id) if e["version"] < c.version
-          for s in (*e["seeds"], *e["tuning_seeds"])}
-  assert used and not used & {*c.seeds, *c.tuning_seeds}
-  history.check_fresh(c, c.seeds)  # the runner's --keep rule passes
 
 
 # ---------------------------------------------------- sliding-window, dynamic-sparsity: sizes

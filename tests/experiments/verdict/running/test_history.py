@@ -140,3 +140,17 @@ def test_the_verdict_history_reads_oldest_first_with_the_reasons(kept):
       "- v2 refuted (seeds [0, 1, 2], tuning seeds [100]): the old line of a version registered "
       "before Revision"]
   assert history.verdict_path("lora") == "v1 refuted → v2 inconclusive → v3 refuted"
+
+
+@pytest.mark.parametrize("cid", list(CLAIMS))
+def test_every_registered_version_reads_on_seeds_no_earlier_kept_version_used(cid):
+  """Issue 47 item 2, for every claim as registered now: its reported and tuning seeds are
+  disjoint from those of every kept version before it, the last revision says why it was
+  registered, and the runner's `--keep` rule (`check_fresh`) passes."""
+  c = CLAIMS[cid]
+  earlier = [e for e in history.kept(cid) if e["version"] < c.version]
+  used = {s for e in earlier for s in (*e["seeds"], *e["tuning_seeds"])}
+  assert not used & {*c.seeds, *c.tuning_seeds}, (cid, sorted(used & {*c.seeds}))
+  if earlier:
+    assert isinstance(c.revisions[-1], Revision) and c.revisions[-1].version == c.version
+  history.check_fresh(c, c.seeds)
