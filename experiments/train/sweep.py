@@ -174,8 +174,9 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     scan_unroll: layers per iteration of the model's layer scan (`Transformer.scan_unroll`;
       the same values); default: every layer of a model of at most `UNROLL_LAYERS`, else 1.
     eval_split: the split the validation batches come from: `"val"` (every tuning run and
-      choice) or `"test"` (a registered verdict's reported runs only; drawn inside
-      `experiments.data.no_test`, as every tuner runs, it raises).
+      choice), `"test"` (a registered verdict's reported runs only; drawn inside
+      `experiments.data.no_test`, as every tuner runs, it raises), or `"heldout"` (`val` and
+      `test` together, what versions registered before the test split read).
 
   Returns:
     A `ManyResult`.
@@ -193,9 +194,10 @@ def train_many(cfg: transformer.Config, make_tx: Callable[..., optax.GradientTra
     raise ValueError(f"train_many: {steps=} and {eval_every=} must be positive.")
   if not seeds:
     raise ValueError("train_many: seeds is empty. Fix: pass e.g. seeds=(0, 1, 2).")
-  if eval_split not in ("val", "test"):
+  if eval_split not in ("val", "test", "heldout"):
     raise ValueError(f"train_many: eval_split={eval_split!r} is unknown. Fix: 'val' (tuning "
-                     "and choices) or 'test' (a registered verdict's reported runs).")
+                     "and choices), 'test' (a registered verdict's reported runs) or 'heldout' "
+                     "(a version registered before the test split).")
   if strategy not in ("auto",) + STRATEGIES:
     raise ValueError(f"train_many: strategy={strategy!r} is unknown. Fix: one of "
                      f"{('auto',) + STRATEGIES}.")

@@ -76,5 +76,7 @@ def test_eval_split_reads_test_windows_and_is_refused_while_tuning():
                              err_msg="the test loss is the model's loss on test windows")
   with no_test("a tuner"), pytest.raises(ValueError, match="test"):
     sweep.train_many(cfg, make_tx, eval_split="test", **kw)
-  with pytest.raises(ValueError, match="eval_split='heldout'"):
-    sweep.train_many(cfg, make_tx, eval_split="heldout", **kw)
+  with no_test("a tuner"), pytest.raises(ValueError, match="test"):
+    sweep.train_many(cfg, make_tx, eval_split="heldout", **kw)  # holds the test files
+  with pytest.raises(ValueError, match="eval_split='train'"):
+    sweep.train_many(cfg, make_tx, eval_split="train", **kw)
