@@ -22,7 +22,7 @@ the last checkpoint is the last good step. Ctrl-C saves and exits 130.
 
 Multi-process (multi-host) runs start the same command in every process with `--distributed`,
 `--coordinator-address`, `--num-processes` and each one's `--process-id` (README, "Training";
-tested with two local processes in `tests/experiments/test_multiprocess.py`).
+tested with two local processes in `tests/experiments/train/test_multiprocess.py`).
 """
 
 from __future__ import annotations
