@@ -171,6 +171,19 @@ def truth(condition: str, bounds: dict) -> bool | None:
   return True if every else (None if some else False)
 
 
+def threshold_bounds(th, arm, base):
+  """Per-seed `(lower, upper)` of a `stat="median"` threshold's (paired) values, and which
+  seeds are censored: a value meeting `th.censored` is known only to be at least `th.cap`
+  (`seed_bounds`), never its sentinel."""
+  a = np.asarray(arm, np.float64)
+  op, edge = parse_condition(th.censored) if th.censored is not None else ("<", -math.inf)
+  marked = lambda v: np.array([_meets(op, float(x), edge) for x in v], bool)
+  ac = marked(a)
+  bc = marked(np.asarray(base, np.float64)) if base is not None else np.zeros_like(ac)
+  lower, upper = seed_bounds(a, base, ac, bc, th.cap if th.cap is not None else math.nan)
+  return lower, upper, ac | bc
+
+
 def median_evaluation(th, arm, base, level: float = 0.95) -> dict:
   """`stats.evaluate` for a `stat="median"` threshold: the censoring-aware median interval of
   the (paired) values and each condition's truth, for `arm` and `base` (per-seed values of
@@ -185,15 +198,11 @@ def median_evaluation(th, arm, base, level: float = 0.95) -> dict:
     truth the censoring leaves open), `bounds`, `coverage` and `reached`.
   """
   a = np.asarray(arm, np.float64)
-  op, edge = parse_condition(th.censored) if th.censored is not None else ("<", -math.inf)
-  censored = lambda v: np.array([_meets(op, float(x), edge) for x in v], bool)
-  ac = censored(a)
-  bc = censored(np.asarray(base, np.float64)) if base is not None else np.zeros_like(ac)
-  lower, upper = seed_bounds(a, base, ac, bc, th.cap if th.cap is not None else math.nan)
+  lower, upper, censored = threshold_bounds(th, arm, base)
   m = median_interval(lower, upper, level)
   verdicts = {label: truth(cond, m["bounds"]) if cond is not None else False
               for label, cond in (("supports", th.supports), ("refutes", th.refutes))}
-  n_cens = int((ac | bc).sum())
+  n_cens = int(censored.sum())
   cens = f" ({n_cens} of {a.size} seeds censored at {th.cap:g})" if th.cap is not None else ""
   what = (f"median, {level:.0%} order-statistic interval{cens}" if m["rank"] else
           f"median: no {level:.0%} order-statistic interval with {a.size} seeds (needs "
@@ -202,7 +211,7 @@ def median_evaluation(th, arm, base, level: float = 0.95) -> dict:
   return {"mean": med, "interval": m["interval"], "what": what,
           "supports": verdicts["supports"] is True, "refutes": verdicts["refutes"] is True,
           "undetermined": [k for k, v in verdicts.items() if v is None],
-          "bounds": m["bounds"], "coverage": m["coverage"], "reached": reached(ac | bc)}
+          "bounds": m["bounds"], "coverage": m["coverage"], "reached": reached(censored)}
 
 
 def censoring_reason(thresholds, evals) -> str | None:

@@ -44,7 +44,7 @@ import os
 import numpy as np
 
 from experiments import jsonio
-from experiments.verdict.arithmetic.censoring import seed_bounds
+from experiments.verdict.arithmetic.censoring import threshold_bounds
 from experiments.verdict.arithmetic.conditions import parse_condition
 from experiments.verdict.arithmetic.distributions import binom_sf, t_sf
 from experiments.verdict.arithmetic.rule import clause_verdicts, decide, verdict
@@ -110,11 +110,7 @@ def median_sign_p(th: Threshold, runs: dict, seeds, condition: str) -> dict:
   """
   arm = paired_values(runs, th.arm, th.metric, None, seeds)
   base = paired_values(runs, th.baseline, th.metric, None, seeds) if th.baseline else None
-  op, edge = parse_condition(th.censored) if th.censored is not None else ("<", -math.inf)
-  marked = lambda v: np.array([holds(f"{op} {edge}", (float(x), float(x))) for x in v], bool)
-  ac = marked(arm)
-  bc = marked(base) if base is not None else np.zeros_like(ac)
-  lo, up = seed_bounds(arm, base, ac, bc, th.cap if th.cap is not None else math.nan)
+  lo, up, _ = threshold_bounds(th, arm, base)
   n = int(lo.size)
   k = sum(bool(holds(condition, (float(a), float(a))) and holds(condition, (float(b), float(b))))
           for a, b in zip(lo, up, strict=True))
