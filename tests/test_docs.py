@@ -7,6 +7,7 @@ the package's own name (`optim.newton_schulz`) or where it is defined
 """
 
 import importlib
+import importlib.util
 import inspect
 import pathlib
 import subprocess
@@ -183,3 +184,27 @@ def test_objects_inv_has_each_public_name_at_its_import_path(inventory):
                and not inspect.ismodule(getattr(module, n))
                and f"{package}.{n}" not in inventory]
     assert not missing, f"{package}: not in objects.inv at the import path: {missing}"
+
+
+def _named_commands():
+  """Every `python -m pkg.mod` written in a docstring, comment or page of the project."""
+  files = [ROOT / "README.md", *(ROOT / "docs").glob("*.rst")]
+  for package in ("transformer", "analysis", "optim", "experiments"):
+    files += (ROOT / package).rglob("*.py")
+  command = re.compile(r"python -m ((?:transformer|analysis|optim|experiments)"
+                       r"(?:\.[a-z_][a-z0-9_]*)*)\b(?!\.[A-Z])")  # not `benchmarks.NAME`
+  names = set()
+  for path in files:
+    for m in command.finditer(path.read_text()):
+      names.add((m.group(1).rstrip("."), str(path.relative_to(ROOT))))
+  return sorted(names)
+
+
+@pytest.mark.parametrize("module,where", _named_commands())
+def test_every_named_command_exists(module, where):
+  """A `python -m X` the project tells its users to run names a module that exists."""
+  spec = importlib.util.find_spec(module)
+  assert spec is not None, f"{where} names `python -m {module}`, which is no module"
+  if spec.submodule_search_locations is not None:  # a package runs its __main__
+    assert importlib.util.find_spec(f"{module}.__main__") is not None, (
+        f"{where} names `python -m {module}`, a package without __main__")

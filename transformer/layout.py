@@ -15,7 +15,8 @@ for `@`; `dW` equals autodiff's up to the summation order of float32 (relative 1
 
 Off CPU the product is plain `x @ w`: GPU and TPU matmuls take transposed operands natively.
 Inside `with plain_products():` it is plain everywhere (a program traced there is autodiff's own;
-`python -m experiments.benchmarks.layout` times both side by side).
+`python -m experiments.benchmarks.sweep --strategies dispatch,dispatch-plain` times both side by
+side).
 """
 
 from __future__ import annotations
