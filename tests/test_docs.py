@@ -208,3 +208,39 @@ def test_every_named_command_exists(module, where):
   if spec.submodule_search_locations is not None:  # a package runs its __main__
     assert importlib.util.find_spec(f"{module}.__main__") is not None, (
         f"{where} names `python -m {module}`, a package without __main__")
+
+
+# GPT-2 checkpoints name their tensors `transformer.h.0.attn...`: Hugging Face's keys, not ours.
+_HF_KEY = re.compile(r"^transformer\.(h|wte|wpe|ln_f)(\.|$)")
+# File names (`optim.html`) and placeholders (`experiments.benchmarks.NAME`) are not names.
+_FILE_OR_PLACEHOLDER = re.compile(r"\.(py|html|md|json|png|NAME)$")
+
+
+def _resolves(name: str) -> bool:
+  """`name` is an importable module, or one followed by attributes it has."""
+  parts = name.split(".")
+  for i in range(len(parts), 0, -1):
+    try:
+      obj = importlib.import_module(".".join(parts[:i]))
+    except ImportError:
+      continue
+    for attr in parts[i:]:
+      if not hasattr(obj, attr):
+        return False
+      obj = getattr(obj, attr)
+    return True
+  return False
+
+
+def test_every_dotted_name_in_backticks_resolves():
+  """A `package.module.name` in backticks, in a docstring, comment or page, names something
+  that exists: a refactor that moves a module updates the prose that points at it."""
+  files = [ROOT / "README.md", ROOT / "results" / "README.md", *(ROOT / "docs").glob("*.rst")]
+  for package in ("transformer", "analysis", "optim", "experiments"):
+    files += (ROOT / package).rglob("*.py")
+  dotted = re.compile(r"`((?:transformer|analysis|optim|experiments)(?:\.[A-Za-z_]\w*)+)")
+  stale = sorted({f"{m.group(1)} ({path.relative_to(ROOT)})" for path in files
+                  for m in dotted.finditer(path.read_text())
+                  if not _HF_KEY.match(m.group(1)) and not _FILE_OR_PLACEHOLDER.search(m.group(1))
+                  and not _resolves(m.group(1))})
+  assert not stale, "names that no longer exist:\n" + "\n".join(stale)

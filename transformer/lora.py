@@ -133,7 +133,7 @@ def params_fn(base_params, alpha: float) -> Callable[[Any], Any]:
   """`f(adapters) -> merged params`: the map from trained leaves to model params.
 
   Only the adapters are arguments, so gradients reach only them; the base is a constant
-  closed over by `f` (frozen). This is the `params_fn` of `experiments.multirun.train_many`.
+  closed over by `f` (frozen). This is the `params_fn` of `experiments.train.sweep.train_many`.
 
   Example:
     >>> import jax, transformer

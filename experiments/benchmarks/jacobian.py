@@ -28,7 +28,7 @@ most of it the `T = 2048` rows. Three parts, one run:
    (compile + run).
 3. End to end. The Jacobian of a whole model, from the residual stream after the embeddings
    to the stream before the final norm (`analysis.model_jacobian_top_singular_values`), at
-   the `small` shared model (trained, `experiments.claims.base_model`, on stdlib validation
+   the `small` shared model (trained, `experiments.models.trained.base_model`, on stdlib validation
    tokens) and at gpt2-small width (`transformer.preset("gpt2-small")`, at init, random
    tokens; `--gpt2-layers` and `--gpt2-t` set its depth and length).
 

@@ -126,7 +126,7 @@ def kernel_certificate(q_LBTHD, k_LBTKD, scale: float, *, causal: bool) -> dict:
     raise ValueError(f"kernel_certificate: keys {k.shape} do not fit queries {q.shape}: they "
                      "need the same (L, B, T, dh) and a number of heads K dividing H. Fix: pass "
                      "the sown q and k of one forward pass.")
-  k = np.repeat(k, H // K, axis=3)  # as `transformer.model._repeat_heads`
+  k = np.repeat(k, H // K, axis=3)  # as `transformer.block._repeat_heads`
   q, k = q.reshape(L * B, T, H, dh), k.reshape(L * B, T, H, dh)
   # In float64, each head's kernel divided by exp of its largest score: a positive factor,
   # so symmetry, definiteness and negative mass are those of κ itself, and no entry

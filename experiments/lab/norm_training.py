@@ -109,9 +109,10 @@ def kappa_ceiling(n_rows: int, width: int, float64: bool = False) -> float:
   """The largest `κ_eff` the reading can report for `X (n_rows, width)`: `1/(max(N, D)·eps₃₂)`
   in float32; in float64, `1/stability.rounding_rtol`, the inputs' own float32 rounding.
 
-  Singular values below `max(N, D)·eps₃₂·σ_1` count as zeros (`analysis.default_rank_tol`), so a
-  float32 reading at this ceiling, with more values dropped, is an input that lost rank in
-  float32; the float64 reading drops only what the inputs' rounding cannot resolve.
+  Singular values below `max(N, D)·eps₃₂·σ_1` count as zeros
+  (`analysis.spectra.default_rank_tol`), so a float32 reading at this ceiling, with more values
+  dropped, is an input that lost rank in float32; the float64 reading drops only what the
+  inputs' rounding cannot resolve.
 
   Example:
     >>> from experiments.lab.norm_training import kappa_ceiling
