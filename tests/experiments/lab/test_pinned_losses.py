@@ -46,6 +46,13 @@ def _make_tx(lab: str):
 # weight gradient's summation order (`transformer.layout.matmul`, issue 50: dW = (xᵀ) dY on
 # XLA:CPU's row-major kernel): every number held to 1e-6 but attention's validation loss at
 # 1e-2, 3.4817913 -> 3.4817867 (1.3e-6).
+# The host's vector width also rounds reductions differently: on a 2-core AMD EPYC without
+# AVX-512 (2026-12-07) attention's validation loss at 1e-2 reads 3.4817791 at the commit that
+# pinned 3.4817867 (2.2e-6 relative), every other number within 1e-6. That one value, grown by
+# 12 steps at the high rate, is held to 5e-6 so the test passes on every host the suite runs on.
+HOST_RTOL = {("attention", "val", 1): 5e-6}
+RTOL = 1e-6
+
 PINNED = {
     "attention": ((5.1958222, 4.5946727), (4.7516689, 3.4817867)),
     "optimizers-adamw": ((5.2730317, 4.7878346), (5.0826416, 4.2164946)),
@@ -65,6 +72,8 @@ def run(lab: str, strategy: str = "auto"):
 @pytest.mark.parametrize("lab", sorted(PINNED))
 def test_tuning_losses_are_pinned(lab):
   loss, val = run(lab)
-  want_loss, want_val = PINNED[lab]
-  np.testing.assert_allclose(loss, want_loss, rtol=1e-6, err_msg=f"{lab}: training loss moved")
-  np.testing.assert_allclose(val, want_val, rtol=1e-6, err_msg=f"{lab}: validation loss moved")
+  for name, got, want in zip(("loss", "val"), (loss, val), PINNED[lab], strict=True):
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+      rtol = HOST_RTOL.get((lab, name, k), RTOL)
+      np.testing.assert_allclose(g, w, rtol=rtol,
+                                 err_msg=f"{lab}: {name} at rate {RATES[k]} moved")
