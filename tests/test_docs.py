@@ -186,15 +186,20 @@ def test_objects_inv_has_each_public_name_at_its_import_path(inventory):
     assert not missing, f"{package}: not in objects.inv at the import path: {missing}"
 
 
-def _named_commands():
-  """Every `python -m pkg.mod` written in a docstring, comment or page of the project."""
-  files = [ROOT / "README.md", *(ROOT / "docs").glob("*.rst")]
+def _prose_files():
+  """The pages and every source file of the four packages: where users read our names."""
+  files = [ROOT / "README.md", ROOT / "results" / "README.md", *(ROOT / "docs").glob("*.rst")]
   for package in ("transformer", "analysis", "optim", "experiments"):
     files += (ROOT / package).rglob("*.py")
+  return files
+
+
+def _named_commands():
+  """Every `python -m pkg.mod` written in a docstring, comment or page of the project."""
   command = re.compile(r"python -m ((?:transformer|analysis|optim|experiments)"
                        r"(?:\.[a-z_][a-z0-9_]*)*)\b(?!\.[A-Z])")  # not `benchmarks.NAME`
   names = set()
-  for path in files:
+  for path in _prose_files():
     for m in command.finditer(path.read_text()):
       names.add((m.group(1).rstrip("."), str(path.relative_to(ROOT))))
   return sorted(names)
@@ -212,7 +217,7 @@ def test_every_named_command_exists(module, where):
 
 # GPT-2 checkpoints name their tensors `transformer.h.0.attn...`: Hugging Face's keys, not ours.
 _HF_KEY = re.compile(r"^transformer\.(h|wte|wpe|ln_f)(\.|$)")
-# File names (`optim.html`) and placeholders (`experiments.benchmarks.NAME`) are not names.
+# File names (`optim.html`) and the `NAME` slot of a command template are not Python names.
 _FILE_OR_PLACEHOLDER = re.compile(r"\.(py|html|md|json|png|NAME)$")
 
 
@@ -235,11 +240,8 @@ def _resolves(name: str) -> bool:
 def test_every_dotted_name_in_backticks_resolves():
   """A `package.module.name` in backticks, in a docstring, comment or page, names something
   that exists: a refactor that moves a module updates the prose that points at it."""
-  files = [ROOT / "README.md", ROOT / "results" / "README.md", *(ROOT / "docs").glob("*.rst")]
-  for package in ("transformer", "analysis", "optim", "experiments"):
-    files += (ROOT / package).rglob("*.py")
   dotted = re.compile(r"`((?:transformer|analysis|optim|experiments)(?:\.[A-Za-z_]\w*)+)")
-  stale = sorted({f"{m.group(1)} ({path.relative_to(ROOT)})" for path in files
+  stale = sorted({f"{m.group(1)} ({path.relative_to(ROOT)})" for path in _prose_files()
                   for m in dotted.finditer(path.read_text())
                   if not _HF_KEY.match(m.group(1)) and not _FILE_OR_PLACEHOLDER.search(m.group(1))
                   and not _resolves(m.group(1))})
