@@ -178,7 +178,8 @@ def test_condition_lr_censored_seeds_are_never_numbers():
 
 
 def test_condition_lr_v3_seeds_are_fresh_and_n_has_a_curve_point():
-  used = {s for e in history.load()["condition-lr"] for s in (*e["seeds"], *e["tuning_seeds"])}
+  used = {s for e in history.load()["condition-lr"] if e["version"] < condition_lr.CLAIM.version
+          for s in (*e["seeds"], *e["tuning_seeds"])}  # earlier versions: v3 itself lands too
   claim = condition_lr.CLAIM
   assert used and not used & {*claim.seeds, *claim.tuning_seeds}
   assert len(claim.seeds) >= 6 and len(claim.tuning_seeds) >= 2 and claim.version == 3
