@@ -57,6 +57,7 @@ def test_findings_render_declared_notes_and_figures(tmp_path):
 def test_a_kept_tuned_note_renders_again_from_its_old_records(cid):
   res = json.load(open(os.path.join(RESULTS_DIR, cid, "results.json")))
   setup = res["config"]["setup"]
+  # v3's read (`experiments.claims.muon._notes`); the note v2 kept ended before the `;`.
   read = (f"lowest final val loss after {setup['budgets'][-1]} steps, mean over seeds "
-          f"{setup['tuning_seeds']}")
+          f"{setup['tuning_seeds']}; a non-hidden search runs at its arm's chosen hidden rate")
   assert findings.note({"tuned": setup["tuned"], "read": read}) == res["notes"][0]
