@@ -28,6 +28,9 @@ forward and backward, the causal half not skipped) and are shown as a share of t
 matmul ceiling measured in the same run (a 2048² matmul). Each step count is timed `--rounds`
 times, interleaved across strategies, and the median taken. The last line is JSON.
 
+Where one run's step spends that time, op by op and by model part:
+`python -m experiments.benchmarks.step_profile`.
+
 On 2 shared CPU cores a full run (3 sizes, 1/5/20 runs, 5 strategies) takes about 25 minutes.
 """
 
