@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from experiments.verdict.arithmetic.censoring import censoring_reason
-from experiments.verdict.arithmetic.stats import evaluate, fmt, holds
+from experiments.verdict.arithmetic.stats import (evaluate, fmt, holds, interval_text,
+                                                  open_interval)
 
 VERDICTS = ("supported", "refuted", "inconclusive", "not built")
 INDICATIVE = "indicative (quick)"
@@ -186,7 +187,8 @@ def size_test(th, row: dict) -> tuple[str, str]:
   """
   if row["effect"] is None:
     return "n/a", "no finite effect at this size"
-  lo, hi = row["ci"] if row["ci"][0] is not None else (row["effect"], row["effect"])
+  ci = open_interval(row["ci"])  # a null end is open: a censored median's infinite bound
+  lo, hi = ci if ci is not None else (row["effect"], row["effect"])
   sup = th.supports is not None and holds(th.supports, (lo, hi))
   ref = th.refutes is not None and holds(th.refutes, (lo, hi))
   outcome = "refuted" if ref else "supported" if sup else "inconclusive"
@@ -194,7 +196,8 @@ def size_test(th, row: dict) -> tuple[str, str]:
                                                 ("refutes", th.refutes, ref)) if c and ok]
   unmet = [f"{label} `{c}`" for label, c, ok in (("supports", th.supports, sup),
                                                   ("refutes", th.refutes, ref)) if c and not ok]
-  what = "95% interval" if row["ci"][0] is not None else "single value (one seed)"
-  why = (f"its {what} [{fmt(lo)}, {fmt(hi)}] meets " + " and ".join(met) if met
-         else f"its {what} [{fmt(lo)}, {fmt(hi)}] meets neither " + " nor ".join(unmet))
+  what = (f"95% interval {interval_text(lo, hi)}" if ci is not None
+          else f"single value (one seed) [{fmt(lo)}, {fmt(hi)}]")
+  why = (f"its {what} meets " + " and ".join(met) if met
+         else f"its {what} meets neither " + " nor ".join(unmet))
   return outcome, why

@@ -314,6 +314,35 @@ def fmt(x) -> str:
   return f"{x:.3e}"
 
 
+def interval_text(lo, hi) -> str:
+  """A 95% interval as reports write it; a null end is an open one (a censored median's bound,
+  infinite, is stored as null in strict JSON), `""` when both are null (one seed).
+
+  Example:
+    >>> from experiments.verdict.arithmetic.stats import interval_text
+    >>> interval_text(0.5572, 1.333), interval_text(1.16875, None), interval_text(None, None)
+    ('[0.5572, 1.333]', '[1.169, ∞)', '')
+  """
+  if lo is None and hi is None:
+    return ""
+  return (f"{'(−∞' if lo is None or lo == -math.inf else '[' + fmt(lo)}, "
+          f"{'∞)' if hi is None or hi == math.inf else fmt(hi) + ']'}")
+
+
+def open_interval(ci) -> tuple[float, float] | None:
+  """`ci = [lo, hi]` as floats, a null end as ±inf; None when both ends are null (one seed).
+
+  Example:
+    >>> from experiments.verdict.arithmetic.stats import open_interval
+    >>> open_interval([1.16875, None]), open_interval([None, None])
+    ((1.16875, inf), None)
+  """
+  lo, hi = ci
+  if lo is None and hi is None:
+    return None
+  return (-math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))
+
+
 def rankdata(x) -> np.ndarray:
   """Ranks `1 … n` of `x`, ties given their average rank (`scipy.stats.rankdata`); inf ranks last.
 

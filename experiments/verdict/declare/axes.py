@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from experiments.verdict.arithmetic.stats import fmt
+from experiments.verdict.arithmetic.stats import fmt, interval_text
 from experiments.verdict.declare.axis import Axis, fit_text, trend_clause
 from experiments.verdict.declare.budget import BudgetAxis, trained_params
 from experiments.verdict.declare.scale import (
@@ -110,8 +110,8 @@ class ContextAxis(Axis):
 
   def cell(self, block: dict) -> str:
     return "; ".join([f"T = {r['T']}: {fmt(r['effect'])}"
-                      + (f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None
-                         else "") for r in block["rows"]] + [fit_text(block, "T", "lengths")])
+                      + (f" {interval_text(*r['ci'])}" if interval_text(*r["ci"]) else "")
+                      for r in block["rows"]] + [fit_text(block, "T", "lengths")])
 
   def series(self, block: dict, registered) -> list:
     models = sorted({getattr(self.at(registered, r["T"]), "model", "") for r in block["rows"]}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.verdict.arithmetic.stats import fmt
+from experiments.verdict.arithmetic.stats import fmt, interval_text
 from experiments.verdict.declare.axis import Axis, fit_text, trend_clause
 from experiments.verdict.declare.scale import model_card
 
@@ -194,8 +194,8 @@ class BudgetAxis(Axis):
     for i, r in enumerate(block["rows"]):
       per = (f" ({fmt(r['tokens_per_param'])}{' tokens/param' if i == 0 else ''})"
              if r.get("tokens_per_param") else "")
-      ci = f" [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}]" if r["ci"][0] is not None else ""
-      parts.append(f"{r['multiple']}×{per}: {fmt(r['effect'])}{ci}")
+      ci = interval_text(*r["ci"])
+      parts.append(f"{r['multiple']}×{per}: {fmt(r['effect'])}{' ' + ci if ci else ''}")
     on = f"on {block['model']}: " if block.get("model") else ""
     return on + "; ".join(parts) + f"; {fit_text(block, 'tokens', 'budgets')}"
 

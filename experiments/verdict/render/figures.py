@@ -43,6 +43,7 @@ def axis_figure(axis, claim, block: dict, run_dir: str, registered=None) -> str:
     line = ax.errorbar([r["_x"] for r in rs], [r["effect"] for r in rs], yerr=_error_bars(rs),
                        fmt=f"{marker}-", capsize=3, label=label)
     _hollow_excluded(ax, rs, "_x", line[0].get_color(), marker)
+    _open_ends(ax, rs, line[0].get_color())
     for r in rs if axis.key == "model" else ():
       ax.annotate(r["model"], (r["_x"], r["effect"]), textcoords="offset points",
                   xytext=(6, 6), fontsize=7)
@@ -63,6 +64,19 @@ def _error_bars(rows: list[dict]) -> list[list[float]]:
   """Matplotlib's `yerr` of rows with `effect` and `ci` (no bar where the interval is null)."""
   return [[r["effect"] - r["ci"][0] if r["ci"][0] is not None else 0.0 for r in rows],
           [r["ci"][1] - r["effect"] if r["ci"][1] is not None else 0.0 for r in rows]]
+
+
+def _open_ends(ax, rows: list[dict], color) -> None:
+  """An arrow from the effect for each open end of an interval (one end null: a censored
+  median's infinite bound), labelled once."""
+  opened = [(r, +1 if r["ci"][1] is None else -1) for r in rows
+            if (r["ci"][0] is None) != (r["ci"][1] is None)]
+  for r, up in opened:
+    ax.annotate("", xy=(r["_x"], r["effect"]), xytext=(0, 24 * up), textcoords="offset points",
+                arrowprops=dict(arrowstyle="<-", color=color, lw=1.2))
+  if opened:
+    ax.plot([], [], color=color, marker=r"$\uparrow$", ls="none",
+            label="95% CI open at that end (censored seeds)")
 
 
 def _hollow_excluded(ax, rows: list[dict], x: str, color, marker: str = "o") -> None:

@@ -10,7 +10,7 @@ sentence, computed from the fit's slope and interval).
 from __future__ import annotations
 
 from experiments.verdict.arithmetic.rule import size_test
-from experiments.verdict.arithmetic.stats import fmt
+from experiments.verdict.arithmetic.stats import fmt, interval_text
 from experiments.verdict.render.cells import fit_cell, reading_text, table
 
 
@@ -27,9 +27,8 @@ def axis_markdown(axis, claim, results: dict, block: dict, h: str) -> list[str]:
   rows = []
   for r in block["rows"]:
     outcome, why = size_test(th, r)
-    lo, hi = r["ci"]
     rows.append([*axis.cells(r, results, block), fmt(r["effect"]),
-                 f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None else "n/a (one seed)",
+                 interval_text(*r["ci"]) or "n/a (one seed)",
                  f"{outcome}: {why}", *([reading_text(r)] if read else []),
                  *([fit_cell(r)] if fitted else [])])
   at = f"at this {axis.word}"
