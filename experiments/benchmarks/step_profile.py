@@ -29,7 +29,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 # Model parts, tried in order against an instruction's op_name (the first match wins).
 PARTS = (("attention", ("/attn/",)),

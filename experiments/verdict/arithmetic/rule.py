@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from experiments.verdict.arithmetic.censoring import censoring_reason
-from experiments.verdict.arithmetic.stats import (evaluate, fmt, holds, interval_text,
-                                                  open_interval)
+from experiments.verdict.arithmetic.stats import evaluate, fmt, holds, interval_text, open_interval
 
 VERDICTS = ("supported", "refuted", "inconclusive", "not built")
 INDICATIVE = "indicative (quick)"

@@ -19,7 +19,7 @@ def test_every_timed_instruction_is_the_programs_and_parts_sum_to_the_ops():
   assert mixing and all(step_profile.part_of(table[n]["op_name"]) == "attention" for n in mixing)
   # By part is the per-op table regrouped: nothing lost, nothing counted twice.
   regrouped = collections.Counter()
-  for name, ms, _, op_name in out["ops"]:
+  for _, ms, _, op_name in out["ops"]:
     regrouped[step_profile.part_of(op_name)] += ms
   assert out["parts"].keys() == regrouped.keys()
   for part, ms in out["parts"].items():
