@@ -25,7 +25,10 @@ residual model that does not train, or trains no better than the residual-free o
   tuned rate at an edge. Reported seeds 10–14, read on the `test` split.
 
 **Budget.** The post-norm arm is not trained, and the scale axis (`deep-16` costs ~4×) not
-measured, by cost: `--sizes deep-8,deep-16` adds it. `--quick`: depths 1 and 8, an 8-layer
+measured, by cost: `--sizes deep-8,deep-16` adds it. Each trained arm is kept in the run
+folder as it finishes (`parts/<arm>.json`, `trained_part`): `--resume RUN` after a crash trains
+only the arms missing, and a second process may train the other arm into the same folder at
+the same time (the run waits for it). `--quick`: depths 1 and 8, an 8-layer
 model trained 30 steps at one rate, nothing tuned.
 
 History: v1 read init only; v2-v4 moved to the trained regime (1, 3, then 20 tokens per
@@ -39,12 +42,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import time
 
 import jax
 import numpy as np
 
 import transformer
-from experiments import data, models
+from experiments import data, jsonio, models
 from experiments.lab import depth, stability, tuning
 from experiments.lab import optimizers as O
 from experiments.train import on_budget, train_many
@@ -163,6 +168,90 @@ def train_arm(cfg: transformer.Config, z: ResidualEigenvaluesSizes, steps: int, 
   return tuned, out
 
 
+def _read_bytes(z: ResidualEigenvaluesSizes) -> tuple[float, np.ndarray]:
+  """The unigram entropy the loss is compared with, and the `seq_len` bytes the trained
+  Jacobians are read at: both from the split the verdict reads (`test`; `heldout` before v6)."""
+  corpus = data.load_corpus("stdlib")
+  read = getattr(corpus, z.split)
+  unigram = min(data.unigram_entropy(read), data.unigram_entropy(corpus.train))
+  return unigram, np.asarray(read[:z.seq_len], np.int32)
+
+
+def part_path(run_dir: str, arm: str) -> str:
+  """Where a run keeps one trained arm's part: `run_dir/parts/<arm>.json`."""
+  return os.path.join(run_dir, "parts", f"{arm}.json")
+
+
+def _nan(tree):
+  """A strict-JSON tree back as numbers: `null` (written for NaN) is NaN again."""
+  if isinstance(tree, dict):
+    return {k: _nan(v) for k, v in tree.items()}
+  if isinstance(tree, list):
+    return [_nan(v) for v in tree]
+  return math.nan if tree is None else tree
+
+
+def _wait_for(lock: str, log, poll_s: float = 30.0) -> None:
+  """Waits while `lock` names a live process (one training that arm into the same folder)."""
+  told = False
+  while os.path.exists(lock):
+    try:
+      pid = int(open(lock).read().strip() or 0)
+      os.kill(pid, 0)  # raises when no such process
+    except (OSError, ValueError):
+      return  # a crashed trainer's lock: train the arm here
+    if pid == os.getpid():
+      return
+    if not told:
+      log(f"  residual-eigenvalues: waiting for process {pid}, which trains this arm ({lock})")
+      told = True
+    time.sleep(poll_s)
+
+
+def trained_part(arm: str, z: ResidualEigenvaluesSizes, seeds, run_dir: str,
+                 log=print) -> tuple[dict, dict[int, dict[str, float]]]:
+  """`train_arm` for one arm of `TRAIN_ARMS`, kept as a part of the run: its tuning record and
+  per-seed metrics are written to `part_path(run_dir, arm)` when it finishes, and read back
+  from there instead of training when that file records the same arm, seeds and sizes (a run
+  resumed with `--resume RUN` after a crash, or an arm trained beside the run by another
+  process into its folder). Either way the caller gets the file's contents, so a reused part
+  and a fresh one give the same findings.
+
+  Args:
+    arm: `pre` or `pre-no-residual`.
+    z: the sizes, `steps` set (`budget_steps()`).
+    seeds: the reported seeds.
+    run_dir: the run folder (`Spec.run_dir`).
+    log: where progress lines go.
+
+  Returns:
+    `(tuned, {seed: metrics})`, as `train_arm` returns them.
+  """
+  if arm not in TRAIN_ARMS:
+    raise ValueError(f"arm {arm!r} is not trained here. Fix: one of {TRAIN_ARMS}.")
+  path = part_path(run_dir, arm)
+  key = jsonio.strict({"claim": "residual-eigenvalues", "arm": arm, "seeds": list(seeds),
+                       "tuning_seeds": list(TUNING_SEEDS), "sizes": z.to_dict()})
+  _wait_for(path + ".lock", log)
+  obj = jsonio.load_strict(path) if os.path.exists(path) else {}
+  if obj.get("key") == key:
+    log(f"  residual-eigenvalues: arm {arm}: reusing {path}")
+  else:
+    base = base_config(models.config(z.model).d_model, max(z.jacobian_seq_len, z.seq_len))
+    cfg = base.replace(n_layers=z.train_layers, **SWEEP_ARMS[arm])
+    log(f"  residual-eigenvalues: training {z.train_layers} layers, arm {arm}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as f:  # another process reaching this arm waits for it
+      f.write(str(os.getpid()))
+    try:
+      tuned, trained = train_arm(cfg, z, z.steps, seeds, _read_bytes(z)[1], log)
+      jsonio.dump_strict({"key": key, "tuned": tuned, "trained": trained}, path)
+    finally:
+      os.remove(path + ".lock")
+    obj = jsonio.load_strict(path)
+  return _nan(obj["tuned"]), {int(s): _nan(m) for s, m in obj["trained"].items()}
+
+
 def run(spec: Spec) -> dict:
   """The init sweep and the deep training for every seed; see the module docstring."""
   z = dataclasses.replace(spec.sizes, steps=spec.sizes.budget_steps())
@@ -176,15 +265,10 @@ def run(spec: Spec) -> dict:
                                          seq_len=z.jacobian_seq_len)
     for arm, rows in sweeps[seed].items():
       runs[arm][seed] = depth.sweep_metrics(rows, NEAR)
-  corpus = data.load_corpus("stdlib")
-  read = getattr(corpus, z.split)  # the bytes the verdict reads (`test`; `heldout` before v6)
-  unigram = min(data.unigram_entropy(read), data.unigram_entropy(corpus.train))
-  tokens_T = np.asarray(read[:z.seq_len], np.int32)
+  unigram, _ = _read_bytes(z)
   tuned = {}
   for arm in TRAIN_ARMS:
-    cfg = base.replace(n_layers=z.train_layers, **SWEEP_ARMS[arm])
-    spec.log(f"  residual-eigenvalues: training {z.train_layers} layers, arm {arm}")
-    tuned[arm], trained = train_arm(cfg, z, steps, spec.seeds, tokens_T, spec.log)
+    tuned[arm], trained = trained_part(arm, z, spec.seeds, spec.run_dir, spec.log)
     for seed, m in trained.items():
       runs[arm][seed].update(m, gap_to_unigram=m["val_loss"] - unigram)
   for arm in TRAIN_ARMS:

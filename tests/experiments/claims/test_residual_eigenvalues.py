@@ -2,6 +2,9 @@
 trained point at init, v6's fresh seeds and how its registered clauses decide synthetic runs
 (the readings over depths and layers: tests/experiments/lab/test_depth.py)."""
 
+import dataclasses
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -125,3 +128,27 @@ def test_trained_point_matches_depth_point_at_init():
   ref = stability.depth_point(cfg, seed=2, seq_len=4)
   np.testing.assert_allclose(out["dist_from_one"], ref["dist_from_one"], rtol=1e-4)
   assert out["min_dist_from_one"] == pytest.approx(min(ref["dist_from_one"]), rel=1e-4)
+
+
+def test_a_trained_arm_is_kept_as_a_part_and_read_back_exactly(tmp_path, monkeypatch):
+  # A run keeps each trained arm as it finishes, so a crash or a second process (training the
+  # other arm into the same folder) loses nothing: the part read back equals train_arm's own
+  # output, is reused for the same arm/seeds/sizes, and retrained for other seeds.
+  z = dataclasses.replace(re_.QUICK, steps=3, train_layers=2)
+  calls = []
+  real = re_.train_arm
+  monkeypatch.setattr(re_, "train_arm", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+  tuned, trained = re_.trained_part("pre", z, (10,), str(tmp_path), log=lambda _: None)
+  cfg = re_.base_config(8, 32).replace(n_layers=2, **re_.SWEEP_ARMS["pre"])
+  ref_tuned, ref_trained = real(cfg, z, 3, (10,), re_._read_bytes(z)[1], lambda _: None)
+  assert trained == ref_trained and tuned == ref_tuned
+  assert trained[10]["learning_rate"] == z.grid[0] and np.isfinite(trained[10]["val_loss"])
+  assert re_.trained_part("pre", z, (10,), str(tmp_path), log=lambda _: None) == (tuned, trained)
+  assert calls == [(10,)]
+  with open(re_.part_path(str(tmp_path), "pre") + ".lock", "w") as f:
+    f.write("999999999")  # a crashed trainer's lock is not waited on
+  other = re_.trained_part("pre", z, (11,), str(tmp_path), log=lambda _: None)
+  assert calls == [(10,), (11,)] and other[1][11]["val_loss"] != trained[10]["val_loss"]
+  assert not os.path.exists(re_.part_path(str(tmp_path), "pre") + ".lock")
+  with pytest.raises(ValueError, match="post"):
+    re_.trained_part("post", z, (10,), str(tmp_path))
