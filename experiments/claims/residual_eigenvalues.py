@@ -25,11 +25,9 @@ residual model that does not train, or trains no better than the residual-free o
   tuned rate at an edge. Reported seeds 10–14, read on the `test` split.
 
 **Budget.** The post-norm arm is not trained, and the scale axis (`deep-16` costs ~4×) not
-measured, by cost: `--sizes deep-8,deep-16` adds it. Each trained arm is kept in the run
-folder as it finishes (`parts/<arm>.json`, `trained_part`): `--resume RUN` after a crash trains
-only the arms missing, and a second process may train the other arm into the same folder at
-the same time (the run waits for it). `--quick`: depths 1 and 8, an 8-layer
-model trained 30 steps at one rate, nothing tuned.
+measured, by cost: `--sizes deep-8,deep-16` adds it. Each trained arm is kept as it finishes
+(`trained_part`), so `--resume RUN` trains only what is missing. `--quick`: depths 1 and 8, an
+8-layer model trained 30 steps at one rate, nothing tuned.
 
 History: v1 read init only; v2-v4 moved to the trained regime (1, 3, then 20 tokens per
 parameter); v5 widened the grid after v4's edge failure, on the same seeds, and was refuted by
@@ -42,15 +40,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import time
 
 import jax
 import numpy as np
 
 import transformer
-from experiments import data, jsonio, models
-from experiments.lab import depth, stability, tuning
+from experiments import data, models
+from experiments.lab import depth, parts, stability, tuning
 from experiments.lab import optimizers as O
 from experiments.train import on_budget, train_many
 from experiments.verdict import Anchor, Claim, Extension, Revision, Spec, Threshold, TrainedSizes
@@ -177,79 +173,23 @@ def _read_bytes(z: ResidualEigenvaluesSizes) -> tuple[float, np.ndarray]:
   return unigram, np.asarray(read[:z.seq_len], np.int32)
 
 
-def part_path(run_dir: str, arm: str) -> str:
-  """Where a run keeps one trained arm's part: `run_dir/parts/<arm>.json`."""
-  return os.path.join(run_dir, "parts", f"{arm}.json")
-
-
-def _nan(tree):
-  """A strict-JSON tree back as numbers: `null` (written for NaN) is NaN again."""
-  if isinstance(tree, dict):
-    return {k: _nan(v) for k, v in tree.items()}
-  if isinstance(tree, list):
-    return [_nan(v) for v in tree]
-  return math.nan if tree is None else tree
-
-
-def _wait_for(lock: str, log, poll_s: float = 30.0) -> None:
-  """Waits while `lock` names a live process (one training that arm into the same folder)."""
-  told = False
-  while os.path.exists(lock):
-    try:
-      pid = int(open(lock).read().strip() or 0)
-      os.kill(pid, 0)  # raises when no such process
-    except (OSError, ValueError):
-      return  # a crashed trainer's lock: train the arm here
-    if pid == os.getpid():
-      return
-    if not told:
-      log(f"  residual-eigenvalues: waiting for process {pid}, which trains this arm ({lock})")
-      told = True
-    time.sleep(poll_s)
-
-
 def trained_part(arm: str, z: ResidualEigenvaluesSizes, seeds, run_dir: str,
                  log=print) -> tuple[dict, dict[int, dict[str, float]]]:
-  """`train_arm` for one arm of `TRAIN_ARMS`, kept as a part of the run: its tuning record and
-  per-seed metrics are written to `part_path(run_dir, arm)` when it finishes, and read back
-  from there instead of training when that file records the same arm, seeds and sizes (a run
-  resumed with `--resume RUN` after a crash, or an arm trained beside the run by another
-  process into its folder). Either way the caller gets the file's contents, so a reused part
-  and a fresh one give the same findings.
-
-  Args:
-    arm: `pre` or `pre-no-residual`.
-    z: the sizes, `steps` set (`budget_steps()`).
-    seeds: the reported seeds.
-    run_dir: the run folder (`Spec.run_dir`).
-    log: where progress lines go.
-
-  Returns:
-    `(tuned, {seed: metrics})`, as `train_arm` returns them.
-  """
+  """`train_arm` for `arm` (one of `TRAIN_ARMS`) at sizes `z` (`steps` set), kept as the part
+  `run_dir/parts/<arm>.json` (`lab.parts.kept`: reused on `--resume` or when another process
+  trained it into the same folder); returns `(tuned, {seed: metrics})`."""
   if arm not in TRAIN_ARMS:
     raise ValueError(f"arm {arm!r} is not trained here. Fix: one of {TRAIN_ARMS}.")
-  path = part_path(run_dir, arm)
-  key = jsonio.strict({"claim": "residual-eigenvalues", "arm": arm, "seeds": list(seeds),
-                       "tuning_seeds": list(TUNING_SEEDS), "sizes": z.to_dict()})
-  _wait_for(path + ".lock", log)
-  obj = jsonio.load_strict(path) if os.path.exists(path) else {}
-  if obj.get("key") == key:
-    log(f"  residual-eigenvalues: arm {arm}: reusing {path}")
-  else:
+  def compute():
     base = base_config(models.config(z.model).d_model, max(z.jacobian_seq_len, z.seq_len))
     cfg = base.replace(n_layers=z.train_layers, **SWEEP_ARMS[arm])
     log(f"  residual-eigenvalues: training {z.train_layers} layers, arm {arm}")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "w") as f:  # another process reaching this arm waits for it
-      f.write(str(os.getpid()))
-    try:
-      tuned, trained = train_arm(cfg, z, z.steps, seeds, _read_bytes(z)[1], log)
-      jsonio.dump_strict({"key": key, "tuned": tuned, "trained": trained}, path)
-    finally:
-      os.remove(path + ".lock")
-    obj = jsonio.load_strict(path)
-  return _nan(obj["tuned"]), {int(s): _nan(m) for s, m in obj["trained"].items()}
+    tuned, trained = train_arm(cfg, z, z.steps, seeds, _read_bytes(z)[1], log)
+    return {"tuned": tuned, "trained": trained}
+  key = {"claim": "residual-eigenvalues", "arm": arm, "seeds": list(seeds),
+         "tuning_seeds": list(TUNING_SEEDS), "sizes": z.to_dict()}
+  got = parts.kept(run_dir, arm, key, compute, log)
+  return got["tuned"], {int(s): m for s, m in got["trained"].items()}
 
 
 def run(spec: Spec) -> dict:

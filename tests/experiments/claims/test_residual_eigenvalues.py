@@ -13,7 +13,7 @@ import pytest
 import analysis
 import transformer
 from experiments.claims import residual_eigenvalues as re_
-from experiments.lab import depth
+from experiments.lab import depth, parts
 from experiments.verdict.arithmetic import rule
 from experiments.verdict.running import history
 
@@ -145,10 +145,10 @@ def test_a_trained_arm_is_kept_as_a_part_and_read_back_exactly(tmp_path, monkeyp
   assert trained[10]["learning_rate"] == z.grid[0] and np.isfinite(trained[10]["val_loss"])
   assert re_.trained_part("pre", z, (10,), str(tmp_path), log=lambda _: None) == (tuned, trained)
   assert calls == [(10,)]
-  with open(re_.part_path(str(tmp_path), "pre") + ".lock", "w") as f:
+  with open(parts.part_path(str(tmp_path), "pre") + ".lock", "w") as f:
     f.write("999999999")  # a crashed trainer's lock is not waited on
   other = re_.trained_part("pre", z, (11,), str(tmp_path), log=lambda _: None)
   assert calls == [(10,), (11,)] and other[1][11]["val_loss"] != trained[10]["val_loss"]
-  assert not os.path.exists(re_.part_path(str(tmp_path), "pre") + ".lock")
+  assert not os.path.exists(parts.part_path(str(tmp_path), "pre") + ".lock")
   with pytest.raises(ValueError, match="post"):
     re_.trained_part("post", z, (10,), str(tmp_path))
